@@ -13,10 +13,33 @@
 // the caller (the limiter store) owns locking and time.Now. State is kept in
 // integer nanoseconds and exact integer (128-bit where needed) arithmetic,
 // so decisions at window edges are exact and repeatable.
+//
+// Contract shared by all six algorithms:
+//
+//   - n is the number of hits; n == 0 is a peek that charges nothing but
+//     reports Remaining, ResetAfter and so on. A negative n, an invalid
+//     Limit (see Limit.Validate), or a SlidingLog Count above
+//     MaxSlidingLogLimit is refused with RetryAfter Never and changes
+//     nothing: callers validate limits once, up front, and map the error.
+//   - A refused request changes nothing a later decision can observe.
+//   - The bucket algorithms keep an instant in Unix ns; a request that
+//     would push it past the year 2262 (such as a billion hits at one per
+//     year) is refused with RetryAfter Never rather than saturated, which
+//     would forget hits.
+//   - now is read as Unix nanoseconds, so it must lie between 1970 and 2262.
+//     Callers keep now non-decreasing per state; if it goes backwards no
+//     time is taken to have passed (the windows do not roll back, and the
+//     buckets see no more tokens than they had), so a backwards clock can
+//     refuse but never over-admit.
+//   - Merge folds in the state of the same counter from another node and
+//     keeps whichever is more charged, so that merging never refills.
+//
+// None of the state types is safe for concurrent use: the caller locks.
 package algorithms
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -35,6 +58,31 @@ type Limit struct {
 	Period time.Duration
 	Burst  int64
 }
+
+// Validate returns an error wrapping ErrInvalidLimit if l has a
+// non-positive Count or Period or a negative Burst, so that the caller can
+// reject a bad request once, at the edge, instead of per decision.
+func (l Limit) Validate() error {
+	switch {
+	case l.Count <= 0:
+		return fmt.Errorf("count %d is not positive: %w", l.Count, ErrInvalidLimit)
+	case l.Period <= 0:
+		return fmt.Errorf("period %v is not positive: %w", l.Period, ErrInvalidLimit)
+	case l.Burst < 0:
+		return fmt.Errorf("burst %d is negative: %w", l.Burst, ErrInvalidLimit)
+	}
+	return nil
+}
+
+// valid is Validate without building an error, for the decision path.
+func (l Limit) valid() bool {
+	return l.Count > 0 && l.Period > 0 && l.Burst >= 0
+}
+
+// refused returns the Decision for a request that no amount of waiting
+// admits: an invalid Limit or a negative n. (A function, not a variable,
+// so that no package state can be changed.)
+func refused() Decision { return Decision{RetryAfter: Never} }
 
 // Capacity is the number of hits a counter at rest admits at once: Burst,
 // or Count when Burst is 0.

@@ -1,0 +1,88 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// MaxBodyBytes bounds a POST /v1/check body: a thousand items with keys
+// and names at their longest fit, and nothing a client sends can make the
+// node buffer more.
+const MaxBodyBytes = 4 << 20
+
+// Handler returns the HTTP interface: POST /v1/check, GET /v1/members,
+// GET /metrics, GET /healthz and GET /readyz.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/check", s.handleCheck)
+	mux.HandleFunc("GET /v1/members", s.handleMembers)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", s.handleReady)
+	if s.conf.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.conf.Gatherer, promhttp.HandlerOpts{}))
+	}
+	return mux
+}
+
+func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	defer s.observe("http", time.Now())
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("body: larger than %d bytes", MaxBodyBytes))
+			return
+		}
+		writeError(w, http.StatusBadRequest, fmt.Errorf("body: %w", err))
+		return
+	}
+	d, err := decodeCheckRequest(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	resp, err := s.conf.Checker.Check(r.Context(), d.req)
+	if err != nil {
+		writeError(w, httpStatus(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, encodeCheckResponse(d, resp))
+}
+
+func (s *Server) handleMembers(w http.ResponseWriter, _ *http.Request) {
+	members := []Member{}
+	if s.conf.Members != nil {
+		members = s.conf.Members()
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Members []Member `json:"members"`
+	}{members})
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
+	if s.conf.Ready != nil && !s.conf.Ready() {
+		http.Error(w, "not ready\n", http.StatusServiceUnavailable)
+		return
+	}
+	io.WriteString(w, "ready\n")
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, struct {
+		Error string `json:"error"`
+	}{err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}

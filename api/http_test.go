@@ -1,0 +1,147 @@
+package api
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringlimit/ringlimit/service"
+)
+
+var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+func newTestServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	svc := service.New(service.Config{Now: func() time.Time { return t0 }, Registerer: reg})
+	srv := httptest.NewServer(New(Config{Checker: svc, Registerer: reg, Gatherer: reg}).Handler())
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func post(t *testing.T, srv *httptest.Server, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(srv.URL+"/v1/check", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestCheckJSON(t *testing.T) {
+	srv := newTestServer(t)
+	code, body := post(t, srv, `{"requests":[{"name":"api","key":"user:42","limit":2,"duration_ms":1000}]}`)
+	want := `{"responses":[{"status":"UNDER_LIMIT","limit":2,"remaining":1,"reset_time_ms":` +
+		jsonInt(t0.Add(500*time.Millisecond).UnixMilli()) + `,"retry_after_ms":0,"delay_ms":0}]}` + "\n"
+	if code != http.StatusOK || body != want {
+		t.Errorf("got %d %s\nwant 200 %s", code, body, want)
+	}
+	post(t, srv, `{"requests":[{"name":"api","key":"user:42","limit":2,"duration_ms":1000}]}`)
+	code, body = post(t, srv, `{"requests":[{"name":"api","key":"user:42","limit":2,"duration_ms":1000,"algorithm":"TOKEN_BUCKET","behavior":"BATCHED"}]}`)
+	if code != http.StatusOK || !strings.Contains(body, `"status":"OVER_LIMIT"`) || !strings.Contains(body, `"retry_after_ms":500`) {
+		t.Errorf("over limit: got %d %s, want 200 with OVER_LIMIT and retry_after_ms 500", code, body)
+	}
+}
+
+func jsonInt(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+func TestCheckJSONErrorsNameTheField(t *testing.T) {
+	srv := newTestServer(t)
+	many := `{"requests":[` + strings.Repeat(`{},`, service.MaxItems) + `{}]}`
+	cases := []struct {
+		body, want string
+		code       int
+	}{
+		{`{"requests":[{"name":"a","key":"k","limit":"ten","duration_ms":1000}]}`, `requests[0].limit: want int64, got string`, 400},
+		{`{"requests":[{"name":"a","key":"k","limit":1.5,"duration_ms":1000}]}`, `requests[0].limit: want int64`, 400},
+		{`{"requests":[{"name":"a","key":"k","limit":1,"duration":1000}]}`, `requests[0].duration: unknown field`, 400},
+		{`{"requests":{}}`, `requests: want []json.RawMessage, got object`, 400},
+		{`{"requests":[`, `malformed JSON`, 400},
+		{``, `body: empty`, 400},
+		{`{"requests":[]} x`, `unexpected data after the JSON value`, 400},
+		{`{"all":"yes"}`, `all: want bool, got string`, 400},
+		{many, `requests: 1001 items, at most 1000 allowed`, 400},
+		{`{"requests":[{"name":"a","key":"k","limit":1,"duration_ms":1000,"hits":` + strings.Repeat("9", MaxBodyBytes) + `}]}`, `body: larger than`, 413},
+	}
+	for _, c := range cases {
+		code, body := post(t, srv, c.body)
+		var e struct{ Error string }
+		json.Unmarshal([]byte(body), &e)
+		if code != c.code || !strings.Contains(e.Error, c.want) {
+			short := c.body
+			if len(short) > 80 {
+				short = short[:80] + "..."
+			}
+			t.Errorf("%s: got %d %q, want %d with an error containing %q", short, code, e.Error, c.code, c.want)
+		}
+	}
+}
+
+func TestInvalidItemGetsItsOwnError(t *testing.T) {
+	srv := newTestServer(t)
+	code, body := post(t, srv, `{"requests":[
+		{"name":"a","key":"k","limit":1,"duration_ms":1000,"algorithm":"NOPE"},
+		{"name":"a","key":"","limit":1,"duration_ms":1000},
+		{"name":"a","key":"k","limit":1,"duration_ms":1000}]}`)
+	var resp checkResponseJSON
+	if err := json.Unmarshal([]byte(body), &resp); err != nil || code != 200 {
+		t.Fatalf("got %d %s", code, body)
+	}
+	if len(resp.Responses) != 3 {
+		t.Fatalf("got %d responses, want 3", len(resp.Responses))
+	}
+	for i, prefix := range []string{"algorithm: ", "key: ", ""} {
+		r := resp.Responses[i]
+		if !strings.HasPrefix(r.Error, prefix) || (prefix == "") != (r.Error == "") {
+			t.Errorf("item %d: error %q, want prefix %q", i, r.Error, prefix)
+		}
+		if prefix != "" && r.ErrorCode != "INVALID_ARGUMENT" {
+			t.Errorf("item %d: error_code %q, want INVALID_ARGUMENT", i, r.ErrorCode)
+		}
+	}
+	if resp.Responses[2].Status != "UNDER_LIMIT" {
+		t.Errorf("valid item: %+v", resp.Responses[2])
+	}
+}
+
+func TestOperationalEndpoints(t *testing.T) {
+	srv := newTestServer(t)
+	post(t, srv, `{"requests":[{"name":"api","key":"user:42","limit":2,"duration_ms":1000}]}`)
+	for path, want := range map[string]string{
+		"/healthz":    "ok",
+		"/readyz":     "ready",
+		"/v1/members": `{"members":[]}`,
+		"/metrics":    `ringlimit_checks_total{algorithm="TOKEN_BUCKET",behavior="BATCHED",status="UNDER_LIMIT"} 1`,
+	} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), want) {
+			t.Errorf("GET %s: %d %.200s, want 200 containing %s", path, resp.StatusCode, b, want)
+		}
+	}
+}
+
+func TestNotReady(t *testing.T) {
+	srv := httptest.NewServer(New(Config{Checker: service.New(service.Config{}), Ready: func() bool { return false }}).Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("GET /readyz on a node that is not ready: %d, want 503", resp.StatusCode)
+	}
+}

@@ -1,0 +1,69 @@
+package api
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+)
+
+// Checker is what the faces need of the service.
+type Checker interface {
+	Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error)
+}
+
+// Member is one row of GET /v1/members.
+type Member struct {
+	Name     string  `json:"name"`
+	Addr     string  `json:"addr"`
+	GRPCAddr string  `json:"grpc_addr"`
+	State    string  `json:"state"`
+	Share    float64 `json:"share"`
+	Self     bool    `json:"self,omitempty"`
+}
+
+// Config configures the faces. Checker is required; the rest have
+// documented nil defaults.
+type Config struct {
+	Checker Checker
+	// Ready reports whether the node may take traffic (GET /readyz); nil
+	// means always ready.
+	Ready func() bool
+	// Members lists the cluster for GET /v1/members; nil means the route
+	// answers an empty list.
+	Members func() []Member
+	// Registerer receives the faces' metrics and Gatherer serves
+	// GET /metrics; nil means no metrics.
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+}
+
+// Server is the gRPC and HTTP faces of one node. It is safe for
+// concurrent use.
+type Server struct {
+	conf    Config
+	latency *prometheus.HistogramVec
+}
+
+// New returns a Server. It starts nothing: the caller registers it on a
+// grpc.Server and serves Handler.
+func New(conf Config) *Server {
+	s := &Server{
+		conf: conf,
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ringlimit_check_duration_seconds",
+			Help:    "Time to answer a check request, by interface (grpc, http).",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}, []string{"interface"}),
+	}
+	if conf.Registerer != nil {
+		conf.Registerer.MustRegister(s.latency)
+	}
+	return s
+}
+
+func (s *Server) observe(iface string, start time.Time) {
+	s.latency.WithLabelValues(iface).Observe(time.Since(start).Seconds())
+}

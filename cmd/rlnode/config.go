@@ -1,0 +1,106 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/service"
+)
+
+// Config is every setting of a serving rlnode. Each field is a flag and,
+// when the flag is not given, an RLNODE_* environment variable named after
+// it (--http-addr is RLNODE_HTTP_ADDR).
+type Config struct {
+	HTTPAddr        string
+	GRPCAddr        string
+	PeerAddr        string
+	GossipAddr      string
+	AdvertiseAddr   string
+	Join            []string
+	NodeName        string
+	MaxKeys         int
+	BatchWait       time.Duration
+	BatchLimit      int
+	GlobalSync      time.Duration
+	PolicyFile      string
+	MaxClockSkew    time.Duration
+	ShutdownTimeout time.Duration
+	LogLevel        string
+}
+
+// parseConfig reads flags from args, falling back to RLNODE_* variables via
+// getenv. It is the only reader of the environment.
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	hostname, _ := os.Hostname()
+	var c Config
+	var join string
+	fs := flag.NewFlagSet("rlnode", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.HTTPAddr, "http-addr", ":8080", "HTTP listen address (POST /v1/check, /metrics, /healthz, /readyz, /v1/members)")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (ringlimit.v1.RateLimiter, health, reflection)")
+	fs.StringVar(&c.PeerAddr, "peer-addr", ":8082", "gRPC listen address for peer traffic only (forwards, hand-off, GLOBAL sync)")
+	fs.StringVar(&c.GossipAddr, "gossip-addr", ":7946", "memberlist bind address, TCP and UDP")
+	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "address other nodes use to reach this one (default: first non-loopback IP)")
+	fs.StringVar(&join, "join", "", "comma-separated host:port or DNS names to join through (none: a one-node cluster)")
+	fs.StringVar(&c.NodeName, "node-name", hostname, "unique member name")
+	fs.IntVar(&c.MaxKeys, "max-keys", limiter.DefaultMaxKeys, "counters kept in memory; beyond it the least recently used are evicted")
+	fs.DurationVar(&c.BatchWait, "batch-wait", 500*time.Microsecond, "longest wait before a forwarding batch is sent")
+	fs.IntVar(&c.BatchLimit, "batch-limit", 1000, "items that make a forwarding batch full")
+	fs.DurationVar(&c.GlobalSync, "global-sync", 100*time.Millisecond, "GLOBAL hit and broadcast interval")
+	fs.StringVar(&c.PolicyFile, "policy-file", "", "YAML policies in the envoyproxy/ratelimit format; reloaded on change")
+	fs.DurationVar(&c.MaxClockSkew, "max-clock-skew", service.DefaultMaxClockSkew, "bound on created_at_ms distance from the server clock")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "time to leave, hand off and drain before exit")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := "RLNODE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(env); v != "" && !set[f.Name] {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", env, err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	for _, j := range strings.Split(join, ",") {
+		if j = strings.TrimSpace(j); j != "" {
+			c.Join = append(c.Join, j)
+		}
+	}
+	return c, c.validate()
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.MaxKeys <= 0:
+		return fmt.Errorf("--max-keys: must be positive, got %d", c.MaxKeys)
+	case c.BatchLimit <= 0:
+		return fmt.Errorf("--batch-limit: must be positive, got %d", c.BatchLimit)
+	case c.BatchWait < 0:
+		return fmt.Errorf("--batch-wait: must not be negative, got %v", c.BatchWait)
+	case c.GlobalSync <= 0:
+		return fmt.Errorf("--global-sync: must be positive, got %v", c.GlobalSync)
+	case c.MaxClockSkew < 0:
+		return fmt.Errorf("--max-clock-skew: must not be negative, got %v", c.MaxClockSkew)
+	case c.ShutdownTimeout <= 0:
+		return fmt.Errorf("--shutdown-timeout: must be positive, got %v", c.ShutdownTimeout)
+	case c.NodeName == "":
+		return errors.New("--node-name: must not be empty")
+	}
+	return nil
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/client"
+)
+
+// startNode serves a node on loopback ports chosen by the kernel and
+// returns its HTTP and gRPC addresses, and a stop function that waits for
+// serve to return.
+func startNode(t *testing.T, args ...string) (httpAddr, grpcAddr string, stop func() error) {
+	t.Helper()
+	conf, err := parseConfig(append([]string{"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
+		"--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--node-name", t.Name()}, args...), env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	addrs := make(chan [2]string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, conf, slog.New(slog.DiscardHandler), func(h, g string) { addrs <- [2]string{h, g} })
+	}()
+	select {
+	case a := <-addrs:
+		return a[0], a[1], func() error { cancel(); return <-done }
+	case err := <-done:
+		cancel()
+		t.Fatalf("serve: %v", err)
+	case <-time.After(10 * time.Second):
+		cancel()
+		t.Fatal("node did not start within 10s")
+	}
+	return "", "", nil
+}
+
+func TestServeAnswersAndStops(t *testing.T) {
+	httpAddr, grpcAddr, stop := startNode(t)
+	resp, err := http.Post("http://"+httpAddr+"/v1/check", "application/json",
+		strings.NewReader(`{"requests":[{"name":"api","key":"user:42","limit":1,"duration_ms":60000}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `"status":"UNDER_LIMIT"`) {
+		t.Errorf("HTTP check: %s", b)
+	}
+	c, err := client.New(grpcAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, err := c.Allow(context.Background(), "api", "user:42", 1, time.Minute)
+	if err != nil || r.Status != pb.Status_OVER_LIMIT {
+		t.Errorf("gRPC check of the same counter: %v %v, want OVER_LIMIT", r, err)
+	}
+	var out strings.Builder
+	if err := run(context.Background(), []string{"check", "--addr", grpcAddr, "--key", "user:7", "--limit", "5", "--duration", "1m"}, env(nil), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out.String(), "ALLOWED  4 of 5 remaining") {
+		t.Errorf("rlnode check printed %q", out.String())
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"members", "--addr", httpAddr}, env(nil), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), t.Name()+" (self)") {
+		t.Errorf("rlnode members printed %q", out.String())
+	}
+	if err := stop(); err != nil {
+		t.Errorf("serve returned %v after shutdown, want nil", err)
+	}
+}

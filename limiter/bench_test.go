@@ -1,0 +1,108 @@
+package limiter
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algorithms"
+)
+
+const benchKeys = 1_000_000
+
+// benchKeyNames are ~20-byte keys, as the memory target assumes.
+func benchKeyNames(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user:%015d", i)
+	}
+	return keys
+}
+
+// BenchmarkStore measures decisions/s over a million token-bucket keys
+// from all cores.
+func BenchmarkStore(b *testing.B) {
+	keys := benchKeyNames(benchKeys)
+	s := New(Config{MaxKeys: benchKeys})
+	l := algorithms.Limit{Count: 1000, Period: time.Second}
+	for _, k := range keys {
+		s.Decide(&Request{Name: "api", Key: k, Hits: 1, Now: t0, Limit: l})
+	}
+	var next atomic.Uint64
+	runtime.GC() // so that setup's garbage is not collected on the clock
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := next.Add(7919) * 104729
+		r := Request{Name: "api", Hits: 1, Now: t0, Limit: l}
+		for pb.Next() {
+			i++
+			r.Key = keys[i%benchKeys]
+			s.Decide(&r)
+		}
+	})
+}
+
+// mutexMap is the baseline: one lock, one Go map, the same algorithm.
+type mutexMap struct {
+	mu sync.Mutex
+	m  map[string]*algorithms.TokenBucket
+}
+
+// BenchmarkMutexMapBaseline is BenchmarkStore's workload on a single
+// sync.Mutex and map.
+func BenchmarkMutexMapBaseline(b *testing.B) {
+	keys := benchKeyNames(benchKeys)
+	mm := mutexMap{m: make(map[string]*algorithms.TokenBucket, benchKeys)}
+	l := algorithms.Limit{Count: 1000, Period: time.Second}
+	for _, k := range keys {
+		tb := new(algorithms.TokenBucket)
+		tb.Take(t0, l, 1)
+		mm.m["api\x00"+k] = tb
+	}
+	var next atomic.Uint64
+	runtime.GC() // so that setup's garbage is not collected on the clock
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := next.Add(7919) * 104729
+		buf := make([]byte, 0, 64)
+		for pb.Next() {
+			i++
+			buf = append(append(buf[:0], "api\x00"...), keys[i%benchKeys]...)
+			mm.mu.Lock()
+			tb := mm.m[string(buf)]
+			tb.Take(t0, l, 1)
+			mm.mu.Unlock()
+		}
+	})
+}
+
+// BenchmarkMemoryPerKey reports the heap cost of a token-bucket counter
+// with a ~20-byte key, as the metric bytes/key (its ns/op is the cost of
+// filling a store with a million counters).
+func BenchmarkMemoryPerKey(b *testing.B) {
+	keys := benchKeyNames(benchKeys)
+	l := algorithms.Limit{Count: 1000, Period: time.Hour}
+	var perKey float64
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		s := New(Config{MaxKeys: benchKeys})
+		for _, k := range keys {
+			s.Decide(&Request{Name: "api", Key: k, Hits: 1, Now: t0, Limit: l})
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if s.Len() != benchKeys {
+			b.Fatalf("store holds %d counters, want %d", s.Len(), benchKeys)
+		}
+		perKey = float64(after.HeapAlloc-before.HeapAlloc) / benchKeys
+		runtime.KeepAlive(s)
+	}
+	b.ReportMetric(perKey, "bytes/key")
+}

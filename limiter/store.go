@@ -1,0 +1,278 @@
+// Package limiter is the counter store: it maps (name, key) to the state of
+// one rate-limit counter and decides checks against it with package
+// algorithms.
+//
+// The store is sharded by key, so that all limits of one entity share a
+// shard (and a lock) and can be decided all-or-nothing, and so that
+// concurrent checks for different keys rarely contend. Each shard holds one
+// table per algorithm, so that a token bucket costs the bytes of a token
+// bucket rather than of the largest state. The store is bounded: beyond
+// Config.MaxKeys the least recently used counters are evicted. Counters
+// that are back to full carry no information, so the store drops idle
+// counters it meets at the cold end of a table as it inserts new ones,
+// without any background scan.
+package limiter
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringlimit/ringlimit/algorithms"
+)
+
+// DefaultMaxKeys is the default bound on counters held in memory.
+const DefaultMaxKeys = 1_000_000
+
+// Config configures a Store. The zero value is usable: DefaultMaxKeys
+// counters, no metrics.
+type Config struct {
+	// MaxKeys bounds the counters held; beyond it the least recently used
+	// are evicted. Zero means DefaultMaxKeys.
+	MaxKeys int
+	// Registerer receives the store's metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Request is one check as the store sees it: validated, with its
+// evaluation time resolved.
+type Request struct {
+	Name, Key string
+	Algorithm Algorithm
+	Limit     algorithms.Limit
+	// Hits is the cost; 0 asks for the state without charging.
+	Hits int64
+	// Reset forgets the counter's state before deciding.
+	Reset bool
+	// Now is the time to evaluate at.
+	Now time.Time
+}
+
+// Store holds counters. It is safe for concurrent use.
+type Store struct {
+	shards  []shard
+	mask    uint64
+	maxKeys int64
+	held    atomic.Int64 // counters in all shards
+	metrics metrics
+}
+
+// shard is one lock's worth of counters.
+type shard struct {
+	mu     sync.Mutex
+	tables [numAlgorithms]counters
+	id     []byte // scratch for name + "\x00" + key; guarded by mu
+	_      [64]byte
+}
+
+// New returns an empty store.
+func New(conf Config) *Store {
+	maxKeys := conf.MaxKeys
+	if maxKeys <= 0 {
+		maxKeys = DefaultMaxKeys
+	}
+	// About two thousand counters a shard at least, so that LRU order
+	// within a shard is meaningful, and at most 256 shards, plenty for the
+	// cores a node has.
+	n := 1
+	for n < 256 && n*2*1024 <= maxKeys {
+		n *= 2
+	}
+	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), maxKeys: int64(maxKeys)}
+	for i := range s.shards {
+		s.shards[i].tables = [numAlgorithms]counters{
+			TokenBucket:   newTable[algorithms.TokenBucket](),
+			GCRA:          newTable[algorithms.GCRA](),
+			LeakyBucket:   newTable[algorithms.LeakyBucket](),
+			FixedWindow:   newTable[algorithms.FixedWindow](),
+			SlidingWindow: newTable[algorithms.SlidingWindow](),
+			SlidingLog:    newTable[algorithms.SlidingLog](),
+		}
+	}
+	s.metrics = newMetrics(conf.Registerer, s.Len)
+	return s
+}
+
+// Len returns the number of counters held.
+func (s *Store) Len() int { return int(s.held.Load()) }
+
+func (s *Store) shard(key string) *shard {
+	return &s.shards[xxhash.Sum64String(key)&s.mask]
+}
+
+// Decide decides one request and charges its hits if admitted.
+func (s *Store) Decide(r *Request) algorithms.Decision {
+	sh := s.shard(r.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return s.take(sh, r)
+}
+
+// DecideAll decides requests that must be admitted together: if every one
+// of them is admitted, all are charged; otherwise none is, and every
+// decision is a refusal. The requests must share one Key (the caller
+// groups them), so one lock covers them. out must be as long as rs.
+//
+// In a refused group, an item that would have passed on its own reports
+// the state it has (nothing charged) and the group's longest RetryAfter.
+func (s *Store) DecideAll(rs []Request, out []algorithms.Decision) {
+	if len(rs) == 0 {
+		return
+	}
+	sh := s.shard(rs[0].Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	admitted := true
+	var retry time.Duration
+	for i := range rs {
+		out[i] = sh.check(&rs[i], rs[i].Hits)
+		if !out[i].Allowed {
+			admitted = false
+			if retry >= 0 && (out[i].RetryAfter > retry || out[i].RetryAfter == algorithms.Never) {
+				retry = out[i].RetryAfter
+			}
+		}
+	}
+	if admitted {
+		for i := range rs {
+			out[i] = s.take(sh, &rs[i])
+		}
+		return
+	}
+	for i := range rs {
+		if out[i].Allowed {
+			out[i] = sh.check(&rs[i], 0)
+			out[i].Allowed = false
+			out[i].RetryAfter = retry
+		}
+	}
+}
+
+// counterID writes name + "\x00" + key into the shard's scratch buffer and
+// returns it with its hash. The NUL keeps ("a", "bc") apart from ("ab", "c").
+func (sh *shard) counterID(r *Request) ([]byte, uint32) {
+	sh.id = append(append(append(sh.id[:0], r.Name...), 0), r.Key...)
+	return sh.id, fold(xxhash.Sum64(sh.id))
+}
+
+// fold mixes a 64-bit hash into the 32 bits a table slot keeps.
+func fold(h uint64) uint32 { return uint32(h>>32) ^ uint32(h) }
+
+// take decides r against its counter in sh, creating it if needed. sh.mu
+// is held.
+func (s *Store) take(sh *shard, r *Request) algorithms.Decision {
+	t := sh.tables[r.Algorithm]
+	id, hash := sh.counterID(r)
+	now := r.Now.UnixNano()
+	idx := t.find(id, hash)
+	if idx < 0 {
+		s.makeRoom(sh, t, now)
+		idx = t.insert(id, hash, now)
+		s.held.Add(1)
+	}
+	return t.take(idx, r.Reset, now, r.Limit, r.Hits)
+}
+
+// check reports what take would answer for n hits, changing nothing.
+func (sh *shard) check(r *Request, n int64) algorithms.Decision {
+	t := sh.tables[r.Algorithm]
+	id, hash := sh.counterID(r)
+	return t.check(t.find(id, hash), r.Reset, r.Now.UnixNano(), r.Limit, n)
+}
+
+// makeRoom drops idle counters at the cold end of t, and, if the store
+// still holds MaxKeys counters, evicts the least recently used counter of
+// sh. Eviction is LRU within a shard: keys spread evenly over shards, so
+// this approximates global LRU without a global lock. (A store whose keys
+// all hash to other shards may exceed MaxKeys by at most one counter a
+// shard.) sh.mu is held.
+func (s *Store) makeRoom(sh *shard, t counters, now int64) {
+	if dropped := t.dropIdle(now, 2); dropped > 0 {
+		s.held.Add(-int64(dropped))
+		s.metrics.idleDropped.Add(float64(dropped))
+	}
+	if s.held.Load() < s.maxKeys {
+		return
+	}
+	var oldest counters
+	var oldestLast int64
+	for _, c := range sh.tables {
+		if last, ok := c.oldest(); ok && (oldest == nil || last < oldestLast) {
+			oldest, oldestLast = c, last
+		}
+	}
+	if oldest != nil {
+		oldest.evictOldest()
+		s.held.Add(-1)
+		s.metrics.evictions.Inc()
+	}
+}
+
+// counters is what a shard needs of a table, whatever its algorithm.
+type counters interface {
+	find(id []byte, hash uint32) int32
+	insert(id []byte, hash uint32, now int64) int32
+	take(idx int32, reset bool, now int64, l algorithms.Limit, n int64) algorithms.Decision
+	check(idx int32, reset bool, now int64, l algorithms.Limit, n int64) algorithms.Decision
+	dropIdle(now int64, most int) int
+	oldest() (last int64, ok bool)
+	evictOldest()
+}
+
+func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit, n int64) algorithms.Decision {
+	e := &t.entries[idx]
+	if reset {
+		var zero S
+		e.state = zero
+	}
+	now = max(now, e.last)
+	e.last = now
+	d := P(&e.state).Take(time.Unix(0, now), l, n)
+	e.full = addClamped(now, d.ResetAfter)
+	t.touch(idx)
+	return d
+}
+
+func (t *table[S, P]) check(idx int32, reset bool, now int64, l algorithms.Limit, n int64) algorithms.Decision {
+	if idx >= 0 && !reset {
+		e := &t.entries[idx]
+		return P(&e.state).Check(time.Unix(0, max(now, e.last)), l, n)
+	}
+	var rest S
+	return P(&rest).Check(time.Unix(0, now), l, n)
+}
+
+func (t *table[S, P]) dropIdle(now int64, most int) int {
+	dropped := 0
+	for ; dropped < most && t.tail >= 0; dropped++ {
+		e := &t.entries[t.tail]
+		if e.full > now {
+			break
+		}
+		t.remove(t.tail, fold(xxhash.Sum64String(e.id)))
+	}
+	return dropped
+}
+
+func (t *table[S, P]) oldest() (int64, bool) {
+	if t.tail < 0 {
+		return 0, false
+	}
+	return t.entries[t.tail].last, true
+}
+
+func (t *table[S, P]) evictOldest() {
+	t.remove(t.tail, fold(xxhash.Sum64String(t.entries[t.tail].id)))
+}
+
+// addClamped returns ns + d, saturating instead of overflowing.
+func addClamped(ns int64, d time.Duration) int64 {
+	if d > 0 && ns > math.MaxInt64-int64(d) {
+		return math.MaxInt64
+	}
+	return ns + int64(d)
+}

@@ -1,0 +1,206 @@
+package limiter
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ringlimit/ringlimit/algorithms"
+)
+
+var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+func req(key string, hits int64, at time.Duration) Request {
+	return Request{Name: "api", Key: key, Algorithm: TokenBucket, Hits: hits, Now: t0.Add(at),
+		Limit: algorithms.Limit{Count: 2, Period: time.Second}}
+}
+
+func TestDecideTimeline(t *testing.T) {
+	s := New(Config{})
+	steps := []struct {
+		name    string
+		r       Request
+		allowed bool
+		remain  int64
+	}{
+		{"first", req("u1", 1, 0), true, 1},
+		{"second", req("u1", 1, 0), true, 0},
+		{"refused", req("u1", 1, 0), false, 0},
+		{"refused is not charged: half a second refills one", req("u1", 1, 500*time.Millisecond), true, 0},
+		{"peek charges nothing", req("u1", 0, 500*time.Millisecond), true, 0},
+		{"other key is independent", req("u2", 2, 500*time.Millisecond), true, 0},
+		{"earlier time is clamped: no refill from the past", req("u1", 1, 100*time.Millisecond), false, 0},
+		{"reset forgets", Request{Name: "api", Key: "u1", Algorithm: TokenBucket, Hits: 1, Reset: true, Now: t0.Add(500 * time.Millisecond), Limit: algorithms.Limit{Count: 2, Period: time.Second}}, true, 1},
+	}
+	for _, st := range steps {
+		d := s.Decide(&st.r)
+		if d.Allowed != st.allowed || d.Remaining != st.remain {
+			t.Errorf("%s: got allowed=%v remaining=%d, want %v %d", st.name, d.Allowed, d.Remaining, st.allowed, st.remain)
+		}
+	}
+}
+
+func TestNameAndAlgorithmSeparateCounters(t *testing.T) {
+	s := New(Config{})
+	a := req("u1", 2, 0)
+	b := a
+	b.Name = "other"
+	c := a
+	c.Algorithm = GCRA
+	for _, r := range []Request{a, b, c} {
+		if d := s.Decide(&r); !d.Allowed {
+			t.Errorf("%s/%s: refused, want a fresh counter", r.Name, r.Algorithm)
+		}
+	}
+	// ("ab","c") and ("a","bc") must not share a counter.
+	x := Request{Name: "ab", Key: "c", Hits: 2, Now: t0, Limit: algorithms.Limit{Count: 2, Period: time.Second}}
+	y := Request{Name: "a", Key: "bc", Hits: 2, Now: t0, Limit: algorithms.Limit{Count: 2, Period: time.Second}}
+	s.Decide(&x)
+	if d := s.Decide(&y); !d.Allowed {
+		t.Error("(a, bc) shares a counter with (ab, c)")
+	}
+}
+
+func TestDecideAllIsAllOrNothing(t *testing.T) {
+	s := New(Config{})
+	perMinute := Request{Name: "per-minute", Key: "user:42", Hits: 1, Now: t0, Limit: algorithms.Limit{Count: 100, Period: time.Minute}}
+	perSecond := Request{Name: "per-second", Key: "user:42", Hits: 1, Now: t0, Limit: algorithms.Limit{Count: 2, Period: time.Second}}
+	group := []Request{perMinute, perSecond}
+	out := make([]algorithms.Decision, 2)
+	for i := range 2 {
+		s.DecideAll(group, out)
+		if !out[0].Allowed || !out[1].Allowed {
+			t.Fatalf("request %d: refused %+v", i, out)
+		}
+	}
+	s.DecideAll(group, out)
+	if out[0].Allowed || out[1].Allowed {
+		t.Fatalf("third request in one second: got %+v, want both refused", out)
+	}
+	if out[0].RetryAfter != out[1].RetryAfter || out[0].RetryAfter <= 0 {
+		t.Errorf("refused group: RetryAfter %v and %v, want the group's, positive", out[0].RetryAfter, out[1].RetryAfter)
+	}
+	// The refused group charged nothing: the per-minute counter spent 2.
+	peek := perMinute
+	peek.Hits = 0
+	if d := s.Decide(&peek); d.Remaining != 98 {
+		t.Errorf("per-minute remaining %d after a refused group, want 98", d.Remaining)
+	}
+}
+
+func TestEvictionAtMaxKeys(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := New(Config{MaxKeys: 100, Registerer: reg})
+	for i := range 300 {
+		r := req(fmt.Sprint("k", i), 1, time.Duration(i)*time.Millisecond)
+		r.Limit.Period = time.Hour // never idle within the test
+		s.Decide(&r)
+	}
+	if n := s.Len(); n != 100 {
+		t.Errorf("Len = %d, want 100", n)
+	}
+	if got := testutil.ToFloat64(s.metrics.evictions); got != 200 {
+		t.Errorf("evictions = %v, want 200", got)
+	}
+	// The most recent counters survive: k299 is charged, so 1 remains.
+	r := req("k299", 0, time.Second)
+	r.Limit.Period = time.Hour
+	if d := s.Decide(&r); d.Remaining != 1 {
+		t.Errorf("k299 remaining %d, want 1 (it was evicted)", d.Remaining)
+	}
+}
+
+func TestIdleCountersAreDropped(t *testing.T) {
+	s := New(Config{MaxKeys: 1000})
+	for i := range 500 {
+		r := req(fmt.Sprint("k", i), 1, 0)
+		s.Decide(&r)
+	}
+	// A second later every counter is full again; new inserts drop them.
+	for i := range 500 {
+		r := req(fmt.Sprint("new", i), 1, time.Second)
+		s.Decide(&r)
+	}
+	if n := s.Len(); n >= 1000 {
+		t.Errorf("Len = %d: idle counters were not dropped", n)
+	}
+	if got := testutil.ToFloat64(s.metrics.evictions); got != 0 {
+		t.Errorf("evictions = %v, want 0: idle counters are dropped, not evicted", got)
+	}
+}
+
+// TestTableMatchesMap drives one table with random inserts, lookups and
+// removals, and compares it with a Go map.
+func TestTableMatchesMap(t *testing.T) {
+	tb := newTable[algorithms.TokenBucket]()
+	want := map[string]int32{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for step := range 50_000 {
+		id := []byte(fmt.Sprint("key-", rng.IntN(3000)))
+		h := fold(xxhash.Sum64(id))
+		idx := tb.find(id, h)
+		wantIdx, ok := want[string(id)]
+		if ok != (idx >= 0) || (ok && idx != wantIdx) {
+			t.Fatalf("step %d: find(%s) = %d, want %d (present %v)", step, id, idx, wantIdx, ok)
+		}
+		switch {
+		case !ok:
+			want[string(id)] = tb.insert(id, h, 0)
+		case rng.IntN(2) == 0:
+			tb.remove(idx, h)
+			delete(want, string(id))
+		}
+		if tb.n != len(want) {
+			t.Fatalf("step %d: n = %d, want %d", step, tb.n, len(want))
+		}
+	}
+}
+
+func TestConcurrentDecide(t *testing.T) {
+	s := New(Config{MaxKeys: 5000})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	admitted := 0
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n := 0
+			for i := range 2000 {
+				r := Request{Name: "n", Key: fmt.Sprint("k", (g*7+i)%300), Algorithm: Algorithm(i % int(numAlgorithms)), Hits: 1, Now: t0,
+					Limit: algorithms.Limit{Count: 10, Period: time.Hour}}
+				if r.Key == "k0" && r.Algorithm == TokenBucket {
+					if s.Decide(&r).Allowed {
+						n++
+					}
+					continue
+				}
+				s.Decide(&r)
+			}
+			mu.Lock()
+			admitted += n
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if admitted != 10 {
+		t.Errorf("k0 admitted %d under concurrency, want exactly 10", admitted)
+	}
+}
+
+func TestDecideDoesNotAllocate(t *testing.T) {
+	s := New(Config{})
+	for a := range numAlgorithms {
+		r := Request{Name: "api", Key: "user:42", Algorithm: a, Hits: 1, Now: t0, Limit: algorithms.Limit{Count: 1000, Period: time.Second}}
+		s.Decide(&r) // create the counter
+		if n := testing.AllocsPerRun(100, func() { s.Decide(&r) }); n != 0 {
+			t.Errorf("%s: Decide allocates %v times per call, want 0", a, n)
+		}
+	}
+}

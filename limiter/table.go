@@ -1,0 +1,172 @@
+package limiter
+
+import (
+	"time"
+
+	"github.com/ringlimit/ringlimit/algorithms"
+)
+
+// state is what the store needs of an algorithm's state type S: the
+// methods every type in package algorithms has, on *S.
+type state[S any] interface {
+	*S
+	Take(now time.Time, l algorithms.Limit, n int64) algorithms.Decision
+	Check(now time.Time, l algorithms.Limit, n int64) algorithms.Decision
+	Merge(o S)
+}
+
+// entry is one counter. Entries live in a table's slice and link into the
+// table's least-recently-used list by index, so that a million counters are
+// a few large allocations rather than a million small ones.
+type entry[S any] struct {
+	id    string // name + "\x00" + key
+	state S
+	last  int64 // latest evaluation time (Unix ns): time never runs backwards for a counter
+	full  int64 // Unix ns at which the counter is back to full, so idle
+	prev  int32 // towards the most recently used; -1 at the head
+	next  int32 // towards the least recently used; -1 at the tail
+}
+
+// table maps counter ids to the counters of one algorithm, in one shard.
+// It is an open-addressing hash index (linear probing, backward-shift
+// deletion) over a slice of entries; the index costs 8 bytes a slot, where
+// a Go map would repeat the 16-byte string header. Not safe for concurrent
+// use: the shard's lock guards it.
+type table[S any, P state[S]] struct {
+	slots   []uint64 // 0 = empty, else hash<<32 | entry index+1; the upper 32 hash bits pick the home slot
+	entries []entry[S]
+	free    int32 // head of the free list of entries, linked by next; -1 if none
+	head    int32 // most recently used, -1 if empty
+	tail    int32 // least recently used, -1 if empty
+	n       int   // entries in use
+}
+
+const minSlots = 8
+
+func newTable[S any, P state[S]]() *table[S, P] {
+	return &table[S, P]{free: -1, head: -1, tail: -1}
+}
+
+// find returns the index of the entry with the given id, or -1.
+func (t *table[S, P]) find(id []byte, hash uint32) int32 {
+	if len(t.slots) == 0 {
+		return -1
+	}
+	mask := uint32(len(t.slots) - 1)
+	for i := hash & mask; ; i = (i + 1) & mask {
+		s := t.slots[i]
+		if s == 0 {
+			return -1
+		}
+		if uint32(s>>32) == hash {
+			idx := int32(uint32(s)) - 1
+			if t.entries[idx].id == string(id) {
+				return idx
+			}
+		}
+	}
+}
+
+// insert adds a counter at rest for id and returns its index. The caller
+// has checked that id is absent.
+func (t *table[S, P]) insert(id []byte, hash uint32, now int64) int32 {
+	if (t.n+1)*4 > len(t.slots)*3 {
+		t.grow()
+	}
+	var idx int32
+	if t.free >= 0 {
+		idx = t.free
+		t.free = t.entries[idx].next
+		t.entries[idx] = entry[S]{id: string(id), last: now, full: now}
+	} else {
+		idx = int32(len(t.entries))
+		t.entries = append(t.entries, entry[S]{id: string(id), last: now, full: now})
+	}
+	t.place(uint64(hash)<<32 | uint64(idx+1))
+	t.n++
+	t.pushFront(idx)
+	return idx
+}
+
+// place puts a slot value at the first free slot from its home.
+func (t *table[S, P]) place(slot uint64) {
+	mask := uint32(len(t.slots) - 1)
+	for i := uint32(slot>>32) & mask; ; i = (i + 1) & mask {
+		if t.slots[i] == 0 {
+			t.slots[i] = slot
+			return
+		}
+	}
+}
+
+func (t *table[S, P]) grow() {
+	old := t.slots
+	t.slots = make([]uint64, max(minSlots, 2*len(old)))
+	for _, s := range old {
+		if s != 0 {
+			t.place(s)
+		}
+	}
+}
+
+// remove deletes the entry at idx, which must be in use.
+func (t *table[S, P]) remove(idx int32, hash uint32) {
+	mask := uint32(len(t.slots) - 1)
+	want := uint64(hash)<<32 | uint64(idx+1)
+	i := hash & mask
+	for t.slots[i] != want {
+		i = (i + 1) & mask
+	}
+	// Backward-shift deletion: move later members of the probe run into
+	// the hole when their home slot allows it, so find needs no tombstones.
+	for j := (i + 1) & mask; ; j = (j + 1) & mask {
+		s := t.slots[j]
+		if s == 0 {
+			break
+		}
+		home := uint32(s>>32) & mask
+		if (j-home)&mask >= (j-i)&mask {
+			t.slots[i] = s
+			i = j
+		}
+	}
+	t.slots[i] = 0
+	t.unlink(idx)
+	t.entries[idx] = entry[S]{next: t.free}
+	t.free = idx
+	t.n--
+}
+
+func (t *table[S, P]) pushFront(idx int32) {
+	e := &t.entries[idx]
+	e.prev, e.next = -1, t.head
+	if t.head >= 0 {
+		t.entries[t.head].prev = idx
+	}
+	t.head = idx
+	if t.tail < 0 {
+		t.tail = idx
+	}
+}
+
+func (t *table[S, P]) unlink(idx int32) {
+	e := &t.entries[idx]
+	if e.prev >= 0 {
+		t.entries[e.prev].next = e.next
+	} else {
+		t.head = e.next
+	}
+	if e.next >= 0 {
+		t.entries[e.next].prev = e.prev
+	} else {
+		t.tail = e.prev
+	}
+}
+
+// touch marks idx as the most recently used.
+func (t *table[S, P]) touch(idx int32) {
+	if t.head != idx {
+		t.unlink(idx)
+		t.pushFront(idx)
+	}
+}

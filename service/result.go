@@ -1,0 +1,56 @@
+package service
+
+import (
+	"errors"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algorithms"
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+// setDecision fills res from the decision d for r. Durations round up to
+// whole milliseconds, so that a caller who waits retry_after_ms (or until
+// reset_time_ms) is never early.
+func setDecision(res *pb.CheckResult, r *limiter.Request, d algorithms.Decision) {
+	res.Status = pb.Status_UNDER_LIMIT
+	if !d.Allowed {
+		res.Status = pb.Status_OVER_LIMIT
+	}
+	res.Limit = r.Limit.Count
+	res.Remaining = d.Remaining
+	res.ResetTimeMs = ceilMillis(time.Duration(r.Now.UnixNano()) + d.ResetAfter)
+	res.RetryAfterMs = -1
+	if d.RetryAfter != algorithms.Never {
+		res.RetryAfterMs = ceilMillis(d.RetryAfter)
+	}
+	res.DelayMs = ceilMillis(d.Delay)
+}
+
+func ceilMillis(d time.Duration) int64 {
+	ms := d / time.Millisecond
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return int64(ms)
+}
+
+// setError marks res as not decided because of err. The item is reported
+// refused, with retry_after_ms -1, so that a client that ignores errors
+// fails closed rather than admitting what was never checked.
+func setError(res *pb.CheckResult, err error) {
+	res.Status = pb.Status_OVER_LIMIT
+	res.RetryAfterMs = -1
+	res.Error = err.Error()
+	res.ErrorCode = pb.ErrorCode_INTERNAL
+	switch {
+	case errors.Is(err, ErrInvalid):
+		res.ErrorCode = pb.ErrorCode_INVALID_ARGUMENT
+	case errors.Is(err, ErrUnavailable):
+		res.ErrorCode = pb.ErrorCode_UNAVAILABLE
+	}
+}
+
+// ErrUnavailable reports an item that could not be decided now, for
+// example because the node is shutting down.
+var ErrUnavailable = errors.New("unavailable")

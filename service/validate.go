@@ -1,0 +1,96 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algorithms"
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+// The bounds a check must respect. They keep one request's cost and one
+// counter's memory bounded whatever a client sends.
+const (
+	// MaxItems is the most items one request may carry.
+	MaxItems = 1000
+	// MaxNameLen and MaxKeyLen bound the bytes of a limit's name and key.
+	MaxNameLen = 256
+	MaxKeyLen  = 1024
+	// MaxLimit bounds limit, burst and hits.
+	MaxLimit = 1_000_000_000
+	// MaxDuration bounds duration_ms: a year.
+	MaxDuration = 365 * 24 * time.Hour
+)
+
+// ErrInvalid is wrapped by every validation error, so the API can map them
+// all to one code.
+var ErrInvalid = errors.New("invalid argument")
+
+// ErrTooManyItems reports a request with more than MaxItems items.
+var ErrTooManyItems = fmt.Errorf("requests: more than %d items: %w", MaxItems, ErrInvalid)
+
+// FieldError reports an invalid field of a check item, named as on the wire.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+// Unwrap makes every FieldError match ErrInvalid.
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+// toRequest validates item and converts it to the store's form, evaluated
+// at now or at the item's created_at_ms when that is within maxSkew of now.
+func toRequest(item *pb.CheckItem, now time.Time, maxSkew time.Duration) (limiter.Request, error) {
+	switch {
+	case item.Name == "":
+		return limiter.Request{}, &FieldError{"name", "must not be empty"}
+	case len(item.Name) > MaxNameLen:
+		return limiter.Request{}, &FieldError{"name", fmt.Sprintf("longer than %d bytes", MaxNameLen)}
+	case item.Key == "":
+		return limiter.Request{}, &FieldError{"key", "must not be empty"}
+	case len(item.Key) > MaxKeyLen:
+		return limiter.Request{}, &FieldError{"key", fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
+	case item.Limit <= 0 || item.Limit > MaxLimit:
+		return limiter.Request{}, &FieldError{"limit", fmt.Sprintf("must be between 1 and %d, got %d", MaxLimit, item.Limit)}
+	case item.DurationMs <= 0 || item.DurationMs > MaxDuration.Milliseconds():
+		return limiter.Request{}, &FieldError{"duration_ms", fmt.Sprintf("must be between 1 and %d, got %d", MaxDuration.Milliseconds(), item.DurationMs)}
+	case item.Burst < 0 || item.Burst > MaxLimit:
+		return limiter.Request{}, &FieldError{"burst", fmt.Sprintf("must be between 0 (= limit) and %d, got %d", MaxLimit, item.Burst)}
+	case item.Hits != nil && (*item.Hits < 0 || *item.Hits > MaxLimit):
+		return limiter.Request{}, &FieldError{"hits", fmt.Sprintf("must be between 0 and %d, got %d", MaxLimit, *item.Hits)}
+	case item.Algorithm < 0 || !limiter.Algorithm(item.Algorithm).Valid():
+		return limiter.Request{}, &FieldError{"algorithm", fmt.Sprintf("unknown algorithm %d", item.Algorithm)}
+	case item.Algorithm == pb.Algorithm_SLIDING_LOG && item.Limit > algorithms.MaxSlidingLogLimit:
+		return limiter.Request{}, &FieldError{"limit", fmt.Sprintf("SLIDING_LOG keeps a timestamp per hit, so its limit is at most %d, got %d", algorithms.MaxSlidingLogLimit, item.Limit)}
+	case item.Behavior < 0 || item.Behavior > pb.Behavior_LOCAL:
+		return limiter.Request{}, &FieldError{"behavior", fmt.Sprintf("unknown behavior %d", item.Behavior)}
+	}
+	at := now
+	if item.CreatedAtMs != 0 {
+		at = time.UnixMilli(item.CreatedAtMs)
+		if skew := at.Sub(now).Abs(); skew > maxSkew {
+			return limiter.Request{}, &FieldError{"created_at_ms", fmt.Sprintf("%v away from the server clock, more than --max-clock-skew %v", skew.Round(time.Millisecond), maxSkew)}
+		}
+	}
+	hits := int64(1)
+	if item.Hits != nil {
+		hits = *item.Hits
+	}
+	return limiter.Request{
+		Name:      item.Name,
+		Key:       item.Key,
+		Algorithm: limiter.Algorithm(item.Algorithm),
+		Limit: algorithms.Limit{
+			Count:  item.Limit,
+			Period: time.Duration(item.DurationMs) * time.Millisecond,
+			Burst:  item.Burst,
+		},
+		Hits:  hits,
+		Reset: item.Reset_,
+		Now:   at,
+	}, nil
+}
