@@ -221,6 +221,8 @@ type counters interface {
 	dropIdle(now int64, most int) int
 	oldest() (last int64, ok bool)
 	evictOldest()
+	extract(a Algorithm, move func(key string) bool, out []Counter, most int) []Counter
+	merge(idx int32, c Counter) error
 }
 
 func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit, n int64) algorithms.Decision {
@@ -275,4 +277,25 @@ func addClamped(ns int64, d time.Duration) int64 {
 		return math.MaxInt64
 	}
 	return ns + int64(d)
+}
+
+// Charge spends r.Hits of r's counter, or as many as it has left. It is
+// for hits that another node already admitted (GLOBAL behaviour): they
+// must be counted, not refused, and a counter never goes below empty.
+func (s *Store) Charge(r *Request) algorithms.Decision {
+	sh := s.shard(r.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	capped := *r
+	capped.Hits = min(r.Hits, sh.check(r, 0).Remaining)
+	return s.take(sh, &capped)
+}
+
+// Check answers what Decide would for r, charging nothing and creating no
+// counter.
+func (s *Store) Check(r *Request) algorithms.Decision {
+	sh := s.shard(r.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.check(r, r.Hits)
 }

@@ -12,33 +12,54 @@ import (
 // metrics are the service's Prometheus metrics. Labels are enums only:
 // never a key or a name, which would grow without bound.
 type metrics struct {
-	checks       *prometheus.CounterVec
-	invalidItems *prometheus.CounterVec
+	checks          *prometheus.CounterVec
+	invalidItems    *prometheus.CounterVec
+	forwardErrors   prometheus.Counter
+	globalSyncLag   prometheus.Histogram
+	globalHitErrors prometheus.Counter
+	handedOff       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
 	m := metrics{
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringlimit_checks_total",
-			Help: "Checks decided, by algorithm, behavior and status.",
-		}, []string{"algorithm", "behavior", "status"}),
+			Help: "Checks decided, by algorithm, behavior, route (local, forwarded, global, fallback) and status.",
+		}, []string{"algorithm", "behavior", "route", "status"}),
 		invalidItems: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringlimit_invalid_items_total",
 			Help: "Check items refused as invalid, by the field at fault.",
 		}, []string{"field"}),
+		forwardErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_forward_fallbacks_total",
+			Help: "Forwards that failed (owner unreachable), so that this node decided locally with its share of the limit.",
+		}),
+		globalSyncLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ringlimit_global_sync_seconds",
+			Help:    "Time one GLOBAL sync round took: hits sent to owners and owners' state broadcast.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
+		globalHitErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_global_send_errors_total",
+			Help: "GLOBAL hit or state sends that failed; the hits are kept and sent again at the next sync.",
+		}),
+		handedOff: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringlimit_handoff_counters_total",
+			Help: "Counters handed to their new owner after a ring change (direction=sent) or taken over from another node (direction=received).",
+		}, []string{"direction"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.checks, m.invalidItems)
+		reg.MustRegister(m.checks, m.invalidItems, m.forwardErrors, m.globalSyncLag, m.globalHitErrors, m.handedOff)
 	}
 	return m
 }
 
-func (m *metrics) checked(a limiter.Algorithm, b pb.Behavior, allowed bool) {
+func (m *metrics) checked(a limiter.Algorithm, b pb.Behavior, route string, allowed bool) {
 	status := pb.Status_UNDER_LIMIT
 	if !allowed {
 		status = pb.Status_OVER_LIMIT
 	}
-	m.checks.WithLabelValues(a.String(), b.String(), status.String()).Inc()
+	m.checks.WithLabelValues(a.String(), b.String(), route, status.String()).Inc()
 }
 
 func (m *metrics) invalid(err error) {

@@ -9,10 +9,11 @@ import (
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
-// setDecision fills res from the decision d for r. Durations round up to
+// decisionResult is the result of decision d for r. Durations round up to
 // whole milliseconds, so that a caller who waits retry_after_ms (or until
 // reset_time_ms) is never early.
-func setDecision(res *pb.CheckResult, r *limiter.Request, d algorithms.Decision) {
+func decisionResult(r *limiter.Request, d algorithms.Decision) *pb.CheckResult {
+	res := &pb.CheckResult{}
 	res.Status = pb.Status_UNDER_LIMIT
 	if !d.Allowed {
 		res.Status = pb.Status_OVER_LIMIT
@@ -25,6 +26,7 @@ func setDecision(res *pb.CheckResult, r *limiter.Request, d algorithms.Decision)
 		res.RetryAfterMs = ceilMillis(d.RetryAfter)
 	}
 	res.DelayMs = ceilMillis(d.Delay)
+	return res
 }
 
 func ceilMillis(d time.Duration) int64 {
@@ -35,10 +37,11 @@ func ceilMillis(d time.Duration) int64 {
 	return int64(ms)
 }
 
-// setError marks res as not decided because of err. The item is reported
-// refused, with retry_after_ms -1, so that a client that ignores errors
-// fails closed rather than admitting what was never checked.
-func setError(res *pb.CheckResult, err error) {
+// errorResult is the result of an item not decided because of err. The
+// item is reported refused, with retry_after_ms -1, so that a client that
+// ignores errors fails closed rather than admitting what was never checked.
+func errorResult(err error) *pb.CheckResult {
+	res := &pb.CheckResult{}
 	res.Status = pb.Status_OVER_LIMIT
 	res.RetryAfterMs = -1
 	res.Error = err.Error()
@@ -49,6 +52,7 @@ func setError(res *pb.CheckResult, err error) {
 	case errors.Is(err, ErrUnavailable):
 		res.ErrorCode = pb.ErrorCode_UNAVAILABLE
 	}
+	return res
 }
 
 // ErrUnavailable reports an item that could not be decided now, for

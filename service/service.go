@@ -1,10 +1,14 @@
-// Package service answers checks: it validates them, decides the ones this
-// node owns with the counter store, and (in a cluster) routes the others.
-// The gRPC and HTTP faces in package api only translate to and from it.
+// Package service answers checks: it validates them, decides the keys this
+// node owns with the counter store, forwards the others to their owners,
+// runs GLOBAL counters, and hands counters over when the ring changes. The
+// gRPC and HTTP faces in package api only translate to and from it, and
+// package peer carries its traffic between nodes.
 package service
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,38 +16,78 @@ import (
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // DefaultMaxClockSkew bounds how far created_at_ms may be from the
 // server clock.
 const DefaultMaxClockSkew = 10 * time.Minute
 
+// DefaultGlobalSync is the default interval of GLOBAL hit and state sync.
+const DefaultGlobalSync = 100 * time.Millisecond
+
+// Membership is what the service needs of the cluster: the current ring
+// and which member this node is.
+type Membership interface {
+	Ring() *ring.Ring
+	LocalMember() ring.Member
+}
+
+// Peers is what the service needs of the other nodes: package peer's Pool.
+type Peers interface {
+	// Forward sends req to the owner at addr in a batch; ForwardNow alone.
+	Forward(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
+	ForwardNow(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
+	AddGlobalHits(ctx context.Context, addr string, items []*pb.CheckItem) error
+	UpdateGlobals(ctx context.Context, addr string, states []*pb.GlobalState) error
+	HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) (int64, error)
+}
+
 // Config configures a Service. The zero value is a single node with a
 // default store, the real clock and no metrics.
 type Config struct {
 	// Store holds this node's counters; nil means a store with defaults.
 	Store *limiter.Store
+	// Cluster places keys on owners and Peers reaches them. Nil Cluster
+	// means a single node that owns every key; Peers is then unused.
+	Cluster Membership
+	Peers   Peers
 	// MaxClockSkew bounds created_at_ms; zero means DefaultMaxClockSkew.
 	MaxClockSkew time.Duration
+	// GlobalSync is how often GLOBAL hits go to owners and owners
+	// broadcast; zero means DefaultGlobalSync.
+	GlobalSync time.Duration
 	// Now is the server clock; nil means time.Now.
 	Now func() time.Time
+	// Logger receives the service's logs; nil discards them.
+	Logger *slog.Logger
 	// Registerer receives the service's metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
 
-// Service decides checks. It is safe for concurrent use.
+// Service decides checks. It is safe for concurrent use. Run drives its
+// background work (GLOBAL sync and hand-off); Check works without it,
+// except that GLOBAL hits then stay on this node.
 type Service struct {
 	store   *limiter.Store
+	cluster Membership
+	peers   Peers
 	skew    time.Duration
 	now     func() time.Time
+	log     *slog.Logger
 	metrics metrics
+	globals *globals
+	handoff handoff
 }
 
 // New returns a Service. It starts nothing.
 func New(conf Config) *Service {
-	s := &Service{store: conf.Store, skew: conf.MaxClockSkew, now: conf.Now}
+	s := &Service{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, skew: conf.MaxClockSkew, now: conf.Now, log: conf.Logger}
 	if s.store == nil {
 		s.store = limiter.New(limiter.Config{})
+	}
+	if s.cluster == nil {
+		s.cluster = alone{}
 	}
 	if s.skew <= 0 {
 		s.skew = DefaultMaxClockSkew
@@ -51,8 +95,33 @@ func New(conf Config) *Service {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	sync := conf.GlobalSync
+	if sync <= 0 {
+		sync = DefaultGlobalSync
+	}
 	s.metrics = newMetrics(conf.Registerer)
+	s.globals = newGlobals(s, sync)
+	s.handoff = newHandoff()
 	return s
+}
+
+// alone is the Membership of a single node: it owns every key.
+type alone struct{}
+
+func (alone) Ring() *ring.Ring         { return ring.New(alone{}.LocalMember()) }
+func (alone) LocalMember() ring.Member { return ring.Member{Name: "self"} }
+
+// call is one Check in progress: the items that passed validation, in the
+// store's form, and where their results go.
+type call struct {
+	items   []*pb.CheckItem
+	all     bool
+	reqs    []limiter.Request
+	pos     []int // pos[j] is the item index of reqs[j]
+	results []*pb.CheckResult
 }
 
 // Check decides every item of req. It returns an error wrapping ErrInvalid
@@ -60,77 +129,109 @@ func New(conf Config) *Service {
 // invalid item gets its own error in its result and the others are
 // answered.
 func (s *Service) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	c, err := s.prepare(req)
+	if err != nil {
+		return nil, err
+	}
+	local, global, remote := s.route(c)
+	s.decideLocal(c, local, routeLocal)
+	s.decideGlobal(c, global)
+	s.forward(ctx, c, remote)
+	return &pb.CheckResponse{Responses: c.results}, nil
+}
+
+// prepare validates req's items.
+func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 	items := req.GetRequests()
 	if len(items) > MaxItems {
 		return nil, ErrTooManyItems
 	}
-	results := make([]pb.CheckResult, len(items))
-	resp := &pb.CheckResponse{Responses: make([]*pb.CheckResult, len(items))}
-	for i := range results {
-		resp.Responses[i] = &results[i]
+	c := &call{
+		items:   items,
+		all:     req.GetAll(),
+		reqs:    make([]limiter.Request, 0, len(items)),
+		pos:     make([]int, 0, len(items)),
+		results: make([]*pb.CheckResult, len(items)),
 	}
 	now := s.now()
-	reqs := make([]limiter.Request, 0, len(items))
-	pos := make([]int, 0, len(items))
 	for i, item := range items {
 		r, err := toRequest(item, now, s.skew)
 		if err != nil {
-			setError(&results[i], err)
+			c.results[i] = errorResult(err)
 			s.metrics.invalid(err)
 			continue
 		}
-		reqs = append(reqs, r)
-		pos = append(pos, i)
+		c.reqs = append(c.reqs, r)
+		c.pos = append(c.pos, i)
 	}
-	decisions := make([]algorithms.Decision, len(reqs))
-	s.decideLocal(reqs, req.GetAll(), decisions)
-	for j, d := range decisions {
-		i := pos[j]
-		setDecision(&results[i], &reqs[j], d)
-		s.metrics.checked(reqs[j].Algorithm, items[i].Behavior, d.Allowed)
-	}
-	return resp, nil
+	return c, nil
 }
 
-// decideLocal decides reqs against this node's store. With all, requests
-// with the same key are decided together.
-func (s *Service) decideLocal(reqs []limiter.Request, all bool, out []algorithms.Decision) {
-	if !all {
-		for i := range reqs {
-			out[i] = s.store.Decide(&reqs[i])
-		}
+// decideLocal decides c.reqs[js] against this node's store. With c.all,
+// requests with the same key are decided together. route is recorded in
+// the checks metric.
+func (s *Service) decideLocal(c *call, js []int, route string) {
+	if len(js) == 0 {
 		return
 	}
-	for _, group := range groupByKey(reqs) {
-		if len(group) == 1 {
-			out[group[0]] = s.store.Decide(&reqs[group[0]])
-			continue
+	decisions := make([]algorithms.Decision, len(js))
+	if !c.all {
+		for k, j := range js {
+			decisions[k] = s.store.Decide(&c.reqs[j])
 		}
-		rs := make([]limiter.Request, len(group))
-		ds := make([]algorithms.Decision, len(group))
-		for j, i := range group {
-			rs[j] = reqs[i]
+	} else {
+		for _, group := range groupByKey(c.reqs, js) {
+			if len(group) == 1 {
+				decisions[group[0]] = s.store.Decide(&c.reqs[js[group[0]]])
+				continue
+			}
+			rs := make([]limiter.Request, len(group))
+			ds := make([]algorithms.Decision, len(group))
+			for g, k := range group {
+				rs[g] = c.reqs[js[k]]
+			}
+			s.store.DecideAll(rs, ds)
+			for g, k := range group {
+				decisions[k] = ds[g]
+			}
 		}
-		s.store.DecideAll(rs, ds)
-		for j, i := range group {
-			out[i] = ds[j]
-		}
+	}
+	for k, j := range js {
+		s.setResult(c, j, decisions[k], route)
 	}
 }
 
-// groupByKey returns the indexes of reqs grouped by key, groups in order of
-// first appearance.
-func groupByKey(reqs []limiter.Request) [][]int {
-	byKey := make(map[string]int, len(reqs))
+// setResult records the decision for c.reqs[j].
+func (s *Service) setResult(c *call, j int, d algorithms.Decision, route string) {
+	i := c.pos[j]
+	c.results[i] = decisionResult(&c.reqs[j], d)
+	s.metrics.checked(c.reqs[j].Algorithm, c.items[i].Behavior, route, d.Allowed)
+}
+
+// groupByKey returns positions in js grouped by the key of c.reqs[js[k]],
+// groups in order of first appearance.
+func groupByKey(reqs []limiter.Request, js []int) [][]int {
+	byKey := make(map[string]int, len(js))
 	var groups [][]int
-	for i := range reqs {
-		g, ok := byKey[reqs[i].Key]
+	for k, j := range js {
+		g, ok := byKey[reqs[j].Key]
 		if !ok {
 			g = len(groups)
-			byKey[reqs[i].Key] = g
+			byKey[reqs[j].Key] = g
 			groups = append(groups, nil)
 		}
-		groups[g] = append(groups[g], i)
+		groups[g] = append(groups[g], k)
 	}
 	return groups
+}
+
+// Run drives the service's background work until ctx ends: GLOBAL sync
+// and hand-off of counters this node no longer owns. It returns after a
+// last GLOBAL flush.
+func (s *Service) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { s.handoff.run(ctx, s) })
+	err := s.globals.run(ctx)
+	wg.Wait()
+	return err
 }

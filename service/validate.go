@@ -3,6 +3,7 @@ package service
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ringlimit/ringlimit/algorithms"
@@ -50,6 +51,8 @@ func toRequest(item *pb.CheckItem, now time.Time, maxSkew time.Duration) (limite
 		return limiter.Request{}, &FieldError{"name", "must not be empty"}
 	case len(item.Name) > MaxNameLen:
 		return limiter.Request{}, &FieldError{"name", fmt.Sprintf("longer than %d bytes", MaxNameLen)}
+	case strings.IndexByte(item.Name, 0) >= 0:
+		return limiter.Request{}, &FieldError{"name", "must not contain a NUL byte"}
 	case item.Key == "":
 		return limiter.Request{}, &FieldError{"key", "must not be empty"}
 	case len(item.Key) > MaxKeyLen:

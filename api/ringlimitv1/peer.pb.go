@@ -202,7 +202,10 @@ type GlobalState struct {
 	Remaining   int64                  `protobuf:"varint,4,opt,name=remaining,proto3" json:"remaining,omitempty"`
 	ResetTimeMs int64                  `protobuf:"varint,5,opt,name=reset_time_ms,json=resetTimeMs,proto3" json:"reset_time_ms,omitempty"`
 	// members is how many nodes share remaining.
-	Members       int64 `protobuf:"varint,6,opt,name=members,proto3" json:"members,omitempty"`
+	Members int64 `protobuf:"varint,6,opt,name=members,proto3" json:"members,omitempty"`
+	// retry_after_ms is, when remaining is 0, the owner's estimate of the
+	// wait until one hit is admitted again.
+	RetryAfterMs  int64 `protobuf:"varint,7,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -275,6 +278,13 @@ func (x *GlobalState) GetResetTimeMs() int64 {
 func (x *GlobalState) GetMembers() int64 {
 	if x != nil {
 		return x.Members
+	}
+	return 0
+}
+
+func (x *GlobalState) GetRetryAfterMs() int64 {
+	if x != nil {
+		return x.RetryAfterMs
 	}
 	return 0
 }
@@ -371,7 +381,9 @@ type CounterState struct {
 	// full_at_ns is when the counter is back to full (Unix ns).
 	FullAtNs int64 `protobuf:"varint,5,opt,name=full_at_ns,json=fullAtNs,proto3" json:"full_at_ns,omitempty"`
 	// log holds SLIDING_LOG timestamps and counts.
-	Log           []int64 `protobuf:"varint,6,rep,packed,name=log,proto3" json:"log,omitempty"`
+	Log []int64 `protobuf:"varint,6,rep,packed,name=log,proto3" json:"log,omitempty"`
+	// last_ns is the latest time the counter was evaluated at (Unix ns).
+	LastNs        int64 `protobuf:"varint,7,opt,name=last_ns,json=lastNs,proto3" json:"last_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -446,6 +458,13 @@ func (x *CounterState) GetLog() []int64 {
 		return x.Log
 	}
 	return nil
+}
+
+func (x *CounterState) GetLastNs() int64 {
+	if x != nil {
+		return x.LastNs
+	}
+	return 0
 }
 
 type HandOffRequest struct {
@@ -556,17 +575,18 @@ const file_peer_proto_rawDesc = "" +
 	"\tresponses\x18\x01 \x03(\v2\x1b.ringlimit.v1.CheckResponseR\tresponses\"B\n" +
 	"\x11GlobalHitsRequest\x12-\n" +
 	"\x05items\x18\x01 \x03(\v2\x17.ringlimit.v1.CheckItemR\x05items\"\x14\n" +
-	"\x12GlobalHitsResponse\"\xa5\x01\n" +
+	"\x12GlobalHitsResponse\"\xcb\x01\n" +
 	"\vGlobalState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1c\n" +
 	"\tremaining\x18\x04 \x01(\x03R\tremaining\x12\"\n" +
 	"\rreset_time_ms\x18\x05 \x01(\x03R\vresetTimeMs\x12\x18\n" +
-	"\amembers\x18\x06 \x01(\x03R\amembers\"H\n" +
+	"\amembers\x18\x06 \x01(\x03R\amembers\x12$\n" +
+	"\x0eretry_after_ms\x18\a \x01(\x03R\fretryAfterMs\"H\n" +
 	"\x13GlobalUpdateRequest\x121\n" +
 	"\x06states\x18\x01 \x03(\v2\x19.ringlimit.v1.GlobalStateR\x06states\"\x16\n" +
-	"\x14GlobalUpdateResponse\"\xb1\x01\n" +
+	"\x14GlobalUpdateResponse\"\xca\x01\n" +
 	"\fCounterState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x125\n" +
@@ -574,7 +594,8 @@ const file_peer_proto_rawDesc = "" +
 	"\x05words\x18\x04 \x03(\x03R\x05words\x12\x1c\n" +
 	"\n" +
 	"full_at_ns\x18\x05 \x01(\x03R\bfullAtNs\x12\x10\n" +
-	"\x03log\x18\x06 \x03(\x03R\x03log\"\\\n" +
+	"\x03log\x18\x06 \x03(\x03R\x03log\x12\x17\n" +
+	"\alast_ns\x18\a \x01(\x03R\x06lastNs\"\\\n" +
 	"\x0eHandOffRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x126\n" +
 	"\bcounters\x18\x02 \x03(\v2\x1a.ringlimit.v1.CounterStateR\bcounters\"-\n" +

@@ -1,0 +1,479 @@
+// Package cluster finds the other ringlimit nodes by gossip and keeps this
+// node's consistent-hash ring up to date.
+//
+// A Cluster wraps hashicorp/memberlist. Each node gossips its metadata (the
+// addresses of its peer and client gRPC listeners, as JSON). New only
+// checks the configuration; Run creates the memberlist, joins the cluster
+// through the Join addresses (retrying with exponential backoff, and again
+// whenever the node finds itself alone), and rebuilds the ring on every
+// membership change. The ring is an immutable *ring.Ring published through
+// an atomic pointer, so readers call c.Ring().Owner(key) with no lock.
+//
+// memberlist reports membership changes through callbacks that must not
+// block. Ours copy the node and signal the Run goroutine through a channel
+// of capacity 1, and Run does the rest: several changes in a burst cause one
+// rebuild. When Run's context is cancelled, the node leaves the gossip (so
+// the others drop it at once instead of waiting for it to fail probes),
+// shuts memberlist down and publishes a last ring without itself, whose
+// owners are where this node's counters should be handed off to.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// Defaults for the zero values of Config fields.
+const (
+	DefaultBindAddr     = ":7946"
+	DefaultJoinRetry    = time.Second
+	DefaultJoinRetryMax = 30 * time.Second
+	DefaultLeaveTimeout = 5 * time.Second
+)
+
+// keepGone is how long Members keeps reporting a node that died or left.
+const keepGone = 5 * time.Minute
+
+// Config configures a Cluster. Only NodeName and PeerAddr are required.
+type Config struct {
+	// NodeName is this node's unique name in the cluster.
+	NodeName string
+
+	// BindAddr is the host:port memberlist listens on, for TCP and UDP.
+	// An empty host means all interfaces; port 0 means a port chosen by the
+	// kernel (see GossipAddr). Empty means DefaultBindAddr.
+	BindAddr string
+
+	// AdvertiseAddr is the address other nodes use to reach this one, as a
+	// host or host:port; a host name is resolved once, by Run. The port
+	// defaults to the bound port. Empty means the bound IP or, when bound to
+	// all interfaces, the first private IP (memberlist's choice).
+	AdvertiseAddr string
+
+	// Join lists the nodes to join through, each a host:port or a DNS name
+	// with an optional port (the default is this node's bound port). A name
+	// that resolves to several addresses, such as a Kubernetes headless
+	// Service, joins them all. Names are resolved again on every attempt,
+	// so nodes that start late are found. Empty means this node deliberately
+	// runs alone until another node joins it.
+	Join []string
+
+	// PeerAddr is the host:port of this node's peer gRPC listener, and
+	// GRPCAddr that of its client gRPC listener. Both are gossiped to the
+	// other nodes. An empty or unspecified host (":8082") is replaced by the
+	// advertised IP. PeerAddr is required.
+	PeerAddr string
+	GRPCAddr string
+
+	// JoinRetry is the wait before the second join attempt; it doubles
+	// after each failure up to JoinRetryMax. Zero means DefaultJoinRetry
+	// and DefaultJoinRetryMax.
+	JoinRetry    time.Duration
+	JoinRetryMax time.Duration
+
+	// LeaveTimeout bounds the wait for the leave message to reach another
+	// node on shutdown. Zero means DefaultLeaveTimeout.
+	LeaveTimeout time.Duration
+
+	// Memberlist is the memberlist preset to start from; nil means
+	// memberlist.DefaultLANConfig(). Tests use memberlist.DefaultLocalConfig().
+	// Run copies it and sets Name, BindAddr, BindPort, AdvertiseAddr,
+	// AdvertisePort, Delegate, Events, LogOutput and Logger itself.
+	Memberlist *memberlist.Config
+
+	// OnChange, if not nil, is called by the Run goroutine each time it
+	// publishes a ring with different members, after Ring returns the new
+	// ring. Calls are never concurrent. It must return quickly, because
+	// membership processing waits for it: to do real work, signal your own
+	// loop. The last call comes while Run shuts down, with a ring without
+	// this node.
+	OnChange func(old, new *ring.Ring)
+
+	// Logger receives this package's logs and memberlist's. Nil discards them.
+	Logger *slog.Logger
+
+	// Registerer, if not nil, gets this cluster's metrics.
+	Registerer prometheus.Registerer
+}
+
+// Cluster is this node's membership in the cluster and its current ring.
+// Its methods are safe for concurrent use. Run owns every goroutine and the
+// memberlist; the other methods only read published snapshots.
+type Cluster struct {
+	conf     Config // defaults applied
+	bindHost string
+	bindPort int
+	log      *slog.Logger
+	metrics  *metrics
+	events   *events
+	delegate *delegate
+
+	view    atomic.Pointer[view]
+	ready   atomic.Bool
+	started atomic.Bool
+}
+
+// view is what Run publishes after each membership change.
+type view struct {
+	ring    *ring.Ring
+	local   ring.Member
+	gossip  string
+	members []MemberInfo
+}
+
+// MemberInfo describes a member for GET /v1/members.
+type MemberInfo struct {
+	Name       string  `json:"name"`
+	GossipAddr string  `json:"gossip_addr"`
+	PeerAddr   string  `json:"peer_addr"`
+	GRPCAddr   string  `json:"grpc_addr"`
+	State      State   `json:"state"`
+	Share      float64 `json:"share"` // fraction of the ring's partitions; 0 when not in the ring
+}
+
+// State is a member's state as this node sees it.
+type State string
+
+// The member states. memberlist tells its event delegates only that a node
+// joined, changed or went away, so a suspect node shows as alive until it is
+// declared dead, and a node that left on purpose shows as dead like one that
+// failed.
+const (
+	Alive State = "alive"
+	Dead  State = "dead"
+)
+
+// New checks conf and returns a Cluster. It starts nothing: Run does.
+func New(conf Config) (*Cluster, error) {
+	if conf.NodeName == "" {
+		return nil, errors.New("cluster config: empty node name")
+	}
+	if conf.PeerAddr == "" {
+		return nil, errors.New("cluster config: empty peer address")
+	}
+	if conf.BindAddr == "" {
+		conf.BindAddr = DefaultBindAddr
+	}
+	host, port, err := splitHostPort(conf.BindAddr)
+	if err != nil {
+		return nil, fmt.Errorf("cluster config: bind address: %w", err)
+	}
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	if conf.AdvertiseAddr != "" {
+		if _, _, err := splitAdvertise(conf.AdvertiseAddr); err != nil {
+			return nil, fmt.Errorf("cluster config: advertise address: %w", err)
+		}
+	}
+	// The metadata must fit memberlist's limit with the longest IP filled in.
+	const longestIP = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
+	if _, err := encodeMeta(meta{Peer: withHost(conf.PeerAddr, longestIP), GRPC: withHost(conf.GRPCAddr, longestIP)}); err != nil {
+		return nil, fmt.Errorf("cluster config: %w", err)
+	}
+	if conf.JoinRetry <= 0 {
+		conf.JoinRetry = DefaultJoinRetry
+	}
+	if conf.JoinRetryMax <= 0 {
+		conf.JoinRetryMax = DefaultJoinRetryMax
+	}
+	conf.JoinRetryMax = max(conf.JoinRetryMax, conf.JoinRetry)
+	if conf.LeaveTimeout <= 0 {
+		conf.LeaveTimeout = DefaultLeaveTimeout
+	}
+	conf.Join = slices.Clone(conf.Join)
+	log := conf.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(conf.Registerer)
+	if err != nil {
+		return nil, err
+	}
+
+	c := &Cluster{
+		conf:     conf,
+		bindHost: host,
+		bindPort: port,
+		log:      log,
+		metrics:  m,
+		events:   newEvents(),
+		delegate: &delegate{},
+	}
+	local := ring.Member{Name: conf.NodeName, PeerAddr: conf.PeerAddr, GRPCAddr: conf.GRPCAddr}
+	r := ring.New(local)
+	c.view.Store(&view{
+		ring:  r,
+		local: local,
+		members: []MemberInfo{{
+			Name:     local.Name,
+			PeerAddr: local.PeerAddr,
+			GRPCAddr: local.GRPCAddr,
+			State:    Alive,
+			Share:    1,
+		}},
+	})
+	m.members.Set(1)
+	return c, nil
+}
+
+// Ring returns the current ring. It is never nil: before Run has built one,
+// it holds only this node, with PeerAddr and GRPCAddr as configured. After
+// Run returns, it holds the other members as last seen.
+func (c *Cluster) Ring() *ring.Ring { return c.view.Load().ring }
+
+// Ready reports whether this node is part of the cluster: Run has started
+// gossip and either joined through a Join address at least once or, with no
+// Join addresses, runs alone on purpose. It stays true if the node later
+// finds itself alone (it keeps trying to rejoin meanwhile), and turns false
+// when Run begins to shut down.
+func (c *Cluster) Ready() bool { return c.ready.Load() }
+
+// LocalMember returns this node as the ring sees it. Once Run has started,
+// its addresses carry the advertised IP in place of an empty host.
+func (c *Cluster) LocalMember() ring.Member { return c.view.Load().local }
+
+// GossipAddr returns the host:port this node advertises for gossip, or ""
+// before Run has started memberlist. With port 0 in BindAddr, it is the way
+// to learn the chosen port.
+func (c *Cluster) GossipAddr() string { return c.view.Load().gossip }
+
+// Members returns every node this node knows of, sorted by name, including
+// nodes that went away in the last few minutes. The slice is a copy.
+func (c *Cluster) Members() []MemberInfo { return slices.Clone(c.view.Load().members) }
+
+// Run starts gossip, joins the cluster and keeps the ring up to date until
+// ctx is cancelled. Then it leaves the cluster (waiting up to LeaveTimeout
+// for the news to spread), shuts memberlist down, publishes the ring of the
+// remaining members, and returns ctx.Err() once its goroutines are done.
+// A join attempt in flight at that moment can delay the return by up to
+// memberlist's TCPTimeout. Run may be called once.
+func (c *Cluster) Run(ctx context.Context) error {
+	if !c.started.CompareAndSwap(false, true) {
+		return errors.New("run cluster: already run")
+	}
+	ml, err := c.create(ctx)
+	if err != nil {
+		return err
+	}
+	c.rebuild()
+
+	join := len(c.conf.Join) > 0
+	if !join {
+		c.ready.Store(true)
+		c.log.Info("no join addresses: running alone until others join", "gossip_addr", c.GossipAddr())
+	}
+	backoff := c.conf.JoinRetry
+	retry := time.NewTimer(0) // first attempt at once
+	defer retry.Stop()
+	armed := join
+	if !armed {
+		retry.Stop()
+	}
+	joining := false
+	joined := make(chan error, 1)
+	rearm := func() {
+		d := backoff + rand.N(backoff/5+1) // jitter, so nodes do not retry in step
+		backoff = min(2*backoff, c.conf.JoinRetryMax)
+		retry.Reset(d)
+		armed = true
+	}
+
+	for {
+		select {
+		case <-ctx.Done():
+			c.ready.Store(false)
+			if err := ml.Leave(c.conf.LeaveTimeout); err != nil {
+				c.log.Warn("leave cluster", "err", err)
+			}
+			if err := ml.Shutdown(); err != nil {
+				c.log.Warn("shut down gossip", "err", err)
+			}
+			if joining {
+				<-joined
+			}
+			c.rebuild() // without this node: it has left
+			c.log.Info("left cluster")
+			return ctx.Err()
+
+		case <-c.events.changed:
+			c.rebuild()
+			if join && !joining && !armed && c.alone() {
+				c.log.Warn("alone in the cluster: trying to rejoin", "join", c.conf.Join)
+				backoff = c.conf.JoinRetry
+				rearm()
+			}
+
+		case <-retry.C:
+			armed = false
+			joining = true
+			c.metrics.joinAttempts.Inc()
+			go func() {
+				n, err := ml.Join(c.conf.Join)
+				if n == 0 && err == nil {
+					err = errors.New("no addresses")
+				}
+				joined <- err
+			}()
+
+		case err := <-joined:
+			joining = false
+			if err != nil {
+				c.log.Warn("join cluster", "join", c.conf.Join, "err", err, "retry_in", backoff)
+				rearm()
+				break
+			}
+			c.rebuild() // the join's events may still be waiting in c.events.changed
+			if !c.ready.Swap(true) {
+				c.log.Info("joined cluster", "members", c.Ring().Len())
+			}
+			if c.alone() {
+				// Joined only ourselves, e.g. the first pod behind a
+				// headless Service. Keep looking, more slowly each time.
+				rearm()
+			} else {
+				backoff = c.conf.JoinRetry
+			}
+		}
+	}
+}
+
+// create starts memberlist and publishes this node's metadata with the
+// advertised IP filled in.
+func (c *Cluster) create(ctx context.Context) (*memberlist.Memberlist, error) {
+	var mc memberlist.Config
+	if c.conf.Memberlist != nil {
+		mc = *c.conf.Memberlist
+	} else {
+		mc = *memberlist.DefaultLANConfig()
+	}
+	mc.Name = c.conf.NodeName
+	mc.BindAddr = c.bindHost
+	mc.BindPort = c.bindPort
+	mc.AdvertiseAddr = ""
+	mc.AdvertisePort = c.bindPort // memberlist uses the chosen port when BindPort is 0
+	if c.conf.AdvertiseAddr != "" {
+		host, port, _ := splitAdvertise(c.conf.AdvertiseAddr) // checked by New
+		ip, err := resolveIP(ctx, host)
+		if err != nil {
+			return nil, fmt.Errorf("start gossip: advertise address: %w", err)
+		}
+		mc.AdvertiseAddr = ip.String()
+		if port != 0 {
+			mc.AdvertisePort = port
+		}
+	}
+	mc.Delegate = c.delegate
+	mc.Events = c.events
+	mc.LogOutput = logWriter{log: c.log.With("component", "memberlist")}
+	mc.Logger = nil
+
+	m, err := encodeMeta(meta{Peer: c.conf.PeerAddr, GRPC: c.conf.GRPCAddr})
+	if err != nil {
+		return nil, err // checked by New
+	}
+	c.delegate.meta.Store(&m)
+	ml, err := memberlist.Create(&mc)
+	if err != nil {
+		return nil, fmt.Errorf("start gossip: %w", err)
+	}
+
+	// memberlist has told the events delegate about this node, with the
+	// address it advertises.
+	self, ok := c.events.get(c.conf.NodeName)
+	if !ok {
+		_ = ml.Shutdown()
+		return nil, errors.New("start gossip: memberlist did not report this node")
+	}
+	local := ring.Member{
+		Name:     c.conf.NodeName,
+		PeerAddr: withHost(c.conf.PeerAddr, self.ip),
+		GRPCAddr: withHost(c.conf.GRPCAddr, self.ip),
+	}
+	m, err = encodeMeta(meta{Peer: local.PeerAddr, GRPC: local.GRPCAddr})
+	if err != nil {
+		_ = ml.Shutdown()
+		return nil, err
+	}
+	c.delegate.meta.Store(&m)
+	// This waits only if another node has joined us already. The update
+	// spreads by gossip even if the wait times out, and the others fill in
+	// an empty host themselves, so a timeout is not fatal.
+	if err := ml.UpdateNode(c.conf.LeaveTimeout); err != nil {
+		c.log.Warn("publish node metadata", "err", err)
+	}
+	v := *c.view.Load()
+	v.local, v.gossip = local, self.addr
+	c.view.Store(&v)
+	c.log.Info("gossip started", "node", local.Name, "gossip_addr", self.addr, "peer_addr", local.PeerAddr)
+	return ml, nil
+}
+
+// rebuild publishes a new view from the events delegate's nodes, and a new
+// ring if the members in it changed. Only the Run goroutine calls it.
+func (c *Cluster) rebuild() {
+	nodes := c.events.snapshot(time.Now(), keepGone)
+	old := c.view.Load()
+	members := make([]ring.Member, 0, len(nodes))
+	infos := make([]MemberInfo, 0, len(nodes))
+	for _, n := range nodes {
+		info := MemberInfo{Name: n.name, GossipAddr: n.addr, State: Dead}
+		if n.alive {
+			info.State = Alive
+		}
+		m, err := decodeMeta(n.meta)
+		if err == nil {
+			info.PeerAddr = withHost(m.Peer, n.ip)
+			info.GRPCAddr = withHost(m.GRPC, n.ip)
+		}
+		if info.State == Alive {
+			if err != nil {
+				c.log.Warn("node left out of the ring", "node", n.name, "err", err)
+			} else {
+				members = append(members, ring.Member{Name: n.name, PeerAddr: info.PeerAddr, GRPCAddr: info.GRPCAddr})
+			}
+		}
+		infos = append(infos, info)
+	}
+
+	r := old.ring
+	changed := !slices.Equal(r.Members(), members) // both sorted by name
+	if changed {
+		r = ring.New(members...)
+	}
+	shares := r.Shares()
+	for i := range infos {
+		infos[i].Share = shares[infos[i].Name]
+	}
+	c.view.Store(&view{ring: r, local: old.local, gossip: old.gossip, members: infos})
+	if !changed {
+		return
+	}
+	c.metrics.rebuilds.Inc()
+	c.metrics.members.Set(float64(r.Len()))
+	c.log.Info("ring rebuilt", "members", r.Len())
+	if c.conf.OnChange != nil {
+		c.conf.OnChange(old.ring, r)
+	}
+}
+
+// alone reports whether no other node is alive, as far as this node knows.
+func (c *Cluster) alone() bool {
+	for _, m := range c.view.Load().members {
+		if m.State == Alive && m.Name != c.conf.NodeName {
+			return false
+		}
+	}
+	return true
+}

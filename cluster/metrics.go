@@ -1,0 +1,41 @@
+package cluster
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are one Cluster's Prometheus metrics.
+type metrics struct {
+	members      prometheus.Gauge
+	rebuilds     prometheus.Counter
+	joinAttempts prometheus.Counter
+}
+
+// newMetrics creates the metrics and registers them on reg, unless reg is nil.
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		members: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ringlimit_cluster_members",
+			Help: "Members in this node's current ring, itself included.",
+		}),
+		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_ring_rebuilds_total",
+			Help: "Times this node rebuilt its ring because membership changed.",
+		}),
+		joinAttempts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_cluster_join_attempts_total",
+			Help: "Attempts to join the cluster through the --join addresses.",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.members, m.rebuilds, m.joinAttempts} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register cluster metrics: %w", err)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,75 @@
+package service
+
+import (
+	"context"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+// Owner is the service's side of peer traffic: what other nodes ask of
+// this one as a key's owner. It implements peer.Handler and is safe for
+// concurrent use.
+type Owner struct{ s *Service }
+
+// Owner returns the service's side of peer traffic.
+func (s *Service) Owner() Owner { return Owner{s} }
+
+// Forwarded decides requests another node forwarded here. The sender chose
+// this node as the owner, so they are decided here whatever this node's
+// ring says: forwarding again could loop while rings disagree.
+func (o Owner) Forwarded(_ context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
+	out := make([]*pb.CheckResponse, len(reqs))
+	for i, req := range reqs {
+		c, err := o.s.prepare(req)
+		if err != nil {
+			out[i] = &pb.CheckResponse{Responses: make([]*pb.CheckResult, len(req.GetRequests()))}
+			for k := range out[i].Responses {
+				out[i].Responses[k] = errorResult(err)
+			}
+			continue
+		}
+		js := make([]int, len(c.reqs))
+		for j := range js {
+			js[j] = j
+		}
+		o.s.decideLocal(c, js, routeLocal)
+		out[i] = &pb.CheckResponse{Responses: c.results}
+	}
+	return out
+}
+
+// AddGlobalHits charges hits that other nodes admitted for GLOBAL keys
+// this node owns; the new state goes out with the next broadcast.
+func (o Owner) AddGlobalHits(_ context.Context, items []*pb.CheckItem) {
+	o.s.globals.applyHits(items)
+}
+
+// UpdateGlobals takes an owner's broadcast of GLOBAL counters.
+func (o Owner) UpdateGlobals(_ context.Context, states []*pb.GlobalState) {
+	o.s.globals.applyStates(states)
+}
+
+// HandOff merges counters another node no longer owns into this node's
+// store and returns how many were taken. Counters that do not decode are
+// skipped and logged.
+func (o Owner) HandOff(_ context.Context, from string, counters []*pb.CounterState) int64 {
+	var taken int64
+	for _, c := range counters {
+		if c.Algorithm < 0 || !limiter.Algorithm(c.Algorithm).Valid() {
+			o.s.log.Warn("hand-off: counter with an unknown algorithm refused", "from", from, "algorithm", c.Algorithm)
+			continue
+		}
+		err := o.s.store.Merge(limiter.Counter{
+			Name: c.Name, Key: c.Key, Algorithm: limiter.Algorithm(c.Algorithm),
+			Words: c.Words, Log: c.Log, Full: c.FullAtNs, Last: c.LastNs,
+		})
+		if err != nil {
+			o.s.log.Warn("hand-off: counter refused", "from", from, "err", err)
+			continue
+		}
+		taken++
+	}
+	o.s.metrics.handedOff.WithLabelValues("received").Add(float64(taken))
+	return taken
+}

@@ -1,0 +1,142 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/ringlimit/ringlimit/algorithms"
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// Where a check was decided, for the checks metric and response metadata.
+const (
+	routeLocal     = "local"     // this node owns the key (or LOCAL behaviour)
+	routeForwarded = "forwarded" // the owner decided
+	routeGlobal    = "global"    // GLOBAL: this node's share of the owner's state
+	routeFallback  = "fallback"  // the owner was unreachable: this node's share of the limit
+)
+
+// MetadataDecidedBy is the result metadata key that says a check was not
+// decided by its owner; its value is routeFallback.
+const MetadataDecidedBy = "decided_by"
+
+// remoteGroup is the checks of one call bound for one owner.
+type remoteGroup struct {
+	owner     ring.Member
+	js        []int // indexes into call.reqs
+	unbatched bool  // every item asked for UNBATCHED
+}
+
+// route splits c's valid requests into those decided here, GLOBAL ones,
+// and those to forward, grouped by owner. Items with the same key have
+// the same owner, so an all-or-nothing group is never split.
+func (s *Service) route(c *call) (local, global []int, remote []*remoteGroup) {
+	r := s.cluster.Ring()
+	self := s.cluster.LocalMember().Name
+	var byOwner map[string]*remoteGroup
+	for j := range c.reqs {
+		item := c.items[c.pos[j]]
+		switch item.Behavior {
+		case pb.Behavior_LOCAL:
+			local = append(local, j)
+			continue
+		case pb.Behavior_GLOBAL:
+			global = append(global, j)
+			continue
+		}
+		owner, ok := r.Owner(c.reqs[j].Key)
+		if !ok || owner.Name == self {
+			local = append(local, j)
+			continue
+		}
+		if byOwner == nil {
+			byOwner = make(map[string]*remoteGroup)
+		}
+		g := byOwner[owner.Name]
+		if g == nil {
+			g = &remoteGroup{owner: owner, unbatched: true}
+			byOwner[owner.Name] = g
+			remote = append(remote, g)
+		}
+		g.js = append(g.js, j)
+		g.unbatched = g.unbatched && item.Behavior == pb.Behavior_UNBATCHED
+	}
+	return local, global, remote
+}
+
+// forward sends each group to its owner, concurrently, and records the
+// owners' answers. A group whose owner cannot be reached is decided here
+// with this node's share of each limit.
+func (s *Service) forward(ctx context.Context, c *call, groups []*remoteGroup) {
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Go(func() { s.forwardGroup(ctx, c, g) })
+	}
+	wg.Wait()
+}
+
+func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup) {
+	req := &pb.CheckRequest{All: c.all, Requests: make([]*pb.CheckItem, len(g.js))}
+	for k, j := range g.js {
+		req.Requests[k] = c.items[c.pos[j]]
+	}
+	resp, err := s.send(ctx, g.owner, g.unbatched, req)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		// The ring may have changed while the request was in flight: try
+		// the key's new owner once.
+		if owner, ok := s.cluster.Ring().Owner(c.reqs[g.js[0]].Key); ok && owner.Name != g.owner.Name {
+			if owner.Name == s.cluster.LocalMember().Name {
+				s.decideLocal(c, g.js, routeLocal)
+				return
+			}
+			resp, err = s.send(ctx, owner, g.unbatched, req)
+		}
+	}
+	if err == nil && len(resp.GetResponses()) != len(g.js) {
+		err = errors.New("owner answered the wrong number of results")
+	}
+	if err != nil {
+		s.log.Warn("owner unreachable, deciding locally with this node's share", "owner", g.owner.Name, "err", err)
+		s.metrics.forwardErrors.Inc()
+		s.decideFallback(c, g.js)
+		return
+	}
+	for k, j := range g.js {
+		i := c.pos[j]
+		c.results[i] = resp.Responses[k]
+		s.metrics.checked(c.reqs[j].Algorithm, c.items[i].Behavior, routeForwarded, resp.Responses[k].Status == pb.Status_UNDER_LIMIT)
+	}
+}
+
+func (s *Service) send(ctx context.Context, owner ring.Member, unbatched bool, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	if unbatched {
+		return s.peers.ForwardNow(ctx, owner.PeerAddr, req)
+	}
+	return s.peers.Forward(ctx, owner.PeerAddr, req)
+}
+
+// decideFallback decides c.reqs[js] on this node with its share of each
+// limit (limit / members, at least 1), so that a cluster cut off from an
+// owner admits about the limit in total rather than members times it.
+func (s *Service) decideFallback(c *call, js []int) {
+	members := int64(max(1, s.cluster.Ring().Len()))
+	for _, j := range js {
+		c.reqs[j].Limit = shareOf(c.reqs[j].Limit, members)
+	}
+	s.decideLocal(c, js, routeFallback)
+	for _, j := range js {
+		c.results[c.pos[j]].Metadata = map[string]string{MetadataDecidedBy: routeFallback}
+	}
+}
+
+// shareOf is one member's share of l: Count and Burst divided by members,
+// rounded down but at least 1.
+func shareOf(l algorithms.Limit, members int64) algorithms.Limit {
+	l.Count = max(1, l.Count/members)
+	if l.Burst > 0 {
+		l.Burst = max(1, l.Burst/members)
+	}
+	return l
+}
