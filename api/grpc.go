@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/metadata"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
@@ -26,6 +27,9 @@ func (g grpcServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckR
 	resp, err := g.s.conf.Checker.Check(ctx, req)
 	if err != nil {
 		return nil, toStatus(err)
+	}
+	if by := decidedBy(resp); by != "" {
+		grpc.SetTrailer(ctx, metadata.Pairs(DecidedByHeader, by))
 	}
 	return resp, nil
 }

@@ -54,6 +54,9 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		writeError(w, httpStatus(err), err)
 		return
 	}
+	if by := decidedBy(resp); by != "" {
+		w.Header().Set(DecidedByHeader, by)
+	}
 	writeJSON(w, http.StatusOK, encodeCheckResponse(d, resp))
 }
 

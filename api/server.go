@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/service"
 )
 
 // Checker is what the faces need of the service.
@@ -17,10 +18,11 @@ type Checker interface {
 // Member is one row of GET /v1/members.
 type Member struct {
 	Name     string  `json:"name"`
-	Addr     string  `json:"addr"`
+	Addr     string  `json:"addr"` // gossip address
 	GRPCAddr string  `json:"grpc_addr"`
+	PeerAddr string  `json:"peer_addr"`
 	State    string  `json:"state"`
-	Share    float64 `json:"share"`
+	Share    float64 `json:"share"` // fraction of the ring this member owns
 	Self     bool    `json:"self,omitempty"`
 }
 
@@ -66,4 +68,20 @@ func New(conf Config) *Server {
 
 func (s *Server) observe(iface string, start time.Time) {
 	s.latency.WithLabelValues(iface).Observe(time.Since(start).Seconds())
+}
+
+// DecidedByHeader is the gRPC trailer and HTTP header that mark a response
+// in which some check was not decided by its owner (value "fallback": the
+// owner was unreachable, so this node used its share of the limit). The
+// affected results say so in their metadata too.
+const DecidedByHeader = "ringlimit-decided-by"
+
+// decidedBy returns the first unusual decided_by of resp's results, or "".
+func decidedBy(resp *pb.CheckResponse) string {
+	for _, r := range resp.GetResponses() {
+		if by := r.GetMetadata()[service.MetadataDecidedBy]; by != "" {
+			return by
+		}
+	}
+	return ""
 }

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
@@ -20,9 +21,10 @@ const handOffBatch = 1000
 // handoff signals the hand-off loop that the ring changed.
 type handoff struct {
 	changed chan struct{} // cap 1: coalesces bursts of changes
+	mu      *sync.Mutex   // serialises hand-offs
 }
 
-func newHandoff() handoff { return handoff{changed: make(chan struct{}, 1)} }
+func newHandoff() handoff { return handoff{changed: make(chan struct{}, 1), mu: new(sync.Mutex)} }
 
 // RingChanged tells the service that the ring changed, so that it hands
 // off the counters it no longer owns. It never blocks: it is meant for
@@ -51,6 +53,10 @@ func (h handoff) run(ctx context.Context, s *Service) {
 // whose owner cannot be reached stay here. A node shutting down calls it
 // after leaving the cluster, when it owns nothing.
 func (s *Service) HandOff(ctx context.Context) int {
+	// One hand-off at a time: the one at shutdown must not find nothing to
+	// do because the loop's is still in flight with the counters.
+	s.handoff.mu.Lock()
+	defer s.handoff.mu.Unlock()
 	r := s.cluster.Ring()
 	self := s.cluster.LocalMember().Name
 	start := time.Now()

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,20 +19,41 @@ import (
 // serve to return.
 func startNode(t *testing.T, args ...string) (httpAddr, grpcAddr string, stop func() error) {
 	t.Helper()
+	n, stop := startNamedNode(t, t.Name(), args...)
+	return n.httpAddr, n.grpcAddr, stop
+}
+
+// startNamedNode is startNode for one of several nodes in a test.
+func startNamedNode(t *testing.T, name string, args ...string) (*node, func() error) {
+	t.Helper()
 	conf, err := parseConfig(append([]string{"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
-		"--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--node-name", t.Name()}, args...), env(nil), io.Discard)
+		"--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--node-name", name}, args...), env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan [2]string, 1)
+	nodes := make(chan *node, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, conf, slog.New(slog.DiscardHandler), func(h, g string) { addrs <- [2]string{h, g} })
+		done <- serve(ctx, conf, slog.New(slog.DiscardHandler), func(n *node) { nodes <- n })
 	}()
 	select {
-	case a := <-addrs:
-		return a[0], a[1], func() error { cancel(); return <-done }
+	case n := <-nodes:
+		var once sync.Once
+		var stopErr error
+		stop := func() error {
+			once.Do(func() { cancel(); stopErr = <-done })
+			return stopErr
+		}
+		t.Cleanup(func() { stop() })
+		// The gossip port is known once the cluster's Run has bound it.
+		for deadline := time.Now().Add(10 * time.Second); n.cluster.GossipAddr() == ""; {
+			if time.Now().After(deadline) {
+				t.Fatal("gossip did not start within 10s")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return n, stop
 	case err := <-done:
 		cancel()
 		t.Fatalf("serve: %v", err)
@@ -39,7 +61,7 @@ func startNode(t *testing.T, args ...string) (httpAddr, grpcAddr string, stop fu
 		cancel()
 		t.Fatal("node did not start within 10s")
 	}
-	return "", "", nil
+	return nil, nil
 }
 
 func TestServeAnswersAndStops(t *testing.T) {

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/client"
+)
+
+// testCluster is several nodes in this test process, on loopback, with
+// real memberlist and real gRPC.
+type testCluster struct {
+	nodes   []*node
+	stops   []func() error
+	clients []*client.Client
+}
+
+// startCluster starts n nodes, each joining the first, and waits until
+// every node's ring has n members.
+func startCluster(t *testing.T, n int, args ...string) *testCluster {
+	t.Helper()
+	c := &testCluster{}
+	for i := range n {
+		c.add(t, args...)
+		_ = i
+	}
+	c.waitForMembers(t, n)
+	return c
+}
+
+// add starts one more node that joins the first.
+func (c *testCluster) add(t *testing.T, args ...string) {
+	t.Helper()
+	if len(c.nodes) > 0 {
+		args = append([]string{"--join", c.nodes[0].cluster.GossipAddr()}, args...)
+	}
+	n, stop := startNamedNode(t, fmt.Sprintf("node-%d", len(c.nodes)), args...)
+	cl, err := client.New(n.grpcAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	c.nodes, c.stops, c.clients = append(c.nodes, n), append(c.stops, stop), append(c.clients, cl)
+}
+
+// waitForMembers polls until every running node sees want members.
+func (c *testCluster) waitForMembers(t *testing.T, want int, skip ...int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok := true
+		for i, n := range c.nodes {
+			if contains(skip, i) {
+				continue
+			}
+			ok = ok && n.cluster.Ring().Len() == want && n.cluster.Ready()
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			var lens []string
+			for _, n := range c.nodes {
+				lens = append(lens, fmt.Sprintf("%d/%v", n.cluster.Ring().Len(), n.cluster.Ready()))
+			}
+			t.Fatalf("cluster did not converge on %d members within 20s: rings %v", want, lens)
+		}
+		time.Sleep(20 * time.Millisecond) // polling, not waiting for an effect
+	}
+}
+
+func contains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// burst sends total concurrent checks of one hit on key, spread evenly
+// over the nodes, and returns how many were admitted.
+func (c *testCluster) burst(t *testing.T, item *pb.CheckItem, total int) int {
+	t.Helper()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	const workers = 150
+	for w := range workers {
+		wg.Go(func() {
+			cl := c.clients[w%len(c.clients)]
+			for range total / workers {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				resp, err := cl.Check(ctx, &pb.CheckRequest{Requests: []*pb.CheckItem{item}})
+				cancel()
+				if err != nil {
+					t.Errorf("check: %v", err)
+					return
+				}
+				r := resp.Responses[0]
+				if r.Error != "" {
+					t.Errorf("check: %s", r.Error)
+				}
+				if r.Status == pb.Status_UNDER_LIMIT {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return int(admitted.Load())
+}
+
+func TestClusterIsExact(t *testing.T) {
+	c := startCluster(t, 3)
+	for _, behavior := range []pb.Behavior{pb.Behavior_BATCHED, pb.Behavior_UNBATCHED} {
+		item := &pb.CheckItem{Name: "burst", Key: "hot:" + behavior.String(), Limit: 100, DurationMs: 3_600_000, Behavior: behavior}
+		if got := c.burst(t, item, 1500); got != 100 {
+			t.Errorf("%v: 1500 concurrent checks over 3 nodes admitted %d, want exactly 100", behavior, got)
+		}
+	}
+}
+
+func TestClusterGlobalIsBounded(t *testing.T) {
+	c := startCluster(t, 3, "--global-sync", "50ms")
+	item := &pb.CheckItem{Name: "burst", Key: "hot:global", Limit: 100, DurationMs: 3_600_000, Behavior: pb.Behavior_GLOBAL}
+	if got := c.burst(t, item, 1500); got < 100 || got > 110 {
+		t.Errorf("GLOBAL: 1500 concurrent checks over 3 nodes admitted %d, want 100..110", got)
+	}
+	// The owner learns of every hit: after a sync, any node reports none
+	// remaining.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		peek := &pb.CheckItem{Name: "burst", Key: "hot:global", Limit: 100, DurationMs: 3_600_000, Hits: new(int64)}
+		resp, err := c.clients[0].Check(context.Background(), &pb.CheckRequest{Requests: []*pb.CheckItem{peek}})
+		if err == nil && resp.Responses[0].Remaining == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("owner's counter not spent 10s after the burst: %v %v", resp, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// spend charges half of each of n counters, through node 0.
+func (c *testCluster) spend(t *testing.T, n int) {
+	t.Helper()
+	for i := range n {
+		item := &pb.CheckItem{Name: "handoff", Key: fmt.Sprint("user:", i), Limit: 10, DurationMs: 3_600_000, Hits: ptr(int64(5))}
+		resp, err := c.clients[0].Check(context.Background(), &pb.CheckRequest{Requests: []*pb.CheckItem{item}})
+		if err != nil || resp.Responses[0].Status != pb.Status_UNDER_LIMIT {
+			t.Fatalf("spend %d: %v %v", i, resp, err)
+		}
+	}
+}
+
+// kept returns how many of n counters still have 5 remaining, asking
+// through the given client.
+func kept(t *testing.T, cl *client.Client, n int) int {
+	t.Helper()
+	k := 0
+	for i := range n {
+		item := &pb.CheckItem{Name: "handoff", Key: fmt.Sprint("user:", i), Limit: 10, DurationMs: 3_600_000, Hits: ptr(int64(0))}
+		resp, err := cl.Check(context.Background(), &pb.CheckRequest{Requests: []*pb.CheckItem{item}})
+		if err != nil {
+			t.Fatalf("check %d: %v", i, err)
+		}
+		if resp.Responses[0].Remaining == 5 {
+			k++
+		}
+	}
+	return k
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestCountersSurviveScaleOutAndShutdown(t *testing.T) {
+	const counters = 600
+	c := startCluster(t, 2)
+	c.spend(t, counters)
+
+	c.add(t)
+	c.waitForMembers(t, 3)
+	// Hand-off is asynchronous: poll until the new owner has the counters.
+	pollKept(t, c.clients[2], counters, "after scaling 2 -> 3")
+
+	// A SIGTERM'd node leaves, hands off and exits; ask the survivors.
+	if err := c.stops[1](); err != nil {
+		t.Fatalf("stopping node 1: %v", err)
+	}
+	c.waitForMembers(t, 2, 1)
+	pollKept(t, c.clients[2], counters, "after node 1 shut down")
+}
+
+func pollKept(t *testing.T, cl *client.Client, n int, when string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		k := kept(t, cl, n)
+		if k*100 >= n*99 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d of %d counters kept their state, want >= 99%%", when, k, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,122 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+)
+
+// Forward asks the owner at addr to decide req, batched with concurrent
+// calls bound for the same addr (see Config.BatchWait and BatchLimit). It
+// needs Run to be running. It returns as soon as ctx ends, and at the
+// latest after Config.Timeout, with an error wrapping ErrUnreachable if the
+// peer could not be reached or answer in time. Forward is safe for
+// concurrent use and does not modify req.
+func (p *Pool) Forward(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	start := time.Now()
+	resp, err := p.forward(ctx, addr, req)
+	p.metrics.forwarded(batched, start, err)
+	return resp, err
+}
+
+func (p *Pool) forward(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	c, err := p.peer(addr)
+	if err != nil {
+		return nil, fmt.Errorf("forward to %s: %w", addr, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.conf.Timeout)
+	defer cancel()
+	resp, err := c.batch.do(ctx, req)
+	if err != nil {
+		return nil, wrap(ctx, "forward", addr, err)
+	}
+	return resp, nil
+}
+
+// ForwardNow is Forward without batching: one RPC for this request alone. It
+// does not need Run.
+func (p *Pool) ForwardNow(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	start := time.Now()
+	resp, err := unary(ctx, p, "forward", addr, pb.PeerClient.Forward, &pb.ForwardRequest{Requests: []*pb.CheckRequest{req}})
+	if err == nil && len(resp.GetResponses()) != 1 {
+		err = fmt.Errorf("forward to %s: peer answered %d responses to 1 request", addr, len(resp.GetResponses()))
+	}
+	p.metrics.forwarded(unbatched, start, err)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetResponses()[0], nil
+}
+
+// AddGlobalHits sends hits admitted for GLOBAL keys to their owner at addr.
+func (p *Pool) AddGlobalHits(ctx context.Context, addr string, items []*pb.CheckItem) error {
+	_, err := unary(ctx, p, "add global hits", addr, pb.PeerClient.AddGlobalHits, &pb.GlobalHitsRequest{Items: items})
+	return err
+}
+
+// UpdateGlobals sends the owner's state of GLOBAL keys to the node at addr.
+func (p *Pool) UpdateGlobals(ctx context.Context, addr string, states []*pb.GlobalState) error {
+	_, err := unary(ctx, p, "update globals", addr, pb.PeerClient.UpdateGlobals, &pb.GlobalUpdateRequest{States: states})
+	return err
+}
+
+// HandOff gives counters that node from no longer owns to their new owner at
+// addr, and returns how many the new owner accepted.
+func (p *Pool) HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) (int64, error) {
+	resp, err := unary(ctx, p, "hand off", addr, pb.PeerClient.HandOff, &pb.HandOffRequest{From: from, Counters: counters})
+	return resp.GetAccepted(), err
+}
+
+// rpc is a method of pb.PeerClient, as a method expression.
+type rpc[Req, Resp any] func(pb.PeerClient, context.Context, Req, ...grpc.CallOption) (Resp, error)
+
+// unary makes one RPC to addr, bounded by Config.Timeout, and wraps its
+// error with op and addr.
+func unary[Req, Resp any](ctx context.Context, p *Pool, op, addr string, method rpc[Req, Resp], req Req) (Resp, error) {
+	var zero Resp
+	c, err := p.peer(addr)
+	if err != nil {
+		return zero, fmt.Errorf("%s to %s: %w", op, addr, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.conf.Timeout)
+	defer cancel()
+	resp, err := method(c.client, ctx, req)
+	if err != nil {
+		return zero, wrap(ctx, op, addr, err)
+	}
+	return resp, nil
+}
+
+// wrap adds op and addr to err, from a call made with ctx, and marks it
+// ErrUnreachable if it means the peer could not be reached in time.
+func wrap(ctx context.Context, op, addr string, err error) error {
+	if unreachable(ctx, err) {
+		return fmt.Errorf("%s to %s: %w: %w", op, addr, ErrUnreachable, err)
+	}
+	return fmt.Errorf("%s to %s: %w", op, addr, err)
+}
+
+func unreachable(ctx context.Context, err error) bool {
+	if errors.Is(err, ErrUnreachable) {
+		return false // marked already
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	case codes.Canceled:
+		// The connection closed under the call (Retain), rather than its
+		// caller leaving.
+		return ctx.Err() == nil
+	}
+	return false
+}

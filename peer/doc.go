@@ -1,0 +1,23 @@
+// Package peer carries traffic between ringlimit nodes: a gRPC Server that
+// hands peer RPCs to a Handler, and a Pool of client connections that other
+// nodes use to reach it.
+//
+// A node that does not own a key forwards the check to the key's owner.
+// Forwarding one RPC per check costs a round trip and a gRPC stream per
+// check, so Pool.Forward gathers concurrent checks bound for the same peer
+// into one Forward RPC. Each peer has a batcher: callers hand it their
+// request and wait on a result channel of their own; the batcher's loop
+// collects requests until the batch holds Config.BatchLimit items or
+// Config.BatchWait has passed since the batch's first request, then sends
+// the batch from a separate goroutine (at most a few per peer at once) and
+// keeps collecting. The owner answers each request of the batch as if it had
+// arrived alone, so batching changes latency, never decisions.
+//
+// Goroutine ownership follows the project rule: NewPool starts nothing;
+// Pool.Run owns every goroutine that flushes batches and returns only after
+// all of them have exited. A caller never waits on a batcher that is gone:
+// requests pending when Run ends or when Retain drops their peer fail with
+// an error, and callers whose context ends return at once. The gRPC
+// connections themselves, with gRPC's own goroutines, belong to the Pool
+// until Close.
+package peer

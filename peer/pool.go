@@ -1,0 +1,246 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+)
+
+// ErrUnreachable is wrapped by the errors of calls that could not reach the
+// peer or got no answer in time (gRPC codes.Unavailable or
+// codes.DeadlineExceeded, or a peer dropped by Retain), so that the caller
+// can decide locally instead.
+var ErrUnreachable = errors.New("peer unreachable")
+
+// ErrClosed is wrapped by the errors of calls made after the Pool was
+// closed, and of batched calls made or pending when Pool.Run ended.
+var ErrClosed = errors.New("peer pool closed")
+
+// maxInFlight bounds the batched Forward RPCs in flight to one peer.
+const maxInFlight = 4
+
+// Config configures a Pool. The zero value is usable: every zero field
+// means its documented default.
+type Config struct {
+	// BatchWait is the longest a batched Forward waits for company: a batch
+	// is sent BatchWait after its first request arrived, if BatchLimit did
+	// not fill it first. Zero means 500µs.
+	BatchWait time.Duration
+	// BatchLimit is the number of check items (not requests) at which a
+	// batch is sent at once. Zero means 1000; it is capped at
+	// MaxForwardItems.
+	BatchLimit int
+	// Timeout bounds every RPC, and a batched Forward from call to answer,
+	// unless the caller's context ends sooner. Zero means 2s.
+	Timeout time.Duration
+	// Registerer receives the Pool's metrics. Nil means they are not
+	// exported.
+	Registerer prometheus.Registerer
+	// DialOptions configure every connection. Nil means plaintext
+	// (insecure credentials), for a private peer network.
+	DialOptions []grpc.DialOption
+}
+
+func (c Config) withDefaults() Config {
+	if c.BatchWait <= 0 {
+		c.BatchWait = 500 * time.Microsecond
+	}
+	if c.BatchLimit <= 0 {
+		c.BatchLimit = 1000
+	}
+	c.BatchLimit = min(c.BatchLimit, MaxForwardItems)
+	if c.Timeout <= 0 {
+		c.Timeout = 2 * time.Second
+	}
+	if c.DialOptions == nil {
+		c.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	return c
+}
+
+// Pool holds one gRPC connection and one batcher per peer address, created
+// on first use and reused. It is safe for concurrent use.
+//
+// Pool.Run must be running for batched Forward calls to be sent; until it
+// starts they wait, bounded by their context and Config.Timeout. The other
+// calls do not need Run, and keep working after Run returns until Close, so
+// a node can still hand off its counters while shutting down.
+type Pool struct {
+	conf    Config
+	metrics *metrics
+	added   chan struct{} // cap 1: a peer was added, so Run has a batcher to start
+
+	mu      sync.RWMutex
+	peers   map[string]*conn
+	running bool // Run was called
+	ended   bool // Run has returned or is returning
+	closed  bool // Close was called
+}
+
+// conn is one peer: its connection, client and batcher.
+type conn struct {
+	cc     *grpc.ClientConn
+	client pb.PeerClient
+	batch  *batcher
+}
+
+// NewPool returns a Pool configured by conf. It starts nothing and dials
+// nothing. It panics if conf.Registerer refuses the metrics, e.g. because
+// another Pool registered them already.
+func NewPool(conf Config) *Pool {
+	conf = conf.withDefaults()
+	return &Pool{
+		conf:    conf,
+		metrics: newMetrics(conf.Registerer),
+		added:   make(chan struct{}, 1),
+		peers:   make(map[string]*conn),
+	}
+}
+
+// Run starts the batch loop of each peer when the peer is first used, and
+// stops them all when ctx ends. It returns ctx.Err() once every goroutine it
+// started has exited; batched calls pending then fail with ErrClosed, and
+// later batched calls fail at once. Run may be called only once; it does not
+// close connections (see Close).
+func (p *Pool) Run(ctx context.Context) error {
+	p.mu.Lock()
+	if p.running {
+		p.mu.Unlock()
+		return errors.New("peer pool: Run called twice")
+	}
+	p.running = true
+	p.mu.Unlock()
+
+	var g errgroup.Group // batch loops; each returns nil
+	for {
+		p.startBatchers(ctx, &g)
+		select {
+		case <-p.added:
+		case <-ctx.Done():
+			p.mu.Lock()
+			p.ended = true
+			for _, c := range p.peers {
+				c.batch.retire(ErrClosed)
+			}
+			p.mu.Unlock()
+			_ = g.Wait()
+			return ctx.Err()
+		}
+	}
+}
+
+// startBatchers starts the loop of every batcher that has none yet.
+func (p *Pool) startBatchers(ctx context.Context, g *errgroup.Group) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.peers {
+		if b := c.batch; !b.started && !b.retired {
+			b.started = true
+			g.Go(func() error { return b.run(ctx) })
+		}
+	}
+}
+
+// Close closes every connection and makes all later calls fail with
+// ErrClosed; calls in flight fail. It does not wait for Run, which should be
+// stopped too. Close is idempotent.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	peers := p.peers
+	p.peers = nil
+	for _, c := range peers {
+		c.batch.retire(ErrClosed)
+	}
+	p.mu.Unlock()
+
+	var errs []error
+	for addr, c := range peers {
+		if err := c.cc.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close %s: %w", addr, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Retain closes the connections to every address not in addrs, such as
+// nodes that left the cluster. Calls pending or in flight to them fail with
+// an error wrapping ErrUnreachable. A later call to a dropped address dials
+// it afresh. Retain is safe to call concurrently with everything else.
+func (p *Pool) Retain(addrs []string) {
+	keep := make(map[string]struct{}, len(addrs))
+	for _, a := range addrs {
+		keep[a] = struct{}{}
+	}
+	var drop []*conn
+	p.mu.Lock()
+	for addr, c := range p.peers {
+		if _, ok := keep[addr]; !ok {
+			delete(p.peers, addr)
+			c.batch.retire(fmt.Errorf("%w: left the cluster", ErrUnreachable))
+			drop = append(drop, c)
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range drop {
+		_ = c.cc.Close() // fails only if already closed
+	}
+}
+
+// peer returns the conn to addr, creating it on first use. Creating a conn
+// dials nothing: gRPC connects on the first RPC.
+func (p *Pool) peer(addr string) (*conn, error) {
+	p.mu.RLock()
+	c, ok := p.peers[addr]
+	p.mu.RUnlock()
+	if ok {
+		return c, nil
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	if c, ok := p.peers[addr]; ok {
+		return c, nil
+	}
+	cc, err := grpc.NewClient(addr, p.conf.DialOptions...)
+	if err != nil {
+		return nil, err
+	}
+	c = &conn{cc: cc, client: pb.NewPeerClient(cc)}
+	c.batch = newBatcher(p.conf.BatchWait, p.conf.BatchLimit, maxInFlight, c.sendFunc(p.conf.Timeout), p.metrics.batchSize)
+	if p.ended {
+		c.batch.retire(ErrClosed)
+	}
+	p.peers[addr] = c
+	select {
+	case p.added <- struct{}{}:
+	default: // Run has a signal pending already
+	}
+	return c, nil
+}
+
+// sendFunc returns the batcher's way to send a batch over c.
+func (c *conn) sendFunc(timeout time.Duration) sendFunc {
+	return func(ctx context.Context, reqs []*pb.CheckRequest) ([]*pb.CheckResponse, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		resp, err := c.client.Forward(ctx, &pb.ForwardRequest{Requests: reqs})
+		return resp.GetResponses(), err
+	}
+}

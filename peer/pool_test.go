@@ -1,0 +1,359 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc/connectivity"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+)
+
+// startPool returns a Pool whose Run runs until stop or the test's cleanup,
+// which also closes the Pool. stop cancels Run and returns its error.
+func startPool(t testing.TB, conf Config) (p *Pool, stop func() error) {
+	t.Helper()
+	p = NewPool(conf)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			runErr = <-done
+		})
+		return runErr
+	}
+	t.Cleanup(func() {
+		_ = stop()
+		if err := p.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return p, stop
+}
+
+// forwardAll makes n concurrent Forward calls, caller i with key "k<i>", and
+// returns the first error, including a caller getting another's answer.
+func forwardAll(ctx context.Context, p *Pool, addr string, n int) error {
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			key := fmt.Sprint("k", i)
+			resp, err := p.Forward(ctx, addr, check(key, 1))
+			if err == nil && keyOf(resp) != key {
+				err = fmt.Errorf("caller %s got the answer for %s", key, keyOf(resp))
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for range n {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func TestForwardBatches(t *testing.T) {
+	h := &fakeHandler{}
+	addr := serve(t, h)
+	p, _ := startPool(t, Config{BatchWait: 50 * time.Millisecond})
+	if err := forwardAll(t.Context(), p, addr, 100); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.forwards.Load(); n > 5 {
+		t.Errorf("100 concurrent calls took %d RPCs, want at most 5", n)
+	}
+}
+
+func TestForwardBatchLimitFlushesAtOnce(t *testing.T) {
+	h := &fakeHandler{}
+	addr := serve(t, h)
+	p, _ := startPool(t, Config{BatchWait: time.Hour, BatchLimit: 10, Timeout: time.Minute})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := forwardAll(ctx, p, addr, 10); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.forwards.Load(); n != 1 {
+		t.Errorf("10 calls with BatchLimit 10 took %d RPCs, want 1", n)
+	}
+}
+
+func TestForwardBatchWaitFlushesLoneRequest(t *testing.T) {
+	h := &fakeHandler{}
+	addr := serve(t, h)
+	p, _ := startPool(t, Config{BatchWait: time.Millisecond})
+	resp, err := p.Forward(t.Context(), addr, check("lone", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keyOf(resp) != "lone" {
+		t.Errorf("got the answer for %q, want lone", keyOf(resp))
+	}
+}
+
+// closedAddr returns a loopback address that nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	return addr
+}
+
+func TestUnreachable(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	addr := closedAddr(t)
+	p, _ := startPool(t, Config{Timeout: timeout})
+	calls := map[string]func(ctx context.Context) error{
+		"Forward": func(ctx context.Context) error {
+			_, err := p.Forward(ctx, addr, check("a", 1))
+			return err
+		},
+		"ForwardNow": func(ctx context.Context) error {
+			_, err := p.ForwardNow(ctx, addr, check("a", 1))
+			return err
+		},
+		"AddGlobalHits": func(ctx context.Context) error { return p.AddGlobalHits(ctx, addr, nil) },
+		"UpdateGlobals": func(ctx context.Context) error { return p.UpdateGlobals(ctx, addr, nil) },
+		"HandOff": func(ctx context.Context) error {
+			_, err := p.HandOff(ctx, addr, "me", nil)
+			return err
+		},
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			start := time.Now()
+			err := call(t.Context())
+			if !errors.Is(err, ErrUnreachable) {
+				t.Errorf("err = %v, want ErrUnreachable", err)
+			}
+			if d := time.Since(start); d > timeout+time.Second {
+				t.Errorf("took %v, want about %v at most", d, timeout)
+			}
+		})
+	}
+}
+
+func TestForwardCallerCancels(t *testing.T) {
+	h := &fakeHandler{}
+	addr := serve(t, h)
+	p, _ := startPool(t, Config{BatchWait: time.Hour, Timeout: time.Hour})
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(10*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := p.Forward(ctx, addr, check("a", 1))
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("err = %v, want context.Canceled", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("returned %v after the call, want promptly after cancel", d)
+	}
+}
+
+func TestShutdown(t *testing.T) {
+	h := &fakeHandler{block: make(chan struct{}), entered: make(chan struct{}, 1)}
+	addr := serve(t, h)
+	ignoreServer := goleak.IgnoreCurrent() // the server's goroutines stop at cleanup
+	p, stop := startPool(t, Config{BatchWait: time.Hour, BatchLimit: 2, Timeout: time.Hour})
+
+	// Two calls fill a batch that blocks in the handler; a third waits in the
+	// next batch.
+	errs := make(chan error, 3)
+	for i := range 3 {
+		go func() {
+			_, err := p.Forward(t.Context(), addr, check(fmt.Sprint(i), 1))
+			errs <- err
+		}()
+	}
+	<-h.entered
+	if err := stop(); !errors.Is(err, context.Canceled) {
+		t.Errorf("Run returned %v, want context.Canceled", err)
+	}
+	for range 3 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, ErrClosed) {
+				t.Errorf("in-flight caller got %v, want ErrClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("caller still waiting 5s after Run returned")
+		}
+	}
+	if _, err := p.Forward(t.Context(), addr, check("late", 1)); !errors.Is(err, ErrClosed) {
+		t.Errorf("Forward after Run: %v, want ErrClosed", err)
+	}
+	// Unary calls work until Close, e.g. to hand off while shutting down.
+	if n, err := p.HandOff(t.Context(), addr, "me", []*pb.CounterState{{Key: "a"}}); err != nil || n != 1 {
+		t.Errorf("HandOff after Run = %d, %v; want 1, nil", n, err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ForwardNow(t.Context(), addr, check("late", 1)); !errors.Is(err, ErrClosed) {
+		t.Errorf("ForwardNow after Close: %v, want ErrClosed", err)
+	}
+	// Nothing of Run's, nor of the connections', is left.
+	goleak.VerifyNone(t, ignoreServer)
+}
+
+func TestRunTwice(t *testing.T) {
+	p := NewPool(Config{})
+	defer p.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := p.Run(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Run = %v, want context.Canceled", err)
+	}
+	if err := p.Run(t.Context()); err == nil {
+		t.Error("second Run returned nil, want an error")
+	}
+}
+
+func TestRetain(t *testing.T) {
+	h := &fakeHandler{}
+	a, b := serve(t, h), serve(t, h)
+	p, _ := startPool(t, Config{})
+	for _, addr := range []string{a, b} {
+		if _, err := p.Forward(t.Context(), addr, check("k", 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.mu.RLock()
+	old := p.peers[b].cc
+	p.mu.RUnlock()
+
+	p.Retain([]string{a})
+	if s := old.GetState(); s != connectivity.Shutdown {
+		t.Errorf("dropped connection is %v, want Shutdown", s)
+	}
+	p.mu.RLock()
+	_, hasA := p.peers[a]
+	_, hasB := p.peers[b]
+	p.mu.RUnlock()
+	if !hasA || hasB {
+		t.Errorf("after Retain(a): has a %v, has b %v; want true, false", hasA, hasB)
+	}
+	// A dropped peer that comes back is dialled afresh.
+	if _, err := p.Forward(t.Context(), b, check("k", 1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUnaryCalls(t *testing.T) {
+	h := &fakeHandler{}
+	addr := serve(t, h)
+	p := NewPool(Config{}) // no Run: unary calls don't need it
+	defer p.Close()
+
+	resp, err := p.ForwardNow(t.Context(), addr, check("now", 1))
+	if err != nil || keyOf(resp) != "now" {
+		t.Fatalf("ForwardNow = %v, %v; want the answer for now", resp, err)
+	}
+	if err := p.AddGlobalHits(t.Context(), addr, []*pb.CheckItem{{Key: "g"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.UpdateGlobals(t.Context(), addr, []*pb.GlobalState{{Key: "g", Remaining: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := p.HandOff(t.Context(), addr, "me", []*pb.CounterState{{Key: "a"}, {Key: "b"}})
+	if err != nil || n != 2 {
+		t.Fatalf("HandOff = %d, %v; want 2, nil", n, err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.hits) != 1 || h.hits[0].GetKey() != "g" || len(h.states) != 1 || h.states[0].GetRemaining() != 3 || h.handedBy != "me" {
+		t.Errorf("handler saw hits %v, states %v, hand-off from %q", h.hits, h.states, h.handedBy)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	h := &fakeHandler{}
+	addr := serve(t, h)
+	reg := prometheus.NewRegistry()
+	p, _ := startPool(t, Config{Registerer: reg, BatchWait: time.Millisecond})
+	if err := forwardAll(t.Context(), p, addr, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ForwardNow(t.Context(), closedAddr(t), check("x", 1)); err == nil {
+		t.Fatal("ForwardNow to a closed port succeeded")
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				name += "/" + l.GetValue()
+			}
+			if hist := m.GetHistogram(); hist != nil {
+				got[name] = hist.GetSampleSum()
+				got[name+"/count"] = float64(hist.GetSampleCount())
+			} else {
+				got[name] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	for name, want := range map[string]float64{
+		"ringlimit_peer_batch_size":                               3, // items
+		"ringlimit_peer_forward_duration_seconds/batched/count":   3,
+		"ringlimit_peer_forward_duration_seconds/unbatched/count": 1,
+		"ringlimit_peer_forward_errors_total/batched":             0,
+		"ringlimit_peer_forward_errors_total/unbatched":           1,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
+	}
+}
+
+func TestRetainFailsPending(t *testing.T) {
+	addr := serve(t, &fakeHandler{})
+	p, _ := startPool(t, Config{BatchWait: time.Hour, Timeout: time.Hour})
+	errs := make(chan error, 1)
+	go func() {
+		_, err := p.Forward(t.Context(), addr, check("a", 1))
+		errs <- err
+	}()
+	// Wait until the call has created the peer; it then waits in the batch
+	// or to enter it, and Retain fails it either way.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		p.mu.RLock()
+		_, ok := p.peers[addr]
+		p.mu.RUnlock()
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the peer was never created")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	p.Retain(nil)
+	select {
+	case err := <-errs:
+		if !errors.Is(err, ErrUnreachable) {
+			t.Errorf("pending call to a dropped peer got %v, want ErrUnreachable", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("pending call to a dropped peer still waiting")
+	}
+}

@@ -1,0 +1,99 @@
+package peer
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+)
+
+// MaxForwardItems bounds a Forward RPC: Server refuses a ForwardRequest
+// holding more requests, or more check items in all, than this. Pool never
+// sends more than Config.BatchLimit items in one RPC unless a single request
+// holds more.
+const MaxForwardItems = 10_000
+
+// Handler is what Server needs from the node: the owner's side of each peer
+// RPC. Server calls it from gRPC's goroutines, concurrently, so
+// implementations must be safe for concurrent use. Handlers must treat their
+// arguments as read-only.
+type Handler interface {
+	// Forwarded decides reqs as their owner and returns one response per
+	// request, in the same order.
+	Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse
+	// AddGlobalHits charges hits that other nodes admitted for GLOBAL keys.
+	AddGlobalHits(ctx context.Context, items []*pb.CheckItem)
+	// UpdateGlobals applies the owner's view of GLOBAL counters.
+	UpdateGlobals(ctx context.Context, states []*pb.GlobalState)
+	// HandOff takes over counters that node from no longer owns and returns
+	// how many it accepted.
+	HandOff(ctx context.Context, from string, counters []*pb.CounterState) int64
+}
+
+// Server is the gRPC Peer service. It checks the bounds of each RPC and
+// delegates the rest to its Handler. Server holds no state of its own and is
+// safe for concurrent use.
+type Server struct {
+	pb.UnimplementedPeerServer
+	h Handler
+}
+
+// NewServer returns a Server that delegates to h.
+func NewServer(h Handler) *Server {
+	return &Server{h: h}
+}
+
+// Register registers s as the Peer service on g (usually a *grpc.Server
+// listening on the peer address only, never the public one).
+func (s *Server) Register(g grpc.ServiceRegistrar) {
+	pb.RegisterPeerServer(g, s)
+}
+
+// Forward decides a batch of forwarded checks. It refuses a batch larger
+// than MaxForwardItems with codes.InvalidArgument, and reports a Handler that
+// does not answer every request with codes.Internal.
+func (s *Server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.ForwardResponse, error) {
+	reqs := req.GetRequests()
+	if len(reqs) > MaxForwardItems {
+		return nil, status.Errorf(codes.InvalidArgument, "forward of %d requests, more than %d", len(reqs), MaxForwardItems)
+	}
+	items := 0
+	for _, r := range reqs {
+		items += len(r.GetRequests())
+	}
+	if items > MaxForwardItems {
+		return nil, status.Errorf(codes.InvalidArgument, "forward of %d items, more than %d", items, MaxForwardItems)
+	}
+	resps := s.h.Forwarded(ctx, reqs)
+	if len(resps) != len(reqs) {
+		return nil, status.Errorf(codes.Internal, "handler answered %d of %d forwarded requests", len(resps), len(reqs))
+	}
+	for i, r := range resps {
+		if r == nil {
+			return nil, status.Errorf(codes.Internal, "handler answered forwarded request %d with nil", i)
+		}
+	}
+	return &pb.ForwardResponse{Responses: resps}, nil
+}
+
+// AddGlobalHits passes hits for GLOBAL keys to the Handler.
+func (s *Server) AddGlobalHits(ctx context.Context, req *pb.GlobalHitsRequest) (*pb.GlobalHitsResponse, error) {
+	s.h.AddGlobalHits(ctx, req.GetItems())
+	return &pb.GlobalHitsResponse{}, nil
+}
+
+// UpdateGlobals passes the owner's GLOBAL states to the Handler.
+func (s *Server) UpdateGlobals(ctx context.Context, req *pb.GlobalUpdateRequest) (*pb.GlobalUpdateResponse, error) {
+	s.h.UpdateGlobals(ctx, req.GetStates())
+	return &pb.GlobalUpdateResponse{}, nil
+}
+
+// HandOff passes handed-off counters to the Handler and reports how many it
+// accepted.
+func (s *Server) HandOff(ctx context.Context, req *pb.HandOffRequest) (*pb.HandOffResponse, error) {
+	n := s.h.HandOff(ctx, req.GetFrom(), req.GetCounters())
+	return &pb.HandOffResponse{Accepted: n}, nil
+}

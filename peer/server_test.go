@@ -1,0 +1,137 @@
+package peer
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+)
+
+// fakeHandler echoes forwarded requests (see echo) and counts calls. If
+// block is non-nil, Forwarded waits for it or for the RPC's end.
+type fakeHandler struct {
+	block    chan struct{}
+	entered  chan struct{} // if non-nil, gets a value each time Forwarded starts
+	forwards atomic.Int64
+	answer   func([]*pb.CheckRequest) []*pb.CheckResponse // nil means echo
+
+	mu       sync.Mutex
+	hits     []*pb.CheckItem
+	states   []*pb.GlobalState
+	handedBy string
+}
+
+func (h *fakeHandler) Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
+	h.forwards.Add(1)
+	if h.entered != nil {
+		h.entered <- struct{}{}
+	}
+	if h.block != nil {
+		select {
+		case <-h.block:
+		case <-ctx.Done():
+		}
+	}
+	if h.answer != nil {
+		return h.answer(reqs)
+	}
+	return echo(reqs)
+}
+
+func (h *fakeHandler) AddGlobalHits(_ context.Context, items []*pb.CheckItem) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.hits = append(h.hits, items...)
+}
+
+func (h *fakeHandler) UpdateGlobals(_ context.Context, states []*pb.GlobalState) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.states = append(h.states, states...)
+}
+
+func (h *fakeHandler) HandOff(_ context.Context, from string, counters []*pb.CounterState) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.handedBy = from
+	return int64(len(counters))
+}
+
+// serve starts a Peer server for h on a loopback port and returns its
+// address. The server stops at the test's cleanup.
+func serve(t testing.TB, h Handler) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	NewServer(h).Register(g)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = g.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		g.Stop()
+		<-done
+	})
+	return lis.Addr().String()
+}
+
+func TestServerForwardBounds(t *testing.T) {
+	many := make([]*pb.CheckRequest, MaxForwardItems+1)
+	for i := range many {
+		many[i] = &pb.CheckRequest{}
+	}
+	big := []*pb.CheckRequest{check("a", MaxForwardItems/2), check("b", MaxForwardItems/2+1)}
+	tests := []struct {
+		name   string
+		reqs   []*pb.CheckRequest
+		answer func([]*pb.CheckRequest) []*pb.CheckResponse
+		want   codes.Code
+	}{
+		{name: "ok", reqs: []*pb.CheckRequest{check("a", 2), check("b", 1)}, want: codes.OK},
+		{name: "empty", reqs: nil, want: codes.OK},
+		{name: "at the item limit", reqs: []*pb.CheckRequest{check("a", MaxForwardItems)}, want: codes.OK},
+		{name: "too many requests", reqs: many, want: codes.InvalidArgument},
+		{name: "too many items", reqs: big, want: codes.InvalidArgument},
+		{
+			name:   "handler answers too few",
+			reqs:   []*pb.CheckRequest{check("a", 1), check("b", 1)},
+			answer: func(reqs []*pb.CheckRequest) []*pb.CheckResponse { return echo(reqs[:1]) },
+			want:   codes.Internal,
+		},
+		{
+			name:   "handler answers nil",
+			reqs:   []*pb.CheckRequest{check("a", 1)},
+			answer: func([]*pb.CheckRequest) []*pb.CheckResponse { return []*pb.CheckResponse{nil} },
+			want:   codes.Internal,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := &fakeHandler{answer: tt.answer}
+			resp, err := NewServer(h).Forward(t.Context(), &pb.ForwardRequest{Requests: tt.reqs})
+			if got := status.Code(err); got != tt.want {
+				t.Fatalf("code = %v (%v), want %v", got, err, tt.want)
+			}
+			if err != nil {
+				if tt.want == codes.InvalidArgument && h.forwards.Load() != 0 {
+					t.Error("handler called for a refused batch")
+				}
+				return
+			}
+			if len(resp.GetResponses()) != len(tt.reqs) {
+				t.Fatalf("%d responses for %d requests", len(resp.GetResponses()), len(tt.reqs))
+			}
+		})
+	}
+}
