@@ -55,9 +55,10 @@ func (p *Pool) ForwardNow(ctx context.Context, addr string, req *pb.CheckRequest
 	return resp.GetResponses()[0], nil
 }
 
-// AddGlobalHits sends hits admitted for GLOBAL keys to their owner at addr.
-func (p *Pool) AddGlobalHits(ctx context.Context, addr string, items []*pb.CheckItem) error {
-	_, err := unary(ctx, p, "add global hits", addr, pb.PeerClient.AddGlobalHits, &pb.GlobalHitsRequest{Items: items})
+// AddGlobalHits sends node from's reports of GLOBAL counters to their
+// owner at addr.
+func (p *Pool) AddGlobalHits(ctx context.Context, addr, from string, reports []*pb.GlobalReport) error {
+	_, err := unary(ctx, p, "add global hits", addr, pb.PeerClient.AddGlobalHits, &pb.GlobalHitsRequest{From: from, Reports: reports})
 	return err
 }
 

@@ -24,7 +24,7 @@ func (owner) Forwarded(_ context.Context, reqs []*pb.CheckRequest) []*pb.CheckRe
 	}
 	return out
 }
-func (owner) AddGlobalHits(context.Context, []*pb.CheckItem)            {}
+func (owner) AddGlobalHits(context.Context, string, []*pb.GlobalReport) {}
 func (owner) UpdateGlobals(context.Context, []*pb.GlobalState)          {}
 func (owner) HandOff(context.Context, string, []*pb.CounterState) int64 { return 0 }
 

@@ -129,7 +129,7 @@ func TestUnreachable(t *testing.T) {
 			_, err := p.ForwardNow(ctx, addr, check("a", 1))
 			return err
 		},
-		"AddGlobalHits": func(ctx context.Context) error { return p.AddGlobalHits(ctx, addr, nil) },
+		"AddGlobalHits": func(ctx context.Context) error { return p.AddGlobalHits(ctx, addr, "me", nil) },
 		"UpdateGlobals": func(ctx context.Context) error { return p.UpdateGlobals(ctx, addr, nil) },
 		"HandOff": func(ctx context.Context) error {
 			_, err := p.HandOff(ctx, addr, "me", nil)
@@ -265,7 +265,7 @@ func TestUnaryCalls(t *testing.T) {
 	if err != nil || keyOf(resp) != "now" {
 		t.Fatalf("ForwardNow = %v, %v; want the answer for now", resp, err)
 	}
-	if err := p.AddGlobalHits(t.Context(), addr, []*pb.CheckItem{{Key: "g"}}); err != nil {
+	if err := p.AddGlobalHits(t.Context(), addr, "me", []*pb.GlobalReport{{Item: &pb.CheckItem{Key: "g"}, Admitted: 4}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.UpdateGlobals(t.Context(), addr, []*pb.GlobalState{{Key: "g", Remaining: 3}}); err != nil {
@@ -277,8 +277,9 @@ func TestUnaryCalls(t *testing.T) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.hits) != 1 || h.hits[0].GetKey() != "g" || len(h.states) != 1 || h.states[0].GetRemaining() != 3 || h.handedBy != "me" {
-		t.Errorf("handler saw hits %v, states %v, hand-off from %q", h.hits, h.states, h.handedBy)
+	if len(h.hits) != 1 || h.hits[0].GetItem().GetKey() != "g" || h.hits[0].GetAdmitted() != 4 || h.reportedBy != "me" ||
+		len(h.states) != 1 || h.states[0].GetRemaining() != 3 || h.handedBy != "me" {
+		t.Errorf("handler saw hits %v from %q, states %v, hand-off from %q", h.hits, h.reportedBy, h.states, h.handedBy)
 	}
 }
 

@@ -24,8 +24,9 @@ type Handler interface {
 	// Forwarded decides reqs as their owner and returns one response per
 	// request, in the same order.
 	Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse
-	// AddGlobalHits charges hits that other nodes admitted for GLOBAL keys.
-	AddGlobalHits(ctx context.Context, items []*pb.CheckItem)
+	// AddGlobalHits takes node from's reports of the GLOBAL counters it
+	// tracks: hits admitted, grants wanted or released.
+	AddGlobalHits(ctx context.Context, from string, reports []*pb.GlobalReport)
 	// UpdateGlobals applies the owner's view of GLOBAL counters.
 	UpdateGlobals(ctx context.Context, states []*pb.GlobalState)
 	// HandOff takes over counters that node from no longer owns and returns
@@ -81,7 +82,7 @@ func (s *Server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Forwa
 
 // AddGlobalHits passes hits for GLOBAL keys to the Handler.
 func (s *Server) AddGlobalHits(ctx context.Context, req *pb.GlobalHitsRequest) (*pb.GlobalHitsResponse, error) {
-	s.h.AddGlobalHits(ctx, req.GetItems())
+	s.h.AddGlobalHits(ctx, req.GetFrom(), req.GetReports())
 	return &pb.GlobalHitsResponse{}, nil
 }
 

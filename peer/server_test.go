@@ -22,10 +22,11 @@ type fakeHandler struct {
 	forwards atomic.Int64
 	answer   func([]*pb.CheckRequest) []*pb.CheckResponse // nil means echo
 
-	mu       sync.Mutex
-	hits     []*pb.CheckItem
-	states   []*pb.GlobalState
-	handedBy string
+	mu         sync.Mutex
+	hits       []*pb.GlobalReport
+	reportedBy string
+	states     []*pb.GlobalState
+	handedBy   string
 }
 
 func (h *fakeHandler) Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
@@ -45,10 +46,11 @@ func (h *fakeHandler) Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []
 	return echo(reqs)
 }
 
-func (h *fakeHandler) AddGlobalHits(_ context.Context, items []*pb.CheckItem) {
+func (h *fakeHandler) AddGlobalHits(_ context.Context, from string, reports []*pb.GlobalReport) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.hits = append(h.hits, items...)
+	h.hits = append(h.hits, reports...)
+	h.reportedBy = from
 }
 
 func (h *fakeHandler) UpdateGlobals(_ context.Context, states []*pb.GlobalState) {

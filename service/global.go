@@ -12,136 +12,231 @@ import (
 	"github.com/ringlimit/ringlimit/ring"
 )
 
-// GLOBAL behaviour. Every node answers GLOBAL checks at once from local
-// state; the owner holds the real counter. Every --global-sync each node
-// sends the hits it admitted to the owners, which charge them and
-// broadcast each counter's remaining hits to all nodes.
+// GLOBAL behaviour: answers at once from local state, never more than the
+// limit in total.
 //
-// The bound: between two broadcasts a node admits at most its share of
-// the remaining hits the owner last reported. Shares are remaining/members,
-// with the remainder going one each to the first members in ring order, so
-// they add up to exactly what the owner reported and a burst spread over
-// all nodes admits at most the limit. Before a node has heard of a key it
-// assumes the counter is full. So the cluster over-admits only when the
-// owner's state is stale: hits still in flight when the owner broadcast,
-// or a key that other nodes had already spent when this node first saw it
-// (at most this node's share of a full counter, once).
+// The owner holds the counter. It lends each other node a grant: hits the
+// node may admit on its own. Grants are reserved: the owner admits its own
+// checks, and grants more, only from the counter's remaining hits minus
+// every grant not yet used up. Every --global-sync each node reports to the
+// owner the total hits it admitted (a running total, so a retried report
+// never counts twice) and whether it wants more; the owner charges the new
+// hits, hands the remaining hits out as grants to the nodes that asked
+// (each gets at most remaining/members a round, so none can starve the
+// others), and broadcasts the grants and the counter's state. A node that
+// went a whole round without a check gives back the rest of its grant, so
+// that idle nodes hold nothing. A node that has no grant yet for a key
+// forwards the check to the owner, which decides it at once, exactly.
+//
+// So the cluster never admits more than the limit. What it costs: a check
+// at a node whose grant is spent goes to the owner (as BATCHED does) until
+// the next round brings a grant, unless the owner last reported nothing
+// left, in which case it is refused locally at once; and hits lent to a
+// node are not refilled until the node reports them used or gives them
+// back.
 
 // globalKey identifies a counter without building a string.
 type globalKey struct{ name, key string }
 
-// globalEntry is this node's view of one GLOBAL counter.
+// globalEntry is this node's side of a GLOBAL counter it does not own.
 type globalEntry struct {
 	req        limiter.Request // the latest check's limit and algorithm
-	remaining  int64           // the owner's last report
-	share      int64           // what this node may admit between reports
-	spent      int64           // admitted here and not in the last report
-	pending    int64           // admitted here and not yet sent to the owner
-	reset      bool            // a reset to send to the owner
-	refresh    bool            // a check was refused: ask the owner for fresh state
+	owner      string          // the owner the totals below are kept with
+	admitted   int64           // hits admitted here, in all
+	granted    int64           // hits the owner allows here, in all
+	sent       int64           // admitted hits the owner has acknowledged
+	epoch      int64           // count of releases, so that stale grants are ignored
+	known      bool            // a grant for this epoch arrived
+	want       bool            // a check was refused: ask for a grant
+	active     bool            // a check came since the last report
+	release    bool            // a release to report
+	remaining  int64           // the owner's last report of the counter
 	resetAt    time.Time       // when the counter is full again
 	retryAfter time.Duration   // owner's estimate of the wait for one hit
 }
 
-// globals holds this node's GLOBAL counters and, as owner, the counters
-// whose new state it must broadcast.
+// lease is the owner's side of a GLOBAL counter: what it lent to whom.
+type lease struct {
+	req   limiter.Request
+	nodes map[string]*nodeLease
+}
+
+// nodeLease is one node's account with the owner.
+type nodeLease struct {
+	granted, received, epoch int64
+	want                     bool
+}
+
+// outstanding is the hits lent and not yet reported used.
+func (l *lease) outstanding() int64 {
+	var out int64
+	for _, n := range l.nodes {
+		out += max(0, n.granted-n.received)
+	}
+	return out
+}
+
+// globals holds this node's GLOBAL state: entries for counters others own,
+// leases for counters it owns.
 type globals struct {
 	s        *Service
 	interval time.Duration
 
 	mu      sync.Mutex
 	entries map[globalKey]*globalEntry
-	dirty   map[globalKey]limiter.Request // owned counters changed since the last broadcast
+	leases  map[globalKey]*lease
+	dirty   map[globalKey]struct{} // leases to broadcast
 }
+
+// maxGlobalEntries bounds the GLOBAL counters a node tracks for others,
+// whatever clients send.
+const maxGlobalEntries = 100_000
 
 func newGlobals(s *Service, interval time.Duration) *globals {
-	return &globals{s: s, interval: interval, entries: make(map[globalKey]*globalEntry), dirty: make(map[globalKey]limiter.Request)}
-}
-
-// shareOfRemaining is member index idx's share of remaining among members.
-func shareOfRemaining(remaining, members int64, idx int) int64 {
-	share := remaining / members
-	if int64(idx) < remaining%members {
-		share++
+	return &globals{
+		s: s, interval: interval,
+		entries: make(map[globalKey]*globalEntry),
+		leases:  make(map[globalKey]*lease),
+		dirty:   make(map[globalKey]struct{}),
 	}
-	return share
 }
 
-// position returns this node's index in the ring's member order and the
-// number of members.
-func (g *globals) position() (int, int64) {
-	r := g.s.cluster.Ring()
-	self := g.s.cluster.LocalMember().Name
-	members := r.Members()
-	idx := slices.IndexFunc(members, func(m ring.Member) bool { return m.Name == self })
-	return max(idx, 0), int64(max(len(members), 1))
-}
-
-// decide answers a GLOBAL check from this node's share.
-func (g *globals) decide(r *limiter.Request) algorithms.Decision {
-	idx, members := g.position()
+// decide answers a GLOBAL check for a counter owned by owner, another
+// node, from this node's grant. It returns forward when the owner must
+// decide: this node has no grant yet, or the check resets the counter.
+func (g *globals) decide(r *limiter.Request, owner string) (d algorithms.Decision, forward bool) {
 	k := globalKey{r.Name, r.Key}
-	capacity := r.Limit.Capacity()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	e := g.entries[k]
-	if e == nil || r.Reset {
-		if e == nil && len(g.entries) >= maxGlobalEntries {
+	if e == nil {
+		if len(g.entries) >= maxGlobalEntries {
 			g.evictOne()
 		}
-		e = &globalEntry{remaining: capacity, share: shareOfRemaining(capacity, members, idx), resetAt: r.Now, reset: r.Reset}
+		e = &globalEntry{owner: owner}
 		g.entries[k] = e
 	}
 	e.req = *r
-	d := algorithms.Decision{ResetAfter: max(0, e.resetAt.Sub(r.Now))}
+	e.active = true
+	if e.owner != owner {
+		e.reown(owner)
+	}
+	if !e.known || r.Reset {
+		e.want = true
+		return d, true
+	}
+	d.ResetAfter = max(0, e.resetAt.Sub(r.Now))
+	d.Remaining = max(0, e.remaining-(e.admitted-e.sent))
 	switch {
-	case r.Hits > capacity:
+	case r.Hits > r.Limit.Capacity():
 		d.RetryAfter = algorithms.Never
-	case e.spent+r.Hits <= e.share:
+	case e.admitted+r.Hits <= e.granted:
 		d.Allowed = true
-		e.spent += r.Hits
-		e.pending += r.Hits
-	case e.remaining-e.spent >= r.Hits:
-		// The cluster has room but this node's share is spent: the next
-		// broadcast brings a new share.
-		d.RetryAfter = g.interval
-		e.refresh = true
+		e.admitted += r.Hits
+		d.Remaining = max(0, d.Remaining-r.Hits)
+	case e.remaining > 0:
+		// The grant is spent but the owner has hits it has not lent:
+		// it decides, and the next round brings a grant.
+		e.want = true
+		return d, true
 	default:
 		d.RetryAfter = max(e.retryAfter, g.interval)
-		e.refresh = true
+		e.want = true
 	}
-	d.Remaining = max(0, e.remaining-e.spent)
+	return d, false
+}
+
+// reown starts e's account afresh with a new owner: hits not yet reported
+// go to the new owner as this node's first report.
+func (e *globalEntry) reown(owner string) {
+	unsent := e.admitted - e.sent
+	*e = globalEntry{req: e.req, owner: owner, admitted: unsent, granted: unsent, want: true, active: true}
+}
+
+// evictOne forgets an entry with nothing to report (the map's order makes
+// it a random one), or any entry if all have. g.mu is held.
+func (g *globals) evictOne() {
+	for k, e := range g.entries {
+		if e.admitted == e.sent {
+			delete(g.entries, k)
+			return
+		}
+	}
+	for k := range g.entries {
+		delete(g.entries, k)
+		return
+	}
+}
+
+// decideOwned decides a GLOBAL check for a counter this node owns, at
+// once: from the counter's remaining hits less what is lent out.
+func (g *globals) decideOwned(r *limiter.Request) algorithms.Decision {
+	k := globalKey{r.Name, r.Key}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l := g.lease(k, r)
+	if r.Reset {
+		reset := *r
+		reset.Hits = 0
+		g.s.store.Decide(&reset)
+	}
+	plain := *r
+	plain.Reset = false
+	peek := plain
+	peek.Hits = 0
+	remaining := g.s.store.Check(&peek).Remaining
+	out := l.outstanding()
+	g.dirty[k] = struct{}{}
+	if r.Hits <= remaining-out {
+		d := g.s.store.Decide(&plain)
+		d.Remaining = max(0, d.Remaining-out)
+		return d
+	}
+	d := g.s.store.Check(&plain)
+	d.Allowed = false
+	d.Remaining = max(0, remaining-out)
+	if d.RetryAfter == 0 {
+		d.RetryAfter = g.interval // the counter has room, lent out until the next round
+	}
 	return d
 }
 
-// maxGlobalEntries bounds the GLOBAL counters a node tracks, whatever
-// clients send.
-const maxGlobalEntries = 100_000
-
-// evictOne forgets one entry with no hits waiting to be sent (the map's
-// order makes it a random one), or any entry if all have. g.mu is held.
-func (g *globals) evictOne() {
-	var victim *globalKey
-	for k, e := range g.entries {
-		victim = &k
-		if e.pending == 0 {
-			break
-		}
+// lease returns k's lease, creating it. g.mu is held.
+func (g *globals) lease(k globalKey, r *limiter.Request) *lease {
+	l := g.leases[k]
+	if l == nil {
+		l = &lease{nodes: make(map[string]*nodeLease)}
+		g.leases[k] = l
 	}
-	if victim != nil {
-		delete(g.entries, *victim)
-	}
+	l.req = *r
+	l.req.Hits, l.req.Reset = 0, false
+	return l
 }
 
-// decideGlobal decides c.reqs[js], which are GLOBAL.
-func (s *Service) decideGlobal(c *call, js []int) {
+// decideGlobal decides c.reqs[js], which are GLOBAL, and returns those
+// that must go to their owner (see globals.decide).
+func (s *Service) decideGlobal(c *call, js []int) (forward []int) {
+	r := s.cluster.Ring()
+	self := s.cluster.LocalMember().Name
 	for _, j := range js {
-		s.setResult(c, j, s.globals.decide(&c.reqs[j]), routeGlobal)
+		req := &c.reqs[j]
+		owner, ok := r.Owner(req.Key)
+		if !ok || owner.Name == self {
+			s.setResult(c, j, s.globals.decideOwned(req), routeGlobal)
+			continue
+		}
+		d, fwd := s.globals.decide(req, owner.Name)
+		if fwd {
+			forward = append(forward, j)
+			continue
+		}
+		s.setResult(c, j, d, routeGlobal)
 	}
+	return forward
 }
 
-// run syncs every interval until ctx ends, then flushes pending hits once
-// more so that none is lost on shutdown.
+// run syncs every interval until ctx ends, then reports once more so that
+// no admitted hit is lost on shutdown.
 func (g *globals) run(ctx context.Context) error {
 	t := time.NewTicker(g.interval)
 	defer t.Stop()
@@ -149,44 +244,57 @@ func (g *globals) run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			flush, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			g.sendHits(flush)
+			g.report(flush)
 			cancel()
 			return nil
 		case <-t.C:
 			start := time.Now()
-			g.sendHits(ctx)
+			g.report(ctx)
 			g.broadcast(ctx)
 			g.s.metrics.globalSyncLag.Observe(time.Since(start).Seconds())
 		}
 	}
 }
 
-// outgoing is hits on their way to one owner.
+// outgoing is reports on their way to one owner.
 type outgoing struct {
-	owner ring.Member
-	keys  []globalKey
-	items []*pb.CheckItem
+	owner   ring.Member
+	keys    []globalKey
+	reports []*pb.GlobalReport
 }
 
-// sendHits sends every entry's pending hits (and resets and refresh
-// requests) to the key's owner. Hits that cannot be sent stay pending for
-// the next round. Idle entries whose counter is full again are dropped.
-func (g *globals) sendHits(ctx context.Context) {
+// report sends each entry's account to the counter's owner: hits admitted,
+// grants wanted, grants released. Entries that went a whole round without
+// a check give back their grant; entries with nothing left to say and a
+// full counter are forgotten.
+func (g *globals) report(ctx context.Context) {
 	r := g.s.cluster.Ring()
+	self := g.s.cluster.LocalMember().Name
 	now := g.s.now()
 	byOwner := map[string]*outgoing{}
 	g.mu.Lock()
 	for k, e := range g.entries {
-		if e.pending == 0 && !e.reset && !e.refresh {
-			// Forget an entry once the owner has reported everything
-			// admitted here (spent is 0) and the counter is full again.
-			if e.spent == 0 && !now.Before(e.resetAt) {
-				delete(g.entries, k)
-			}
-			continue
-		}
 		owner, ok := r.Owner(k.key)
 		if !ok {
+			continue
+		}
+		if owner.Name != e.owner {
+			e.reown(owner.Name)
+		}
+		idle := !e.active
+		e.active = false
+		if idle && e.known && e.granted > e.admitted && e.admitted == e.sent {
+			// Give the grant back; the next check here goes to the owner
+			// and asks for a new one.
+			e.granted = e.admitted
+			e.epoch++
+			e.release = true
+			e.known = false
+		}
+		if e.admitted == e.sent && !e.want && !e.release {
+			if idle && e.granted == e.admitted && !now.Before(e.resetAt) {
+				delete(g.entries, k)
+			}
 			continue
 		}
 		o := byOwner[owner.Name]
@@ -195,111 +303,139 @@ func (g *globals) sendHits(ctx context.Context) {
 			byOwner[owner.Name] = o
 		}
 		o.keys = append(o.keys, k)
-		o.items = append(o.items, hitItem(e))
+		o.reports = append(o.reports, e.report())
 	}
 	g.mu.Unlock()
 
-	self := g.s.cluster.LocalMember().Name
 	var wg sync.WaitGroup
 	for _, o := range byOwner {
 		wg.Go(func() {
 			if o.owner.Name == self {
-				g.applyHits(o.items)
-			} else if err := g.s.peers.AddGlobalHits(ctx, o.owner.PeerAddr, o.items); err != nil {
-				g.s.metrics.globalHitErrors.Inc()
-				g.s.log.Warn("GLOBAL hits not sent; keeping them for the next sync", "owner", o.owner.Name, "err", err)
+				g.receive(self, o.reports) // this node became the owner
+			} else if err := g.s.peers.AddGlobalHits(ctx, o.owner.PeerAddr, self, o.reports); err != nil {
+				g.s.metrics.globalSendErrors.Inc()
+				g.s.log.Warn("GLOBAL report not sent; it goes again next round", "owner", o.owner.Name, "err", err)
 				return
 			}
-			g.sent(o)
+			g.delivered(o)
 		})
 	}
 	wg.Wait()
 }
 
-// hitItem is the check item that carries e's pending hits to the owner.
-func hitItem(e *globalEntry) *pb.CheckItem {
-	hits := e.pending
-	return &pb.CheckItem{
-		Name: e.req.Name, Key: e.req.Key, Hits: &hits,
-		Limit: e.req.Limit.Count, DurationMs: e.req.Limit.Period.Milliseconds(), Burst: e.req.Limit.Burst,
-		Algorithm: pb.Algorithm(e.req.Algorithm), Behavior: pb.Behavior_GLOBAL, Reset_: e.reset,
+func (e *globalEntry) report() *pb.GlobalReport {
+	return &pb.GlobalReport{
+		Item: &pb.CheckItem{
+			Name: e.req.Name, Key: e.req.Key,
+			Limit: e.req.Limit.Count, DurationMs: e.req.Limit.Period.Milliseconds(), Burst: e.req.Limit.Burst,
+			Algorithm: pb.Algorithm(e.req.Algorithm), Behavior: pb.Behavior_GLOBAL,
+		},
+		Admitted: e.admitted, Want: e.want, Release: e.release, Epoch: e.epoch,
 	}
 }
 
-// sent records that o reached its owner.
-func (g *globals) sent(o *outgoing) {
+// delivered records that o's reports reached their owner.
+func (g *globals) delivered(o *outgoing) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for i, k := range o.keys {
-		if e := g.entries[k]; e != nil {
-			e.pending -= o.items[i].GetHits()
-			e.reset = e.reset && !o.items[i].Reset_
-			e.refresh = false
-		}
-	}
-}
-
-// applyHits charges hits that nodes admitted for GLOBAL counters this node
-// owns, and marks the counters for broadcast.
-func (g *globals) applyHits(items []*pb.CheckItem) {
-	now := g.s.now()
-	for _, item := range items {
-		r, err := toRequest(item, now, g.s.skew)
-		if err != nil {
-			g.s.log.Warn("invalid GLOBAL hits from a peer", "err", err)
+		e := g.entries[k]
+		if e == nil || e.owner != o.owner.Name {
 			continue
 		}
-		if r.Reset {
-			reset := r
-			reset.Hits = 0
-			g.s.store.Decide(&reset)
-			r.Reset = false
+		rep := o.reports[i]
+		e.sent = max(e.sent, rep.Admitted)
+		if rep.Release && rep.Epoch == e.epoch {
+			e.release = false
 		}
-		if r.Hits > 0 {
-			g.s.store.Charge(&r)
+		if rep.Want {
+			e.want = false
 		}
-		r.Hits = 0
-		g.mu.Lock()
-		g.dirty[globalKey{r.Name, r.Key}] = r
-		g.mu.Unlock()
 	}
 }
 
-// broadcast sends the state of every owned counter that changed since the
-// last broadcast to every node, this one included.
-func (g *globals) broadcast(ctx context.Context) {
-	g.mu.Lock()
-	dirty := g.dirty
-	g.dirty = make(map[globalKey]limiter.Request)
-	g.mu.Unlock()
-	if len(dirty) == 0 {
-		return
-	}
-	r := g.s.cluster.Ring()
+// receive takes node from's reports of counters this node owns: it
+// charges the new hits and notes releases and wants for the next
+// broadcast.
+func (g *globals) receive(from string, reports []*pb.GlobalReport) {
 	now := g.s.now()
-	states := make([]*pb.GlobalState, 0, len(dirty))
-	for _, req := range dirty {
-		req.Now = now
-		peek := g.s.store.Check(&req)
-		req.Hits = 1
-		one := g.s.store.Check(&req)
-		states = append(states, &pb.GlobalState{
-			Name: req.Name, Key: req.Key, Limit: req.Limit.Count, Members: int64(r.Len()),
-			Remaining:    peek.Remaining,
-			ResetTimeMs:  now.Add(peek.ResetAfter).UnixMilli(),
-			RetryAfterMs: max(0, one.RetryAfter.Milliseconds()),
-		})
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, rep := range reports {
+		r, err := toRequest(rep.GetItem(), now, g.s.skew)
+		if err != nil {
+			g.s.log.Warn("invalid GLOBAL report from a peer", "from", from, "err", err)
+			continue
+		}
+		k := globalKey{r.Name, r.Key}
+		l := g.lease(k, &r)
+		n := l.nodes[from]
+		if n == nil {
+			n = &nodeLease{}
+			l.nodes[from] = n
+		}
+		if delta := rep.Admitted - n.received; delta > 0 {
+			r.Hits = delta
+			g.s.store.Charge(&r)
+			n.received = rep.Admitted
+		}
+		if rep.Release && rep.Epoch > n.epoch {
+			n.epoch = rep.Epoch
+			n.granted = rep.Admitted
+		}
+		n.want = n.want || rep.Want
+		g.dirty[k] = struct{}{}
+	}
+}
+
+// broadcast hands the remaining hits of every owned counter that changed
+// since the last round out as grants to the nodes that want them, and
+// sends every node the new grants and state.
+func (g *globals) broadcast(ctx context.Context) {
+	r := g.s.cluster.Ring()
+	members := int64(max(1, r.Len()))
+	now := g.s.now()
+	g.mu.Lock()
+	states := make([]*pb.GlobalState, 0, len(g.dirty))
+	for k := range g.dirty {
+		l := g.leases[k]
+		delete(g.dirty, k)
+		if l == nil {
+			continue
+		}
+		peek := l.req
+		peek.Now = now
+		counter := g.s.store.Check(&peek)
+		l.grant(counter.Remaining, members)
+		one := peek
+		one.Hits = 1
+		st := &pb.GlobalState{
+			Name: k.name, Key: k.key, Limit: l.req.Limit.Count, Members: members,
+			Remaining:    max(0, counter.Remaining-l.outstanding()),
+			ResetTimeMs:  now.Add(counter.ResetAfter).UnixMilli(),
+			RetryAfterMs: max(0, g.s.store.Check(&one).RetryAfter.Milliseconds()),
+		}
+		for name, n := range l.nodes {
+			st.Grants = append(st.Grants, &pb.GlobalGrant{Node: name, Granted: n.granted, Epoch: n.epoch})
+		}
+		states = append(states, st)
+		if l.outstanding() == 0 && !l.wanted() && counter.ResetAfter == 0 {
+			delete(g.leases, k) // nothing lent, nothing spent: forget it
+		}
+	}
+	g.mu.Unlock()
+	if len(states) == 0 {
+		return
 	}
 	self := g.s.cluster.LocalMember().Name
 	var wg sync.WaitGroup
 	for _, m := range r.Members() {
 		if m.Name == self {
-			g.applyStates(states)
 			continue
 		}
 		wg.Go(func() {
 			if err := g.s.peers.UpdateGlobals(ctx, m.PeerAddr, states); err != nil {
-				g.s.metrics.globalHitErrors.Inc()
+				g.s.metrics.globalSendErrors.Inc()
 				g.s.log.Warn("GLOBAL state not sent", "member", m.Name, "err", err)
 			}
 		})
@@ -307,21 +443,56 @@ func (g *globals) broadcast(ctx context.Context) {
 	wg.Wait()
 }
 
-// applyStates takes the owners' broadcast state: each entry's share is
-// renewed from the reported remaining hits.
+// grant lends what remains of the counter, less what is lent already, to
+// the nodes that want it: each gets at most an equal share of members, so
+// that one busy node cannot take everything, and at least one hit while
+// any remains.
+func (l *lease) grant(remaining, members int64) {
+	avail := remaining - l.outstanding()
+	var wanting []string
+	for name, n := range l.nodes {
+		if n.want {
+			wanting = append(wanting, name)
+		}
+	}
+	slices.Sort(wanting)
+	part := max(1, avail/members)
+	for _, name := range wanting {
+		n := l.nodes[name]
+		give := min(part, max(0, avail))
+		n.granted = max(n.granted, n.received) + give
+		avail -= give
+		n.want = false
+	}
+}
+
+func (l *lease) wanted() bool {
+	for _, n := range l.nodes {
+		if n.want {
+			return true
+		}
+	}
+	return false
+}
+
+// applyStates takes an owner's broadcast: new grants for this node, and
+// the counter's state.
 func (g *globals) applyStates(states []*pb.GlobalState) {
-	idx, members := g.position()
+	self := g.s.cluster.LocalMember().Name
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, st := range states {
-		k := globalKey{st.Name, st.Key}
-		e := g.entries[k]
+		e := g.entries[globalKey{st.Name, st.Key}]
 		if e == nil {
 			continue // this node has not seen the key: nothing to renew
 		}
+		for _, gr := range st.Grants {
+			if gr.Node == self && gr.Epoch == e.epoch {
+				e.granted = max(e.granted, gr.Granted)
+				e.known = true
+			}
+		}
 		e.remaining = st.Remaining
-		e.spent = e.pending // hits not yet sent are not in the report
-		e.share = shareOfRemaining(st.Remaining, members, idx)
 		e.resetAt = time.UnixMilli(st.ResetTimeMs)
 		e.retryAfter = time.Duration(st.RetryAfterMs) * time.Millisecond
 	}

@@ -12,12 +12,12 @@ import (
 // metrics are the service's Prometheus metrics. Labels are enums only:
 // never a key or a name, which would grow without bound.
 type metrics struct {
-	checks          *prometheus.CounterVec
-	invalidItems    *prometheus.CounterVec
-	forwardErrors   prometheus.Counter
-	globalSyncLag   prometheus.Histogram
-	globalHitErrors prometheus.Counter
-	handedOff       *prometheus.CounterVec
+	checks           *prometheus.CounterVec
+	invalidItems     *prometheus.CounterVec
+	forwardErrors    prometheus.Counter
+	globalSyncLag    prometheus.Histogram
+	globalSendErrors prometheus.Counter
+	handedOff        *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
@@ -39,9 +39,9 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help:    "Time one GLOBAL sync round took: hits sent to owners and owners' state broadcast.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
-		globalHitErrors: prometheus.NewCounter(prometheus.CounterOpts{
+		globalSendErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ringlimit_global_send_errors_total",
-			Help: "GLOBAL hit or state sends that failed; the hits are kept and sent again at the next sync.",
+			Help: "GLOBAL reports or broadcasts that failed; reports are kept and sent again at the next sync.",
 		}),
 		handedOff: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringlimit_handoff_counters_total",
@@ -49,7 +49,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		}, []string{"direction"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.checks, m.invalidItems, m.forwardErrors, m.globalSyncLag, m.globalHitErrors, m.handedOff)
+		reg.MustRegister(m.checks, m.invalidItems, m.forwardErrors, m.globalSyncLag, m.globalSendErrors, m.handedOff)
 	}
 	return m
 }

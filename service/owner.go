@@ -29,20 +29,25 @@ func (o Owner) Forwarded(_ context.Context, reqs []*pb.CheckRequest) []*pb.Check
 			}
 			continue
 		}
-		js := make([]int, len(c.reqs))
-		for j := range js {
-			js[j] = j
+		var plain []int
+		for j := range c.reqs {
+			if c.items[c.pos[j]].Behavior == pb.Behavior_GLOBAL {
+				// A node without a grant: decide against what is not lent.
+				o.s.setResult(c, j, o.s.globals.decideOwned(&c.reqs[j]), routeGlobal)
+				continue
+			}
+			plain = append(plain, j)
 		}
-		o.s.decideLocal(c, js, routeLocal)
+		o.s.decideLocal(c, plain, routeLocal)
 		out[i] = &pb.CheckResponse{Responses: c.results}
 	}
 	return out
 }
 
-// AddGlobalHits charges hits that other nodes admitted for GLOBAL keys
-// this node owns; the new state goes out with the next broadcast.
-func (o Owner) AddGlobalHits(_ context.Context, items []*pb.CheckItem) {
-	o.s.globals.applyHits(items)
+// AddGlobalHits takes node from's reports of GLOBAL counters this node
+// owns; new grants and state go out with the next broadcast.
+func (o Owner) AddGlobalHits(_ context.Context, from string, reports []*pb.GlobalReport) {
+	o.s.globals.receive(from, reports)
 }
 
 // UpdateGlobals takes an owner's broadcast of GLOBAL counters.

@@ -30,40 +30,48 @@ type remoteGroup struct {
 }
 
 // route splits c's valid requests into those decided here, GLOBAL ones,
-// and those to forward, grouped by owner. Items with the same key have
-// the same owner, so an all-or-nothing group is never split.
-func (s *Service) route(c *call) (local, global []int, remote []*remoteGroup) {
+// and those to forward to their owner.
+func (s *Service) route(c *call) (local, global, remote []int) {
 	r := s.cluster.Ring()
 	self := s.cluster.LocalMember().Name
-	var byOwner map[string]*remoteGroup
 	for j := range c.reqs {
-		item := c.items[c.pos[j]]
-		switch item.Behavior {
+		switch c.items[c.pos[j]].Behavior {
 		case pb.Behavior_LOCAL:
 			local = append(local, j)
-			continue
 		case pb.Behavior_GLOBAL:
 			global = append(global, j)
-			continue
+		default:
+			if owner, ok := r.Owner(c.reqs[j].Key); !ok || owner.Name == self {
+				local = append(local, j)
+			} else {
+				remote = append(remote, j)
+			}
 		}
-		owner, ok := r.Owner(c.reqs[j].Key)
-		if !ok || owner.Name == self {
-			local = append(local, j)
-			continue
-		}
-		if byOwner == nil {
-			byOwner = make(map[string]*remoteGroup)
-		}
+	}
+	return local, global, remote
+}
+
+// groupByOwner groups c.reqs[js] by their key's owner. Items with the same
+// key have the same owner, so an all-or-nothing group is never split.
+func (s *Service) groupByOwner(c *call, js []int) []*remoteGroup {
+	if len(js) == 0 {
+		return nil
+	}
+	r := s.cluster.Ring()
+	byOwner := make(map[string]*remoteGroup)
+	var groups []*remoteGroup
+	for _, j := range js {
+		owner, _ := r.Owner(c.reqs[j].Key)
 		g := byOwner[owner.Name]
 		if g == nil {
 			g = &remoteGroup{owner: owner, unbatched: true}
 			byOwner[owner.Name] = g
-			remote = append(remote, g)
+			groups = append(groups, g)
 		}
 		g.js = append(g.js, j)
-		g.unbatched = g.unbatched && item.Behavior == pb.Behavior_UNBATCHED
+		g.unbatched = g.unbatched && c.items[c.pos[j]].Behavior == pb.Behavior_UNBATCHED
 	}
-	return local, global, remote
+	return groups
 }
 
 // forward sends each group to its owner, concurrently, and records the

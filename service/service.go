@@ -38,7 +38,7 @@ type Peers interface {
 	// Forward sends req to the owner at addr in a batch; ForwardNow alone.
 	Forward(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
 	ForwardNow(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
-	AddGlobalHits(ctx context.Context, addr string, items []*pb.CheckItem) error
+	AddGlobalHits(ctx context.Context, addr, from string, reports []*pb.GlobalReport) error
 	UpdateGlobals(ctx context.Context, addr string, states []*pb.GlobalState) error
 	HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) (int64, error)
 }
@@ -135,8 +135,8 @@ func (s *Service) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckRes
 	}
 	local, global, remote := s.route(c)
 	s.decideLocal(c, local, routeLocal)
-	s.decideGlobal(c, global)
-	s.forward(ctx, c, remote)
+	remote = append(remote, s.decideGlobal(c, global)...)
+	s.forward(ctx, c, s.groupByOwner(c, remote))
 	return &pb.CheckResponse{Responses: c.results}, nil
 }
 

@@ -112,17 +112,102 @@ func (x *ForwardResponse) GetResponses() []*CheckResponse {
 	return nil
 }
 
+// GlobalReport is a node's account of one GLOBAL counter to its owner.
+type GlobalReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// item carries the name, key and limit (its hits are unused).
+	Item *CheckItem `protobuf:"bytes,1,opt,name=item,proto3" json:"item,omitempty"`
+	// admitted is the total hits this node admitted for the counter since
+	// it started tracking it: cumulative, so that a retried report never
+	// counts twice.
+	Admitted int64 `protobuf:"varint,2,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	// want: this node refused checks and asks for a grant.
+	Want bool `protobuf:"varint,3,opt,name=want,proto3" json:"want,omitempty"`
+	// release: this node gives up the rest of its grant; its grant is now
+	// admitted, and its epoch becomes epoch.
+	Release       bool  `protobuf:"varint,4,opt,name=release,proto3" json:"release,omitempty"`
+	Epoch         int64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlobalReport) Reset() {
+	*x = GlobalReport{}
+	mi := &file_peer_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlobalReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlobalReport) ProtoMessage() {}
+
+func (x *GlobalReport) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlobalReport.ProtoReflect.Descriptor instead.
+func (*GlobalReport) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *GlobalReport) GetItem() *CheckItem {
+	if x != nil {
+		return x.Item
+	}
+	return nil
+}
+
+func (x *GlobalReport) GetAdmitted() int64 {
+	if x != nil {
+		return x.Admitted
+	}
+	return 0
+}
+
+func (x *GlobalReport) GetWant() bool {
+	if x != nil {
+		return x.Want
+	}
+	return false
+}
+
+func (x *GlobalReport) GetRelease() bool {
+	if x != nil {
+		return x.Release
+	}
+	return false
+}
+
+func (x *GlobalReport) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 type GlobalHitsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// items carry the limit, and in hits the sum admitted since the last sync.
-	Items         []*CheckItem `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	// from is the reporting node's name.
+	From          string          `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	Reports       []*GlobalReport `protobuf:"bytes,2,rep,name=reports,proto3" json:"reports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GlobalHitsRequest) Reset() {
 	*x = GlobalHitsRequest{}
-	mi := &file_peer_proto_msgTypes[2]
+	mi := &file_peer_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -134,7 +219,7 @@ func (x *GlobalHitsRequest) String() string {
 func (*GlobalHitsRequest) ProtoMessage() {}
 
 func (x *GlobalHitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[2]
+	mi := &file_peer_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -147,12 +232,19 @@ func (x *GlobalHitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalHitsRequest.ProtoReflect.Descriptor instead.
 func (*GlobalHitsRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{2}
+	return file_peer_proto_rawDescGZIP(), []int{3}
 }
 
-func (x *GlobalHitsRequest) GetItems() []*CheckItem {
+func (x *GlobalHitsRequest) GetFrom() string {
 	if x != nil {
-		return x.Items
+		return x.From
+	}
+	return ""
+}
+
+func (x *GlobalHitsRequest) GetReports() []*GlobalReport {
+	if x != nil {
+		return x.Reports
 	}
 	return nil
 }
@@ -165,7 +257,7 @@ type GlobalHitsResponse struct {
 
 func (x *GlobalHitsResponse) Reset() {
 	*x = GlobalHitsResponse{}
-	mi := &file_peer_proto_msgTypes[3]
+	mi := &file_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -177,7 +269,7 @@ func (x *GlobalHitsResponse) String() string {
 func (*GlobalHitsResponse) ProtoMessage() {}
 
 func (x *GlobalHitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[3]
+	mi := &file_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -190,7 +282,7 @@ func (x *GlobalHitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalHitsResponse.ProtoReflect.Descriptor instead.
 func (*GlobalHitsResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{3}
+	return file_peer_proto_rawDescGZIP(), []int{4}
 }
 
 // GlobalState is the owner's view of one GLOBAL counter.
@@ -205,14 +297,16 @@ type GlobalState struct {
 	Members int64 `protobuf:"varint,6,opt,name=members,proto3" json:"members,omitempty"`
 	// retry_after_ms is, when remaining is 0, the owner's estimate of the
 	// wait until one hit is admitted again.
-	RetryAfterMs  int64 `protobuf:"varint,7,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	RetryAfterMs int64 `protobuf:"varint,7,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	// grants are each node's cumulative grant.
+	Grants        []*GlobalGrant `protobuf:"bytes,8,rep,name=grants,proto3" json:"grants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GlobalState) Reset() {
 	*x = GlobalState{}
-	mi := &file_peer_proto_msgTypes[4]
+	mi := &file_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -224,7 +318,7 @@ func (x *GlobalState) String() string {
 func (*GlobalState) ProtoMessage() {}
 
 func (x *GlobalState) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[4]
+	mi := &file_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -237,7 +331,7 @@ func (x *GlobalState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalState.ProtoReflect.Descriptor instead.
 func (*GlobalState) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{4}
+	return file_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GlobalState) GetName() string {
@@ -289,6 +383,75 @@ func (x *GlobalState) GetRetryAfterMs() int64 {
 	return 0
 }
 
+func (x *GlobalState) GetGrants() []*GlobalGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+// GlobalGrant is how many hits of a GLOBAL counter the owner allows one
+// node in all, as of the node's release epoch.
+type GlobalGrant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Granted       int64                  `protobuf:"varint,2,opt,name=granted,proto3" json:"granted,omitempty"`
+	Epoch         int64                  `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlobalGrant) Reset() {
+	*x = GlobalGrant{}
+	mi := &file_peer_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlobalGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlobalGrant) ProtoMessage() {}
+
+func (x *GlobalGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlobalGrant.ProtoReflect.Descriptor instead.
+func (*GlobalGrant) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GlobalGrant) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *GlobalGrant) GetGranted() int64 {
+	if x != nil {
+		return x.Granted
+	}
+	return 0
+}
+
+func (x *GlobalGrant) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 type GlobalUpdateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	States        []*GlobalState         `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty"`
@@ -298,7 +461,7 @@ type GlobalUpdateRequest struct {
 
 func (x *GlobalUpdateRequest) Reset() {
 	*x = GlobalUpdateRequest{}
-	mi := &file_peer_proto_msgTypes[5]
+	mi := &file_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -310,7 +473,7 @@ func (x *GlobalUpdateRequest) String() string {
 func (*GlobalUpdateRequest) ProtoMessage() {}
 
 func (x *GlobalUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[5]
+	mi := &file_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -323,7 +486,7 @@ func (x *GlobalUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalUpdateRequest.ProtoReflect.Descriptor instead.
 func (*GlobalUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{5}
+	return file_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GlobalUpdateRequest) GetStates() []*GlobalState {
@@ -341,7 +504,7 @@ type GlobalUpdateResponse struct {
 
 func (x *GlobalUpdateResponse) Reset() {
 	*x = GlobalUpdateResponse{}
-	mi := &file_peer_proto_msgTypes[6]
+	mi := &file_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -353,7 +516,7 @@ func (x *GlobalUpdateResponse) String() string {
 func (*GlobalUpdateResponse) ProtoMessage() {}
 
 func (x *GlobalUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[6]
+	mi := &file_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -366,7 +529,7 @@ func (x *GlobalUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalUpdateResponse.ProtoReflect.Descriptor instead.
 func (*GlobalUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{6}
+	return file_peer_proto_rawDescGZIP(), []int{8}
 }
 
 // CounterState is one counter's full state, for hand-off.
@@ -390,7 +553,7 @@ type CounterState struct {
 
 func (x *CounterState) Reset() {
 	*x = CounterState{}
-	mi := &file_peer_proto_msgTypes[7]
+	mi := &file_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +565,7 @@ func (x *CounterState) String() string {
 func (*CounterState) ProtoMessage() {}
 
 func (x *CounterState) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[7]
+	mi := &file_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +578,7 @@ func (x *CounterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterState.ProtoReflect.Descriptor instead.
 func (*CounterState) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{7}
+	return file_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CounterState) GetName() string {
@@ -477,7 +640,7 @@ type HandOffRequest struct {
 
 func (x *HandOffRequest) Reset() {
 	*x = HandOffRequest{}
-	mi := &file_peer_proto_msgTypes[8]
+	mi := &file_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -489,7 +652,7 @@ func (x *HandOffRequest) String() string {
 func (*HandOffRequest) ProtoMessage() {}
 
 func (x *HandOffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[8]
+	mi := &file_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -502,7 +665,7 @@ func (x *HandOffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandOffRequest.ProtoReflect.Descriptor instead.
 func (*HandOffRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{8}
+	return file_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HandOffRequest) GetFrom() string {
@@ -528,7 +691,7 @@ type HandOffResponse struct {
 
 func (x *HandOffResponse) Reset() {
 	*x = HandOffResponse{}
-	mi := &file_peer_proto_msgTypes[9]
+	mi := &file_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +703,7 @@ func (x *HandOffResponse) String() string {
 func (*HandOffResponse) ProtoMessage() {}
 
 func (x *HandOffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[9]
+	mi := &file_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +716,7 @@ func (x *HandOffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandOffResponse.ProtoReflect.Descriptor instead.
 func (*HandOffResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{9}
+	return file_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HandOffResponse) GetAccepted() int64 {
@@ -572,10 +735,17 @@ const file_peer_proto_rawDesc = "" +
 	"\x0eForwardRequest\x126\n" +
 	"\brequests\x18\x01 \x03(\v2\x1a.ringlimit.v1.CheckRequestR\brequests\"L\n" +
 	"\x0fForwardResponse\x129\n" +
-	"\tresponses\x18\x01 \x03(\v2\x1b.ringlimit.v1.CheckResponseR\tresponses\"B\n" +
-	"\x11GlobalHitsRequest\x12-\n" +
-	"\x05items\x18\x01 \x03(\v2\x17.ringlimit.v1.CheckItemR\x05items\"\x14\n" +
-	"\x12GlobalHitsResponse\"\xcb\x01\n" +
+	"\tresponses\x18\x01 \x03(\v2\x1b.ringlimit.v1.CheckResponseR\tresponses\"\x9b\x01\n" +
+	"\fGlobalReport\x12+\n" +
+	"\x04item\x18\x01 \x01(\v2\x17.ringlimit.v1.CheckItemR\x04item\x12\x1a\n" +
+	"\badmitted\x18\x02 \x01(\x03R\badmitted\x12\x12\n" +
+	"\x04want\x18\x03 \x01(\bR\x04want\x12\x18\n" +
+	"\arelease\x18\x04 \x01(\bR\arelease\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x03R\x05epoch\"]\n" +
+	"\x11GlobalHitsRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x124\n" +
+	"\areports\x18\x02 \x03(\v2\x1a.ringlimit.v1.GlobalReportR\areports\"\x14\n" +
+	"\x12GlobalHitsResponse\"\xfe\x01\n" +
 	"\vGlobalState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
@@ -583,7 +753,12 @@ const file_peer_proto_rawDesc = "" +
 	"\tremaining\x18\x04 \x01(\x03R\tremaining\x12\"\n" +
 	"\rreset_time_ms\x18\x05 \x01(\x03R\vresetTimeMs\x12\x18\n" +
 	"\amembers\x18\x06 \x01(\x03R\amembers\x12$\n" +
-	"\x0eretry_after_ms\x18\a \x01(\x03R\fretryAfterMs\"H\n" +
+	"\x0eretry_after_ms\x18\a \x01(\x03R\fretryAfterMs\x121\n" +
+	"\x06grants\x18\b \x03(\v2\x19.ringlimit.v1.GlobalGrantR\x06grants\"Q\n" +
+	"\vGlobalGrant\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
+	"\agranted\x18\x02 \x01(\x03R\agranted\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\"H\n" +
 	"\x13GlobalUpdateRequest\x121\n" +
 	"\x06states\x18\x01 \x03(\v2\x19.ringlimit.v1.GlobalStateR\x06states\"\x16\n" +
 	"\x14GlobalUpdateResponse\"\xca\x01\n" +
@@ -619,43 +794,47 @@ func file_peer_proto_rawDescGZIP() []byte {
 	return file_peer_proto_rawDescData
 }
 
-var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_peer_proto_goTypes = []any{
 	(*ForwardRequest)(nil),       // 0: ringlimit.v1.ForwardRequest
 	(*ForwardResponse)(nil),      // 1: ringlimit.v1.ForwardResponse
-	(*GlobalHitsRequest)(nil),    // 2: ringlimit.v1.GlobalHitsRequest
-	(*GlobalHitsResponse)(nil),   // 3: ringlimit.v1.GlobalHitsResponse
-	(*GlobalState)(nil),          // 4: ringlimit.v1.GlobalState
-	(*GlobalUpdateRequest)(nil),  // 5: ringlimit.v1.GlobalUpdateRequest
-	(*GlobalUpdateResponse)(nil), // 6: ringlimit.v1.GlobalUpdateResponse
-	(*CounterState)(nil),         // 7: ringlimit.v1.CounterState
-	(*HandOffRequest)(nil),       // 8: ringlimit.v1.HandOffRequest
-	(*HandOffResponse)(nil),      // 9: ringlimit.v1.HandOffResponse
-	(*CheckRequest)(nil),         // 10: ringlimit.v1.CheckRequest
-	(*CheckResponse)(nil),        // 11: ringlimit.v1.CheckResponse
-	(*CheckItem)(nil),            // 12: ringlimit.v1.CheckItem
-	(Algorithm)(0),               // 13: ringlimit.v1.Algorithm
+	(*GlobalReport)(nil),         // 2: ringlimit.v1.GlobalReport
+	(*GlobalHitsRequest)(nil),    // 3: ringlimit.v1.GlobalHitsRequest
+	(*GlobalHitsResponse)(nil),   // 4: ringlimit.v1.GlobalHitsResponse
+	(*GlobalState)(nil),          // 5: ringlimit.v1.GlobalState
+	(*GlobalGrant)(nil),          // 6: ringlimit.v1.GlobalGrant
+	(*GlobalUpdateRequest)(nil),  // 7: ringlimit.v1.GlobalUpdateRequest
+	(*GlobalUpdateResponse)(nil), // 8: ringlimit.v1.GlobalUpdateResponse
+	(*CounterState)(nil),         // 9: ringlimit.v1.CounterState
+	(*HandOffRequest)(nil),       // 10: ringlimit.v1.HandOffRequest
+	(*HandOffResponse)(nil),      // 11: ringlimit.v1.HandOffResponse
+	(*CheckRequest)(nil),         // 12: ringlimit.v1.CheckRequest
+	(*CheckResponse)(nil),        // 13: ringlimit.v1.CheckResponse
+	(*CheckItem)(nil),            // 14: ringlimit.v1.CheckItem
+	(Algorithm)(0),               // 15: ringlimit.v1.Algorithm
 }
 var file_peer_proto_depIdxs = []int32{
-	10, // 0: ringlimit.v1.ForwardRequest.requests:type_name -> ringlimit.v1.CheckRequest
-	11, // 1: ringlimit.v1.ForwardResponse.responses:type_name -> ringlimit.v1.CheckResponse
-	12, // 2: ringlimit.v1.GlobalHitsRequest.items:type_name -> ringlimit.v1.CheckItem
-	4,  // 3: ringlimit.v1.GlobalUpdateRequest.states:type_name -> ringlimit.v1.GlobalState
-	13, // 4: ringlimit.v1.CounterState.algorithm:type_name -> ringlimit.v1.Algorithm
-	7,  // 5: ringlimit.v1.HandOffRequest.counters:type_name -> ringlimit.v1.CounterState
-	0,  // 6: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	2,  // 7: ringlimit.v1.Peer.AddGlobalHits:input_type -> ringlimit.v1.GlobalHitsRequest
-	5,  // 8: ringlimit.v1.Peer.UpdateGlobals:input_type -> ringlimit.v1.GlobalUpdateRequest
-	8,  // 9: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.HandOffRequest
-	1,  // 10: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	3,  // 11: ringlimit.v1.Peer.AddGlobalHits:output_type -> ringlimit.v1.GlobalHitsResponse
-	6,  // 12: ringlimit.v1.Peer.UpdateGlobals:output_type -> ringlimit.v1.GlobalUpdateResponse
-	9,  // 13: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.HandOffResponse
-	10, // [10:14] is the sub-list for method output_type
-	6,  // [6:10] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	12, // 0: ringlimit.v1.ForwardRequest.requests:type_name -> ringlimit.v1.CheckRequest
+	13, // 1: ringlimit.v1.ForwardResponse.responses:type_name -> ringlimit.v1.CheckResponse
+	14, // 2: ringlimit.v1.GlobalReport.item:type_name -> ringlimit.v1.CheckItem
+	2,  // 3: ringlimit.v1.GlobalHitsRequest.reports:type_name -> ringlimit.v1.GlobalReport
+	6,  // 4: ringlimit.v1.GlobalState.grants:type_name -> ringlimit.v1.GlobalGrant
+	5,  // 5: ringlimit.v1.GlobalUpdateRequest.states:type_name -> ringlimit.v1.GlobalState
+	15, // 6: ringlimit.v1.CounterState.algorithm:type_name -> ringlimit.v1.Algorithm
+	9,  // 7: ringlimit.v1.HandOffRequest.counters:type_name -> ringlimit.v1.CounterState
+	0,  // 8: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	3,  // 9: ringlimit.v1.Peer.AddGlobalHits:input_type -> ringlimit.v1.GlobalHitsRequest
+	7,  // 10: ringlimit.v1.Peer.UpdateGlobals:input_type -> ringlimit.v1.GlobalUpdateRequest
+	10, // 11: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.HandOffRequest
+	1,  // 12: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	4,  // 13: ringlimit.v1.Peer.AddGlobalHits:output_type -> ringlimit.v1.GlobalHitsResponse
+	8,  // 14: ringlimit.v1.Peer.UpdateGlobals:output_type -> ringlimit.v1.GlobalUpdateResponse
+	11, // 15: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.HandOffResponse
+	12, // [12:16] is the sub-list for method output_type
+	8,  // [8:12] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_peer_proto_init() }
@@ -670,7 +849,7 @@ func file_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_proto_rawDesc), len(file_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

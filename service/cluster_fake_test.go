@@ -1,0 +1,208 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// fakeCluster is several services in one process, joined by direct calls
+// instead of gRPC, so that protocol tests are deterministic. Real gRPC and
+// memberlist are exercised by the tests in cmd/rlnode and e2e.
+type fakeCluster struct {
+	ring  *ring.Ring
+	nodes map[string]*Service // by peer address
+	down  map[string]bool     // peer addresses that do not answer
+}
+
+type fakeMember struct {
+	c    *fakeCluster
+	self ring.Member
+}
+
+func (m fakeMember) Ring() *ring.Ring         { return m.c.ring }
+func (m fakeMember) LocalMember() ring.Member { return m.self }
+
+func (c *fakeCluster) peer(addr string) (Owner, error) {
+	if c.down[addr] {
+		return Owner{}, fmt.Errorf("%s: %w", addr, context.DeadlineExceeded)
+	}
+	return c.nodes[addr].Owner(), nil
+}
+
+func (c *fakeCluster) Forward(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	o, err := c.peer(addr)
+	if err != nil {
+		return nil, err
+	}
+	return o.Forwarded(ctx, []*pb.CheckRequest{req})[0], nil
+}
+
+func (c *fakeCluster) ForwardNow(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	return c.Forward(ctx, addr, req)
+}
+
+func (c *fakeCluster) AddGlobalHits(ctx context.Context, addr, from string, reports []*pb.GlobalReport) error {
+	o, err := c.peer(addr)
+	if err == nil {
+		o.AddGlobalHits(ctx, from, reports)
+	}
+	return err
+}
+
+func (c *fakeCluster) UpdateGlobals(ctx context.Context, addr string, states []*pb.GlobalState) error {
+	o, err := c.peer(addr)
+	if err == nil {
+		o.UpdateGlobals(ctx, states)
+	}
+	return err
+}
+
+func (c *fakeCluster) HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) (int64, error) {
+	o, err := c.peer(addr)
+	if err != nil {
+		return 0, err
+	}
+	return o.HandOff(ctx, from, counters), nil
+}
+
+// newFakeCluster returns n services named node-0.. on a fixed clock.
+func newFakeCluster(n int) (*fakeCluster, []*Service) {
+	c := &fakeCluster{nodes: map[string]*Service{}, down: map[string]bool{}}
+	var members []ring.Member
+	for i := range n {
+		members = append(members, ring.Member{Name: fmt.Sprint("node-", i), PeerAddr: fmt.Sprint("peer-", i)})
+	}
+	c.ring = ring.New(members...)
+	var svcs []*Service
+	for _, m := range members {
+		s := New(Config{Cluster: fakeMember{c, m}, Peers: c, Now: fixedClock(t0)})
+		c.nodes[m.PeerAddr] = s
+		svcs = append(svcs, s)
+	}
+	return c, svcs
+}
+
+// keyOwnedBy returns a key that the ring gives to node i.
+func (c *fakeCluster) keyOwnedBy(i int) string {
+	for k := 0; ; k++ {
+		key := fmt.Sprint("key-", k)
+		if o, _ := c.ring.Owner(key); o.Name == fmt.Sprint("node-", i) {
+			return key
+		}
+	}
+}
+
+// syncRound runs one GLOBAL round on every node: reports, then broadcasts.
+func syncRound(svcs []*Service) {
+	for _, s := range svcs {
+		s.globals.report(context.Background())
+	}
+	for _, s := range svcs {
+		s.globals.broadcast(context.Background())
+	}
+}
+
+func check(t *testing.T, s *Service, item *pb.CheckItem) *pb.CheckResult {
+	t.Helper()
+	resp, err := s.Check(context.Background(), &pb.CheckRequest{Requests: []*pb.CheckItem{item}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := resp.Responses[0]; r.Error != "" {
+		t.Fatalf("check: %s", r.Error)
+	}
+	return resp.Responses[0]
+}
+
+func TestForwardedChecksAreDecidedByTheOwner(t *testing.T) {
+	c, svcs := newFakeCluster(3)
+	item := &pb.CheckItem{Name: "api", Key: c.keyOwnedBy(2), Limit: 10, DurationMs: 60_000}
+	admitted := 0
+	for i := range 30 {
+		if check(t, svcs[i%3], item).Status == pb.Status_UNDER_LIMIT {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Errorf("admitted %d over 3 nodes, want exactly 10", admitted)
+	}
+	if n := svcs[0].store.Len() + svcs[1].store.Len(); n != 0 {
+		t.Errorf("non-owners hold %d counters, want 0", n)
+	}
+}
+
+func TestUnreachableOwnerFallsBackToShare(t *testing.T) {
+	c, svcs := newFakeCluster(3)
+	c.down["peer-2"] = true
+	item := &pb.CheckItem{Name: "api", Key: c.keyOwnedBy(2), Limit: 30, DurationMs: 60_000}
+	admitted := 0
+	for range 20 {
+		r := check(t, svcs[0], item)
+		if r.Metadata[MetadataDecidedBy] != routeFallback {
+			t.Fatalf("result without fallback metadata: %v", r)
+		}
+		if r.Status == pb.Status_UNDER_LIMIT {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Errorf("node 0 admitted %d with the owner down, want its share 30/3 = 10", admitted)
+	}
+}
+
+// TestGlobalNeverExceedsLimit drives GLOBAL checks at every node between
+// sync rounds, including while grants are outstanding, and checks the
+// cluster never admits more than the limit; then that it admits all of it.
+func TestGlobalNeverExceedsLimit(t *testing.T) {
+	c, svcs := newFakeCluster(3)
+	item := &pb.CheckItem{Name: "api", Key: c.keyOwnedBy(1), Limit: 100, DurationMs: 3_600_000, Behavior: pb.Behavior_GLOBAL}
+	admitted := 0
+	for round := range 20 {
+		for i := range 30 {
+			if check(t, svcs[(i+round)%3], item).Status == pb.Status_UNDER_LIMIT {
+				admitted++
+			}
+		}
+		syncRound(svcs)
+	}
+	if admitted != 100 {
+		t.Errorf("GLOBAL admitted %d over 20 rounds of 30 checks, want exactly 100", admitted)
+	}
+	// After the rounds, the owner's counter holds every hit.
+	peek := &pb.CheckItem{Name: "api", Key: item.Key, Limit: 100, DurationMs: 3_600_000, Hits: new(int64)}
+	if r := check(t, svcs[1], peek); r.Remaining != 0 {
+		t.Errorf("owner's counter has %d remaining, want 0", r.Remaining)
+	}
+}
+
+func TestGlobalGrantsAnswerLocally(t *testing.T) {
+	c, svcs := newFakeCluster(2)
+	item := &pb.CheckItem{Name: "api", Key: c.keyOwnedBy(1), Limit: 1000, DurationMs: 3_600_000, Behavior: pb.Behavior_GLOBAL}
+	check(t, svcs[0], item) // no grant yet: forwarded, and asks for one
+	syncRound(svcs)
+	for range 50 {
+		if r := check(t, svcs[0], item); r.Status != pb.Status_UNDER_LIMIT {
+			t.Fatalf("refused with a grant: %v", r)
+		}
+	}
+	e := svcs[0].globals.entries[globalKey{"api", item.Key}]
+	if e == nil || e.admitted != 50 || e.granted < 50 {
+		t.Fatalf("node 0's entry after 50 local checks: %+v", e)
+	}
+	// A round reports the hits to the owner.
+	syncRound(svcs)
+	peek := &pb.CheckItem{Name: "api", Key: item.Key, Limit: 1000, DurationMs: 3_600_000, Hits: new(int64)}
+	if r := check(t, svcs[1], peek); r.Remaining > 1000-51 {
+		t.Errorf("owner reports %d remaining after 51 hits elsewhere", r.Remaining)
+	}
+	// Idle for a round: node 0 gives its grant back.
+	syncRound(svcs)
+	syncRound(svcs)
+	if l := svcs[1].globals.leases[globalKey{"api", item.Key}]; l != nil && l.outstanding() != 0 {
+		t.Errorf("owner still lends %d hits to an idle node", l.outstanding())
+	}
+}
