@@ -119,7 +119,7 @@ func TestOperationalEndpoints(t *testing.T) {
 		"/healthz":    "ok",
 		"/readyz":     "ready",
 		"/v1/members": `{"members":[]}`,
-		"/metrics":    `ringlimit_checks_total{algorithm="TOKEN_BUCKET",behavior="BATCHED",status="UNDER_LIMIT"} 1`,
+		"/metrics":    `ringlimit_checks_total{algorithm="TOKEN_BUCKET",behavior="BATCHED",route="local",status="UNDER_LIMIT"} 1`,
 	} {
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
