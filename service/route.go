@@ -26,7 +26,7 @@ const MetadataDecidedBy = "decided_by"
 type remoteGroup struct {
 	owner     ring.Member
 	js        []int // indexes into call.reqs
-	unbatched bool  // every item asked for UNBATCHED
+	unbatched bool  // sent at once in an RPC of its own
 }
 
 // route splits c's valid requests into those decided here, GLOBAL ones,
@@ -51,25 +51,32 @@ func (s *Service) route(c *call) (local, global, remote []int) {
 	return local, global, remote
 }
 
-// groupByOwner groups c.reqs[js] by their key's owner. Items with the same
-// key have the same owner, so an all-or-nothing group is never split.
+// groupByOwner groups c.reqs[js] into forwards: BATCHED checks bound for
+// one owner share a group (the peer pool batches it further with other
+// requests); an UNBATCHED check is a group of its own, one RPC. With c.all
+// every check bound for one owner shares a group, sent at once if all are
+// UNBATCHED: items with the same key have the same owner, so an
+// all-or-nothing group is never split.
 func (s *Service) groupByOwner(c *call, js []int) []*remoteGroup {
 	if len(js) == 0 {
 		return nil
 	}
 	r := s.cluster.Ring()
-	byOwner := make(map[string]*remoteGroup)
+	byOwner := make(map[string]*remoteGroup) // the batched group of each owner
 	var groups []*remoteGroup
 	for _, j := range js {
 		owner, _ := r.Owner(c.reqs[j].Key)
+		unbatched := c.items[c.pos[j]].Behavior == pb.Behavior_UNBATCHED
 		g := byOwner[owner.Name]
-		if g == nil {
-			g = &remoteGroup{owner: owner, unbatched: true}
-			byOwner[owner.Name] = g
+		if g == nil || (unbatched && !c.all) {
+			g = &remoteGroup{owner: owner, unbatched: unbatched}
 			groups = append(groups, g)
+			if !unbatched || c.all {
+				byOwner[owner.Name] = g
+			}
 		}
+		g.unbatched = g.unbatched && unbatched
 		g.js = append(g.js, j)
-		g.unbatched = g.unbatched && c.items[c.pos[j]].Behavior == pb.Behavior_UNBATCHED
 	}
 	return groups
 }
@@ -78,6 +85,10 @@ func (s *Service) groupByOwner(c *call, js []int) []*remoteGroup {
 // owners' answers. A group whose owner cannot be reached is decided here
 // with this node's share of each limit.
 func (s *Service) forward(ctx context.Context, c *call, groups []*remoteGroup) {
+	if len(groups) == 1 {
+		s.forwardGroup(ctx, c, groups[0]) // the common case: no goroutine
+		return
+	}
 	var wg sync.WaitGroup
 	for _, g := range groups {
 		wg.Go(func() { s.forwardGroup(ctx, c, g) })

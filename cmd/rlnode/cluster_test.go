@@ -22,7 +22,7 @@ type testCluster struct {
 
 // startCluster starts n nodes, each joining the first, and waits until
 // every node's ring has n members.
-func startCluster(t *testing.T, n int, args ...string) *testCluster {
+func startCluster(t testing.TB, n int, args ...string) *testCluster {
 	t.Helper()
 	c := &testCluster{}
 	for i := range n {
@@ -34,7 +34,7 @@ func startCluster(t *testing.T, n int, args ...string) *testCluster {
 }
 
 // add starts one more node that joins the first.
-func (c *testCluster) add(t *testing.T, args ...string) {
+func (c *testCluster) add(t testing.TB, args ...string) {
 	t.Helper()
 	if len(c.nodes) > 0 {
 		args = append([]string{"--join", c.nodes[0].cluster.GossipAddr()}, args...)
@@ -49,7 +49,7 @@ func (c *testCluster) add(t *testing.T, args ...string) {
 }
 
 // waitForMembers polls until every running node sees want members.
-func (c *testCluster) waitForMembers(t *testing.T, want int, skip ...int) {
+func (c *testCluster) waitForMembers(t testing.TB, want int, skip ...int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

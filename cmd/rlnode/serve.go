@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -84,9 +85,12 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 		Members: func() []api.Member { return apiMembers(members) },
 	})
 
-	grpcSrv := grpc.NewServer()
+	// Stream workers reuse goroutines whose stacks have grown already,
+	// rather than starting one per RPC.
+	workers := grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))
+	grpcSrv := grpc.NewServer(workers)
 	health := faces.RegisterGRPC(grpcSrv)
-	peerSrv := grpc.NewServer()
+	peerSrv := grpc.NewServer(workers)
 	peer.NewServer(svc.Owner()).Register(peerSrv)
 	httpSrv := &http.Server{Handler: faces.Handler(), ReadHeaderTimeout: 10 * time.Second}
 

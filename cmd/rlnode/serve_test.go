@@ -24,7 +24,7 @@ func startNode(t *testing.T, args ...string) (httpAddr, grpcAddr string, stop fu
 }
 
 // startNamedNode is startNode for one of several nodes in a test.
-func startNamedNode(t *testing.T, name string, args ...string) (*node, func() error) {
+func startNamedNode(t testing.TB, name string, args ...string) (*node, func() error) {
 	t.Helper()
 	conf, err := parseConfig(append([]string{"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
 		"--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--node-name", name}, args...), env(nil), io.Discard)
