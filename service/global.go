@@ -330,7 +330,7 @@ func (e *globalEntry) report() *pb.GlobalReport {
 			Limit: e.req.Limit.Count, DurationMs: e.req.Limit.Period.Milliseconds(), Burst: e.req.Limit.Burst,
 			Algorithm: pb.Algorithm(e.req.Algorithm), Behavior: pb.Behavior_GLOBAL,
 		},
-		Admitted: e.admitted, Want: e.want, Release: e.release, Epoch: e.epoch,
+		Admitted: e.admitted, Acked: e.sent, Want: e.want, Release: e.release, Epoch: e.epoch,
 	}
 }
 
@@ -371,7 +371,9 @@ func (g *globals) receive(from string, reports []*pb.GlobalReport) {
 		l := g.lease(k, &r)
 		n := l.nodes[from]
 		if n == nil {
-			n = &nodeLease{}
+			// A new account, or one this node forgot: what the node says
+			// was charged already is not charged again.
+			n = &nodeLease{received: rep.Acked, granted: rep.Acked, epoch: rep.Epoch}
 			l.nodes[from] = n
 		}
 		if delta := rep.Admitted - n.received; delta > 0 {
@@ -395,7 +397,19 @@ func (g *globals) broadcast(ctx context.Context) {
 	r := g.s.cluster.Ring()
 	members := int64(max(1, r.Len()))
 	now := g.s.now()
+	self := g.s.cluster.LocalMember().Name
 	g.mu.Lock()
+	// Forget leases with nothing lent and nothing asked that saw no check
+	// this round, and those of counters this node no longer owns (their
+	// nodes start afresh with the new owner).
+	for k, l := range g.leases {
+		_, busy := g.dirty[k]
+		owner, ok := r.Owner(k.key)
+		if (ok && owner.Name != self) || (!busy && l.outstanding() == 0 && !l.wanted()) {
+			delete(g.leases, k)
+			delete(g.dirty, k)
+		}
+	}
 	states := make([]*pb.GlobalState, 0, len(g.dirty))
 	for k := range g.dirty {
 		l := g.leases[k]
@@ -419,15 +433,11 @@ func (g *globals) broadcast(ctx context.Context) {
 			st.Grants = append(st.Grants, &pb.GlobalGrant{Node: name, Granted: n.granted, Epoch: n.epoch})
 		}
 		states = append(states, st)
-		if l.outstanding() == 0 && !l.wanted() && counter.ResetAfter == 0 {
-			delete(g.leases, k) // nothing lent, nothing spent: forget it
-		}
 	}
 	g.mu.Unlock()
 	if len(states) == 0 {
 		return
 	}
-	self := g.s.cluster.LocalMember().Name
 	var wg sync.WaitGroup
 	for _, m := range r.Members() {
 		if m.Name == self {

@@ -125,8 +125,12 @@ type GlobalReport struct {
 	Want bool `protobuf:"varint,3,opt,name=want,proto3" json:"want,omitempty"`
 	// release: this node gives up the rest of its grant; its grant is now
 	// admitted, and its epoch becomes epoch.
-	Release       bool  `protobuf:"varint,4,opt,name=release,proto3" json:"release,omitempty"`
-	Epoch         int64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Release bool  `protobuf:"varint,4,opt,name=release,proto3" json:"release,omitempty"`
+	Epoch   int64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// acked is how many of admitted the node knows the owner has charged:
+	// an owner that has forgotten the node's account starts it from there,
+	// so that no hit is charged twice.
+	Acked         int64 `protobuf:"varint,6,opt,name=acked,proto3" json:"acked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -192,6 +196,13 @@ func (x *GlobalReport) GetRelease() bool {
 func (x *GlobalReport) GetEpoch() int64 {
 	if x != nil {
 		return x.Epoch
+	}
+	return 0
+}
+
+func (x *GlobalReport) GetAcked() int64 {
+	if x != nil {
+		return x.Acked
 	}
 	return 0
 }
@@ -735,13 +746,14 @@ const file_peer_proto_rawDesc = "" +
 	"\x0eForwardRequest\x126\n" +
 	"\brequests\x18\x01 \x03(\v2\x1a.ringlimit.v1.CheckRequestR\brequests\"L\n" +
 	"\x0fForwardResponse\x129\n" +
-	"\tresponses\x18\x01 \x03(\v2\x1b.ringlimit.v1.CheckResponseR\tresponses\"\x9b\x01\n" +
+	"\tresponses\x18\x01 \x03(\v2\x1b.ringlimit.v1.CheckResponseR\tresponses\"\xb1\x01\n" +
 	"\fGlobalReport\x12+\n" +
 	"\x04item\x18\x01 \x01(\v2\x17.ringlimit.v1.CheckItemR\x04item\x12\x1a\n" +
 	"\badmitted\x18\x02 \x01(\x03R\badmitted\x12\x12\n" +
 	"\x04want\x18\x03 \x01(\bR\x04want\x12\x18\n" +
 	"\arelease\x18\x04 \x01(\bR\arelease\x12\x14\n" +
-	"\x05epoch\x18\x05 \x01(\x03R\x05epoch\"]\n" +
+	"\x05epoch\x18\x05 \x01(\x03R\x05epoch\x12\x14\n" +
+	"\x05acked\x18\x06 \x01(\x03R\x05acked\"]\n" +
 	"\x11GlobalHitsRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x124\n" +
 	"\areports\x18\x02 \x03(\v2\x1a.ringlimit.v1.GlobalReportR\areports\"\x14\n" +
