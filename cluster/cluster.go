@@ -40,6 +40,9 @@ const (
 	DefaultJoinRetry    = time.Second
 	DefaultJoinRetryMax = 30 * time.Second
 	DefaultLeaveTimeout = 5 * time.Second
+	// DefaultDeadNodeReclaimTime is how long after a node is declared dead
+	// its name may rejoin from another address.
+	DefaultDeadNodeReclaimTime = 3 * time.Second
 )
 
 // keepGone is how long Members keeps reporting a node that died or left.
@@ -283,6 +286,15 @@ func (c *Cluster) Run(ctx context.Context) error {
 	}
 	joining := false
 	joined := make(chan error, 1)
+	// A node restarted under its name at a new address (a crashed pod with
+	// a new IP) is refused by members that still hold its old, dead entry
+	// until their DeadNodeReclaimTime has passed. Joining again after that
+	// pushes this node's state to them once more, so they take it.
+	confirms := 2
+	reclaim := DefaultDeadNodeReclaimTime
+	if c.conf.Memberlist != nil && c.conf.Memberlist.DeadNodeReclaimTime > 0 {
+		reclaim = c.conf.Memberlist.DeadNodeReclaimTime
+	}
 	rearm := func() {
 		d := backoff + rand.N(backoff/5+1) // jitter, so nodes do not retry in step
 		backoff = min(2*backoff, c.conf.JoinRetryMax)
@@ -338,11 +350,16 @@ func (c *Cluster) Run(ctx context.Context) error {
 			if !c.ready.Swap(true) {
 				c.log.Info("joined cluster", "members", c.Ring().Len())
 			}
-			if c.alone() {
+			switch {
+			case c.alone():
 				// Joined only ourselves, e.g. the first pod behind a
 				// headless Service. Keep looking, more slowly each time.
 				rearm()
-			} else {
+			case confirms > 0:
+				confirms--
+				retry.Reset(reclaim + time.Second)
+				armed = true
+			default:
 				backoff = c.conf.JoinRetry
 			}
 		}
@@ -373,6 +390,12 @@ func (c *Cluster) create(ctx context.Context) (*memberlist.Memberlist, error) {
 		if port != 0 {
 			mc.AdvertisePort = port
 		}
+	}
+	if mc.DeadNodeReclaimTime == 0 {
+		// A crashed pod comes back under its name at a new address; without
+		// this, memberlist refuses it until the dead entry is reaped (tens
+		// of seconds), while both sides own the same keys.
+		mc.DeadNodeReclaimTime = DefaultDeadNodeReclaimTime
 	}
 	mc.Delegate = c.delegate
 	mc.Events = c.events
