@@ -55,7 +55,7 @@ func (n *node) exited() bool {
 
 // signal sends sig to the process, which this test started. It does
 // nothing once the process has been reaped.
-func (n *node) signal(t *testing.T, sig syscall.Signal) {
+func (n *node) signal(t testing.TB, sig syscall.Signal) {
 	t.Helper()
 	if n.exited() {
 		return
@@ -79,7 +79,7 @@ func (n *node) wait(d time.Duration) bool {
 
 // testCluster is rlnode processes that join the first one.
 type testCluster struct {
-	t     *testing.T
+	t     testing.TB
 	args  []string // extra flags of every node
 	nodes []*node
 }
@@ -87,7 +87,7 @@ type testCluster struct {
 // startCluster starts n nodes, each but the first joining the first, and
 // waits until every node is ready and lists n alive members. The nodes are
 // stopped when the test ends, and their output is logged if it failed.
-func startCluster(t *testing.T, n int, args ...string) *testCluster {
+func startCluster(t testing.TB, n int, args ...string) *testCluster {
 	t.Helper()
 	if rlnodeBin == "" {
 		t.Skip("e2e tests need the rlnode binary; skipped in -short mode")
@@ -288,7 +288,7 @@ func (c *testCluster) waitConverged(want int) time.Duration {
 
 // poll calls cond every pollInterval until it reports true, and returns how
 // long that took. After timeout it fails the test with cond's last status.
-func poll(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
+func poll(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
 	t.Helper()
 	start := time.Now()
 	deadline := start.Add(timeout)
@@ -313,7 +313,7 @@ var usedPorts = struct {
 
 // freePorts returns n distinct loopback ports that are free for TCP and
 // for UDP (memberlist binds both on its port).
-func freePorts(t *testing.T, n int) []int {
+func freePorts(t testing.TB, n int) []int {
 	t.Helper()
 	usedPorts.Lock()
 	defer usedPorts.Unlock()

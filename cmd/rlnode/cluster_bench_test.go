@@ -4,12 +4,11 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/latency"
 )
 
 // keysNotOwnedBy returns n keys whose owner is not node i, so that checks
@@ -27,35 +26,11 @@ func (c *testCluster) keysNotOwnedBy(i, n int) []string {
 	return keys
 }
 
-// latencies collects per-check latencies from parallel workers.
-type latencies struct {
-	mu  sync.Mutex
-	all []time.Duration
-}
-
-func (l *latencies) add(ds []time.Duration) {
-	l.mu.Lock()
-	l.all = append(l.all, ds...)
-	l.mu.Unlock()
-}
-
-// report adds checks/s, and p50 and p99 request latency, to b's results.
-func (l *latencies) report(b *testing.B, elapsed time.Duration, items int) {
-	slices.Sort(l.all)
-	if len(l.all) == 0 {
-		return
-	}
-	q := func(p float64) float64 { return float64(l.all[int(p*float64(len(l.all)-1))].Microseconds()) }
-	b.ReportMetric(float64(len(l.all)*items)/elapsed.Seconds(), "checks/s")
-	b.ReportMetric(q(0.50), "p50-µs")
-	b.ReportMetric(q(0.99), "p99-µs")
-}
-
 // benchChecks runs b.N requests of items checks each, keys taken in turn
 // from keys, through node 0 from clients concurrent clients (a multiple of
 // GOMAXPROCS). Latencies are per request.
 func benchChecks(b *testing.B, c *testCluster, behavior pb.Behavior, keys []string, items, clients int) {
-	var lat latencies
+	var lat latency.Recorder
 	b.SetParallelism(max(1, clients/runtime.GOMAXPROCS(0)))
 	b.ReportAllocs()
 	start := time.Now()
@@ -78,9 +53,9 @@ func benchChecks(b *testing.B, c *testCluster, behavior pb.Behavior, keys []stri
 				return
 			}
 		}
-		lat.add(mine)
+		lat.Add(mine)
 	})
-	lat.report(b, time.Since(start), items)
+	lat.Report(b, time.Since(start), items)
 }
 
 // BenchmarkForwarded measures checks that node 0 forwards to their owners

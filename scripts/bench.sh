@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs every benchmark quoted in BENCHMARKS.md, in one go, so that ratios
+# compare figures measured in the same run on the same machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== $(date -u +%FT%TZ) $(go version) $(nproc) cores"
+echo "== algorithms vs golang.org/x/time/rate"
+go test -run '^$' -bench 'Take' -benchmem ./algorithms
+echo "== counter store vs one sync.Mutex + map; memory per key"
+go test -run '^$' -bench 'Store|MutexMap|MemoryPerKey' -benchmem ./limiter
+echo "== ring lookup"
+go test -run '^$' -bench 'Owner' -benchmem ./ring
+echo "== one node over loopback: rlnode bench, 64 clients, 10s each"
+bin=$(mktemp -d)/rlnode
+go build -o "$bin" ./cmd/rlnode
+"$bin" --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:18081 --peer-addr 127.0.0.1:18082 \
+	--gossip-addr 127.0.0.1:17946 --node-name bench --log-level warn &
+node=$!
+trap 'kill $node 2>/dev/null || true' EXIT
+for _ in $(seq 50); do curl -sf 127.0.0.1:18080/readyz >/dev/null && break; sleep 0.1; done
+for proto in grpc http; do
+	port=18081; [ $proto = http ] && port=18080
+	for items in 1 100; do
+		echo "-- $proto, $items check(s) a request"
+		"$bin" bench --addr 127.0.0.1:$port --protocol $proto --items $items --concurrency 64 --duration 10s
+	done
+done
+kill $node; wait $node 2>/dev/null || true
+echo "== 3-node loopback cluster (in one process): forwarded checks, hot key"
+go test -run '^$' -bench 'Forwarded|HotKey' -benchtime 3s -benchmem ./cmd/rlnode
+echo "== one rlnode vs a Redis+Lua limiter (go-redis/redis_rate)"
+go test -run '^$' -bench 'VersusRedis' -benchtime 5s ./e2e
