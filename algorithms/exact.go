@@ -127,20 +127,23 @@ func (r rational) lead(ns, frac, now int64) u128 {
 	return mul(uint64(ns)-uint64(now), r.perNS).add(u128{0, uint64(frac)})
 }
 
-// at returns the instant s ticks after now as (ns, frac). It reports false
-// if that instant is past the last one Unix ns can hold (in the year 2262):
-// the bucket algorithms refuse such a request with RetryAfter Never, since
-// storing a saturated instant instead would forget hits and over-admit.
-func (r rational) at(now int64, s u128) (ns, frac int64, ok bool) {
+// admit returns the instant s ticks after now as (ns, frac), and the
+// Decision of an admitted request that leaves s of the bucket used, with
+// one division for both. It reports false if that instant is past the last
+// one Unix ns can hold (in the year 2262): the bucket algorithms refuse such
+// a request with RetryAfter Never, since storing a saturated instant
+// instead would forget hits and over-admit.
+func (r rational) admit(now int64, s u128) (ns, frac int64, d Decision, ok bool) {
 	q, rem := s.div(r.perNS)
-	if q > math.MaxInt64 {
-		return 0, 0, false
+	if q > math.MaxInt64 || now+int64(q) < now {
+		return 0, 0, Decision{}, false
 	}
-	ns = now + int64(q)
-	if ns < now {
-		return 0, 0, false
+	reset := q
+	if rem != 0 {
+		reset++
 	}
-	return ns, int64(rem), true
+	d = Decision{Allowed: true, Remaining: r.cells(r.capacity.sub(s)), ResetAfter: time.Duration(sat64(reset))}
+	return now + int64(q), int64(rem), d, true
 }
 
 // floor returns span s as a Duration truncated to the nanosecond,

@@ -35,8 +35,10 @@ func TestRational(t *testing.T) {
 	if got := r.ceil(r.hits(1)); got != 333333334 {
 		t.Errorf("ceil(1s/3) = %d", got)
 	}
-	if ns, frac, ok := r.at(10, r.hits(2)); !ok || ns != 10+666666666 || frac != 2 {
-		t.Errorf("at(10, 2/3 s) = %d %d %v", ns, frac, ok)
+	// Capacity 3 with 2/3 s used: 1 cell left, full again in 666666667 ns.
+	if ns, frac, d, ok := r.admit(10, r.hits(2)); !ok || ns != 10+666666666 || frac != 2 ||
+		d != (Decision{Allowed: true, Remaining: 1, ResetAfter: 666666667}) {
+		t.Errorf("admit(10, 2/3 s) = %d %d %+v %v", ns, frac, d, ok)
 	}
 	if got := r.lead(20, 2, 10); got != mul(10, 3).add(u128{0, 2}) {
 		t.Errorf("lead = %v", got)
@@ -47,8 +49,8 @@ func TestRational(t *testing.T) {
 	if got := r.lead(5, 2, 10); !got.isZero() {
 		t.Errorf("lead of the past = %v, want 0", got)
 	}
-	if _, _, ok := r.at(math.MaxInt64-1, r.hits(1)); ok {
-		t.Error("at past 2262 reported ok")
+	if _, _, _, ok := r.admit(math.MaxInt64-1, r.hits(1)); ok {
+		t.Error("admit past 2262 reported ok")
 	}
 	if got := r.ceil(u128{math.MaxUint64, 0}); got != math.MaxInt64 {
 		t.Errorf("ceil of a huge span = %d, want saturated", got)

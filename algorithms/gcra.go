@@ -76,14 +76,12 @@ func (g GCRA) decide(now time.Time, l Limit, n int64) (Decision, GCRA) {
 		d.RetryAfter = r.floor(early)
 		return d, g
 	}
-	ns, frac, ok := r.at(t, next)
+	ns, frac, d, ok := r.admit(t, next)
 	if !ok {
 		d := r.status(tat)
 		d.RetryAfter = Never
 		return d, g
 	}
 	g.TAT, g.TATFrac = ns, frac
-	d := r.status(next)
-	d.Allowed = true
 	return d, g
 }

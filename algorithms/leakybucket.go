@@ -70,15 +70,13 @@ func (q LeakyBucket) decide(now time.Time, l Limit, n int64) (Decision, LeakyBuc
 		d.RetryAfter = r.ceil(behind.sub(r.capacity))
 		return d, q
 	}
-	ns, frac, ok := r.at(t, behind)
+	ns, frac, d, ok := r.admit(t, behind)
 	if !ok {
 		d := r.status(ahead)
 		d.RetryAfter = Never
 		return d, q
 	}
 	q.Drained, q.DrainedFrac = ns, frac
-	d := r.status(behind)
-	d.Allowed = true
 	d.Delay = r.ceil(ahead)
 	return d, q
 }

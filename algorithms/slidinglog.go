@@ -66,7 +66,7 @@ func (s *SlidingLog) Take(now time.Time, l Limit, n int64) Decision {
 	t := now.UnixNano()
 	for s.n > 0 && s.at(0).ts <= t-int64(l.Period) {
 		s.hits -= s.at(0).count
-		s.head = (s.head + 1) % len(s.ring)
+		s.head = s.index(1)
 		s.n--
 	}
 	d := s.decide(t, l, n, 0, s.hits)
@@ -128,7 +128,17 @@ func (s *SlidingLog) decide(t int64, l Limit, n int64, first int, hits int64) De
 
 // at returns the i-th entry, oldest first.
 func (s *SlidingLog) at(i int) logEntry {
-	return s.ring[(s.head+i)%len(s.ring)]
+	return s.ring[s.index(i)]
+}
+
+// index returns the ring index of the i-th entry, 0 <= i <= len(s.ring).
+// It wraps by subtraction: a % here would cost a division per access.
+func (s *SlidingLog) index(i int) int {
+	j := s.head + i
+	if j >= len(s.ring) {
+		j -= len(s.ring)
+	}
+	return j
 }
 
 // push appends count hits at ts. A ts not after the newest entry's (a clock
@@ -137,7 +147,7 @@ func (s *SlidingLog) at(i int) logEntry {
 // by doubling, but not past want entries unless it must.
 func (s *SlidingLog) push(ts, count, want int64) {
 	if s.n > 0 {
-		last := &s.ring[(s.head+s.n-1)%len(s.ring)]
+		last := &s.ring[s.index(s.n-1)]
 		if ts <= last.ts {
 			last.count += count
 			s.hits += count
@@ -152,7 +162,7 @@ func (s *SlidingLog) push(ts, count, want int64) {
 		}
 		s.ring, s.head = ring, 0
 	}
-	s.ring[(s.head+s.n)%len(s.ring)] = logEntry{ts, count}
+	s.ring[s.index(s.n)] = logEntry{ts, count}
 	s.n++
 	s.hits += count
 }

@@ -77,14 +77,12 @@ func (b TokenBucket) decide(now time.Time, l Limit, n int64) (Decision, TokenBuc
 		d.RetryAfter = r.floor(after.sub(r.capacity))
 		return d, b
 	}
-	ns, frac, ok := r.at(t, after)
+	ns, frac, d, ok := r.admit(t, after)
 	if !ok {
 		d := r.status(missing)
 		d.RetryAfter = Never
 		return d, b
 	}
 	b.Full, b.FullFrac = ns, frac
-	d := r.status(after)
-	d.Allowed = true
 	return d, b
 }
