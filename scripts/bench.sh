@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 echo "== $(date -u +%FT%TZ) $(go version) $(nproc) cores"
 echo "== algorithms vs golang.org/x/time/rate"
-go test -run '^$' -bench 'Take' -benchmem ./algorithms
+go test -run '^$' -bench 'Take' -benchmem -count 5 ./algorithms  # noisy machine: take the median
 echo "== counter store vs one sync.Mutex + map; memory per key"
 go test -run '^$' -bench 'Store|MutexMap|MemoryPerKey' -benchmem ./limiter
 echo "== ring lookup"
