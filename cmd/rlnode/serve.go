@@ -92,7 +92,9 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	health := faces.RegisterGRPC(grpcSrv)
 	peerSrv := grpc.NewServer(workers)
 	peer.NewServer(svc.Owner()).Register(peerSrv)
-	httpSrv := &http.Server{Handler: faces.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// Timeouts bound what a slow or idle client can hold.
+	httpSrv := &http.Server{Handler: faces.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 
 	// Each part has its own context, so that shutdown can stop them in
 	// order rather than all at once.
