@@ -206,3 +206,33 @@ func TestGlobalGrantsAnswerLocally(t *testing.T) {
 		t.Errorf("owner still lends %d hits to an idle node", l.outstanding())
 	}
 }
+
+// TestGlobalGrantsOfDepartedNodesAreFreed: a node that leaves the cluster
+// (or dies) with a grant must not keep the owner from lending those hits
+// to others.
+func TestGlobalGrantsOfDepartedNodesAreFreed(t *testing.T) {
+	c, svcs := newFakeCluster(3)
+	smaller := ring.New(c.ring.Members()[1:]...) // without node-0
+	var key string
+	for k := 0; ; k++ {
+		key = fmt.Sprint("key-", k)
+		a, _ := c.ring.Owner(key)
+		b, _ := smaller.Owner(key)
+		if a.Name == "node-1" && b.Name == "node-1" {
+			break
+		}
+	}
+	item := &pb.CheckItem{Name: "api", Key: key, Limit: 900, DurationMs: 3_600_000, Behavior: pb.Behavior_GLOBAL}
+	check(t, svcs[0], item) // forwarded; asks for a grant
+	syncRound(svcs)
+	lease := func() *lease { return svcs[1].globals.leases[globalKey{"api", key}] }
+	if l := lease(); l == nil || l.outstanding() == 0 {
+		t.Fatalf("node 0 holds no grant after a round: %+v", l)
+	}
+	c.ring = smaller
+	check(t, svcs[1], item) // keep the lease busy so it is broadcast, not forgotten
+	syncRound(svcs)
+	if l := lease(); l != nil && l.outstanding() != 0 {
+		t.Errorf("the owner still lends %d hits to a node that left", l.outstanding())
+	}
+}

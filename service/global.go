@@ -45,7 +45,7 @@ type globalEntry struct {
 	admitted   int64           // hits admitted here, in all
 	granted    int64           // hits the owner allows here, in all
 	sent       int64           // admitted hits the owner has acknowledged
-	epoch      int64           // count of releases, so that stale grants are ignored
+	epoch      int64           // the account: new per entry, +1 per release, so that stale grants are ignored
 	known      bool            // a grant for this epoch arrived
 	want       bool            // a check was refused: ask for a grant
 	active     bool            // a check came since the last report
@@ -82,10 +82,24 @@ type globals struct {
 	s        *Service
 	interval time.Duration
 
-	mu      sync.Mutex
-	entries map[globalKey]*globalEntry
-	leases  map[globalKey]*lease
-	dirty   map[globalKey]struct{} // leases to broadcast
+	mu        sync.Mutex
+	entries   map[globalKey]*globalEntry
+	leases    map[globalKey]*lease
+	dirty     map[globalKey]struct{} // leases to broadcast
+	lastEpoch int64                  // the newest entry's first epoch
+}
+
+// epochGap leaves room for this many releases in one entry's epochs
+// before the next entry's.
+const epochGap = 1 << 20
+
+// newEpoch returns the first epoch of a new entry: larger than any epoch
+// this process used before, and than those of earlier processes (it starts
+// from the wall clock), so that an owner can tell a new account from an
+// old one. g.mu is held.
+func (g *globals) newEpoch() int64 {
+	g.lastEpoch = max(g.lastEpoch+epochGap, time.Now().UnixNano())
+	return g.lastEpoch
 }
 
 // maxGlobalEntries bounds the GLOBAL counters a node tracks for others,
@@ -113,13 +127,13 @@ func (g *globals) decide(r *limiter.Request, owner string) (d algorithms.Decisio
 		if len(g.entries) >= maxGlobalEntries {
 			g.evictOne()
 		}
-		e = &globalEntry{owner: owner}
+		e = &globalEntry{owner: owner, epoch: g.newEpoch()}
 		g.entries[k] = e
 	}
 	e.req = *r
 	e.active = true
 	if e.owner != owner {
-		e.reown(owner)
+		e.reown(owner, g.newEpoch())
 	}
 	if !e.known || r.Reset {
 		e.want = true
@@ -146,18 +160,20 @@ func (g *globals) decide(r *limiter.Request, owner string) (d algorithms.Decisio
 	return d, false
 }
 
-// reown starts e's account afresh with a new owner: hits not yet reported
-// go to the new owner as this node's first report.
-func (e *globalEntry) reown(owner string) {
+// reown starts a new account for e with a new owner: hits not yet
+// reported go to the new owner as this node's first report.
+func (e *globalEntry) reown(owner string, epoch int64) {
 	unsent := e.admitted - e.sent
-	*e = globalEntry{req: e.req, owner: owner, admitted: unsent, granted: unsent, want: true, active: true}
+	*e = globalEntry{req: e.req, owner: owner, epoch: epoch, admitted: unsent, granted: unsent, want: true, active: true}
 }
 
-// evictOne forgets an entry with nothing to report (the map's order makes
-// it a random one), or any entry if all have. g.mu is held.
+// evictOne forgets an entry with nothing to report or hold (the map's
+// order makes it a random one), or, if every entry has, any entry: its
+// unreported hits are lost, and the owner keeps its grant reserved until
+// this node's next account for the key replaces it. g.mu is held.
 func (g *globals) evictOne() {
 	for k, e := range g.entries {
-		if e.admitted == e.sent {
+		if e.admitted == e.sent && e.granted == e.admitted {
 			delete(g.entries, k)
 			return
 		}
@@ -279,7 +295,7 @@ func (g *globals) report(ctx context.Context) {
 			continue
 		}
 		if owner.Name != e.owner {
-			e.reown(owner.Name)
+			e.reown(owner.Name, g.newEpoch())
 		}
 		idle := !e.active
 		e.active = false
@@ -370,11 +386,15 @@ func (g *globals) receive(from string, reports []*pb.GlobalReport) {
 		k := globalKey{r.Name, r.Key}
 		l := g.lease(k, &r)
 		n := l.nodes[from]
-		if n == nil {
-			// A new account, or one this node forgot: what the node says
-			// was charged already is not charged again.
+		switch {
+		case n == nil || (rep.Epoch > n.epoch && !rep.Release):
+			// A new account (the node forgot the old one, or this owner
+			// did): what the node says was charged already is not charged
+			// again, and the old account's grant is no longer reserved.
 			n = &nodeLease{received: rep.Acked, granted: rep.Acked, epoch: rep.Epoch}
 			l.nodes[from] = n
+		case rep.Epoch < n.epoch:
+			continue // from an account that has been replaced
 		}
 		if delta := rep.Admitted - n.received; delta > 0 {
 			r.Hits = delta
@@ -399,10 +419,20 @@ func (g *globals) broadcast(ctx context.Context) {
 	now := g.s.now()
 	self := g.s.cluster.LocalMember().Name
 	g.mu.Lock()
-	// Forget leases with nothing lent and nothing asked that saw no check
-	// this round, and those of counters this node no longer owns (their
-	// nodes start afresh with the new owner).
+	// Forget the accounts of nodes no longer in the cluster; leases with
+	// nothing lent and nothing asked that saw no check this round; and
+	// leases of counters this node no longer owns (their nodes start
+	// afresh with the new owner).
+	inRing := map[string]bool{}
+	for _, m := range r.Members() {
+		inRing[m.Name] = true
+	}
 	for k, l := range g.leases {
+		for name := range l.nodes {
+			if !inRing[name] {
+				delete(l.nodes, name) // a node that left or died uses no grant
+			}
+		}
 		_, busy := g.dirty[k]
 		owner, ok := r.Owner(k.key)
 		if (ok && owner.Name != self) || (!busy && l.outstanding() == 0 && !l.wanted()) {
