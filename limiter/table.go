@@ -33,7 +33,7 @@ type entry[S any] struct {
 // a Go map would repeat the 16-byte string header. Not safe for concurrent
 // use: the shard's lock guards it.
 type table[S any, P state[S]] struct {
-	slots   []uint64 // 0 = empty, else hash<<32 | entry index+1; the upper 32 hash bits pick the home slot
+	slots   []uint64 // 0 = empty, else hash<<32 | entry index+1; the hash picks the home slot
 	entries []entry[S]
 	free    int32 // head of the free list of entries, linked by next; -1 if none
 	head    int32 // most recently used, -1 if empty
@@ -52,8 +52,7 @@ func (t *table[S, P]) find(id []byte, hash uint32) int32 {
 	if len(t.slots) == 0 {
 		return -1
 	}
-	mask := uint32(len(t.slots) - 1)
-	for i := hash & mask; ; i = (i + 1) & mask {
+	for i := t.home(hash); ; i = t.next(i) {
 		s := t.slots[i]
 		if s == 0 {
 			return -1
@@ -70,7 +69,7 @@ func (t *table[S, P]) find(id []byte, hash uint32) int32 {
 // insert adds a counter at rest for id and returns its index. The caller
 // has checked that id is absent.
 func (t *table[S, P]) insert(id []byte, hash uint32, now int64) int32 {
-	if (t.n+1)*4 > len(t.slots)*3 {
+	if (t.n+1)*5 > len(t.slots)*4 { // at most 80% full: tags keep long probe runs cheap
 		t.grow()
 	}
 	var idx int32
@@ -88,10 +87,32 @@ func (t *table[S, P]) insert(id []byte, hash uint32, now int64) int32 {
 	return idx
 }
 
+// home returns the slot a hash starts probing at. Multiplying rather than
+// masking maps hashes onto any table size, so that the table can grow by
+// half rather than double, which keeps its load, and memory, higher.
+func (t *table[S, P]) home(hash uint32) int {
+	return int(uint64(hash) * uint64(len(t.slots)) >> 32)
+}
+
+// next returns the slot after i, wrapping at the end.
+func (t *table[S, P]) next(i int) int {
+	if i++; i == len(t.slots) {
+		return 0
+	}
+	return i
+}
+
+// dist returns how many slots forward from a it is to b.
+func (t *table[S, P]) dist(a, b int) int {
+	if b >= a {
+		return b - a
+	}
+	return b + len(t.slots) - a
+}
+
 // place puts a slot value at the first free slot from its home.
 func (t *table[S, P]) place(slot uint64) {
-	mask := uint32(len(t.slots) - 1)
-	for i := uint32(slot>>32) & mask; ; i = (i + 1) & mask {
+	for i := t.home(uint32(slot >> 32)); ; i = t.next(i) {
 		if t.slots[i] == 0 {
 			t.slots[i] = slot
 			return
@@ -101,7 +122,7 @@ func (t *table[S, P]) place(slot uint64) {
 
 func (t *table[S, P]) grow() {
 	old := t.slots
-	t.slots = make([]uint64, max(minSlots, 2*len(old)))
+	t.slots = make([]uint64, max(minSlots, len(old)+len(old)/2))
 	for _, s := range old {
 		if s != 0 {
 			t.place(s)
@@ -111,21 +132,19 @@ func (t *table[S, P]) grow() {
 
 // remove deletes the entry at idx, which must be in use.
 func (t *table[S, P]) remove(idx int32, hash uint32) {
-	mask := uint32(len(t.slots) - 1)
 	want := uint64(hash)<<32 | uint64(idx+1)
-	i := hash & mask
+	i := t.home(hash)
 	for t.slots[i] != want {
-		i = (i + 1) & mask
+		i = t.next(i)
 	}
 	// Backward-shift deletion: move later members of the probe run into
 	// the hole when their home slot allows it, so find needs no tombstones.
-	for j := (i + 1) & mask; ; j = (j + 1) & mask {
+	for j := t.next(i); ; j = t.next(j) {
 		s := t.slots[j]
 		if s == 0 {
 			break
 		}
-		home := uint32(s>>32) & mask
-		if (j-home)&mask >= (j-i)&mask {
+		if t.dist(t.home(uint32(s>>32)), j) >= t.dist(i, j) {
 			t.slots[i] = s
 			i = j
 		}
