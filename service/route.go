@@ -3,7 +3,9 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"time"
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
@@ -116,8 +118,18 @@ func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup) {
 	if err == nil && len(resp.GetResponses()) != len(g.js) {
 		err = errors.New("owner answered the wrong number of results")
 	}
+	if err != nil && ctx.Err() != nil {
+		// The client has gone: charge nothing on its behalf.
+		for _, j := range g.js {
+			c.results[c.pos[j]] = errorResult(fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err()))
+		}
+		return
+	}
 	if err != nil {
-		s.log.Warn("owner unreachable, deciding locally with this node's share", "owner", g.owner.Name, "err", err)
+		if s.logSampler.allow(g.owner.Name) {
+			s.log.Warn("owner unreachable, deciding locally with this node's share (logged once a second per owner)",
+				"owner", g.owner.Name, "err", err)
+		}
 		s.metrics.forwardErrors.Inc()
 		s.decideFallback(c, g.js)
 		return
@@ -158,4 +170,25 @@ func shareOf(l algorithms.Limit, members int64) algorithms.Limit {
 		l.Burst = max(1, l.Burst/members)
 	}
 	return l
+}
+
+// sampler lets through one event a second per key, so that a partition
+// that fails every forward does not fill the log; metrics count them all.
+type sampler struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+func (s *sampler) allow(key string) bool {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now.Sub(s.last[key]) < time.Second {
+		return false
+	}
+	if s.last == nil || len(s.last) > 1000 {
+		s.last = make(map[string]time.Time) // keys are owners: few, but bounded anyway
+	}
+	s.last[key] = now
+	return true
 }

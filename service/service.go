@@ -78,6 +78,8 @@ type Service struct {
 	metrics metrics
 	globals *globals
 	handoff handoff
+	// logSampler thins out the warning of an unreachable owner.
+	logSampler sampler
 }
 
 // New returns a Service. It starts nothing.
