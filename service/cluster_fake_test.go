@@ -26,7 +26,10 @@ type fakeMember struct {
 func (m fakeMember) Ring() *ring.Ring         { return m.c.ring }
 func (m fakeMember) LocalMember() ring.Member { return m.self }
 
-func (c *fakeCluster) peer(addr string) (Owner, error) {
+func (c *fakeCluster) peer(ctx context.Context, addr string) (Owner, error) {
+	if err := ctx.Err(); err != nil {
+		return Owner{}, err
+	}
 	if c.down[addr] {
 		return Owner{}, fmt.Errorf("%s: %w", addr, context.DeadlineExceeded)
 	}
@@ -34,7 +37,7 @@ func (c *fakeCluster) peer(addr string) (Owner, error) {
 }
 
 func (c *fakeCluster) Forward(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	o, err := c.peer(addr)
+	o, err := c.peer(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +49,7 @@ func (c *fakeCluster) ForwardNow(ctx context.Context, addr string, req *pb.Check
 }
 
 func (c *fakeCluster) AddGlobalHits(ctx context.Context, addr, from string, reports []*pb.GlobalReport) error {
-	o, err := c.peer(addr)
+	o, err := c.peer(ctx, addr)
 	if err == nil {
 		o.AddGlobalHits(ctx, from, reports)
 	}
@@ -54,7 +57,7 @@ func (c *fakeCluster) AddGlobalHits(ctx context.Context, addr, from string, repo
 }
 
 func (c *fakeCluster) UpdateGlobals(ctx context.Context, addr string, states []*pb.GlobalState) error {
-	o, err := c.peer(addr)
+	o, err := c.peer(ctx, addr)
 	if err == nil {
 		o.UpdateGlobals(ctx, states)
 	}
@@ -62,7 +65,7 @@ func (c *fakeCluster) UpdateGlobals(ctx context.Context, addr string, states []*
 }
 
 func (c *fakeCluster) HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) (int64, error) {
-	o, err := c.peer(addr)
+	o, err := c.peer(ctx, addr)
 	if err != nil {
 		return 0, err
 	}
@@ -234,5 +237,22 @@ func TestGlobalGrantsOfDepartedNodesAreFreed(t *testing.T) {
 	syncRound(svcs)
 	if l := lease(); l != nil && l.outstanding() != 0 {
 		t.Errorf("the owner still lends %d hits to a node that left", l.outstanding())
+	}
+}
+
+func TestGoneClientIsChargedNothing(t *testing.T) {
+	c, svcs := newFakeCluster(3)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	item := &pb.CheckItem{Name: "api", Key: c.keyOwnedBy(2), Limit: 10, DurationMs: 60_000}
+	resp, err := svcs[0].Check(ctx, &pb.CheckRequest{Requests: []*pb.CheckItem{item}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := resp.Responses[0]; r.ErrorCode != pb.ErrorCode_UNAVAILABLE {
+		t.Errorf("result for a cancelled request: %v, want UNAVAILABLE", r)
+	}
+	if n := svcs[0].store.Len(); n != 0 {
+		t.Errorf("node 0 holds %d counters: it charged a fallback for a client that had gone", n)
 	}
 }
