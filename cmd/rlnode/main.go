@@ -3,10 +3,13 @@
 //	rlnode [flags]            serve (no flags: a one-node cluster on the default ports)
 //	rlnode check [flags]      ask a node whether a request may go ahead
 //	rlnode members [flags]    list a node's view of the cluster
+//	rlnode bench [flags]      measure a node or cluster with a bounded load
 package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,7 +22,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
+	if err != nil && !errors.Is(err, flag.ErrHelp) { // -h printed the usage already
 		fmt.Fprintln(os.Stderr, "rlnode:", err)
 		os.Exit(1)
 	}
