@@ -16,6 +16,9 @@ type fakeCluster struct {
 	ring  *ring.Ring
 	nodes map[string]*Service // by peer address
 	down  map[string]bool     // peer addresses that do not answer
+	// onDown, if set, is called when a call reaches a down peer, before it
+	// fails: a test can change the ring as the call is in flight.
+	onDown func(addr string)
 }
 
 type fakeMember struct {
@@ -31,6 +34,9 @@ func (c *fakeCluster) peer(ctx context.Context, addr string) (Owner, error) {
 		return Owner{}, err
 	}
 	if c.down[addr] {
+		if c.onDown != nil {
+			c.onDown(addr)
+		}
 		return Owner{}, fmt.Errorf("%s: %w", addr, context.DeadlineExceeded)
 	}
 	return c.nodes[addr].Owner(), nil
@@ -254,5 +260,32 @@ func TestGoneClientIsChargedNothing(t *testing.T) {
 	}
 	if n := svcs[0].store.Len(); n != 0 {
 		t.Errorf("node 0 holds %d counters: it charged a fallback for a client that had gone", n)
+	}
+}
+
+// TestForwardRetriesTheNewOwner: when the owner fails while the ring moves
+// the key to another node, the check goes to the new owner (once), rather
+// than falling back to a share of the limit.
+func TestForwardRetriesTheNewOwner(t *testing.T) {
+	c, svcs := newFakeCluster(3)
+	without2 := ring.New(c.ring.Members()[:2]...)
+	var key string
+	for k := 0; ; k++ {
+		key = fmt.Sprint("key-", k)
+		before, _ := c.ring.Owner(key)
+		after, _ := without2.Owner(key)
+		if before.Name == "node-2" && after.Name == "node-1" {
+			break
+		}
+	}
+	c.down["peer-2"] = true
+	c.onDown = func(string) { c.ring = without2 }
+	item := &pb.CheckItem{Name: "api", Key: key, Limit: 10, DurationMs: 60_000}
+	r := check(t, svcs[0], item)
+	if r.Status != pb.Status_UNDER_LIMIT || r.Metadata[MetadataDecidedBy] != "" {
+		t.Errorf("result %v, want admitted by the new owner, not a fallback", r)
+	}
+	if svcs[1].store.Len() != 1 || svcs[0].store.Len() != 0 {
+		t.Errorf("counters: node 0 %d, node 1 %d; want the new owner, node 1, to hold it", svcs[0].store.Len(), svcs[1].store.Len())
 	}
 }
