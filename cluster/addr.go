@@ -76,3 +76,53 @@ func resolveIP(ctx context.Context, host string) (net.IP, error) {
 	}
 	return ips[0], nil
 }
+
+// defaultAdvertiseIP picks the address to advertise when none is configured
+// and the node binds all interfaces: memberlist's choice, a private IP, when
+// there is one; else the first non-loopback IP of an interface that is up
+// (a host with only public addresses), IPv4 first; else 127.0.0.1, so that a
+// node on a machine with no network still runs alone. memberlist itself
+// would refuse to start without a private IP.
+func defaultAdvertiseIP(privateIP func() (string, error), addrs func() ([]net.Addr, error)) string {
+	if ip, err := privateIP(); err == nil && ip != "" {
+		return ip
+	}
+	as, _ := addrs()
+	var v6 string
+	for _, a := range as {
+		n, ok := a.(*net.IPNet)
+		if !ok || n.IP.IsLoopback() || n.IP.IsLinkLocalUnicast() || n.IP.IsUnspecified() {
+			continue
+		}
+		if n.IP.To4() != nil {
+			return n.IP.String()
+		}
+		if v6 == "" {
+			v6 = n.IP.String()
+		}
+	}
+	if v6 != "" {
+		return v6
+	}
+	return "127.0.0.1"
+}
+
+// upInterfaceAddrs returns the addresses of the interfaces that are up.
+func upInterfaceAddrs() ([]net.Addr, error) {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	var out []net.Addr
+	for _, i := range ifaces {
+		if i.Flags&net.FlagUp == 0 {
+			continue
+		}
+		as, err := i.Addrs()
+		if err != nil {
+			continue
+		}
+		out = append(out, as...)
+	}
+	return out, nil
+}

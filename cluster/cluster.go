@@ -24,10 +24,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"sync/atomic"
 	"time"
 
+	sockaddr "github.com/hashicorp/go-sockaddr"
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -61,7 +63,8 @@ type Config struct {
 	// AdvertiseAddr is the address other nodes use to reach this one, as a
 	// host or host:port; a host name is resolved once, by Run. The port
 	// defaults to the bound port. Empty means the bound IP or, when bound to
-	// all interfaces, the first private IP (memberlist's choice).
+	// all interfaces, a private IP (memberlist's choice), else the first
+	// non-loopback IP, else 127.0.0.1 (see defaultAdvertiseIP).
 	AdvertiseAddr string
 
 	// Join lists the nodes to join through, each a host:port or a DNS name
@@ -380,6 +383,9 @@ func (c *Cluster) create(ctx context.Context) (*memberlist.Memberlist, error) {
 	mc.BindPort = c.bindPort
 	mc.AdvertiseAddr = ""
 	mc.AdvertisePort = c.bindPort // memberlist uses the chosen port when BindPort is 0
+	if c.conf.AdvertiseAddr == "" && (c.bindHost == "" || net.ParseIP(c.bindHost).IsUnspecified()) {
+		mc.AdvertiseAddr = defaultAdvertiseIP(sockaddr.GetPrivateIP, upInterfaceAddrs)
+	}
 	if c.conf.AdvertiseAddr != "" {
 		host, port, _ := splitAdvertise(c.conf.AdvertiseAddr) // checked by New
 		ip, err := resolveIP(ctx, host)
