@@ -18,10 +18,11 @@ const (
 	FixedWindow
 	SlidingWindow
 	SlidingLog
-	numAlgorithms
+	// NumAlgorithms is the number of algorithms, for arrays indexed by one.
+	NumAlgorithms
 )
 
-var algorithmNames = [numAlgorithms]string{
+var algorithmNames = [NumAlgorithms]string{
 	TokenBucket:   "TOKEN_BUCKET",
 	GCRA:          "GCRA",
 	LeakyBucket:   "LEAKY_BUCKET",
@@ -32,14 +33,14 @@ var algorithmNames = [numAlgorithms]string{
 
 // String returns the algorithm's wire name, e.g. "TOKEN_BUCKET".
 func (a Algorithm) String() string {
-	if a < numAlgorithms {
+	if a < NumAlgorithms {
 		return algorithmNames[a]
 	}
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
 
 // Valid reports whether a names one of the six algorithms.
-func (a Algorithm) Valid() bool { return a < numAlgorithms }
+func (a Algorithm) Valid() bool { return a < NumAlgorithms }
 
 // ParseAlgorithm returns the algorithm with the given wire name; the match
 // ignores case, so "token_bucket" works on the command line.

@@ -15,7 +15,7 @@ import (
 func TestExtractMergeKeepsState(t *testing.T) {
 	from, to := New(Config{}), New(Config{})
 	l := algorithms.Limit{Count: 10, Period: time.Minute}
-	for a := range numAlgorithms {
+	for a := range NumAlgorithms {
 		for i := range 20 {
 			r := Request{Name: "api", Key: fmt.Sprint("k", i), Algorithm: a, Hits: 4, Now: t0, Limit: l}
 			from.Decide(&r)
@@ -34,13 +34,13 @@ func TestExtractMergeKeepsState(t *testing.T) {
 		}
 		moved += len(batch)
 	}
-	if want := 11 * int(numAlgorithms); moved != want { // k1, k10..k19
+	if want := 11 * int(NumAlgorithms); moved != want { // k1, k10..k19
 		t.Fatalf("moved %d counters, want %d", moved, want)
 	}
-	if from.Len() != 20*int(numAlgorithms)-moved || to.Len() != moved {
+	if from.Len() != 20*int(NumAlgorithms)-moved || to.Len() != moved {
 		t.Errorf("Len: from %d, to %d", from.Len(), to.Len())
 	}
-	for a := range numAlgorithms {
+	for a := range NumAlgorithms {
 		r := Request{Name: "api", Key: "k12", Algorithm: a, Hits: 0, Now: t0.Add(time.Millisecond), Limit: l}
 		if d := to.Decide(&r); d.Remaining != 6 {
 			t.Errorf("%s: moved counter has %d remaining, want 6", a, d.Remaining)
@@ -52,7 +52,7 @@ func TestExtractMergeKeepsState(t *testing.T) {
 // charged one: the charged one wins.
 func TestMergeNeverRefills(t *testing.T) {
 	l := algorithms.Limit{Count: 10, Period: time.Minute}
-	for a := range numAlgorithms {
+	for a := range NumAlgorithms {
 		charged, fresh := New(Config{}), New(Config{})
 		r := Request{Name: "api", Key: "k", Algorithm: a, Hits: 8, Now: t0, Limit: l}
 		charged.Decide(&r)

@@ -64,7 +64,7 @@ type Store struct {
 // shard is one lock's worth of counters.
 type shard struct {
 	mu     sync.Mutex
-	tables [numAlgorithms]counters
+	tables [NumAlgorithms]counters
 	id     []byte // scratch for name + "\x00" + key; guarded by mu
 	_      [64]byte
 }
@@ -84,7 +84,7 @@ func New(conf Config) *Store {
 	}
 	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), maxKeys: int64(maxKeys)}
 	for i := range s.shards {
-		s.shards[i].tables = [numAlgorithms]counters{
+		s.shards[i].tables = [NumAlgorithms]counters{
 			TokenBucket:   newTable[algorithms.TokenBucket](),
 			GCRA:          newTable[algorithms.GCRA](),
 			LeakyBucket:   newTable[algorithms.LeakyBucket](),

@@ -173,7 +173,7 @@ func TestConcurrentDecide(t *testing.T) {
 			defer wg.Done()
 			n := 0
 			for i := range 2000 {
-				r := Request{Name: "n", Key: fmt.Sprint("k", (g*7+i)%300), Algorithm: Algorithm(i % int(numAlgorithms)), Hits: 1, Now: t0,
+				r := Request{Name: "n", Key: fmt.Sprint("k", (g*7+i)%300), Algorithm: Algorithm(i % int(NumAlgorithms)), Hits: 1, Now: t0,
 					Limit: algorithms.Limit{Count: 10, Period: time.Hour}}
 				if r.Key == "k0" && r.Algorithm == TokenBucket {
 					if s.Decide(&r).Allowed {
@@ -196,7 +196,7 @@ func TestConcurrentDecide(t *testing.T) {
 
 func TestDecideDoesNotAllocate(t *testing.T) {
 	s := New(Config{})
-	for a := range numAlgorithms {
+	for a := range NumAlgorithms {
 		r := Request{Name: "api", Key: "user:42", Algorithm: a, Hits: 1, Now: t0, Limit: algorithms.Limit{Count: 1000, Period: time.Second}}
 		s.Decide(&r) // create the counter
 		if n := testing.AllocsPerRun(100, func() { s.Decide(&r) }); n != 0 {

@@ -151,7 +151,7 @@ func TestUnreachableOwnerFallsBackToShare(t *testing.T) {
 	admitted := 0
 	for range 20 {
 		r := check(t, svcs[0], item)
-		if r.Metadata[MetadataDecidedBy] != routeFallback {
+		if r.Metadata[MetadataDecidedBy] != routeFallback.String() {
 			t.Fatalf("result without fallback metadata: %v", r)
 		}
 		if r.Status == pb.Status_UNDER_LIMIT {

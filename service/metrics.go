@@ -12,7 +12,9 @@ import (
 // metrics are the service's Prometheus metrics. Labels are enums only:
 // never a key or a name, which would grow without bound.
 type metrics struct {
-	checks           *prometheus.CounterVec
+	// checks holds every series of ringlimit_checks_total, made up front so
+	// that counting a check is an index and an atomic add, not a look-up.
+	checks           [limiter.NumAlgorithms][pb.Behavior_LOCAL + 1][numRoutes][2]prometheus.Counter
 	invalidItems     *prometheus.CounterVec
 	forwardErrors    prometheus.Counter
 	globalSyncLag    prometheus.Histogram
@@ -21,11 +23,11 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
+	checks := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ringlimit_checks_total",
+		Help: "Checks decided, by algorithm, behavior, route (local, forwarded, global, fallback) and status.",
+	}, []string{"algorithm", "behavior", "route", "status"})
 	m := metrics{
-		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ringlimit_checks_total",
-			Help: "Checks decided, by algorithm, behavior, route (local, forwarded, global, fallback) and status.",
-		}, []string{"algorithm", "behavior", "route", "status"}),
 		invalidItems: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringlimit_invalid_items_total",
 			Help: "Check items refused as invalid, by the field at fault.",
@@ -49,17 +51,27 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		}, []string{"direction"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.checks, m.invalidItems, m.forwardErrors, m.globalSyncLag, m.globalSendErrors, m.handedOff)
+		reg.MustRegister(checks, m.invalidItems, m.forwardErrors, m.globalSyncLag, m.globalSendErrors, m.handedOff)
+	}
+	for a := range m.checks {
+		for b := range m.checks[a] {
+			for r := range m.checks[a][b] {
+				for st := range m.checks[a][b][r] {
+					m.checks[a][b][r][st] = checks.WithLabelValues(limiter.Algorithm(a).String(), pb.Behavior(b).String(),
+						route(r).String(), pb.Status(st).String())
+				}
+			}
+		}
 	}
 	return m
 }
 
-func (m *metrics) checked(a limiter.Algorithm, b pb.Behavior, route string, allowed bool) {
+func (m *metrics) checked(a limiter.Algorithm, b pb.Behavior, r route, allowed bool) {
 	status := pb.Status_UNDER_LIMIT
 	if !allowed {
 		status = pb.Status_OVER_LIMIT
 	}
-	m.checks.WithLabelValues(a.String(), b.String(), route, status.String()).Inc()
+	m.checks[a][b][r][status].Inc()
 }
 
 func (m *metrics) invalid(err error) {

@@ -12,13 +12,21 @@ import (
 	"github.com/ringlimit/ringlimit/ring"
 )
 
-// Where a check was decided, for the checks metric and response metadata.
+// route says where a check was decided, for the checks metric and the
+// response metadata.
+type route uint8
+
 const (
-	routeLocal     = "local"     // this node owns the key (or LOCAL behaviour)
-	routeForwarded = "forwarded" // the owner decided
-	routeGlobal    = "global"    // GLOBAL: this node's share of the owner's state
-	routeFallback  = "fallback"  // the owner was unreachable: this node's share of the limit
+	routeLocal     route = iota // this node owns the key (or LOCAL behaviour)
+	routeForwarded              // the owner decided
+	routeGlobal                 // GLOBAL: from this node's grant, or by the owner
+	routeFallback               // the owner was unreachable: this node's share of the limit
+	numRoutes
 )
+
+var routeNames = [numRoutes]string{"local", "forwarded", "global", "fallback"}
+
+func (r route) String() string { return routeNames[r] }
 
 // MetadataDecidedBy is the result metadata key that says a check was not
 // decided by its owner; its value is routeFallback.
@@ -158,7 +166,7 @@ func (s *Service) decideFallback(c *call, js []int) {
 	}
 	s.decideLocal(c, js, routeFallback)
 	for _, j := range js {
-		c.results[c.pos[j]].Metadata = map[string]string{MetadataDecidedBy: routeFallback}
+		c.results[c.pos[j]].Metadata = map[string]string{MetadataDecidedBy: routeFallback.String()}
 	}
 }
 

@@ -89,7 +89,7 @@ func New(conf Config) *Service {
 		s.store = limiter.New(limiter.Config{})
 	}
 	if s.cluster == nil {
-		s.cluster = alone{}
+		s.cluster = newAlone()
 	}
 	if s.skew <= 0 {
 		s.skew = DefaultMaxClockSkew
@@ -110,10 +110,13 @@ func New(conf Config) *Service {
 	return s
 }
 
-// alone is the Membership of a single node: it owns every key.
-type alone struct{}
+// alone is the Membership of a single node: it owns every key. Its ring is
+// built once: building one costs milliseconds.
+type alone struct{ ring *ring.Ring }
 
-func (alone) Ring() *ring.Ring         { return ring.New(alone{}.LocalMember()) }
+func newAlone() alone { return alone{ring.New(alone{}.LocalMember())} }
+
+func (a alone) Ring() *ring.Ring       { return a.ring }
 func (alone) LocalMember() ring.Member { return ring.Member{Name: "self"} }
 
 // call is one Check in progress: the items that passed validation, in the
@@ -172,7 +175,7 @@ func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 // decideLocal decides c.reqs[js] against this node's store. With c.all,
 // requests with the same key are decided together. route is recorded in
 // the checks metric.
-func (s *Service) decideLocal(c *call, js []int, route string) {
+func (s *Service) decideLocal(c *call, js []int, route route) {
 	if len(js) == 0 {
 		return
 	}
@@ -204,7 +207,7 @@ func (s *Service) decideLocal(c *call, js []int, route string) {
 }
 
 // setResult records the decision for c.reqs[j].
-func (s *Service) setResult(c *call, j int, d algorithms.Decision, route string) {
+func (s *Service) setResult(c *call, j int, d algorithms.Decision, route route) {
 	i := c.pos[j]
 	c.results[i] = decisionResult(&c.reqs[j], d)
 	s.metrics.checked(c.reqs[j].Algorithm, c.items[i].Behavior, route, d.Allowed)
