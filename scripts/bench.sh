@@ -9,6 +9,8 @@ echo "== algorithms vs golang.org/x/time/rate"
 go test -run '^$' -bench 'Take' -benchmem -count 5 ./algorithms  # noisy machine: take the median
 echo "== counter store vs one sync.Mutex + map; memory per key"
 go test -run '^$' -bench 'Store|MutexMap|MemoryPerKey' -benchmem ./limiter
+echo "== a node's own work per request, no transport"
+go test -run '^$' -bench 'Check' -benchmem -count 3 ./service
 echo "== ring lookup"
 go test -run '^$' -bench 'Owner' -benchmem ./ring
 echo "== one node over loopback: rlnode bench, 64 clients, 10s each"
