@@ -289,3 +289,26 @@ func TestForwardRetriesTheNewOwner(t *testing.T) {
 		t.Errorf("counters: node 0 %d, node 1 %d; want the new owner, node 1, to hold it", svcs[0].store.Len(), svcs[1].store.Len())
 	}
 }
+
+// TestGlobalHitsAreFlushedOnShutdown: hits a node admitted from its grant
+// reach the owner when the node's Run ends, even between sync rounds.
+func TestGlobalHitsAreFlushedOnShutdown(t *testing.T) {
+	c, svcs := newFakeCluster(2)
+	item := &pb.CheckItem{Name: "api", Key: c.keyOwnedBy(1), Limit: 1000, DurationMs: 3_600_000, Behavior: pb.Behavior_GLOBAL}
+	check(t, svcs[0], item) // forwarded: the owner charges it
+	syncRound(svcs)         // node 0 gets a grant
+	for range 20 {
+		check(t, svcs[0], item) // from the grant: not reported yet
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- svcs[0].Run(ctx) }()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	peek := &pb.CheckItem{Name: "api", Key: item.Key, Limit: 1000, DurationMs: 3_600_000, Hits: new(int64)}
+	if r := check(t, svcs[1], peek); r.Remaining != 1000-21 {
+		t.Errorf("owner's counter has %d remaining after node 0 shut down, want %d: hits were lost", r.Remaining, 1000-21)
+	}
+}
