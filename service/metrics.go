@@ -53,6 +53,9 @@ func newMetrics(reg prometheus.Registerer) metrics {
 	if reg != nil {
 		reg.MustRegister(checks, m.invalidItems, m.forwardErrors, m.globalSyncLag, m.globalSendErrors, m.handedOff)
 	}
+	for _, direction := range []string{"sent", "received"} {
+		m.handedOff.WithLabelValues(direction) // exported as 0 before the first hand-off
+	}
 	for a := range m.checks {
 		for b := range m.checks[a] {
 			for r := range m.checks[a][b] {
