@@ -1,5 +1,5 @@
 # The README's commands. `make test` is what CI runs.
-.PHONY: test e2e generate bench fuzz
+.PHONY: test e2e generate bench fuzz image cluster cluster-down
 
 test:
 	go test -race ./...
@@ -14,3 +14,17 @@ generate:
 # only Go. Takes about five minutes; results go to bench.out.
 bench:
 	scripts/bench.sh | tee bench.out
+
+# The container image (see Dockerfile): a static rlnode built here, copied
+# into an image FROM scratch. IMAGE, VERSION and REVISION may be overridden.
+IMAGE ?= ringlimit:dev
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+
+image:
+	rm -rf build/image && mkdir -p build/image
+	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o build/image/rlnode ./cmd/rlnode
+	chmod 0555 build/image/rlnode
+	docker build --quiet -f Dockerfile -t $(IMAGE) \
+		--build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) build/image
+	@docker image inspect --format '$(IMAGE): {{.Size}} bytes' $(IMAGE)
