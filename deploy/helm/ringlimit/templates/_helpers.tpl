@@ -1,0 +1,80 @@
+{{/* The chart's name, shortened to fit a DNS label. */}}
+{{- define "ringlimit.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The release's full name. Kept to 52 characters so that "-headless" still
+fits in a 63-character Service name.
+*/}}
+{{- define "ringlimit.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The headless Service: stable pod DNS names, and the join address. */}}
+{{- define "ringlimit.headless" -}}
+{{ include "ringlimit.fullname" . }}-headless
+{{- end }}
+
+{{/*
+The --join address: the headless Service's name, which resolves to every
+pod, ready or not (publishNotReadyAddresses), so the first pods find each
+other before any is ready.
+*/}}
+{{- define "ringlimit.join" -}}
+{{ include "ringlimit.headless" . }}.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}:{{ .Values.ports.gossip }}
+{{- end }}
+
+{{- define "ringlimit.policyConfigMap" -}}
+{{- if .Values.existingPolicyConfigMap }}
+{{- .Values.existingPolicyConfigMap }}
+{{- else if .Values.policies }}
+{{- include "ringlimit.fullname" . }}-policies
+{{- end }}
+{{- end }}
+
+{{- define "ringlimit.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every object. */}}
+{{- define "ringlimit.labels" -}}
+helm.sh/chart: {{ include "ringlimit.chart" . }}
+{{ include "ringlimit.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: ringlimit
+{{- end }}
+
+{{/* Labels that select this release's pods; never change them on upgrade. */}}
+{{- define "ringlimit.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ringlimit.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "ringlimit.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* Fails the render when the values contradict each other. */}}
+{{- define "ringlimit.validate" -}}
+{{- if le (int .Values.terminationGracePeriodSeconds) (int .Values.shutdownTimeoutSeconds) }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must exceed shutdownTimeoutSeconds (%d): the kubelet would kill a node during its hand-off" (int .Values.terminationGracePeriodSeconds) (int .Values.shutdownTimeoutSeconds)) }}
+{{- end }}
+{{- if and .Values.policies .Values.existingPolicyConfigMap }}
+{{- fail "policies and existingPolicyConfigMap: set one, not both" }}
+{{- end }}
+{{- $p := .Values.ports }}
+{{- if ne (len (list (int $p.http) (int $p.grpc) (int $p.peer) (int $p.gossip) | uniq)) 4 }}
+{{- fail "ports: http, grpc, peer and gossip must differ" }}
+{{- end }}
+{{- end }}
