@@ -28,3 +28,26 @@ image:
 	docker build --quiet -f Dockerfile -t $(IMAGE) \
 		--build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) build/image
 	@docker image inspect --format '$(IMAGE): {{.Size}} bytes' $(IMAGE)
+
+# A local three-node cluster from the image (deploy/docker-compose.yml),
+# HTTP and gRPC published on 127.0.0.1 only. Works with the Compose plugin
+# (docker compose) or the standalone docker-compose.
+COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo docker compose || echo docker-compose)
+COMPOSE_FILE := deploy/docker-compose.yml
+
+cluster: image
+	RINGLIMIT_IMAGE=$(IMAGE) $(COMPOSE) -f $(COMPOSE_FILE) -p ringlimit up -d
+	@for i in $$(seq 60); do curl -sf 127.0.0.1:8180/readyz >/dev/null && curl -sf 127.0.0.1:8280/readyz >/dev/null \
+		&& curl -sf 127.0.0.1:8380/readyz >/dev/null && break; sleep 0.5; done
+	@echo
+	@echo "ringlimit: three nodes (rl-1, rl-2, rl-3); any node answers any key."
+	@echo "  HTTP  127.0.0.1:8180  127.0.0.1:8280  127.0.0.1:8380"
+	@echo "  gRPC  127.0.0.1:8181  127.0.0.1:8281  127.0.0.1:8381"
+	@echo
+	@echo "  curl -s 127.0.0.1:8180/v1/members"
+	@echo "  curl -s -X POST 127.0.0.1:8280/v1/check -d '{\"requests\":[{\"name\":\"api\",\"key\":\"user:42\",\"limit\":10,\"duration_ms\":60000}]}'"
+	@echo "  go run ./cmd/rlnode check --addr 127.0.0.1:8381 --name api --key user:42 --limit 10 --duration 1m"
+	@echo "  $(COMPOSE) -f $(COMPOSE_FILE) -p ringlimit logs -f    # logs;  make cluster-down  # stop"
+
+cluster-down:
+	$(COMPOSE) -f $(COMPOSE_FILE) -p ringlimit down --timeout 45
