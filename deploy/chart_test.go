@@ -428,3 +428,53 @@ func TestChartRejectsBadValues(t *testing.T) {
 		t.Errorf("policies and existingPolicyConfigMap together: %v", err)
 	}
 }
+
+// TestChartExtras checks that the optional pod settings land where they
+// belong (a wrong indent in a template moves them silently, or fails the
+// strict decoding).
+func TestChartExtras(t *testing.T) {
+	r := render(t, allOn[2],
+		"extraArgs[0]=--log-level=debug",
+		"extraEnv[0].name=GOMEMLIMIT", "extraEnv[0].value=400MiB",
+		"extraVolumes[0].name=tls", "extraVolumes[0].secret.secretName=rl-tls",
+		"extraVolumeMounts[0].name=tls", "extraVolumeMounts[0].mountPath=/etc/ringlimit/tls",
+		"podAnnotations.a=b", "podLabels.team=edge", "nodeSelector.pool=edge",
+		"tolerations[0].key=edge", "tolerations[0].operator=Exists",
+		"topologySpreadConstraints[0].maxSkew=1", "topologySpreadConstraints[0].topologyKey=zone",
+		"topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule",
+		"serviceAccountName=rl", "priorityClassName=high", "imagePullSecrets[0].name=pull")
+	pod := r.sts.Spec.Template
+	c := r.container(t)
+	if c.Args[len(c.Args)-1] != "--log-level=debug" {
+		t.Errorf("extraArgs not last: %q", c.Args)
+	}
+	if e := c.Env[len(c.Env)-1]; e.Name != "GOMEMLIMIT" || e.Value != "400MiB" {
+		t.Errorf("extraEnv: %+v", c.Env)
+	}
+	if len(c.VolumeMounts) != 2 || c.VolumeMounts[1].MountPath != "/etc/ringlimit/tls" {
+		t.Errorf("volume mounts %+v, want policies and tls", c.VolumeMounts)
+	}
+	if len(pod.Spec.Volumes) != 2 || pod.Spec.Volumes[1].Secret == nil || pod.Spec.Volumes[1].Secret.SecretName != "rl-tls" {
+		t.Errorf("volumes %+v, want policies and the tls Secret", pod.Spec.Volumes)
+	}
+	for what, ok := range map[string]bool{
+		"podAnnotations":            pod.Annotations["a"] == "b",
+		"podLabels":                 pod.Labels["team"] == "edge",
+		"nodeSelector":              pod.Spec.NodeSelector["pool"] == "edge",
+		"tolerations":               len(pod.Spec.Tolerations) == 1 && pod.Spec.Tolerations[0].Key == "edge",
+		"topologySpreadConstraints": len(pod.Spec.TopologySpreadConstraints) == 1 && pod.Spec.TopologySpreadConstraints[0].TopologyKey == "zone",
+		"serviceAccountName":        pod.Spec.ServiceAccountName == "rl",
+		"priorityClassName":         pod.Spec.PriorityClassName == "high",
+		"imagePullSecrets":          len(pod.Spec.ImagePullSecrets) == 1 && pod.Spec.ImagePullSecrets[0].Name == "pull",
+		"default anti-affinity":     pod.Spec.Affinity != nil && pod.Spec.Affinity.PodAntiAffinity != nil,
+	} {
+		if !ok {
+			t.Errorf("%s not rendered into the pod", what)
+		}
+	}
+	if r := render(t, "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool",
+		"affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists"); r.sts.Spec.Template.Spec.Affinity.NodeAffinity == nil ||
+		r.sts.Spec.Template.Spec.Affinity.PodAntiAffinity != nil {
+		t.Errorf("affinity given: want it instead of the default, got %+v", r.sts.Spec.Template.Spec.Affinity)
+	}
+}
