@@ -1,8 +1,10 @@
-// Package service answers checks: it validates them, decides the keys this
-// node owns with the counter store, forwards the others to their owners,
-// runs GLOBAL counters, and hands counters over when the ring changes. The
-// gRPC and HTTP faces in package api only translate to and from it, and
-// package peer carries its traffic between nodes.
+// Package service answers checks: it validates them, works out once per
+// check which owner and which part of the node decides it (the counter
+// store, package global for GLOBAL checks, or the key's owner through
+// package peer), and falls back to this node's share of the limit when an
+// owner cannot be reached. It also hands counters over when the ring
+// changes. It orchestrates; the protocols live in their own packages. The
+// gRPC and HTTP faces in package api only translate to and from it.
 package service
 
 import (
@@ -15,6 +17,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/global"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -22,9 +25,6 @@ import (
 // DefaultMaxClockSkew bounds how far created_at_ms may be from the
 // server clock.
 const DefaultMaxClockSkew = 10 * time.Minute
-
-// DefaultGlobalSync is the default interval of GLOBAL hit and state sync.
-const DefaultGlobalSync = 100 * time.Millisecond
 
 // Membership is what the service needs of the cluster: the current ring
 // and which member this node is.
@@ -55,7 +55,7 @@ type Config struct {
 	// MaxClockSkew bounds created_at_ms; zero means DefaultMaxClockSkew.
 	MaxClockSkew time.Duration
 	// GlobalSync is how often GLOBAL hits go to owners and owners
-	// broadcast; zero means DefaultGlobalSync.
+	// broadcast; zero means global.DefaultInterval.
 	GlobalSync time.Duration
 	// Now is the server clock; nil means time.Now.
 	Now func() time.Time
@@ -76,7 +76,7 @@ type Service struct {
 	now     func() time.Time
 	log     *slog.Logger
 	metrics metrics
-	globals *globals
+	global  *global.Node
 	handoff handoff
 	// logSampler thins out the warning of an unreachable owner.
 	logSampler sampler
@@ -100,12 +100,14 @@ func New(conf Config) *Service {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	sync := conf.GlobalSync
-	if sync <= 0 {
-		sync = DefaultGlobalSync
-	}
 	s.metrics = newMetrics(conf.Registerer)
-	s.globals = newGlobals(s, sync)
+	s.global = global.New(global.Config{
+		Store: s.store, Cluster: s.cluster, Peers: conf.Peers,
+		Validate: func(item *pb.CheckItem, now time.Time) (limiter.Request, error) {
+			return toRequest(item, now, s.skew)
+		},
+		Interval: conf.GlobalSync, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
+	})
 	s.handoff = newHandoff()
 	return s
 }
@@ -120,12 +122,13 @@ func (a alone) Ring() *ring.Ring       { return a.ring }
 func (alone) LocalMember() ring.Member { return ring.Member{Name: "self"} }
 
 // call is one Check in progress: the items that passed validation, in the
-// store's form, and where their results go.
+// store's form, each with its owner, and where their results go.
 type call struct {
 	items   []*pb.CheckItem
 	all     bool
 	reqs    []limiter.Request
-	pos     []int // pos[j] is the item index of reqs[j]
+	pos     []int         // pos[j] is the item index of reqs[j]
+	owners  []ring.Member // owners[j] owns reqs[j].Key; looked up once
 	results []*pb.CheckResult
 }
 
@@ -138,10 +141,11 @@ func (s *Service) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckRes
 	if err != nil {
 		return nil, err
 	}
-	local, global, remote := s.route(c)
-	s.decideLocal(c, local, routeLocal)
-	remote = append(remote, s.decideGlobal(c, global)...)
-	s.forward(ctx, c, s.groupByOwner(c, remote))
+	r := s.cluster.Ring()
+	for j := range c.reqs {
+		c.owners[j], _ = r.Owner(c.reqs[j].Key) // no owner (an empty ring): the zero Member, decided here
+	}
+	s.decide(ctx, c, every(len(c.reqs)))
 	return &pb.CheckResponse{Responses: c.results}, nil
 }
 
@@ -169,6 +173,7 @@ func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 		c.reqs = append(c.reqs, r)
 		c.pos = append(c.pos, i)
 	}
+	c.owners = make([]ring.Member, len(c.reqs))
 	return c, nil
 }
 
@@ -230,13 +235,27 @@ func groupByKey(reqs []limiter.Request, js []int) [][]int {
 	return groups
 }
 
+// every returns the indexes 0..n-1.
+func every(n int) []int {
+	js := make([]int, n)
+	for j := range js {
+		js[j] = j
+	}
+	return js
+}
+
 // Run drives the service's background work until ctx ends: GLOBAL sync
-// and hand-off of counters this node no longer owns. It returns after a
-// last GLOBAL flush.
+// rounds and hand-off of counters this node no longer owns. Shutdown then
+// calls HandOff and FlushGlobal, in that order.
 func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.handoff.run(ctx, s) })
-	err := s.globals.run(ctx)
+	err := s.global.Run(ctx)
 	wg.Wait()
 	return err
 }
+
+// FlushGlobal reports the GLOBAL hits this node admitted from grants and
+// has not reported yet to their owners, so that none is lost when it
+// stops. It is a step of shutdown, after Run has returned.
+func (s *Service) FlushGlobal(ctx context.Context) { s.global.Flush(ctx) }
