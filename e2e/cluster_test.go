@@ -36,9 +36,9 @@ func TestConverge(t *testing.T) {
 				t.Errorf("%s sees %s as %q, want alive", n.name, m.Name, m.State)
 			case m.Self != (m.Name == n.name):
 				t.Errorf("%s lists %s with self=%v", n.name, m.Name, m.Self)
-			case m.GRPCAddr != want.grpc || m.PeerAddr != want.peer || m.Addr != want.gossip:
+			case m.GRPCAddr != want.grpc || m.PeerAddr != want.peer || m.GossipAddr != want.gossip:
 				t.Errorf("%s lists %s at grpc %s peer %s gossip %s, want %s %s %s",
-					n.name, m.Name, m.GRPCAddr, m.PeerAddr, m.Addr, want.grpc, want.peer, want.gossip)
+					n.name, m.Name, m.GRPCAddr, m.PeerAddr, m.GossipAddr, want.grpc, want.peer, want.gossip)
 			case m.Share <= 0:
 				t.Errorf("%s gives %s a share of %v, want > 0", n.name, m.Name, m.Share)
 			}

@@ -49,7 +49,7 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if m.Self {
 			name += " (self)"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.1f%%\n", name, m.State, m.GRPCAddr, m.Addr, 100*m.Share)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.1f%%\n", name, m.State, m.GRPCAddr, m.GossipAddr, 100*m.Share)
 	}
 	return w.Flush()
 }

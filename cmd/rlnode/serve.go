@@ -253,7 +253,7 @@ func apiMembers(c *cluster.Cluster) []api.Member {
 	var out []api.Member
 	for _, m := range c.Members() {
 		out = append(out, api.Member{
-			Name: m.Name, Addr: m.GossipAddr, GRPCAddr: m.GRPCAddr, PeerAddr: m.PeerAddr,
+			Name: m.Name, GossipAddr: m.GossipAddr, GRPCAddr: m.GRPCAddr, PeerAddr: m.PeerAddr,
 			State: string(m.State), Share: m.Share, Self: m.Name == self,
 		})
 	}
