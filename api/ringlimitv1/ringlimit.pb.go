@@ -427,7 +427,9 @@ type CheckResult struct {
 	DelayMs      int64                  `protobuf:"varint,6,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
 	Error        string                 `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	ErrorCode    ErrorCode              `protobuf:"varint,8,opt,name=error_code,json=errorCode,proto3,enum=ringlimit.v1.ErrorCode" json:"error_code,omitempty"`
-	// metadata says how the check was decided, e.g. "decided_by": "local-fallback".
+	// metadata says how the check was decided: "decided_by": "fallback" when
+	// the owner could not be reached and the answering node decided with its
+	// share of the limit (service.MetadataDecidedBy).
 	Metadata      map[string]string `protobuf:"bytes,9,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
