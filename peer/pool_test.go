@@ -65,29 +65,21 @@ func forwardAll(ctx context.Context, p *Pool, addr string, n int) error {
 	return first
 }
 
+// TestForwardBatches: concurrent calls share RPCs over real gRPC. The
+// batch limit, not the wall clock, closes each batch here, so the count is
+// exact however the machine schedules the callers; how --batch-wait
+// gathers calls is timed in virtual time by TestBatcherTimeline.
 func TestForwardBatches(t *testing.T) {
 	h := &fakeHandler{}
 	addr := serve(t, h)
-	p, _ := startPool(t, Config{BatchWait: 50 * time.Millisecond})
-	if err := forwardAll(t.Context(), p, addr, 100); err != nil {
-		t.Fatal(err)
-	}
-	if n := h.forwards.Load(); n > 5 {
-		t.Errorf("100 concurrent calls took %d RPCs, want at most 5", n)
-	}
-}
-
-func TestForwardBatchLimitFlushesAtOnce(t *testing.T) {
-	h := &fakeHandler{}
-	addr := serve(t, h)
-	p, _ := startPool(t, Config{BatchWait: time.Hour, BatchLimit: 10, Timeout: time.Minute})
+	p, _ := startPool(t, Config{BatchWait: time.Hour, BatchLimit: 25, Timeout: time.Minute})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if err := forwardAll(ctx, p, addr, 10); err != nil {
+	if err := forwardAll(ctx, p, addr, 100); err != nil {
 		t.Fatal(err)
 	}
-	if n := h.forwards.Load(); n != 1 {
-		t.Errorf("10 calls with BatchLimit 10 took %d RPCs, want 1", n)
+	if n := h.forwards.Load(); n != 4 {
+		t.Errorf("100 concurrent calls with BatchLimit 25 took %d RPCs, want 4", n)
 	}
 }
 
