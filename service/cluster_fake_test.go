@@ -86,7 +86,8 @@ func newFakeCluster(n int) (*fakeCluster, []*Service) {
 }
 
 // newFakeClusterWith is newFakeCluster with each node's Config from
-// conf(i), to which it adds the cluster, the peers and the clock.
+// conf(i), to which it adds the cluster, the peers and, unless conf set
+// one, the fixed clock.
 func newFakeClusterWith(n int, conf func(i int) Config) (*fakeCluster, []*Service) {
 	c := &fakeCluster{nodes: map[string]*Service{}, down: map[string]bool{}}
 	var members []ring.Member
@@ -97,7 +98,10 @@ func newFakeClusterWith(n int, conf func(i int) Config) (*fakeCluster, []*Servic
 	var svcs []*Service
 	for i, m := range members {
 		cf := conf(i)
-		cf.Cluster, cf.Peers, cf.Now = fakeMember{c, m}, c, fixedClock(t0)
+		cf.Cluster, cf.Peers = fakeMember{c, m}, c
+		if cf.Now == nil {
+			cf.Now = fixedClock(t0)
+		}
 		s := New(cf)
 		c.nodes[m.PeerAddr] = s
 		svcs = append(svcs, s)
