@@ -8,6 +8,18 @@
 //
 // q is the limit, w the period in seconds, r the remaining hits and t the
 // seconds until the counter is full again.
+//
+// Rounding. Every figure rounds up to whole seconds, so a client that waits
+// that long is never early, with one care for t: ringlimit reports when
+// the counter is full again as an instant, reset_time_ms, already rounded
+// up to the millisecond. t is that instant minus now rounded up to the
+// millisecond too, then rounded up to seconds. Rounding both instants the
+// same way cancels the server's rounding, so t never exceeds the true time
+// until full rounded up to the second, and never w; subtracting a truncated
+// now instead would count the server's rounding twice and answer t=61 for
+// a 60-second counter checked within one millisecond. The price is that t
+// may be short by less than a millisecond of the true time, which no
+// client can observe at the header's one-second resolution.
 package httplimit
 
 import (
@@ -49,6 +61,9 @@ type Limiter struct {
 	// FailOpen says what to do when ringlimit cannot answer: serve the
 	// request (true) or answer 503 (false, the zero value).
 	FailOpen bool
+	// Now is the clock the headers are computed against; nil means
+	// time.Now. Tests set it to pin the rounding.
+	Now func() time.Time
 }
 
 // Handler returns next wrapped by the limiter.
@@ -65,7 +80,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		}
 		h := w.Header()
 		h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", l.Name, l.Limit, ceilSeconds(l.Period.Milliseconds())))
-		reset := ceilSeconds(res.ResetTimeMs - time.Now().UnixMilli())
+		reset := ceilSeconds(res.ResetTimeMs - ceilMillis(l.now()))
 		h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", l.Name, res.Remaining, reset))
 		if res.Status == pb.Status_OVER_LIMIT {
 			retry := res.RetryAfterMs
@@ -108,11 +123,27 @@ func (l *Limiter) check(r *http.Request) (*pb.CheckResult, error) {
 	return res, nil
 }
 
+func (l *Limiter) now() time.Time {
+	if l.Now == nil {
+		return time.Now()
+	}
+	return l.Now()
+}
+
 func clientIP(r *http.Request) string {
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		return host
 	}
 	return r.RemoteAddr
+}
+
+// ceilMillis is t in Unix milliseconds, rounded up like reset_time_ms.
+func ceilMillis(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if t.Nanosecond()%int(time.Millisecond) != 0 {
+		ms++
+	}
+	return ms
 }
 
 // ceilSeconds rounds ms up to whole seconds, never below 0.

@@ -15,9 +15,17 @@ import (
 
 var ok = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) })
 
+// t0 is a fixed instant that is not on a millisecond, so the service rounds
+// the instant the counter is full again up to the next millisecond.
+var t0 = time.Unix(1_700_000_000, 123_456_789)
+
 func TestLimiter(t *testing.T) {
-	// A real (single-node) service stands in for a client of a node.
-	l := &httplimit.Limiter{Checker: service.New(service.Config{}), Name: "api", Limit: 2, Period: time.Minute}
+	// A real (single-node) service stands in for a client of a node. It
+	// decides at t0 and the headers are written within the same
+	// millisecond: the boundary where t once read 61 for a 60 s counter.
+	svc := service.New(service.Config{Now: func() time.Time { return t0 }})
+	now := func() time.Time { return t0.Add(100 * time.Microsecond) }
+	l := &httplimit.Limiter{Checker: svc, Name: "api", Limit: 2, Period: time.Minute, Now: now}
 	h := l.Handler(ok)
 	codes := []int{}
 	var last *httptest.ResponseRecorder
@@ -48,6 +56,48 @@ func TestLimiter(t *testing.T) {
 	h.ServeHTTP(w, r)
 	if w.Code != 200 {
 		t.Errorf("another client: %d, want 200", w.Code)
+	}
+}
+
+// fixed answers every check with res.
+type fixed struct{ res *pb.CheckResult }
+
+func (f fixed) Check(context.Context, *pb.CheckRequest) (*pb.CheckResponse, error) {
+	return &pb.CheckResponse{Responses: []*pb.CheckResult{f.res}}, nil
+}
+
+// TestResetRounding pins the rounding of t in the RateLimit header: both
+// instants round up to the millisecond, then the difference rounds up to
+// seconds, so t is never above the period and never short by a whole
+// millisecond.
+func TestResetRounding(t *testing.T) {
+	base := time.UnixMilli(1_700_000_000_000)
+	for _, tc := range []struct {
+		name    string
+		resetMs int64         // reset_time_ms, as the service rounds it
+		now     time.Duration // the middleware's clock, after base
+		want    string
+	}{
+		// Decided at base+0.5ms, full 60 s later: reset rounds up to +60001.
+		{"same millisecond as the decision", 60_001, 600 * time.Microsecond, `"api";r=0;t=60`},
+		{"on the millisecond", 60_000, 0, `"api";r=0;t=60`},
+		{"just past the millisecond", 60_000, time.Nanosecond, `"api";r=0;t=60`},
+		{"next millisecond", 60_001, time.Millisecond, `"api";r=0;t=60`},
+		{"a millisecond over a second", 1_001, 0, `"api";r=0;t=2`},
+		{"exactly a second", 1_000, 0, `"api";r=0;t=1`},
+		{"full now", 5, 5 * time.Millisecond, `"api";r=0;t=0`},
+		{"full in the past", 5, time.Second, `"api";r=0;t=0`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := &pb.CheckResult{Status: pb.Status_UNDER_LIMIT, ResetTimeMs: base.UnixMilli() + tc.resetMs}
+			l := &httplimit.Limiter{Checker: fixed{res}, Name: "api", Limit: 2, Period: time.Minute,
+				Now: func() time.Time { return base.Add(tc.now) }}
+			w := httptest.NewRecorder()
+			l.Handler(ok).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+			if got := w.Header().Get("RateLimit"); got != tc.want {
+				t.Errorf("RateLimit = %s, want %s", got, tc.want)
+			}
+		})
 	}
 }
 
