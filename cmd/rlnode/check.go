@@ -46,45 +46,57 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	resp, err := c.Check(ctx, &pb.CheckRequest{Requests: []*pb.CheckItem{{
-		Name: *name, Key: *key, Hits: hits, Limit: *limit, DurationMs: duration.Milliseconds(),
-		Algorithm: pb.Algorithm(alg), Burst: *burst,
-	}}})
+	l := client.Limit{Name: *name, Count: *limit, Period: *duration, Burst: *burst, Algorithm: client.Algorithm(alg)}
+	d, err := c.Take(ctx, l, *key, *hits)
 	if err != nil {
 		return fmt.Errorf("check %s: %w", *addr, err)
 	}
-	r := resp.Responses[0]
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		return enc.Encode(map[string]any{
-			"status": r.Status.String(), "limit": r.Limit, "remaining": r.Remaining,
-			"reset_time_ms": r.ResetTimeMs, "retry_after_ms": r.RetryAfterMs, "delay_ms": r.DelayMs,
-			"error": r.Error,
-		})
+		return json.NewEncoder(stdout).Encode(checkJSON(d))
 	}
-	if r.Error != "" {
-		return fmt.Errorf("check: %s", r.Error)
-	}
-	fmt.Fprintln(stdout, describe(r, time.Now()))
+	fmt.Fprintln(stdout, describe(d, time.Now()))
 	return nil
 }
 
+// checkJSON is d in the wire's JSON names, for scripts.
+func checkJSON(d client.Decision) map[string]any {
+	status := pb.Status_UNDER_LIMIT
+	if !d.Allowed {
+		status = pb.Status_OVER_LIMIT
+	}
+	retry := d.RetryAfter.Milliseconds()
+	if d.RetryAfter == client.Never {
+		retry = -1
+	}
+	out := map[string]any{
+		"status": status.String(), "limit": d.Limit, "remaining": d.Remaining,
+		"reset_time_ms": d.ResetAt.UnixMilli(), "retry_after_ms": retry, "delay_ms": d.Delay.Milliseconds(),
+	}
+	if d.DecidedBy != "" {
+		out["decided_by"] = d.DecidedBy
+	}
+	return out
+}
+
 // describe says a verdict in a line a person reads at a glance.
-func describe(r *pb.CheckResult, now time.Time) string {
-	reset := time.UnixMilli(r.ResetTimeMs).Sub(now).Round(time.Millisecond)
+func describe(d client.Decision, now time.Time) string {
+	reset := d.ResetAt.Sub(now).Round(time.Millisecond)
 	verdict := "ALLOWED"
-	if r.Status == pb.Status_OVER_LIMIT {
+	if !d.Allowed {
 		verdict = "REFUSED"
 	}
-	line := fmt.Sprintf("%s  %d of %d remaining, full again in %v", verdict, r.Remaining, r.Limit, max(reset, 0))
+	line := fmt.Sprintf("%s  %d of %d remaining, full again in %v", verdict, d.Remaining, d.Limit, max(reset, 0))
 	switch {
-	case r.RetryAfterMs < 0:
+	case d.RetryAfter == client.Never:
 		line += "; never: more hits than the limit holds"
-	case r.RetryAfterMs > 0:
-		line += fmt.Sprintf("; retry in %v", time.Duration(r.RetryAfterMs)*time.Millisecond)
+	case d.RetryAfter > 0:
+		line += fmt.Sprintf("; retry in %v", d.RetryAfter)
 	}
-	if r.DelayMs > 0 {
-		line += fmt.Sprintf("; wait %v before proceeding", time.Duration(r.DelayMs)*time.Millisecond)
+	if d.Delay > 0 {
+		line += fmt.Sprintf("; wait %v before proceeding", d.Delay)
+	}
+	if d.DecidedBy != "" {
+		line += fmt.Sprintf(" (decided by %s)", d.DecidedBy)
 	}
 	return line
 }
