@@ -95,6 +95,15 @@ type benchReport struct {
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rlnode bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	withUsage(fs, `Usage: rlnode bench [--addr HOST:PORT | --addrs A,B,C] [flags]
+
+A bounded load generator: --concurrency workers send checks over --protocol
+until --count requests or --duration, whichever comes first, then it
+prints requests and checks per second and latency percentiles. It exits 2
+if any request or check failed.
+
+Flags:
+`)
 	addr := fs.String("addr", "", "address of a node (default localhost:8081 for grpc, localhost:8080 for http)")
 	addrs := fs.String("addrs", "", "comma-separated node addresses; workers are spread over them round-robin (overrides --addr)")
 	protocol := fs.String("protocol", "grpc", "grpc or http")

@@ -14,11 +14,26 @@ import (
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
+// checkUsage heads `rlnode check -h`.
+const checkUsage = `Usage: rlnode check --key KEY --limit N [flags]
+
+Spends --hits of a limit of --limit per --duration for --key on a node, over
+gRPC, and prints the verdict (or JSON with --json).
+
+Exit status: 0 allowed (UNDER_LIMIT), 1 refused (OVER_LIMIT), 2 an error:
+bad usage, an invalid check (the message names the field), or a node that
+cannot be reached within --timeout.
+
+Flags:
+`
+
 // runCheck is `rlnode check`: one check against a node over gRPC, printed
-// for a person, or as JSON with --json.
+// for a person, or as JSON with --json. A refused check returns errRefused
+// after its verdict is printed.
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rlnode check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	withUsage(fs, checkUsage)
 	addr := fs.String("addr", "localhost:8081", "gRPC address of a node")
 	name := fs.String("name", "cli", "limit name")
 	key := fs.String("key", "", "the limited entity, e.g. user:42 (required)")
@@ -31,6 +46,9 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("check: unexpected argument %q", fs.Arg(0))
 	}
 	if *key == "" || *limit == 0 {
 		return errors.New("check: --key and --limit are required")
@@ -52,10 +70,14 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("check %s: %w", *addr, err)
 	}
 	if *asJSON {
-		return json.NewEncoder(stdout).Encode(checkJSON(d))
+		err = json.NewEncoder(stdout).Encode(checkJSON(d))
+	} else {
+		_, err = fmt.Fprintln(stdout, describe(d, time.Now()))
 	}
-	fmt.Fprintln(stdout, describe(d, time.Now()))
-	return nil
+	if err == nil && !d.Allowed {
+		return errRefused
+	}
+	return err
 }
 
 // checkJSON is d in the wire's JSON names, for scripts.
