@@ -61,6 +61,7 @@ type Limiter struct {
 	// the policy name in the headers. Required.
 	Limit client.Limit
 	// Key returns the limited entity of a request; nil means ClientIP.
+	// Key may return "" to exempt a request from the limit.
 	Key func(*http.Request) string
 	// TrustedProxies are the networks of the proxies in front of the
 	// handler whose ForwardedHeader is believed; nil trusts none and
@@ -92,7 +93,14 @@ type Limiter struct {
 // Handler returns next wrapped by the limiter.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d, err := l.take(r)
+		key := ""
+		if l.Key == nil {
+			key = l.ClientIP(r)
+		} else if key = l.Key(r); key == "" {
+			next.ServeHTTP(w, r) // exempt
+			return
+		}
+		d, err := l.take(r.Context(), key)
 		if err != nil {
 			switch {
 			case l.ErrorHandler != nil:
@@ -131,18 +139,13 @@ func (l *Limiter) setHeaders(h http.Header, d client.Decision) {
 	}
 }
 
-func (l *Limiter) take(r *http.Request) (client.Decision, error) {
-	key := ""
-	if l.Key != nil {
-		key = l.Key(r)
-	} else {
-		key = l.ClientIP(r)
-	}
+// take spends one hit of the limit for key, within Timeout.
+func (l *Limiter) take(ctx context.Context, key string) (client.Decision, error) {
 	timeout := l.Timeout
 	if timeout <= 0 {
 		timeout = 100 * time.Millisecond
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return l.Client.Take(ctx, l.Limit, key, 1)
 }
