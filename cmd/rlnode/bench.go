@@ -18,9 +18,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/client"
-	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/service"
 )
 
@@ -137,7 +137,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("--behavior: unknown behavior %q (want BATCHED, UNBATCHED, GLOBAL or LOCAL)", *behavior)
 	}
 	opts.Behavior = pb.Behavior(b)
-	alg, err := limiter.ParseAlgorithm(*algorithm)
+	alg, err := algorithms.ParseKind(*algorithm)
 	if err != nil {
 		return fmt.Errorf("--algorithm: %w", err)
 	}
