@@ -20,23 +20,9 @@ import (
 // since the last replication": a per-entry mark (see entry) that this walk
 // reads and clears under the shard's lock.
 func (s *Store) Counters() iter.Seq[Counter] {
-	return func(yield func(Counter) bool) {
-		var buf []Counter
-		for i := range s.shards {
-			sh := &s.shards[i]
-			sh.mu.Lock()
-			buf = buf[:0]
-			for a, t := range sh.tables {
-				buf = t.snapshot(Algorithm(a), buf)
-			}
-			sh.mu.Unlock()
-			for _, c := range buf {
-				if !yield(c) {
-					return
-				}
-			}
-		}
-	}
+	return s.walk(func(a Algorithm, t counters, out []Counter) []Counter {
+		return t.snapshot(a, out)
+	}, nil)
 }
 
 // Extract yields, and removes from the store, every counter whose key move
@@ -44,23 +30,36 @@ func (s *Store) Counters() iter.Seq[Counter] {
 // calling move once per counter: it takes one shard's counters under its
 // lock and yields them with no lock held. If the consumer stops early, the
 // counters taken from the current shard but not yet yielded are put back;
-// what was yielded is the consumer's (put it back with Merge, or Restore,
-// if it cannot be delivered).
+// what was yielded is the consumer's (put it back with Restore if it
+// cannot be delivered).
 func (s *Store) Extract(move func(key string) bool) iter.Seq[Counter] {
+	return s.walk(func(a Algorithm, t counters, out []Counter) []Counter {
+		n := len(out)
+		out = t.extract(a, move, out)
+		s.held.Add(-int64(len(out) - n))
+		return out
+	}, s.Restore)
+}
+
+// walk yields, shard by shard, the counters collect appends for each table
+// under the shard's lock, yielding them with no lock held. If the consumer
+// stops early, stopped (if not nil) gets the shard's counters not yielded.
+func (s *Store) walk(collect func(a Algorithm, t counters, out []Counter) []Counter, stopped func([]Counter)) iter.Seq[Counter] {
 	return func(yield func(Counter) bool) {
-		var taken []Counter
+		var buf []Counter
 		for i := range s.shards {
 			sh := &s.shards[i]
 			sh.mu.Lock()
-			taken = taken[:0]
+			buf = buf[:0]
 			for a, t := range sh.tables {
-				taken = t.extract(Algorithm(a), move, taken)
+				buf = collect(Algorithm(a), t, buf)
 			}
-			s.held.Add(-int64(len(taken)))
 			sh.mu.Unlock()
-			for j, c := range taken {
+			for j, c := range buf {
 				if !yield(c) {
-					s.Restore(taken[j+1:])
+					if stopped != nil {
+						stopped(buf[j+1:])
+					}
 					return
 				}
 			}
