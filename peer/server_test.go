@@ -82,12 +82,19 @@ func (h *fakeHandler) HandOff(_ context.Context, from string, counters []*pb.Cou
 // address. The server stops at the test's cleanup.
 func serve(t testing.TB, h Handler) string {
 	t.Helper()
+	return serveService(t, NewServer(h))
+}
+
+// serveService is serve for any implementation of the Peer service, such
+// as one that breaks the protocol.
+func serveService(t testing.TB, srv pb.PeerServer) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := grpc.NewServer()
-	NewServer(h).Register(g)
+	pb.RegisterPeerServer(g, srv)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -175,6 +182,48 @@ func TestServerHandOffRefusals(t *testing.T) {
 			}
 			if resp.GetAccepted() != tt.accepted || len(resp.GetRefused()) != int(2-tt.accepted) && err == nil {
 				t.Errorf("accepted %d, refused %v; want %d accepted", resp.GetAccepted(), resp.GetRefused(), tt.accepted)
+			}
+		})
+	}
+}
+
+// handOffAnswer is a Peer service whose HandOff always gives one answer,
+// however wrong.
+type handOffAnswer struct {
+	pb.UnimplementedPeerServer
+	resp *pb.HandOffResponse
+}
+
+func (h handOffAnswer) HandOff(context.Context, *pb.HandOffRequest) (*pb.HandOffResponse, error) {
+	return h.resp, nil
+}
+
+// TestPoolHandOffChecksTheAnswer: an answer that does not say which
+// counters were taken is an error, so the sender keeps them all rather
+// than guess.
+func TestPoolHandOffChecksTheAnswer(t *testing.T) {
+	two := []*pb.CounterState{{Counter: []byte{1}}, {Counter: []byte{2}}}
+	for _, tt := range []struct {
+		name string
+		resp *pb.HandOffResponse
+		ok   bool
+	}{
+		{"all taken", &pb.HandOffResponse{Accepted: 2}, true},
+		{"one refused", &pb.HandOffResponse{Accepted: 1, Refused: []*pb.Refusal{{Index: 0}}}, true},
+		{"accepted disagrees", &pb.HandOffResponse{Accepted: 2, Refused: []*pb.Refusal{{Index: 0}}}, false},
+		{"refusal out of range", &pb.HandOffResponse{Accepted: 1, Refused: []*pb.Refusal{{Index: 5}}}, false},
+		{"refused twice", &pb.HandOffResponse{Accepted: 0, Refused: []*pb.Refusal{{Index: 1}, {Index: 1}}}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			addr := serveService(t, handOffAnswer{resp: tt.resp})
+			p := NewPool(Config{})
+			defer p.Close()
+			refused, err := p.HandOff(t.Context(), addr, "me", two)
+			if (err == nil) != tt.ok {
+				t.Fatalf("HandOff = %v, %v; want ok %v", refused, err, tt.ok)
+			}
+			if err == nil && len(refused) != len(tt.resp.Refused) {
+				t.Errorf("HandOff returned %d refusals, the peer sent %d", len(refused), len(tt.resp.Refused))
 			}
 		})
 	}
