@@ -157,11 +157,11 @@ func (c *Counter) validate(now time.Time, skew time.Duration) error {
 	if err := c.checkID(); err != nil {
 		return err
 	}
-	limit := c.Limit.Validate
+	err := c.Limit.Validate()
 	if c.Algorithm == SlidingLog {
-		limit = func() error { return algorithms.ValidateSlidingLog(c.Limit) }
+		err = algorithms.ValidateSlidingLog(c.Limit)
 	}
-	if err := limit(); err != nil {
+	if err != nil {
 		return fmt.Errorf("counter limit: %w: %w", ErrBadCounter, err)
 	}
 	if horizon := now.Add(max(skew, 0)).UnixNano(); c.Last < 0 || c.Last > horizon {
