@@ -8,8 +8,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
-	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/service"
 )
 
@@ -147,7 +147,7 @@ func (it *checkItemJSON) toProto() (*pb.CheckItem, error) {
 		CreatedAtMs: it.CreatedAtMs,
 	}
 	if it.Algorithm != "" {
-		a, err := limiter.ParseAlgorithm(it.Algorithm)
+		a, err := algorithms.ParseKind(it.Algorithm)
 		if err != nil {
 			return nil, &service.FieldError{Field: "algorithm", Reason: err.Error()}
 		}

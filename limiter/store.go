@@ -221,8 +221,10 @@ type counters interface {
 	dropIdle(now int64, most int) int
 	oldest() (last int64, ok bool)
 	evictOldest()
-	extract(a Algorithm, move func(key string) bool, out []Counter, most int) []Counter
-	merge(idx int32, c Counter) error
+	snapshot(a Algorithm, out []Counter) []Counter
+	extract(a Algorithm, move func(key string) bool, out []Counter) []Counter
+	validate(c *Counter, now time.Time, skew time.Duration) error
+	merge(store *Store, sh *shard, c *Counter) error
 }
 
 func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit, n int64) algorithms.Decision {
@@ -233,8 +235,8 @@ func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit,
 	}
 	now = max(now, e.last)
 	e.last = now
+	e.limit = l
 	d := P(&e.state).Take(time.Unix(0, now), l, n)
-	e.full = addClamped(now, d.ResetAfter)
 	t.touch(idx)
 	return d
 }
@@ -251,11 +253,10 @@ func (t *table[S, P]) check(idx int32, reset bool, now int64, l algorithms.Limit
 func (t *table[S, P]) dropIdle(now int64, most int) int {
 	dropped := 0
 	for ; dropped < most && t.tail >= 0; dropped++ {
-		e := &t.entries[t.tail]
-		if e.full > now {
+		if t.fullAt(t.tail) > now {
 			break
 		}
-		t.remove(t.tail, fold(xxhash.Sum64String(e.id)))
+		t.remove(t.tail, fold(xxhash.Sum64String(t.entries[t.tail].id)))
 	}
 	return dropped
 }

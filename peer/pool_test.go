@@ -191,8 +191,8 @@ func TestShutdown(t *testing.T) {
 		t.Errorf("Forward after Run: %v, want ErrClosed", err)
 	}
 	// Unary calls work until Close, e.g. to hand off while shutting down.
-	if n, err := p.HandOff(t.Context(), addr, "me", []*pb.CounterState{{Key: "a"}}); err != nil || n != 1 {
-		t.Errorf("HandOff after Run = %d, %v; want 1, nil", n, err)
+	if refused, err := p.HandOff(t.Context(), addr, "me", []*pb.CounterState{{Counter: []byte{1}}}); err != nil || len(refused) != 0 {
+		t.Errorf("HandOff after Run = %v, %v; want no refusals, nil", refused, err)
 	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
@@ -263,9 +263,9 @@ func TestUnaryCalls(t *testing.T) {
 	if err := p.UpdateGlobals(t.Context(), addr, []*pb.GlobalState{{Key: "g", Remaining: 3}}); err != nil {
 		t.Fatal(err)
 	}
-	n, err := p.HandOff(t.Context(), addr, "me", []*pb.CounterState{{Key: "a"}, {Key: "b"}})
-	if err != nil || n != 2 {
-		t.Fatalf("HandOff = %d, %v; want 2, nil", n, err)
+	refused, err := p.HandOff(t.Context(), addr, "me", []*pb.CounterState{{Counter: []byte{1}}, {}})
+	if err != nil || len(refused) != 1 || refused[0].GetIndex() != 1 || refused[0].GetReason() != pb.Refusal_INVALID {
+		t.Fatalf("HandOff = %v, %v; want counter 1 refused as INVALID", refused, err)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

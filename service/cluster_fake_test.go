@@ -21,6 +21,8 @@ type fakeCluster struct {
 	// onDown, if set, is called when a call reaches a down peer, before it
 	// fails: a test can change the ring as the call is in flight.
 	onDown func(addr string)
+	// onHandOff, if set, sees (and may alter) every hand-off in flight.
+	onHandOff func(counters []*pb.CounterState)
 }
 
 type fakeMember struct {
@@ -72,10 +74,13 @@ func (c *fakeCluster) UpdateGlobals(ctx context.Context, addr string, states []*
 	return err
 }
 
-func (c *fakeCluster) HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) (int64, error) {
+func (c *fakeCluster) HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) ([]*pb.Refusal, error) {
 	o, err := c.peer(ctx, addr)
 	if err != nil {
-		return 0, err
+		return nil, err
+	}
+	if c.onHandOff != nil {
+		c.onHandOff(counters)
 	}
 	return o.HandOff(ctx, from, counters), nil
 }

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,7 +14,9 @@ import (
 // Hand-off: when the ring changes, counters this node holds for keys it no
 // longer owns go to their new owner, which merges them (the more charged
 // state wins), so that scaling out or a rolling restart does not reset
-// limits.
+// limits. A counter travels as limiter.Counter's versioned record; the new
+// owner validates it and says, per counter, which it refused and why, and
+// the sender keeps those.
 
 // handOffBatch is the most counters sent in one HandOff RPC.
 const handOffBatch = 1000
@@ -48,10 +51,15 @@ func (h handoff) run(ctx context.Context, s *Service) {
 	}
 }
 
+// handOffTally is what one HandOff did, for its log line.
+type handOffTally struct{ sent, refused, kept int }
+
 // HandOff sends every counter this node holds but does not own under the
-// current ring to its owner, and returns how many were taken. Counters
-// whose owner cannot be reached stay here. A node shutting down calls it
-// after leaving the cluster, when it owns nothing.
+// current ring to its owner, and returns how many the owners took.
+// Counters an owner refused, and those whose owner cannot be reached, stay
+// here (the refused are counted in ringlimit_handoff_refused_total). A
+// node shutting down calls it after leaving the cluster, when it owns
+// nothing.
 func (s *Service) HandOff(ctx context.Context) int {
 	// One hand-off at a time: the one at shutdown must not find nothing to
 	// do because the loop's is still in flight with the counters.
@@ -60,58 +68,79 @@ func (s *Service) HandOff(ctx context.Context) int {
 	r := s.cluster.Ring()
 	self := s.cluster.LocalMember().Name
 	start := time.Now()
-	moved, kept := 0, 0
-	for ctx.Err() == nil {
-		batch := s.store.Extract(func(key string) bool {
-			owner, ok := r.Owner(key)
-			return ok && owner.Name != self
-		}, handOffBatch)
-		if len(batch) == 0 {
+	var tally handOffTally
+	batches := map[string][]limiter.Counter{}
+	failed := false
+	// One pass over the store; a failure stops it, and what it has not
+	// reached stays for the next ring change.
+	for c := range s.store.Extract(func(key string) bool {
+		owner, ok := r.Owner(key)
+		return ok && owner.Name != self
+	}) {
+		owner, _ := r.Owner(c.Key)
+		batch := append(batches[owner.Name], c)
+		if len(batch) < handOffBatch {
+			batches[owner.Name] = batch
+			continue
+		}
+		delete(batches, owner.Name)
+		if !s.sendHandOff(ctx, owner, batch, &tally) || ctx.Err() != nil {
+			failed = true
 			break
 		}
-		byOwner := map[string][]limiter.Counter{}
-		owners := map[string]ring.Member{}
-		for _, c := range batch {
-			owner, _ := r.Owner(c.Key)
-			byOwner[owner.Name] = append(byOwner[owner.Name], c)
-			owners[owner.Name] = owner
-		}
-		for name, cs := range byOwner {
-			if _, err := s.peers.HandOff(ctx, owners[name].PeerAddr, self, toCounterStates(cs)); err != nil {
-				s.log.Warn("hand-off failed; keeping the counters", "owner", name, "counters", len(cs), "err", err)
-				s.restore(cs)
-				kept += len(cs)
-				continue
-			}
-			moved += len(cs)
-			s.metrics.handedOff.WithLabelValues("sent").Add(float64(len(cs)))
-		}
-		if kept > 0 {
-			break // an owner is unreachable: retry at the next ring change
-		}
 	}
-	if moved+kept > 0 {
-		s.log.Info("handed off counters", "sent", moved, "kept", kept, "took", time.Since(start))
+	for _, batch := range batches {
+		owner, _ := r.Owner(batch[0].Key)
+		if failed || ctx.Err() != nil {
+			s.store.Restore(batch)
+			tally.kept += len(batch)
+			continue
+		}
+		failed = !s.sendHandOff(ctx, owner, batch, &tally)
 	}
-	return moved
+	if tally != (handOffTally{}) {
+		s.log.Info("handed off counters", "sent", tally.sent, "refused", tally.refused, "kept", tally.kept, "took", time.Since(start))
+	}
+	return tally.sent
 }
 
-// restore puts back counters that could not be handed off.
-func (s *Service) restore(cs []limiter.Counter) {
-	for _, c := range cs {
-		if err := s.store.Merge(c); err != nil {
-			s.log.Error("restoring a counter", "err", err)
-		}
+// sendHandOff sends cs to owner and puts back into the store whatever
+// owner did not take. It reports false if owner could not be asked.
+func (s *Service) sendHandOff(ctx context.Context, owner ring.Member, cs []limiter.Counter, tally *handOffTally) bool {
+	self := s.cluster.LocalMember().Name
+	states := make([]*pb.CounterState, len(cs))
+	for i := range cs {
+		// The store's counters were made by valid checks, so they encode;
+		// an empty record would come back refused, and be kept.
+		b, _ := cs[i].AppendBinary(nil)
+		states[i] = &pb.CounterState{Counter: b}
 	}
+	refusals, err := s.peers.HandOff(ctx, owner.PeerAddr, self, states)
+	if err != nil {
+		s.log.Warn("hand-off failed; keeping the counters", "owner", owner.Name, "counters", len(cs), "err", err)
+		s.store.Restore(cs)
+		tally.kept += len(cs)
+		return false
+	}
+	if len(refusals) > 0 {
+		kept := make([]limiter.Counter, len(refusals))
+		reasons := map[string]int{}
+		for i, r := range refusals {
+			kept[i] = cs[r.GetIndex()] // peer.Pool checked the indexes
+			reason := refusedLabel(r.GetReason())
+			reasons[reason]++
+			s.metrics.handOffRefused.WithLabelValues("sent", reason).Inc()
+		}
+		s.store.Restore(kept)
+		s.log.Warn("hand-off: the new owner refused counters; keeping them", "owner", owner.Name,
+			"refused", len(refusals), "of", len(cs), "reasons", reasons, "first", refusals[0].GetDetail())
+		tally.refused += len(refusals)
+	}
+	accepted := len(cs) - len(refusals)
+	tally.sent += accepted
+	s.metrics.handedOff.WithLabelValues("sent").Add(float64(accepted))
+	return true
 }
 
-func toCounterStates(cs []limiter.Counter) []*pb.CounterState {
-	out := make([]*pb.CounterState, len(cs))
-	for i, c := range cs {
-		out[i] = &pb.CounterState{
-			Name: c.Name, Key: c.Key, Algorithm: pb.Algorithm(c.Algorithm),
-			Words: c.Words, Log: c.Log, FullAtNs: c.Full, LastNs: c.Last,
-		}
-	}
-	return out
-}
+// refusedLabel is a refusal reason as a metric label, e.g. "invalid".
+func refusedLabel(r pb.Refusal_Reason) string { return strings.ToLower(r.String()) }

@@ -40,7 +40,8 @@ type Peers interface {
 	ForwardNow(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
 	AddGlobalHits(ctx context.Context, addr, from string, reports []*pb.GlobalReport) error
 	UpdateGlobals(ctx context.Context, addr string, states []*pb.GlobalState) error
-	HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) (int64, error)
+	// HandOff returns the receiver's refusals, by index in counters.
+	HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) ([]*pb.Refusal, error)
 }
 
 // Config configures a Service. The zero value is a single node with a

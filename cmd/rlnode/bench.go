@@ -16,10 +16,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/internal/latency"
-	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/service"
 )
 
@@ -145,7 +145,7 @@ Flags:
 		return fmt.Errorf("--behavior: unknown behavior %q (want BATCHED, UNBATCHED, GLOBAL or LOCAL)", *behavior)
 	}
 	opts.Behavior = pb.Behavior(b)
-	alg, err := limiter.ParseAlgorithm(*algorithm)
+	alg, err := algorithms.ParseKind(*algorithm)
 	if err != nil {
 		return fmt.Errorf("--algorithm: %w", err)
 	}

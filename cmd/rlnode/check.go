@@ -9,9 +9,9 @@ import (
 	"io"
 	"time"
 
+	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/client"
-	"github.com/ringlimit/ringlimit/limiter"
 )
 
 // checkUsage heads `rlnode check -h`.
@@ -53,7 +53,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *key == "" || *limit == 0 {
 		return errors.New("check: --key and --limit are required")
 	}
-	alg, err := limiter.ParseAlgorithm(*algorithm)
+	alg, err := algorithms.ParseKind(*algorithm)
 	if err != nil {
 		return fmt.Errorf("--algorithm: %w", err)
 	}
