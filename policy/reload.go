@@ -75,6 +75,10 @@ func NewReloader(conf ReloaderConfig) (*Reloader, error) {
 // Policies returns the policies in force: an immutable snapshot.
 func (r *Reloader) Policies() *Set { return r.set.Load() }
 
+// Resolve resolves a policy reference against the policies in force; see
+// Set.Resolve.
+func (r *Reloader) Resolve(ref string) (*Limit, error) { return r.Policies().Resolve(ref) }
+
 func (r *Reloader) publish(set *Set) {
 	r.set.Store(set)
 	r.loads.Inc()
