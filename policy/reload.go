@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -72,12 +73,26 @@ func NewReloader(conf ReloaderConfig) (*Reloader, error) {
 	return r, nil
 }
 
-// Policies returns the policies in force: an immutable snapshot.
-func (r *Reloader) Policies() *Set { return r.set.Load() }
+// Policies returns the policies in force: an immutable snapshot. A nil
+// Reloader (no policy file) has none: nil.
+func (r *Reloader) Policies() *Set {
+	if r == nil {
+		return nil
+	}
+	return r.set.Load()
+}
+
+// ErrNoPolicies reports a policy reference when no policy file is loaded.
+var ErrNoPolicies = errors.New("no --policy-file is loaded")
 
 // Resolve resolves a policy reference against the policies in force; see
 // Set.Resolve.
-func (r *Reloader) Resolve(ref string) (*Limit, error) { return r.Policies().Resolve(ref) }
+func (r *Reloader) Resolve(ref string) (*Limit, error) {
+	if r == nil {
+		return nil, ErrNoPolicies
+	}
+	return r.Policies().Resolve(ref)
+}
 
 func (r *Reloader) publish(set *Set) {
 	r.set.Store(set)
@@ -105,7 +120,13 @@ func (r *Reloader) Reload() error {
 // Kubernetes updates a ConfigMap by swapping a symlink, which replaces
 // the files rather than writing them, and editors often do the same.
 // Any event in the directory reloads, after a quiet period.
+//
+// A nil Reloader watches nothing and returns when ctx ends.
 func (r *Reloader) Run(ctx context.Context) error {
+	if r == nil {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("policy watch: %w", err)
