@@ -106,3 +106,31 @@ func TestServeRejectsBrokenPolicyFile(t *testing.T) {
 		t.Errorf("serve = %v, want the file's error", err)
 	}
 }
+
+func TestPolicyCheckCommand(t *testing.T) {
+	var out strings.Builder
+	if err := run(context.Background(), []string{"policy", "check", "../../policy/testdata/example.yaml"}, env(nil), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"edge/remote_address     5/second FIXED_WINDOW ",
+		"edge/tier=free          100/month SLIDING_WINDOW soft +10% (enforced 110) name=free  ../../policy/testdata/example.yaml:32\n",
+		"edge/path=%2Fapi%2F*",
+		"example.yaml: OK, 14 policies",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	file := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(file, []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := run(context.Background(), []string{"policy", "check", file}, env(nil), io.Discard, io.Discard)
+	if err == nil || !strings.HasSuffix(err.Error(), `p.yaml:4: descriptors[0].rate_limit.unit: invalid unit "fortnight" (want second, minute, hour, day, week, month or year)`) {
+		t.Errorf("broken file: %v", err)
+	}
+	if err := run(context.Background(), []string{"policy", "lint"}, env(nil), io.Discard, io.Discard); err == nil || !strings.HasPrefix(err.Error(), "usage:") {
+		t.Errorf("bad usage: %v", err)
+	}
+}
