@@ -31,3 +31,5 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzCounter$$' -fuzztime $(FUZZTIME) ./limiter
 	go test -run '^$$' -fuzz '^FuzzForwardedFor$$' -fuzztime $(FUZZTIME) ./httplimit
 	go test -run '^$$' -fuzz '^FuzzClientIP$$' -fuzztime $(FUZZTIME) ./httplimit
+	go test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./policy
+	go test -run '^$$' -fuzz '^FuzzShouldRateLimit$$' -fuzztime $(FUZZTIME) ./rls

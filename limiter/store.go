@@ -48,6 +48,10 @@ type Request struct {
 	Hits int64
 	// Reset forgets the counter's state before deciding.
 	Reset bool
+	// ChargeRefused counts the hits even when the request is refused
+	// (FixedWindow only: algorithms.FixedWindow.Add); other algorithms
+	// ignore it.
+	ChargeRefused bool
 	// Now is the time to evaluate at.
 	Now time.Time
 }
@@ -174,7 +178,7 @@ func (s *Store) take(sh *shard, r *Request) algorithms.Decision {
 		idx = t.insert(id, hash, now)
 		s.held.Add(1)
 	}
-	return t.take(idx, r.Reset, now, r.Limit, r.Hits)
+	return t.take(idx, r.Reset, now, r.Limit, r.Hits, r.ChargeRefused)
 }
 
 // check reports what take would answer for n hits, changing nothing.
@@ -212,11 +216,26 @@ func (s *Store) makeRoom(sh *shard, t counters, now int64) {
 	}
 }
 
+// adder is a state that can count refused hits too: FixedWindow.
+type adder interface {
+	Add(now time.Time, l algorithms.Limit, n int64) algorithms.Decision
+}
+
+// takeOrAdd is s.Take, or s.Add when chargeRefused and s can add.
+func takeOrAdd[S any, P state[S]](s P, now time.Time, l algorithms.Limit, n int64, chargeRefused bool) algorithms.Decision {
+	if chargeRefused {
+		if a, ok := any(s).(adder); ok {
+			return a.Add(now, l, n)
+		}
+	}
+	return s.Take(now, l, n)
+}
+
 // counters is what a shard needs of a table, whatever its algorithm.
 type counters interface {
 	find(id []byte, hash uint32) int32
 	insert(id []byte, hash uint32, now int64) int32
-	take(idx int32, reset bool, now int64, l algorithms.Limit, n int64) algorithms.Decision
+	take(idx int32, reset bool, now int64, l algorithms.Limit, n int64, chargeRefused bool) algorithms.Decision
 	check(idx int32, reset bool, now int64, l algorithms.Limit, n int64) algorithms.Decision
 	dropIdle(now int64, most int) int
 	oldest() (last int64, ok bool)
@@ -227,7 +246,7 @@ type counters interface {
 	merge(store *Store, sh *shard, c *Counter) error
 }
 
-func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit, n int64) algorithms.Decision {
+func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit, n int64, chargeRefused bool) algorithms.Decision {
 	e := &t.entries[idx]
 	if reset {
 		var zero S
@@ -236,7 +255,7 @@ func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit,
 	now = max(now, e.last)
 	e.last = now
 	e.limit = l
-	d := P(&e.state).Take(time.Unix(0, now), l, n)
+	d := takeOrAdd[S, P](&e.state, time.Unix(0, now), l, n, chargeRefused)
 	t.touch(idx)
 	return d
 }

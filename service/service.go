@@ -10,6 +10,7 @@ package service
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,6 +65,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the service's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Policies resolves the policy field of checks; nil means none is
+	// loaded, and a check naming a policy is invalid.
+	Policies Policies
 }
 
 // Service decides checks. It is safe for concurrent use. Run drives its
@@ -81,11 +85,13 @@ type Service struct {
 	handoff handoff
 	// logSampler thins out the warning of an unreachable owner.
 	logSampler sampler
+	policies   Policies
 }
 
 // New returns a Service. It starts nothing.
 func New(conf Config) *Service {
-	s := &Service{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, skew: conf.MaxClockSkew, now: conf.Now, log: conf.Logger}
+	s := &Service{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, skew: conf.MaxClockSkew, now: conf.Now, log: conf.Logger,
+		policies: conf.Policies}
 	if s.store == nil {
 		s.store = limiter.New(limiter.Config{})
 	}
@@ -165,7 +171,17 @@ func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 	}
 	now := s.now()
 	for i, item := range items {
-		r, err := toRequest(item, now, s.skew)
+		item, err := s.withPolicy(item)
+		if item != items[i] { // resolved: forward the resolved item, leaving req as it was
+			if &c.items[0] == &items[0] {
+				c.items = slices.Clone(items)
+			}
+			c.items[i] = item
+		}
+		var r limiter.Request
+		if err == nil {
+			r, err = toRequest(item, now, s.skew)
+		}
 		if err != nil {
 			c.results[i] = errorResult(err)
 			s.metrics.invalid(err)

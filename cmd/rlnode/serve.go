@@ -20,7 +20,9 @@ import (
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/policy"
 	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/rls"
 	"github.com/ringlimit/ringlimit/service"
 )
 
@@ -52,6 +54,10 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	}
 	defer lis.close()
 
+	policies, err := loadPolicies(conf.PolicyFile, log, reg)
+	if err != nil {
+		return err
+	}
 	store := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, Registerer: reg})
 	pool := peer.NewPool(peer.Config{BatchWait: conf.BatchWait, BatchLimit: conf.BatchLimit, Registerer: reg})
 	defer pool.Close()
@@ -80,7 +86,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	svc := service.New(service.Config{
 		Store: store, Cluster: members, Peers: pool,
 		MaxClockSkew: conf.MaxClockSkew, GlobalSync: conf.GlobalSync,
-		Logger: log, Registerer: reg,
+		Logger: log, Registerer: reg, Policies: policies,
 	})
 	faces := api.New(api.Config{
 		Checker: svc, Registerer: reg, Gatherer: reg,
@@ -93,6 +99,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	workers := grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))
 	grpcSrv := grpc.NewServer(workers)
 	health := faces.RegisterGRPC(grpcSrv)
+	rls.New(rls.Config{Checker: svc, Policies: policies}).Register(grpcSrv)
 	peerSrv := grpc.NewServer(workers)
 	peer.NewServer(svc.Owner()).Register(peerSrv)
 	// Timeouts bound what a slow or idle client can hold.
@@ -121,6 +128,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 		return svc.Run(ctx)
 	})
 	peers := startLoop(g, pool.Run)
+	g.Go(func() error { return ignoreCanceled(policies.Run(gctx)) }) // policies stay in force once it stops
 	g.Go(func() error { return serveHTTP(httpSrv, lis.http) })
 	g.Go(func() error { return grpcSrv.Serve(lis.grpc) })
 	g.Go(func() error { return peerSrv.Serve(lis.peer) })
@@ -217,6 +225,19 @@ func (l *loop) stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// loadPolicies loads --policy-file; without one it returns a nil Reloader,
+// which holds no policies.
+func loadPolicies(path string, log *slog.Logger, reg prometheus.Registerer) (*policy.Reloader, error) {
+	if path == "" {
+		return nil, nil
+	}
+	r, err := policy.NewReloader(policy.ReloaderConfig{Path: path, Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, fmt.Errorf("--policy-file: %w", err)
+	}
+	return r, nil
 }
 
 func serveHTTP(srv *http.Server, lis net.Listener) error {
