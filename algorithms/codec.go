@@ -339,12 +339,16 @@ func (q *LeakyBucket) Validate(now time.Time, l Limit, skew time.Duration) error
 // Validate returns an error wrapping ErrBadState if w is impossible for a
 // fixed window under l at now, allowing clock skew: a Start that is
 // negative, not aligned to l.Period or after now+skew, or a Count outside
-// [0, l.Count]. An invalid l is refused with ErrInvalidLimit.
+// [0, l.Count+1] (l.Count+1 marks a window whose Add counted refused
+// hits). An invalid l is refused with ErrInvalidLimit.
 func (w *FixedWindow) Validate(now time.Time, l Limit, skew time.Duration) error {
 	if err := validWindow(KindFixedWindow, w.Start, now, l, skew); err != nil {
 		return err
 	}
-	return validCount(KindFixedWindow, "Count", w.Count, l)
+	// Add keeps a window that counted refused hits at l.Count+1.
+	over := l
+	over.Count++
+	return validCount(KindFixedWindow, "Count", w.Count, over)
 }
 
 // Validate returns an error wrapping ErrBadState if w is impossible for a

@@ -136,3 +136,22 @@ func TestFixedWindowAdd(t *testing.T) {
 		t.Errorf("negative hits: %+v, state %+v", d, w)
 	}
 }
+
+// TestFixedWindowAddKeepsCountBounded: refused hits counted by Add stop at
+// one over the limit, which answers every later request as the full count
+// would, and which Validate accepts.
+func TestFixedWindowAddKeepsCountBounded(t *testing.T) {
+	var w algorithms.FixedWindow
+	for range 100 {
+		w.Add(t0.Add(5*s), perMinute3, 2)
+	}
+	if w.Count != perMinute3.Count+1 {
+		t.Errorf("count after 100 refused adds = %d, want %d", w.Count, perMinute3.Count+1)
+	}
+	if d := w.Add(t0.Add(6*s), perMinute3, 0); d.Allowed || d.Remaining != 0 {
+		t.Errorf("peek at a window over its limit: %+v, want refused with 0 remaining", d)
+	}
+	if err := w.Validate(t0.Add(6*s), perMinute3, 0); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+}

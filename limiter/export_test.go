@@ -213,7 +213,7 @@ func TestMergeRefuses(t *testing.T) {
 		}, ErrBadCounter},
 		{"fixed window above its limit", func(c *Counter) {
 			c.Algorithm, c.Limit = FixedWindow, minute
-			c.State = encodeState(t, &algorithms.FixedWindow{Start: now, Count: 11})
+			c.State = encodeState(t, &algorithms.FixedWindow{Start: now, Count: 12})
 		}, ErrBadCounter},
 		{"log entry in the future", func(c *Counter) {
 			c.Algorithm, c.Limit = SlidingLog, minute
