@@ -3,9 +3,11 @@ package service
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/ring"
@@ -332,8 +334,9 @@ func TestForwardedChecksAreCountedOnce(t *testing.T) {
 	}
 }
 
-// metricSum is the sum of every series of the counter name in reg.
-func metricSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// metricSum is the sum of the series of the counter name in reg whose
+// labels have the given name, value pairs.
+func metricSum(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
@@ -341,10 +344,19 @@ func metricSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	var sum float64
 	for _, f := range families {
-		if f.GetName() == name {
-			for _, m := range f.GetMetric() {
-				sum += m.GetCounter().GetValue()
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
+					return l.GetName() == labels[i] && l.GetValue() == labels[i+1]
+				}) {
+					continue series
+				}
 			}
+			sum += m.GetCounter().GetValue()
 		}
 	}
 	return sum

@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/handoff"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -39,7 +40,11 @@ func encoded(s encoding.BinaryAppender) []byte {
 // future. The good one is merged; the others are refused one by one, kept
 // by the sender, counted on both sides, and offered again next time.
 func TestHandOffRefusalsAreKeptAndCounted(t *testing.T) {
-	c, svcs := newFakeCluster(2)
+	regs := make([]*prometheus.Registry, 2)
+	c, svcs := newFakeClusterWith(2, func(i int) Config {
+		regs[i] = prometheus.NewRegistry()
+		return Config{Registerer: regs[i]}
+	})
 	from, to := svcs[1], svcs[0]
 	keys := c.keysOwnedBy(0, 5)
 	good, future, overfull, logAhead, newer := keys[0], keys[1], keys[2], keys[3], keys[4]
@@ -54,7 +59,7 @@ func TestHandOffRefusalsAreKeptAndCounted(t *testing.T) {
 		{Name: "api", Key: future, Algorithm: limiter.TokenBucket, Limit: algorithms.Limit{Count: 1, Period: time.Second}, Last: now,
 			State: encoded(&algorithms.TokenBucket{Full: t0.Add(365 * 24 * time.Hour).UnixNano()})},
 		{Name: "api", Key: overfull, Algorithm: limiter.FixedWindow, Limit: minute, Last: now,
-			State: encoded(&algorithms.FixedWindow{Start: now, Count: 11})},
+			State: encoded(&algorithms.FixedWindow{Start: now, Count: 12})},
 		{Name: "api", Key: logAhead, Algorithm: limiter.SlidingLog, Limit: minute, Last: now, State: encoded(&log)},
 	})
 	// A node of a later version would send newer's record in a format this
@@ -89,22 +94,23 @@ func TestHandOffRefusalsAreKeptAndCounted(t *testing.T) {
 	if len(kept) != 4 {
 		t.Errorf("sender keeps %d counters, want the 4 refused", len(kept))
 	}
+	fromReg, toReg := regs[1], regs[0]
 	for _, m := range []struct {
-		s                 *Service
+		reg               *prometheus.Registry
 		direction, reason string
 		want              float64
 	}{
-		{from, "sent", "invalid", 3}, {from, "sent", "unknown_version", 1}, {from, "sent", "unavailable", 0},
-		{to, "received", "invalid", 3}, {to, "received", "unknown_version", 1},
+		{fromReg, "sent", "invalid", 3}, {fromReg, "sent", "unknown_version", 1}, {fromReg, "sent", "unavailable", 0},
+		{toReg, "received", "invalid", 3}, {toReg, "received", "unknown_version", 1},
 	} {
-		if got := testutil.ToFloat64(m.s.metrics.handOffRefused.WithLabelValues(m.direction, m.reason)); got != m.want {
+		if got := metricSum(t, m.reg, "ringlimit_handoff_refused_total", "direction", m.direction, "reason", m.reason); got != m.want {
 			t.Errorf("ringlimit_handoff_refused_total{direction=%q,reason=%q} = %v, want %v", m.direction, m.reason, got, m.want)
 		}
 	}
-	if got := testutil.ToFloat64(from.metrics.handedOff.WithLabelValues("sent")); got != 1 {
+	if got := metricSum(t, fromReg, "ringlimit_handoff_counters_total", "direction", "sent"); got != 1 {
 		t.Errorf("handoff sent = %v, want 1 (refused counters were not taken)", got)
 	}
-	if got := testutil.ToFloat64(to.metrics.handedOff.WithLabelValues("received")); got != 1 {
+	if got := metricSum(t, toReg, "ringlimit_handoff_counters_total", "direction", "received"); got != 1 {
 		t.Errorf("handoff received = %v, want 1", got)
 	}
 
@@ -112,7 +118,7 @@ func TestHandOffRefusalsAreKeptAndCounted(t *testing.T) {
 	if sent := from.HandOff(context.Background()); sent != 0 || from.store.Len() != 4 {
 		t.Errorf("second HandOff sent %d and kept %d, want 0 and 4", sent, from.store.Len())
 	}
-	if got := testutil.ToFloat64(from.metrics.handOffRefused.WithLabelValues("sent", "invalid")); got != 6 {
+	if got := metricSum(t, fromReg, "ringlimit_handoff_refused_total", "direction", "sent", "reason", "invalid"); got != 6 {
 		t.Errorf("after a second hand-off, refused invalid = %v, want 6", got)
 	}
 }
@@ -143,8 +149,8 @@ func TestHandOffBatchesPerOwner(t *testing.T) {
 	calls := 0
 	c.onHandOff = func(counters []*pb.CounterState) {
 		calls++
-		if len(counters) > handOffBatch {
-			t.Errorf("one hand-off RPC of %d counters, more than %d", len(counters), handOffBatch)
+		if len(counters) > handoff.MaxBatch {
+			t.Errorf("one hand-off RPC of %d counters, more than %d", len(counters), handoff.MaxBatch)
 		}
 	}
 	minute := algorithms.Limit{Count: 10, Period: time.Minute}

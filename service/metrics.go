@@ -20,8 +20,6 @@ type metrics struct {
 	forwardedChecks [pb.Behavior_LOCAL + 1]prometheus.Counter
 	invalidItems    *prometheus.CounterVec
 	forwardErrors   prometheus.Counter
-	handedOff       *prometheus.CounterVec
-	handOffRefused  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
@@ -42,26 +40,12 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Name: "ringlimit_forward_fallbacks_total",
 			Help: "Forwards that failed (owner unreachable), so that this node decided locally with its share of the limit.",
 		}),
-		handedOff: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ringlimit_handoff_counters_total",
-			Help: "Counters handed to their new owner after a ring change (direction=sent) or taken over from another node (direction=received).",
-		}, []string{"direction"}),
-		handOffRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ringlimit_handoff_refused_total",
-			Help: "Handed-off counters the new owner refused, by reason (unknown_version, invalid, unavailable): direction=sent counts this node's counters refused (and kept here), direction=received the counters this node refused.",
-		}, []string{"direction", "reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(checks, forwarded, m.invalidItems, m.forwardErrors, m.handedOff, m.handOffRefused)
+		reg.MustRegister(checks, forwarded, m.invalidItems, m.forwardErrors)
 	}
 	for b := range m.forwardedChecks {
 		m.forwardedChecks[b] = forwarded.WithLabelValues(pb.Behavior(b).String())
-	}
-	for _, direction := range []string{"sent", "received"} {
-		m.handedOff.WithLabelValues(direction) // exported as 0 before the first hand-off
-		for _, reason := range []pb.Refusal_Reason{pb.Refusal_UNKNOWN_VERSION, pb.Refusal_INVALID, pb.Refusal_UNAVAILABLE} {
-			m.handOffRefused.WithLabelValues(direction, refusedLabel(reason))
-		}
 	}
 	for a := range m.checks {
 		for b := range m.checks[a] {

@@ -2,10 +2,8 @@ package service
 
 import (
 	"context"
-	"errors"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
-	"github.com/ringlimit/ringlimit/limiter"
 )
 
 // Owner is the service's side of peer traffic: what other nodes ask of
@@ -53,35 +51,8 @@ func (o Owner) UpdateGlobals(_ context.Context, states []*pb.GlobalState) {
 }
 
 // HandOff merges counters another node no longer owns into this node's
-// store, validating each against this node's clock and maximum clock
-// skew, and returns a Refusal for each it did not take: a record or state
-// of an unknown version, or one that does not decode or is impossible for
-// its limit. Refusals are logged (once per call) and counted.
+// store (see handoff.Node.Receive) and returns a Refusal for each it did
+// not take.
 func (o Owner) HandOff(_ context.Context, from string, counters []*pb.CounterState) []*pb.Refusal {
-	now := o.s.now()
-	var refused []*pb.Refusal
-	for i, cs := range counters {
-		var c limiter.Counter
-		err := c.UnmarshalBinary(cs.GetCounter())
-		if err == nil {
-			err = o.s.store.Merge(c, now, o.s.skew)
-		}
-		if err != nil {
-			r := &pb.Refusal{Index: int32(i), Reason: pb.Refusal_UNAVAILABLE, Detail: err.Error()}
-			switch {
-			case errors.Is(err, limiter.ErrUnknownVersion):
-				r.Reason = pb.Refusal_UNKNOWN_VERSION
-			case errors.Is(err, limiter.ErrBadCounter):
-				r.Reason = pb.Refusal_INVALID
-			}
-			o.s.metrics.handOffRefused.WithLabelValues("received", refusedLabel(r.Reason)).Inc()
-			refused = append(refused, r)
-		}
-	}
-	if len(refused) > 0 {
-		o.s.log.Warn("hand-off: counters refused", "from", from, "refused", len(refused), "of", len(counters),
-			"first", refused[0].GetDetail())
-	}
-	o.s.metrics.handedOff.WithLabelValues("received").Add(float64(len(counters) - len(refused)))
-	return refused
+	return o.s.handoff.Receive(from, counters)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/global"
+	"github.com/ringlimit/ringlimit/handoff"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -35,14 +36,13 @@ type Membership interface {
 }
 
 // Peers is what the service needs of the other nodes: package peer's Pool.
+// The service forwards checks; GLOBAL sync and hand-off use the rest.
 type Peers interface {
 	// Forward sends req to the owner at addr in a batch; ForwardNow alone.
 	Forward(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
 	ForwardNow(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
-	AddGlobalHits(ctx context.Context, addr, from string, reports []*pb.GlobalReport) error
-	UpdateGlobals(ctx context.Context, addr string, states []*pb.GlobalState) error
-	// HandOff returns the receiver's refusals, by index in counters.
-	HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) ([]*pb.Refusal, error)
+	global.Peers
+	handoff.Peers
 }
 
 // Config configures a Service. The zero value is a single node with a
@@ -82,7 +82,7 @@ type Service struct {
 	log     *slog.Logger
 	metrics metrics
 	global  *global.Node
-	handoff handoff
+	handoff *handoff.Node
 	// logSampler thins out the warning of an unreachable owner.
 	logSampler sampler
 	policies   Policies
@@ -115,7 +115,10 @@ func New(conf Config) *Service {
 		},
 		Interval: conf.GlobalSync, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
 	})
-	s.handoff = newHandoff()
+	s.handoff = handoff.New(handoff.Config{
+		Store: s.store, Cluster: s.cluster, Peers: conf.Peers, MaxClockSkew: s.skew,
+		Now: s.now, Logger: s.log, Registerer: conf.Registerer,
+	})
 	return s
 }
 
@@ -266,11 +269,20 @@ func every(n int) []int {
 // calls HandOff and FlushGlobal, in that order.
 func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Go(func() { s.handoff.run(ctx, s) })
+	wg.Go(func() { s.handoff.Run(ctx) })
 	err := s.global.Run(ctx)
 	wg.Wait()
 	return err
 }
+
+// RingChanged tells the service that the ring changed, so that it hands
+// off the counters it no longer owns. It never blocks.
+func (s *Service) RingChanged() { s.handoff.RingChanged() }
+
+// HandOff sends every counter this node holds but does not own to its
+// owner now, and returns how many were taken (see handoff.Node.HandOff).
+// It is a step of shutdown, after the node left the cluster.
+func (s *Service) HandOff(ctx context.Context) int { return s.handoff.HandOff(ctx) }
 
 // FlushGlobal reports the GLOBAL hits this node admitted from grants and
 // has not reported yet to their owners, so that none is lost when it

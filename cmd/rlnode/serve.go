@@ -120,7 +120,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 					return
 				case <-ringChanged:
 					r := members.Ring()
-					svc.RingChanged(nil, r)
+					svc.RingChanged()
 					pool.Retain(peerAddrs(r))
 				}
 			}
