@@ -34,6 +34,12 @@
 //   - Merge folds in the state of the same counter from another node and
 //     keeps whichever is more charged, so that merging never refills.
 //
+// Every state also has a documented, versioned binary form
+// (AppendBinary, UnmarshalBinary) and a Validate that refuses states that
+// are impossible for their algorithm and limit, for states that cross the
+// network: see CODEC.md. Kind names the six algorithms, once for the whole
+// program.
+//
 // None of the state types is safe for concurrent use: the caller locks.
 package algorithms
 

@@ -29,6 +29,31 @@ func (w *FixedWindow) Take(now time.Time, l Limit, n int64) Decision {
 	return d
 }
 
+// Add counts n hits at time now whether or not the window has room for
+// them, and reports them refused when the window's count after adding
+// them exceeds l.Count. It is envoyproxy/ratelimit's fixed window, which
+// counts refused requests too, so that a client that keeps knocking stays
+// refused; Take is ringlimit's own, which never charges a refusal. An
+// invalid l or a negative n is refused and counts nothing.
+//
+// A window that counted refused hits holds at most l.Count+1: every answer
+// that rule gives (refused iff the count after adding exceeds l.Count,
+// remaining max(0, l.Count - count)) depends only on the count capped
+// there, so the cap changes no answer and keeps a window's count bounded,
+// which is what lets Validate bound it.
+func (w *FixedWindow) Add(now time.Time, l Limit, n int64) Decision {
+	d, next := w.decide(now, l, n)
+	if !l.valid() || n < 0 {
+		return d
+	}
+	if !d.Allowed {
+		next.Count = min(satAdd(next.Count, n), l.Count+1)
+		d.Remaining = 0
+	}
+	*w = next
+	return d
+}
+
 // Check reports what Take would decide, without counting anything.
 func (w *FixedWindow) Check(now time.Time, l Limit, n int64) Decision {
 	d, _ := w.decide(now, l, n)

@@ -105,3 +105,53 @@ func TestSlidingWindowExample(t *testing.T) {
 		t.Errorf("RetryAfter for 100 = %v, want 75s", d.RetryAfter)
 	}
 }
+
+// TestFixedWindowAdd: Add counts refused hits too (envoyproxy/ratelimit's
+// rule: refused iff the count after adding exceeds the limit), so a
+// client that keeps knocking stays refused, and a check of 0 hits after
+// that reports the window over its limit.
+func TestFixedWindowAdd(t *testing.T) {
+	var w algorithms.FixedWindow
+	steps := []step{
+		{5 * s, 2, ok(1, 55*s)},
+		{6 * s, 2, no(0, 54*s, 54*s)}, // count 4 > 3: refused, and counted
+		{7 * s, 0, no(0, 53*s, 53*s)}, // 4 > 3 still: a peek is refused
+		{8 * s, 4, no(0, algorithms.Never, 52*s)},
+		{61 * s, 1, ok(2, 59*s)}, // a new window forgets the excess
+		{62 * s, 0, ok(2, 58*s)},
+	}
+	for i, st := range steps {
+		if got := w.Add(t0.Add(st.at), perMinute3, st.n); got != st.want {
+			t.Errorf("step %d: Add(t0+%v, %d) = %+v, want %+v", i, st.at, st.n, got, st.want)
+		}
+	}
+	if w.Count != 1 {
+		t.Errorf("count = %d, want 1", w.Count)
+	}
+	before := w
+	if d := w.Add(t0, algorithms.Limit{}, 1); d.Allowed || w != before {
+		t.Errorf("invalid limit: %+v, state %+v", d, w)
+	}
+	if d := w.Add(t0.Add(62*s), perMinute3, -1); d.Allowed || w != before {
+		t.Errorf("negative hits: %+v, state %+v", d, w)
+	}
+}
+
+// TestFixedWindowAddKeepsCountBounded: refused hits counted by Add stop at
+// one over the limit, which answers every later request as the full count
+// would, and which Validate accepts.
+func TestFixedWindowAddKeepsCountBounded(t *testing.T) {
+	var w algorithms.FixedWindow
+	for range 100 {
+		w.Add(t0.Add(5*s), perMinute3, 2)
+	}
+	if w.Count != perMinute3.Count+1 {
+		t.Errorf("count after 100 refused adds = %d, want %d", w.Count, perMinute3.Count+1)
+	}
+	if d := w.Add(t0.Add(6*s), perMinute3, 0); d.Allowed || d.Remaining != 0 {
+		t.Errorf("peek at a window over its limit: %+v, want refused with 0 remaining", d)
+	}
+	if err := w.Validate(t0.Add(6*s), perMinute3, 0); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+}

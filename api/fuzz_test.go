@@ -11,6 +11,7 @@ import (
 func FuzzDecodeCheckRequest(f *testing.F) {
 	f.Add([]byte(`{"requests":[{"name":"api","key":"user:42","limit":10,"duration_ms":60000}]}`))
 	f.Add([]byte(`{"requests":[{"name":"a","key":"k","hits":0,"limit":1,"duration_ms":1,"algorithm":"SLIDING_LOG","behavior":"GLOBAL","burst":3,"reset":true,"created_at_ms":1}],"all":true}`))
+	f.Add([]byte(`{"requests":[{"key":"k","policy":"d/k=v","charge_refused":true}]}`))
 	f.Add([]byte(`{"requests":[{"algorithm":"nope"},{"behavior":"x"}]}`))
 	f.Add([]byte(`{"requests":[{"limit":"1"}]}`))
 	f.Add([]byte(`[]`))

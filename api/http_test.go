@@ -145,3 +145,24 @@ func TestNotReady(t *testing.T) {
 		t.Errorf("GET /readyz on a node that is not ready: %d, want 503", resp.StatusCode)
 	}
 }
+
+// TestMembersJSON pins the field names GET /v1/members serves, which
+// rlnode members, the e2e tests and operators' scripts read.
+func TestMembersJSON(t *testing.T) {
+	svc := service.New(service.Config{})
+	members := func() []Member {
+		return []Member{{Name: "a", GossipAddr: "10.0.0.1:7946", GRPCAddr: "10.0.0.1:8081", PeerAddr: "10.0.0.1:8082", State: "alive", Share: 0.5, Self: true}}
+	}
+	srv := httptest.NewServer(New(Config{Checker: svc, Members: members}).Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/v1/members")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := `{"members":[{"name":"a","gossip_addr":"10.0.0.1:7946","grpc_addr":"10.0.0.1:8081","peer_addr":"10.0.0.1:8082","state":"alive","share":0.5,"self":true}]}`
+	if got := strings.TrimSpace(string(b)); got != want {
+		t.Errorf("GET /v1/members = %s\nwant %s", got, want)
+	}
+}

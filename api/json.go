@@ -8,8 +8,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
-	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/service"
 )
 
@@ -33,6 +33,9 @@ type checkItemJSON struct {
 	Behavior    string `json:"behavior"`
 	Reset       bool   `json:"reset"`
 	CreatedAtMs int64  `json:"created_at_ms"`
+	// ChargeRefused and Policy: see CheckItem in ringlimit.proto.
+	ChargeRefused bool   `json:"charge_refused"`
+	Policy        string `json:"policy"`
 }
 
 type checkResponseJSON struct {
@@ -137,17 +140,19 @@ func fieldError(path string, err error) error {
 
 func (it *checkItemJSON) toProto() (*pb.CheckItem, error) {
 	item := &pb.CheckItem{
-		Name:        it.Name,
-		Key:         it.Key,
-		Hits:        it.Hits,
-		Limit:       it.Limit,
-		DurationMs:  it.DurationMs,
-		Burst:       it.Burst,
-		Reset_:      it.Reset,
-		CreatedAtMs: it.CreatedAtMs,
+		Name:          it.Name,
+		Key:           it.Key,
+		Hits:          it.Hits,
+		Limit:         it.Limit,
+		DurationMs:    it.DurationMs,
+		Burst:         it.Burst,
+		Reset_:        it.Reset,
+		CreatedAtMs:   it.CreatedAtMs,
+		ChargeRefused: it.ChargeRefused,
+		Policy:        it.Policy,
 	}
 	if it.Algorithm != "" {
-		a, err := limiter.ParseAlgorithm(it.Algorithm)
+		a, err := algorithms.ParseKind(it.Algorithm)
 		if err != nil {
 			return nil, &service.FieldError{Field: "algorithm", Reason: err.Error()}
 		}

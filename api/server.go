@@ -17,13 +17,13 @@ type Checker interface {
 
 // Member is one row of GET /v1/members.
 type Member struct {
-	Name     string  `json:"name"`
-	Addr     string  `json:"addr"` // gossip address
-	GRPCAddr string  `json:"grpc_addr"`
-	PeerAddr string  `json:"peer_addr"`
-	State    string  `json:"state"`
-	Share    float64 `json:"share"` // fraction of the ring this member owns
-	Self     bool    `json:"self,omitempty"`
+	Name       string  `json:"name"`
+	GossipAddr string  `json:"gossip_addr"`
+	GRPCAddr   string  `json:"grpc_addr"`
+	PeerAddr   string  `json:"peer_addr"`
+	State      string  `json:"state"`
+	Share      float64 `json:"share"` // fraction of the ring this member owns
+	Self       bool    `json:"self,omitempty"`
 }
 
 // Config configures the faces. Checker is required; the rest have

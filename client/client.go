@@ -1,8 +1,23 @@
 // Package client is the Go client of ringlimit's gRPC API.
+//
+// Most callers ask one question per request and branch on the answer:
+//
+//	ok, err := c.Allow(ctx, perUser, "user:42")
+//
+// Take returns the whole Decision (remaining hits, when to retry, when the
+// counter is full again); Check sends a batch of checks as the wire does.
+// A check that ringlimit could not decide, or refused as invalid, is a Go
+// error (wrapping ErrInvalid, ErrUnavailable or ErrInternal) and never an
+// admission: Allow and Take fail closed.
+//
+// A Client does not care how checks travel: New talks gRPC to one node,
+// Wrap takes any Checker (an in-process service in tests, or a batching,
+// owner-routing transport), and callers of Allow and Take do not change.
 package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,15 +27,22 @@ import (
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 )
 
-// Client talks to one rlnode (or a load balancer in front of several). It
-// is safe for concurrent use; one Client should serve a whole process.
-type Client struct {
-	conn *grpc.ClientConn
-	rl   pb.RateLimiterClient
+// Checker sends one request of checks and returns their results in order:
+// the gRPC client of a node is one, and so is a *service.Service.
+type Checker interface {
+	Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error)
 }
 
-// New returns a client of the node at addr (host:port). It connects
-// lazily. With no options it uses plaintext, as nodes serve by default.
+// Client asks ringlimit whether requests may go ahead. It is safe for
+// concurrent use; one Client should serve a whole process.
+type Client struct {
+	checker Checker
+	conn    *grpc.ClientConn // nil when wrapped
+}
+
+// New returns a client of the node at addr (host:port), or of a load
+// balancer in front of several. It connects lazily. With no options it
+// uses plaintext, as nodes serve by default.
 func New(addr string, opts ...grpc.DialOption) (*Client, error) {
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
@@ -29,28 +51,168 @@ func New(addr string, opts ...grpc.DialOption) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	return &Client{conn: conn, rl: pb.NewRateLimiterClient(conn)}, nil
+	return &Client{checker: rpc{pb.NewRateLimiterClient(conn)}, conn: conn}, nil
 }
 
-// Check sends one request of one or more items.
+// rpc is a Checker over gRPC, with the call options left at their defaults.
+type rpc struct{ rl pb.RateLimiterClient }
+
+func (r rpc) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	return r.rl.Check(ctx, req)
+}
+
+// Wrap returns a client whose checks go to ch. Close does not close ch.
+func Wrap(ch Checker) *Client { return &Client{checker: ch} }
+
+// Algorithm and Behavior are the wire's enums, so that a Limit needs no
+// import of the generated package.
+type (
+	Algorithm = pb.Algorithm
+	Behavior  = pb.Behavior
+)
+
+// The algorithms and behaviours; see the README for what each does.
+const (
+	TokenBucket   = pb.Algorithm_TOKEN_BUCKET
+	GCRA          = pb.Algorithm_GCRA
+	LeakyBucket   = pb.Algorithm_LEAKY_BUCKET
+	FixedWindow   = pb.Algorithm_FIXED_WINDOW
+	SlidingWindow = pb.Algorithm_SLIDING_WINDOW
+	SlidingLog    = pb.Algorithm_SLIDING_LOG
+
+	Batched   = pb.Behavior_BATCHED
+	Unbatched = pb.Behavior_UNBATCHED
+	Global    = pb.Behavior_GLOBAL
+	Local     = pb.Behavior_LOCAL
+)
+
+// Limit is a rate limit: Count hits per Period, under Name. With a key it
+// names a counter; the algorithm is part of the counter's identity, so
+// changing it starts a fresh counter. The zero values of Algorithm,
+// Behavior and Burst are TokenBucket, Batched and Count.
+type Limit struct {
+	Name      string
+	Count     int64
+	Period    time.Duration
+	Burst     int64
+	Algorithm Algorithm
+	Behavior  Behavior
+}
+
+// Item is the check of hits of l for key, as sent on the wire. Check
+// callers build batches from it.
+func (l Limit) Item(key string, hits int64) *pb.CheckItem {
+	return &pb.CheckItem{
+		Name: l.Name, Key: key, Hits: &hits, Limit: l.Count, DurationMs: l.Period.Milliseconds(),
+		Burst: l.Burst, Algorithm: l.Algorithm, Behavior: l.Behavior,
+	}
+}
+
+// Never is the RetryAfter of a request that can never be admitted: it asks
+// for more hits than the limit holds.
+const Never time.Duration = -1
+
+// Decision is ringlimit's answer to one check. Durations and instants are
+// rounded up to the millisecond, so a caller that waits that long is never
+// early.
+type Decision struct {
+	// Allowed reports whether the hits were admitted (and charged); a
+	// refused request is charged nothing.
+	Allowed bool
+	// Limit is the limit applied: the one asked for, or this node's share
+	// of it when DecidedBy is "fallback".
+	Limit int64
+	// Remaining is the whole hits that could still be admitted now.
+	Remaining int64
+	// ResetAt is when the counter is full again.
+	ResetAt time.Time
+	// RetryAfter is, when refused, how long until the same request would
+	// be admitted, or Never; 0 when allowed.
+	RetryAfter time.Duration
+	// Delay is how long to wait before proceeding (LeakyBucket only).
+	Delay time.Duration
+	// DecidedBy is "" when the key's owner decided, as usual, or how the
+	// check was decided otherwise, e.g. "fallback" when the owner was
+	// unreachable and a node decided with its share of the limit.
+	DecidedBy string
+}
+
+// Errors of a single check, wrapped with the server's text (which names
+// the field for ErrInvalid).
+var (
+	ErrInvalid     = errors.New("invalid check")
+	ErrUnavailable = errors.New("check unavailable")
+	ErrInternal    = errors.New("check failed")
+)
+
+// metadataDecidedBy is the result metadata key DecidedBy comes from
+// (service.MetadataDecidedBy, which a test keeps in step).
+const metadataDecidedBy = "decided_by"
+
+// DecisionOf converts one result of Check. A result carrying an error
+// returns it, wrapping the sentinel of its code, and a refusal.
+func DecisionOf(r *pb.CheckResult) (Decision, error) {
+	if r.GetError() != "" {
+		sentinel := ErrInternal
+		switch r.GetErrorCode() {
+		case pb.ErrorCode_INVALID_ARGUMENT:
+			sentinel = ErrInvalid
+		case pb.ErrorCode_UNAVAILABLE:
+			sentinel = ErrUnavailable
+		}
+		return Decision{}, fmt.Errorf("%w: %s", sentinel, r.GetError())
+	}
+	d := Decision{
+		Allowed:    r.GetStatus() == pb.Status_UNDER_LIMIT,
+		Limit:      r.GetLimit(),
+		Remaining:  r.GetRemaining(),
+		ResetAt:    time.UnixMilli(r.GetResetTimeMs()),
+		RetryAfter: time.Duration(r.GetRetryAfterMs()) * time.Millisecond,
+		Delay:      time.Duration(r.GetDelayMs()) * time.Millisecond,
+		DecidedBy:  r.GetMetadata()[metadataDecidedBy],
+	}
+	if r.GetRetryAfterMs() < 0 {
+		d.RetryAfter = Never
+	}
+	return d, nil
+}
+
+// Check sends one request of one or more checks, as the wire does: a check
+// that could not be decided has its error in its result. Use DecisionOf
+// to read each result.
 func (c *Client) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	return c.rl.Check(ctx, req)
+	return c.checker.Check(ctx, req)
 }
 
-// Allow spends one hit of a limit of count per period for key, with the
-// default algorithm and behaviour, and returns the verdict.
-func (c *Client) Allow(ctx context.Context, name, key string, count int64, period time.Duration) (*pb.CheckResult, error) {
-	resp, err := c.Check(ctx, &pb.CheckRequest{Requests: []*pb.CheckItem{{
-		Name: name, Key: key, Limit: count, DurationMs: period.Milliseconds(),
-	}}})
+// Take spends hits of l for key, if l admits them, and returns the
+// decision; hits 0 asks without charging. An error means the check was
+// not decided, and the zero Decision refuses.
+func (c *Client) Take(ctx context.Context, l Limit, key string, hits int64) (Decision, error) {
+	resp, err := c.checker.Check(ctx, &pb.CheckRequest{Requests: []*pb.CheckItem{l.Item(key, hits)}})
 	if err != nil {
-		return nil, err
+		return Decision{}, fmt.Errorf("check %s: %w", l.Name, err)
 	}
-	if len(resp.Responses) != 1 {
-		return nil, fmt.Errorf("check %s: %d results for 1 item", key, len(resp.Responses))
+	if n := len(resp.GetResponses()); n != 1 {
+		return Decision{}, fmt.Errorf("check %s: %w: %d results for 1 check", l.Name, ErrInternal, n)
 	}
-	return resp.Responses[0], nil
+	d, err := DecisionOf(resp.GetResponses()[0])
+	if err != nil {
+		return Decision{}, fmt.Errorf("check %s: %w", l.Name, err)
+	}
+	return d, nil
 }
 
-// Close closes the connection.
-func (c *Client) Close() error { return c.conn.Close() }
+// Allow spends one hit of l for key and reports whether it was admitted;
+// on an error it reports false.
+func (c *Client) Allow(ctx context.Context, l Limit, key string) (bool, error) {
+	d, err := c.Take(ctx, l, key, 1)
+	return d.Allowed, err
+}
+
+// Close closes the connection New opened; it does nothing for Wrap.
+func (c *Client) Close() error {
+	if c.conn == nil {
+		return nil
+	}
+	return c.conn.Close()
+}

@@ -2,7 +2,10 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"net"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +17,14 @@ import (
 	"github.com/ringlimit/ringlimit/service"
 )
 
-func TestAllow(t *testing.T) {
+// t0 is the fixed clock of the in-process services below.
+var t0 = time.UnixMilli(1_700_000_000_000)
+
+func fixedService() *service.Service {
+	return service.New(service.Config{Now: func() time.Time { return t0 }})
+}
+
+func TestAllowOverGRPC(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -31,10 +41,126 @@ func TestAllow(t *testing.T) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for i, want := range []pb.Status{pb.Status_UNDER_LIMIT, pb.Status_OVER_LIMIT} {
-		r, err := c.Allow(ctx, "api", "user:42", 1, time.Minute)
-		if err != nil || r.Status != want {
-			t.Errorf("Allow #%d = %v, %v; want %v", i+1, r, err, want)
+	l := client.Limit{Name: "api", Count: 1, Period: time.Minute}
+	for i, want := range []bool{true, false} {
+		if ok, err := c.Allow(ctx, l, "user:42"); ok != want || err != nil {
+			t.Errorf("Allow #%d = %v, %v; want %v, nil", i+1, ok, err, want)
 		}
+	}
+	if ok, err := c.Allow(ctx, l, ""); ok || !errors.Is(err, client.ErrInvalid) {
+		t.Errorf("Allow with an empty key = %v, %v; want false, ErrInvalid", ok, err)
+	}
+}
+
+func TestTake(t *testing.T) {
+	c := client.Wrap(fixedService())
+	ctx := context.Background()
+	l := client.Limit{Name: "api", Count: 2, Period: time.Minute}
+	for _, tc := range []struct {
+		hits int64
+		want client.Decision
+	}{
+		{1, client.Decision{Allowed: true, Limit: 2, Remaining: 1, ResetAt: t0.Add(30 * time.Second)}},
+		{0, client.Decision{Allowed: true, Limit: 2, Remaining: 1, ResetAt: t0.Add(30 * time.Second)}},
+		{1, client.Decision{Allowed: true, Limit: 2, Remaining: 0, ResetAt: t0.Add(time.Minute)}},
+		{1, client.Decision{Allowed: false, Limit: 2, Remaining: 0, ResetAt: t0.Add(time.Minute), RetryAfter: 30 * time.Second}},
+		{3, client.Decision{Allowed: false, Limit: 2, Remaining: 0, ResetAt: t0.Add(time.Minute), RetryAfter: client.Never}},
+	} {
+		d, err := c.Take(ctx, l, "user:42", tc.hits)
+		if err != nil || d != tc.want {
+			t.Errorf("Take(%d) = %+v, %v\nwant %+v", tc.hits, d, err, tc.want)
+		}
+	}
+}
+
+func TestTakeLeakyBucketDelay(t *testing.T) {
+	c := client.Wrap(fixedService())
+	l := client.Limit{Name: "shaped", Count: 10, Period: time.Second, Burst: 5, Algorithm: client.LeakyBucket}
+	var delays []time.Duration
+	for range 3 {
+		d, err := c.Take(context.Background(), l, "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		delays = append(delays, d.Delay)
+	}
+	want := []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond}
+	if !slices.Equal(delays, want) {
+		t.Errorf("delays %v, want %v", delays, want)
+	}
+}
+
+// TestTakeInvalid: an invalid check is a Go error naming the field, and a
+// refusal, never a nil error with the problem hidden in a result.
+func TestTakeInvalid(t *testing.T) {
+	c := client.Wrap(fixedService())
+	for _, tc := range []struct {
+		l     client.Limit
+		key   string
+		field string
+	}{
+		{client.Limit{Name: "api", Count: 1, Period: time.Second}, "", "key"},
+		{client.Limit{Name: "api", Count: 0, Period: time.Second}, "k", "limit"},
+		{client.Limit{Name: "api", Count: 1}, "k", "duration_ms"},
+		{client.Limit{Count: 1, Period: time.Second}, "k", "name"},
+	} {
+		d, err := c.Take(context.Background(), tc.l, tc.key, 1)
+		if !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("Take(%+v, %q) error = %v, want ErrInvalid naming %s", tc.l, tc.key, err, tc.field)
+		}
+		if d.Allowed {
+			t.Errorf("Take(%+v, %q) allowed an invalid check", tc.l, tc.key)
+		}
+	}
+}
+
+// canned answers every request with resp, or err.
+type canned struct {
+	resp *pb.CheckResponse
+	err  error
+}
+
+func (c canned) Check(context.Context, *pb.CheckRequest) (*pb.CheckResponse, error) {
+	return c.resp, c.err
+}
+
+func TestTakeErrors(t *testing.T) {
+	down := errors.New("connection refused")
+	l := client.Limit{Name: "api", Count: 1, Period: time.Second}
+	for _, tc := range []struct {
+		name string
+		ch   canned
+		want error
+	}{
+		{"transport", canned{err: down}, down},
+		{"no result", canned{resp: &pb.CheckResponse{}}, client.ErrInternal},
+		{"unavailable", canned{resp: &pb.CheckResponse{Responses: []*pb.CheckResult{{
+			Status: pb.Status_OVER_LIMIT, Error: "shutting down", ErrorCode: pb.ErrorCode_UNAVAILABLE}}}}, client.ErrUnavailable},
+		{"internal", canned{resp: &pb.CheckResponse{Responses: []*pb.CheckResult{{
+			Status: pb.Status_OVER_LIMIT, Error: "boom", ErrorCode: pb.ErrorCode_INTERNAL}}}}, client.ErrInternal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, err := client.Wrap(tc.ch).Allow(context.Background(), l, "k")
+			if ok || !errors.Is(err, tc.want) {
+				t.Errorf("Allow = %v, %v; want false, %v", ok, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecisionOfFallback(t *testing.T) {
+	d, err := client.DecisionOf(&pb.CheckResult{
+		Status: pb.Status_UNDER_LIMIT, Limit: 6, Remaining: 5, ResetTimeMs: t0.UnixMilli(),
+		Metadata: map[string]string{"decided_by": "fallback"},
+	})
+	want := client.Decision{Allowed: true, Limit: 6, Remaining: 5, ResetAt: t0, DecidedBy: "fallback"}
+	if err != nil || d != want {
+		t.Errorf("DecisionOf = %+v, %v; want %+v", d, err, want)
+	}
+}
+
+func TestWrapCloseLeavesCheckerAlone(t *testing.T) {
+	if err := client.Wrap(fixedService()).Close(); err != nil {
+		t.Errorf("Close = %v", err)
 	}
 }

@@ -138,14 +138,15 @@ type view struct {
 	members []MemberInfo
 }
 
-// MemberInfo describes a member for GET /v1/members.
+// MemberInfo describes a member as this node sees it. (Package api's
+// Member is its JSON form on GET /v1/members.)
 type MemberInfo struct {
-	Name       string  `json:"name"`
-	GossipAddr string  `json:"gossip_addr"`
-	PeerAddr   string  `json:"peer_addr"`
-	GRPCAddr   string  `json:"grpc_addr"`
-	State      State   `json:"state"`
-	Share      float64 `json:"share"` // fraction of the ring's partitions; 0 when not in the ring
+	Name       string
+	GossipAddr string
+	PeerAddr   string
+	GRPCAddr   string
+	State      State
+	Share      float64 // fraction of the ring's partitions; 0 when not in the ring
 }
 
 // State is a member's state as this node sees it.

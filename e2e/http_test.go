@@ -13,13 +13,13 @@ import (
 
 // member is one entry of GET /v1/members.
 type member struct {
-	Name     string  `json:"name"`
-	Addr     string  `json:"addr"`
-	GRPCAddr string  `json:"grpc_addr"`
-	PeerAddr string  `json:"peer_addr"`
-	State    string  `json:"state"`
-	Share    float64 `json:"share"`
-	Self     bool    `json:"self"`
+	Name       string  `json:"name"`
+	GossipAddr string  `json:"gossip_addr"`
+	GRPCAddr   string  `json:"grpc_addr"`
+	PeerAddr   string  `json:"peer_addr"`
+	State      string  `json:"state"`
+	Share      float64 `json:"share"`
+	Self       bool    `json:"self"`
 }
 
 // members returns n's view of the cluster.

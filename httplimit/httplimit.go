@@ -7,72 +7,118 @@
 //	RateLimit: "api";r=42;t=17
 //
 // q is the limit, w the period in seconds, r the remaining hits and t the
-// seconds until the counter is full again.
+// seconds until the counter is full again. With LegacyHeaders, the older
+// X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset carry q,
+// r and t as well; X-RateLimit-Reset is seconds until the counter is full
+// again, as Envoy's rate limit filter sends it, not the Unix time in
+// seconds that GitHub's API sends.
+//
+// Rounding. Every figure rounds up to whole seconds, so a client that waits
+// that long is never early, with one care for t: ringlimit reports when
+// the counter is full again as an instant, reset_time_ms, already rounded
+// up to the millisecond. t is that instant minus now rounded up to the
+// millisecond too, then rounded up to seconds. Rounding both instants the
+// same way cancels the server's rounding, so t never exceeds the true time
+// until full rounded up to the second, and never w; subtracting a truncated
+// now instead would count the server's rounding twice and answer t=61 for
+// a 60-second counter checked within one millisecond. The price is that t
+// may be short by less than a millisecond of the true time, which no
+// client can observe at the header's one-second resolution.
+//
+// Clients behind proxies. By default the key is the host of RemoteAddr.
+// Behind a reverse proxy or load balancer that is the proxy, so set
+// TrustedProxies to the proxies' networks: the client's address is then
+// read from the header they append to (ForwardedHeader), walking it from
+// the right and skipping trusted proxies. The header is used only on
+// requests that come from a trusted proxy, because anyone else can write
+// anything in it.
 package httplimit
 
 import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"time"
 
-	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/client"
 )
 
-// Checker is what the middleware needs of ringlimit: *client.Client.
-type Checker interface {
-	Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error)
+// Taker is what the middleware needs of ringlimit: *client.Client.
+type Taker interface {
+	Take(ctx context.Context, l client.Limit, key string, hits int64) (client.Decision, error)
 }
 
 // Limiter limits the requests to a handler. Set the fields, then call
-// Handler; a Limiter is safe for concurrent use once it is serving.
+// Handler; a Limiter must not be changed once it is serving, and is then
+// safe for concurrent use.
 type Limiter struct {
-	// Checker asks ringlimit; required.
-	Checker Checker
-	// Name is the limit's name (and the policy name in the headers);
-	// Limit requests are allowed per Period. Required.
-	Name   string
-	Limit  int64
-	Period time.Duration
-	// Algorithm and Behavior default to TOKEN_BUCKET and BATCHED.
-	Algorithm pb.Algorithm
-	Behavior  pb.Behavior
-	// Key returns the limited entity of a request; nil means the client's
-	// IP address (the host of RemoteAddr, so put the limiter behind any
-	// proxy header handling you trust).
+	// Client asks ringlimit; required.
+	Client Taker
+	// Limit is checked for every request, one hit each; its Name is also
+	// the policy name in the headers. Required.
+	Limit client.Limit
+	// Key returns the limited entity of a request; nil means ClientIP.
+	// Key may return "" to exempt a request from the limit.
 	Key func(*http.Request) string
+	// TrustedProxies are the networks of the proxies in front of the
+	// handler whose ForwardedHeader is believed; nil trusts none and
+	// keys on RemoteAddr alone.
+	TrustedProxies []netip.Prefix
+	// ForwardedHeader is the header the trusted proxies append the
+	// client's address to: XForwardedFor (the zero value) or Forwarded.
+	ForwardedHeader Header
+	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset (seconds until full) to every answered request.
+	LegacyHeaders bool
 	// Timeout bounds each check; zero means 100ms.
 	Timeout time.Duration
-	// FailOpen says what to do when ringlimit cannot answer: serve the
-	// request (true) or answer 503 (false, the zero value).
+	// FailOpen says what to do when ringlimit cannot answer (unreachable,
+	// too slow, or the check is invalid): serve the request (true) or
+	// answer 503 (false, the zero value). ErrorHandler, when set, decides
+	// instead.
 	FailOpen bool
+	// ErrorHandler, when set, answers the requests whose check failed, with
+	// the error, as httputil.ReverseProxy's does: it may log err and write
+	// an error response, or serve the request by calling the handler it
+	// wraps (failing open). Nil means FailOpen's choice, with err dropped.
+	ErrorHandler func(http.ResponseWriter, *http.Request, error)
+	// Now is the clock the headers are computed against; nil means
+	// time.Now. Tests set it to pin the rounding.
+	Now func() time.Time
 }
 
 // Handler returns next wrapped by the limiter.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		res, err := l.check(r)
-		if err != nil {
-			if l.FailOpen {
-				next.ServeHTTP(w, r)
-				return
-			}
-			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+		key := ""
+		if l.Key == nil {
+			key = l.ClientIP(r)
+		} else if key = l.Key(r); key == "" {
+			next.ServeHTTP(w, r) // exempt
 			return
 		}
-		h := w.Header()
-		h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", l.Name, l.Limit, ceilSeconds(l.Period.Milliseconds())))
-		reset := ceilSeconds(res.ResetTimeMs - time.Now().UnixMilli())
-		h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", l.Name, res.Remaining, reset))
-		if res.Status == pb.Status_OVER_LIMIT {
-			retry := res.RetryAfterMs
-			if retry < 0 {
-				retry = math.MaxInt32 // never: more than the limit holds
+		d, err := l.take(r.Context(), key)
+		if err != nil {
+			switch {
+			case l.ErrorHandler != nil:
+				l.ErrorHandler(w, r, err)
+			case l.FailOpen:
+				next.ServeHTTP(w, r)
+			default:
+				http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
 			}
-			h.Set("Retry-After", strconv.FormatInt(ceilSeconds(retry), 10))
+			return
+		}
+		l.setHeaders(w.Header(), d)
+		if !d.Allowed {
+			retry := ceilSeconds(d.RetryAfter.Milliseconds())
+			if d.RetryAfter == client.Never {
+				retry = math.MaxInt32 // more than the limit holds
+			}
+			w.Header().Set("Retry-After", strconv.FormatInt(retry, 10))
 			http.Error(w, "too many requests", http.StatusTooManyRequests)
 			return
 		}
@@ -80,39 +126,44 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	})
 }
 
-func (l *Limiter) check(r *http.Request) (*pb.CheckResult, error) {
-	key := clientIP(r)
-	if l.Key != nil {
-		key = l.Key(r)
+// setHeaders writes the RateLimit fields of d, and the legacy ones if
+// asked for.
+func (l *Limiter) setHeaders(h http.Header, d client.Decision) {
+	reset := ceilSeconds(d.ResetAt.UnixMilli() - ceilMillis(l.now()))
+	h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", l.Limit.Name, l.Limit.Count, ceilSeconds(l.Limit.Period.Milliseconds())))
+	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", l.Limit.Name, d.Remaining, reset))
+	if l.LegacyHeaders {
+		h.Set("X-RateLimit-Limit", strconv.FormatInt(l.Limit.Count, 10))
+		h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
 	}
+}
+
+// take spends one hit of the limit for key, within Timeout.
+func (l *Limiter) take(ctx context.Context, key string) (client.Decision, error) {
 	timeout := l.Timeout
 	if timeout <= 0 {
 		timeout = 100 * time.Millisecond
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	resp, err := l.Checker.Check(ctx, &pb.CheckRequest{Requests: []*pb.CheckItem{{
-		Name: l.Name, Key: key, Limit: l.Limit, DurationMs: l.Period.Milliseconds(),
-		Algorithm: l.Algorithm, Behavior: l.Behavior,
-	}}})
-	if err != nil {
-		return nil, err
-	}
-	if len(resp.GetResponses()) != 1 {
-		return nil, fmt.Errorf("check: %d results for 1 item", len(resp.GetResponses()))
-	}
-	res := resp.Responses[0]
-	if res.Error != "" {
-		return nil, fmt.Errorf("check: %s", res.Error)
-	}
-	return res, nil
+	return l.Client.Take(ctx, l.Limit, key, 1)
 }
 
-func clientIP(r *http.Request) string {
-	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		return host
+func (l *Limiter) now() time.Time {
+	if l.Now == nil {
+		return time.Now()
 	}
-	return r.RemoteAddr
+	return l.Now()
+}
+
+// ceilMillis is t in Unix milliseconds, rounded up like reset_time_ms.
+func ceilMillis(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if t.Nanosecond()%int(time.Millisecond) != 0 {
+		ms++
+	}
+	return ms
 }
 
 // ceilSeconds rounds ms up to whole seconds, never below 0.

@@ -48,6 +48,10 @@ type Request struct {
 	Hits int64
 	// Reset forgets the counter's state before deciding.
 	Reset bool
+	// ChargeRefused counts the hits even when the request is refused
+	// (FixedWindow only: algorithms.FixedWindow.Add); other algorithms
+	// ignore it.
+	ChargeRefused bool
 	// Now is the time to evaluate at.
 	Now time.Time
 }
@@ -174,7 +178,7 @@ func (s *Store) take(sh *shard, r *Request) algorithms.Decision {
 		idx = t.insert(id, hash, now)
 		s.held.Add(1)
 	}
-	return t.take(idx, r.Reset, now, r.Limit, r.Hits)
+	return t.take(idx, r.Reset, now, r.Limit, r.Hits, r.ChargeRefused)
 }
 
 // check reports what take would answer for n hits, changing nothing.
@@ -212,20 +216,37 @@ func (s *Store) makeRoom(sh *shard, t counters, now int64) {
 	}
 }
 
+// adder is a state that can count refused hits too: FixedWindow.
+type adder interface {
+	Add(now time.Time, l algorithms.Limit, n int64) algorithms.Decision
+}
+
+// takeOrAdd is s.Take, or s.Add when chargeRefused and s can add.
+func takeOrAdd[S any, P state[S]](s P, now time.Time, l algorithms.Limit, n int64, chargeRefused bool) algorithms.Decision {
+	if chargeRefused {
+		if a, ok := any(s).(adder); ok {
+			return a.Add(now, l, n)
+		}
+	}
+	return s.Take(now, l, n)
+}
+
 // counters is what a shard needs of a table, whatever its algorithm.
 type counters interface {
 	find(id []byte, hash uint32) int32
 	insert(id []byte, hash uint32, now int64) int32
-	take(idx int32, reset bool, now int64, l algorithms.Limit, n int64) algorithms.Decision
+	take(idx int32, reset bool, now int64, l algorithms.Limit, n int64, chargeRefused bool) algorithms.Decision
 	check(idx int32, reset bool, now int64, l algorithms.Limit, n int64) algorithms.Decision
 	dropIdle(now int64, most int) int
 	oldest() (last int64, ok bool)
 	evictOldest()
-	extract(a Algorithm, move func(key string) bool, out []Counter, most int) []Counter
-	merge(idx int32, c Counter) error
+	snapshot(a Algorithm, out []Counter) []Counter
+	extract(a Algorithm, move func(key string) bool, out []Counter) []Counter
+	validate(c *Counter, now time.Time, skew time.Duration) error
+	merge(store *Store, sh *shard, c *Counter) error
 }
 
-func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit, n int64) algorithms.Decision {
+func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit, n int64, chargeRefused bool) algorithms.Decision {
 	e := &t.entries[idx]
 	if reset {
 		var zero S
@@ -233,8 +254,8 @@ func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit,
 	}
 	now = max(now, e.last)
 	e.last = now
-	d := P(&e.state).Take(time.Unix(0, now), l, n)
-	e.full = addClamped(now, d.ResetAfter)
+	e.limit = l
+	d := takeOrAdd[S, P](&e.state, time.Unix(0, now), l, n, chargeRefused)
 	t.touch(idx)
 	return d
 }
@@ -251,11 +272,10 @@ func (t *table[S, P]) check(idx int32, reset bool, now int64, l algorithms.Limit
 func (t *table[S, P]) dropIdle(now int64, most int) int {
 	dropped := 0
 	for ; dropped < most && t.tail >= 0; dropped++ {
-		e := &t.entries[t.tail]
-		if e.full > now {
+		if t.fullAt(t.tail) > now {
 			break
 		}
-		t.remove(t.tail, fold(xxhash.Sum64String(e.id)))
+		t.remove(t.tail, fold(xxhash.Sum64String(t.entries[t.tail].id)))
 	}
 	return dropped
 }

@@ -204,3 +204,38 @@ func TestDecideDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// TestChargeRefused: with ChargeRefused a fixed window counts refused hits
+// (so the next peek is refused too); other algorithms ignore the flag.
+func TestChargeRefused(t *testing.T) {
+	s := New(Config{})
+	fw := func(hits int64, charge bool) Request {
+		r := req("u", hits, 0)
+		r.Algorithm, r.ChargeRefused = FixedWindow, charge
+		return r
+	}
+	for i, step := range []struct {
+		r       Request
+		allowed bool
+		remain  int64
+	}{
+		{fw(2, true), true, 0},
+		{fw(1, false), false, 0},
+		{fw(0, true), true, 0}, // count 2 of 2: not over
+		{fw(1, true), false, 0},
+		{fw(0, true), false, 0}, // count 3 > 2: refused without charging
+	} {
+		if d := s.Decide(&step.r); d.Allowed != step.allowed || d.Remaining != step.remain {
+			t.Errorf("step %d: %+v, want allowed %v remaining %d", i, d, step.allowed, step.remain)
+		}
+	}
+	tb := req("v", 2, 0)
+	tb.ChargeRefused = true
+	s.Decide(&tb)
+	tb.Hits = 1
+	s.Decide(&tb)
+	tb.Now = t0.Add(500 * time.Millisecond)
+	if d := s.Decide(&tb); !d.Allowed {
+		t.Errorf("a token bucket charged a refusal: %+v", d)
+	}
+}

@@ -13,18 +13,30 @@ type state[S any] interface {
 	Take(now time.Time, l algorithms.Limit, n int64) algorithms.Decision
 	Check(now time.Time, l algorithms.Limit, n int64) algorithms.Decision
 	Merge(o S)
+	AppendBinary(b []byte) ([]byte, error)
+	UnmarshalBinary(data []byte) error
+	Validate(now time.Time, l algorithms.Limit, skew time.Duration) error
 }
 
 // entry is one counter. Entries live in a table's slice and link into the
 // table's least-recently-used list by index, so that a million counters are
 // a few large allocations rather than a million small ones.
+//
+// The instant the counter is back to full (and so can be dropped as idle)
+// is not stored: it follows from state, limit and last (see fullAt), which
+// saves a word per counter and means a merged state's is never taken on
+// trust.
+//
+// Replication (the durability issue) will track here whether the counter
+// changed since it was last replicated: a field set by take and merge and
+// cleared by whoever copies the counter out (see Store.Counters).
 type entry[S any] struct {
 	id    string // name + "\x00" + key
 	state S
-	last  int64 // latest evaluation time (Unix ns): time never runs backwards for a counter
-	full  int64 // Unix ns at which the counter is back to full, so idle
-	prev  int32 // towards the most recently used; -1 at the head
-	next  int32 // towards the least recently used; -1 at the tail
+	limit algorithms.Limit // the limit of the latest evaluation, which state is valid under
+	last  int64            // latest evaluation time (Unix ns): time never runs backwards for a counter
+	prev  int32            // towards the most recently used; -1 at the head
+	next  int32            // towards the least recently used; -1 at the tail
 }
 
 // table maps counter ids to the counters of one algorithm, in one shard.
@@ -45,6 +57,14 @@ const minSlots = 8
 
 func newTable[S any, P state[S]]() *table[S, P] {
 	return &table[S, P]{free: -1, head: -1, tail: -1}
+}
+
+// fullAt returns the Unix ns at which the counter at idx is back to full:
+// the ResetAfter a peek at its last evaluation reports, from then. It is
+// what Take reported then, so deriving it loses nothing.
+func (t *table[S, P]) fullAt(idx int32) int64 {
+	e := &t.entries[idx]
+	return addClamped(e.last, P(&e.state).Check(time.Unix(0, e.last), e.limit, 0).ResetAfter)
 }
 
 // find returns the index of the entry with the given id, or -1.
@@ -76,10 +96,10 @@ func (t *table[S, P]) insert(id []byte, hash uint32, now int64) int32 {
 	if t.free >= 0 {
 		idx = t.free
 		t.free = t.entries[idx].next
-		t.entries[idx] = entry[S]{id: string(id), last: now, full: now}
+		t.entries[idx] = entry[S]{id: string(id), last: now}
 	} else {
 		idx = int32(len(t.entries))
-		t.entries = append(t.entries, entry[S]{id: string(id), last: now, full: now})
+		t.entries = append(t.entries, entry[S]{id: string(id), last: now})
 	}
 	t.place(uint64(hash)<<32 | uint64(idx+1))
 	t.n++

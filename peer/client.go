@@ -69,10 +69,24 @@ func (p *Pool) UpdateGlobals(ctx context.Context, addr string, states []*pb.Glob
 }
 
 // HandOff gives counters that node from no longer owns to their new owner at
-// addr, and returns how many the new owner accepted.
-func (p *Pool) HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) (int64, error) {
+// addr, and returns the new owner's refusals: one per counter it did not
+// take, naming it by its index in counters, with the reason. Every other
+// counter was taken. An answer whose refusals do not name distinct
+// counters, or whose accepted count disagrees with them, is an error, as
+// is a failed call: then the caller cannot know what was taken.
+func (p *Pool) HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) ([]*pb.Refusal, error) {
 	resp, err := unary(ctx, p, "hand off", addr, pb.PeerClient.HandOff, &pb.HandOffRequest{From: from, Counters: counters})
-	return resp.GetAccepted(), err
+	if err != nil {
+		return nil, err
+	}
+	refused := resp.GetRefused()
+	if err := checkRefusals(refused, len(counters)); err != nil {
+		return nil, fmt.Errorf("hand off to %s: peer %w", addr, err)
+	}
+	if want := int64(len(counters) - len(refused)); resp.GetAccepted() != want {
+		return nil, fmt.Errorf("hand off to %s: peer accepted %d of %d counters but refused %d", addr, resp.GetAccepted(), len(counters), len(refused))
+	}
+	return refused, nil
 }
 
 // rpc is a method of pb.PeerClient, as a method expression.

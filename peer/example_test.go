@@ -24,9 +24,9 @@ func (owner) Forwarded(_ context.Context, reqs []*pb.CheckRequest) []*pb.CheckRe
 	}
 	return out
 }
-func (owner) AddGlobalHits(context.Context, string, []*pb.GlobalReport) {}
-func (owner) UpdateGlobals(context.Context, []*pb.GlobalState)          {}
-func (owner) HandOff(context.Context, string, []*pb.CounterState) int64 { return 0 }
+func (owner) AddGlobalHits(context.Context, string, []*pb.GlobalReport)         {}
+func (owner) UpdateGlobals(context.Context, []*pb.GlobalState)                  {}
+func (owner) HandOff(context.Context, string, []*pb.CounterState) []*pb.Refusal { return nil }
 
 // Example wires an owner's Server and a forwarding node's Pool over loopback.
 func Example() {

@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"fmt"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -30,8 +31,9 @@ type Handler interface {
 	// UpdateGlobals applies the owner's view of GLOBAL counters.
 	UpdateGlobals(ctx context.Context, states []*pb.GlobalState)
 	// HandOff takes over counters that node from no longer owns and returns
-	// how many it accepted.
-	HandOff(ctx context.Context, from string, counters []*pb.CounterState) int64
+	// one Refusal, naming the counter by its index in counters, for each it
+	// did not take; every other counter was taken.
+	HandOff(ctx context.Context, from string, counters []*pb.CounterState) []*pb.Refusal
 }
 
 // Server is the gRPC Peer service. It checks the bounds of each RPC and
@@ -92,9 +94,28 @@ func (s *Server) UpdateGlobals(ctx context.Context, req *pb.GlobalUpdateRequest)
 	return &pb.GlobalUpdateResponse{}, nil
 }
 
-// HandOff passes handed-off counters to the Handler and reports how many it
-// accepted.
+// HandOff passes handed-off counters to the Handler and reports which it
+// refused, and why, and how many it accepted. It reports a Handler that
+// refuses a counter it was not given with codes.Internal.
 func (s *Server) HandOff(ctx context.Context, req *pb.HandOffRequest) (*pb.HandOffResponse, error) {
-	n := s.h.HandOff(ctx, req.GetFrom(), req.GetCounters())
-	return &pb.HandOffResponse{Accepted: n}, nil
+	counters := req.GetCounters()
+	refused := s.h.HandOff(ctx, req.GetFrom(), counters)
+	if err := checkRefusals(refused, len(counters)); err != nil {
+		return nil, status.Errorf(codes.Internal, "handler %v", err)
+	}
+	return &pb.HandOffResponse{Accepted: int64(len(counters) - len(refused)), Refused: refused}, nil
+}
+
+// checkRefusals reports refusals that do not name distinct counters among
+// n, which would make "every counter not refused was accepted" a lie.
+func checkRefusals(refused []*pb.Refusal, n int) error {
+	seen := make(map[int32]bool, len(refused))
+	for _, r := range refused {
+		i := r.GetIndex()
+		if i < 0 || int(i) >= n || seen[i] {
+			return fmt.Errorf("refused counter %d of %d (a duplicate or out of range)", i, n)
+		}
+		seen[i] = true
+	}
+	return nil
 }

@@ -11,6 +11,8 @@ echo "== counter store vs one sync.Mutex + map; memory per key"
 go test -run '^$' -bench 'Store|MutexMap|MemoryPerKey' -benchmem ./limiter
 echo "== a node's own work per request, no transport"
 go test -run '^$' -bench 'Check' -benchmem -count 3 ./service
+echo "== Envoy's rate limit service vs the native check of the same work"
+go test -run '^$' -bench 'RLSVersusNative' -benchmem -count 5 ./rls
 echo "== ring lookup"
 go test -run '^$' -bench 'Owner' -benchmem ./ring
 echo "== one node over loopback: rlnode bench, 64 clients, 10s each"

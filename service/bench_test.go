@@ -3,7 +3,9 @@ package service
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 )
@@ -27,6 +29,73 @@ func BenchmarkCheck(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.N*items)/b.Elapsed().Seconds(), "checks/s")
+		})
+	}
+}
+
+// BenchmarkGlobal measures GLOBAL checks from concurrent callers: at a
+// node answering from the grants it holds for 1,000 hot keys another node
+// owns (grant), and at that owner (owner), while sync rounds run beside
+// them every millisecond, as --global-sync does every 100ms.
+func BenchmarkGlobal(b *testing.B) {
+	for _, side := range []string{"grant", "owner"} {
+		b.Run(side, func(b *testing.B) {
+			c, svcs := newFakeCluster(2)
+			reqs := make([]*pb.CheckRequest, 1000)
+			for i := range reqs {
+				var key string
+				for k := 0; ; k++ { // distinct keys, all owned by node 1
+					key = fmt.Sprint("hot-", i, "-", k)
+					if o, _ := c.ring.Owner(key); o.Name == "node-1" {
+						break
+					}
+				}
+				reqs[i] = &pb.CheckRequest{Requests: []*pb.CheckItem{{
+					Name: "api", Key: key, Limit: 1_000_000_000, DurationMs: 3_600_000, Behavior: pb.Behavior_GLOBAL,
+				}}}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			for _, req := range reqs { // no grant yet: forwarded, and asks for one
+				if _, err := svcs[0].Check(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			syncRound(svcs)
+			node := svcs[0]
+			if side == "owner" {
+				node = svcs[1]
+			}
+			syncing := make(chan struct{})
+			go func() {
+				defer close(syncing)
+				t := time.NewTicker(time.Millisecond)
+				defer t.Stop()
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-t.C:
+						syncRound(svcs)
+					}
+				}
+			}()
+			var next atomic.Int64
+			b.ResetTimer()
+			b.RunParallel(func(p *testing.PB) {
+				i := next.Add(7919)
+				for p.Next() {
+					resp, err := node.Check(ctx, reqs[i%int64(len(reqs))])
+					if err != nil || resp.Responses[0].Status != pb.Status_UNDER_LIMIT {
+						b.Errorf("check: %v %v", resp, err)
+						return
+					}
+					i++
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+			cancel()
+			<-syncing
 		})
 	}
 }

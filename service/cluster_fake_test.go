@@ -3,7 +3,11 @@ package service
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/ring"
@@ -19,6 +23,8 @@ type fakeCluster struct {
 	// onDown, if set, is called when a call reaches a down peer, before it
 	// fails: a test can change the ring as the call is in flight.
 	onDown func(addr string)
+	// onHandOff, if set, sees (and may alter) every hand-off in flight.
+	onHandOff func(counters []*pb.CounterState)
 }
 
 type fakeMember struct {
@@ -70,16 +76,26 @@ func (c *fakeCluster) UpdateGlobals(ctx context.Context, addr string, states []*
 	return err
 }
 
-func (c *fakeCluster) HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) (int64, error) {
+func (c *fakeCluster) HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) ([]*pb.Refusal, error) {
 	o, err := c.peer(ctx, addr)
 	if err != nil {
-		return 0, err
+		return nil, err
+	}
+	if c.onHandOff != nil {
+		c.onHandOff(counters)
 	}
 	return o.HandOff(ctx, from, counters), nil
 }
 
 // newFakeCluster returns n services named node-0.. on a fixed clock.
 func newFakeCluster(n int) (*fakeCluster, []*Service) {
+	return newFakeClusterWith(n, func(int) Config { return Config{} })
+}
+
+// newFakeClusterWith is newFakeCluster with each node's Config from
+// conf(i), to which it adds the cluster, the peers and, unless conf set
+// one, the fixed clock.
+func newFakeClusterWith(n int, conf func(i int) Config) (*fakeCluster, []*Service) {
 	c := &fakeCluster{nodes: map[string]*Service{}, down: map[string]bool{}}
 	var members []ring.Member
 	for i := range n {
@@ -87,8 +103,13 @@ func newFakeCluster(n int) (*fakeCluster, []*Service) {
 	}
 	c.ring = ring.New(members...)
 	var svcs []*Service
-	for _, m := range members {
-		s := New(Config{Cluster: fakeMember{c, m}, Peers: c, Now: fixedClock(t0)})
+	for i, m := range members {
+		cf := conf(i)
+		cf.Cluster, cf.Peers = fakeMember{c, m}, c
+		if cf.Now == nil {
+			cf.Now = fixedClock(t0)
+		}
+		s := New(cf)
 		c.nodes[m.PeerAddr] = s
 		svcs = append(svcs, s)
 	}
@@ -108,10 +129,10 @@ func (c *fakeCluster) keyOwnedBy(i int) string {
 // syncRound runs one GLOBAL round on every node: reports, then broadcasts.
 func syncRound(svcs []*Service) {
 	for _, s := range svcs {
-		s.globals.report(context.Background())
+		s.global.Report(context.Background())
 	}
 	for _, s := range svcs {
-		s.globals.broadcast(context.Background())
+		s.global.Broadcast(context.Background())
 	}
 }
 
@@ -188,37 +209,41 @@ func TestGlobalNeverExceedsLimit(t *testing.T) {
 	}
 }
 
+// TestGlobalGrantsAnswerLocally: once a node holds a grant it answers
+// from it, with the owner unreachable; its hits reach the owner with the
+// next round; and an idle node gives its grant back, so that the owner can
+// admit everything that is left.
 func TestGlobalGrantsAnswerLocally(t *testing.T) {
 	c, svcs := newFakeCluster(2)
 	item := &pb.CheckItem{Name: "api", Key: c.keyOwnedBy(1), Limit: 1000, DurationMs: 3_600_000, Behavior: pb.Behavior_GLOBAL}
 	check(t, svcs[0], item) // no grant yet: forwarded, and asks for one
 	syncRound(svcs)
+	c.down["peer-1"] = true // the owner cannot be asked: answers must come from the grant
 	for range 50 {
-		if r := check(t, svcs[0], item); r.Status != pb.Status_UNDER_LIMIT {
-			t.Fatalf("refused with a grant: %v", r)
+		if r := check(t, svcs[0], item); r.Status != pb.Status_UNDER_LIMIT || r.Metadata[MetadataDecidedBy] != "" {
+			t.Fatalf("check with a grant: %v, want admitted by node 0 itself", r)
 		}
 	}
-	e := svcs[0].globals.entries[globalKey{"api", item.Key}]
-	if e == nil || e.admitted != 50 || e.granted < 50 {
-		t.Fatalf("node 0's entry after 50 local checks: %+v", e)
-	}
+	c.down["peer-1"] = false
 	// A round reports the hits to the owner.
 	syncRound(svcs)
-	peek := &pb.CheckItem{Name: "api", Key: item.Key, Limit: 1000, DurationMs: 3_600_000, Hits: new(int64)}
+	peek := &pb.CheckItem{Name: "api", Key: item.Key, Limit: 1000, DurationMs: 3_600_000, Hits: new(int64), Behavior: pb.Behavior_GLOBAL}
 	if r := check(t, svcs[1], peek); r.Remaining > 1000-51 {
 		t.Errorf("owner reports %d remaining after 51 hits elsewhere", r.Remaining)
 	}
-	// Idle for a round: node 0 gives its grant back.
+	// Idle for a round: node 0 gives its grant back, and the owner can
+	// admit all that is left in one check.
 	syncRound(svcs)
 	syncRound(svcs)
-	if l := svcs[1].globals.leases[globalKey{"api", item.Key}]; l != nil && l.outstanding() != 0 {
-		t.Errorf("owner still lends %d hits to an idle node", l.outstanding())
+	rest := &pb.CheckItem{Name: "api", Key: item.Key, Limit: 1000, DurationMs: 3_600_000, Hits: hits(1000 - 51), Behavior: pb.Behavior_GLOBAL}
+	if r := check(t, svcs[1], rest); r.Status != pb.Status_UNDER_LIMIT {
+		t.Errorf("owner refuses the %d hits left after node 0 went idle: %v; the grant was not given back", 1000-51, r)
 	}
 }
 
 // TestGlobalGrantsOfDepartedNodesAreFreed: a node that leaves the cluster
-// (or dies) with a grant must not keep the owner from lending those hits
-// to others.
+// (or dies) with a grant must not keep the owner from lending, or
+// admitting, those hits.
 func TestGlobalGrantsOfDepartedNodesAreFreed(t *testing.T) {
 	c, svcs := newFakeCluster(3)
 	smaller := ring.New(c.ring.Members()[1:]...) // without node-0
@@ -234,16 +259,107 @@ func TestGlobalGrantsOfDepartedNodesAreFreed(t *testing.T) {
 	item := &pb.CheckItem{Name: "api", Key: key, Limit: 900, DurationMs: 3_600_000, Behavior: pb.Behavior_GLOBAL}
 	check(t, svcs[0], item) // forwarded; asks for a grant
 	syncRound(svcs)
-	lease := func() *lease { return svcs[1].globals.leases[globalKey{"api", key}] }
-	if l := lease(); l == nil || l.outstanding() == 0 {
-		t.Fatalf("node 0 holds no grant after a round: %+v", l)
+	all := &pb.CheckItem{Name: "api", Key: key, Limit: 900, DurationMs: 3_600_000, Hits: hits(899), Behavior: pb.Behavior_GLOBAL}
+	if r := check(t, svcs[1], all); r.Status != pb.Status_OVER_LIMIT {
+		t.Fatalf("owner admitted all 899 hits left while node 0 holds a grant: %v", r)
 	}
 	c.ring = smaller
 	check(t, svcs[1], item) // keep the lease busy so it is broadcast, not forgotten
 	syncRound(svcs)
-	if l := lease(); l != nil && l.outstanding() != 0 {
-		t.Errorf("the owner still lends %d hits to a node that left", l.outstanding())
+	all.Hits = hits(898)
+	if r := check(t, svcs[1], all); r.Status != pb.Status_UNDER_LIMIT {
+		t.Errorf("owner refuses the 898 hits left after node 0 left: %v; its grant is still reserved", r)
 	}
+}
+
+// TestGlobalRetriedToThisNodeKeepsLeases: a GLOBAL check forwarded to an
+// owner that fails while the ring makes this node the owner is decided as
+// an owned GLOBAL check, against what is not lent out; deciding it as a
+// plain check would over-admit.
+func TestGlobalRetriedToThisNodeKeepsLeases(t *testing.T) {
+	c, svcs := newFakeCluster(3)
+	full := c.ring
+	without2 := ring.New(full.Members()[:2]...)
+	var key string
+	for k := 0; ; k++ {
+		key = fmt.Sprint("key-", k)
+		a, _ := full.Owner(key)
+		b, _ := without2.Owner(key)
+		if a.Name == "node-2" && b.Name == "node-0" {
+			break
+		}
+	}
+	item := &pb.CheckItem{Name: "api", Key: key, Limit: 10, DurationMs: 3_600_000, Behavior: pb.Behavior_GLOBAL}
+	c.ring = without2
+	check(t, svcs[1], item) // forwarded to node 0, the owner: 1 hit; node 1 asks for a grant
+	syncRound(svcs)         // node 0 lends node 1 half of the 9 left: 4
+	c.ring = full           // node 0 now sends the key to node 2, which is down ...
+	c.down["peer-2"] = true
+	c.onDown = func(string) { c.ring = without2 } // ... and the ring moves it back to node 0 meanwhile
+	big := &pb.CheckItem{Name: "api", Key: key, Limit: 10, DurationMs: 3_600_000, Hits: hits(6), Behavior: pb.Behavior_GLOBAL}
+	if r := check(t, svcs[0], big); r.Status != pb.Status_OVER_LIMIT {
+		t.Fatalf("node 0 admitted 6 hits with 9 left and 4 lent to node 1: %v", r)
+	}
+	admitted := 1
+	for range 10 {
+		if check(t, svcs[1], item).Status == pb.Status_UNDER_LIMIT {
+			admitted++
+		}
+	}
+	if admitted > 10 {
+		t.Errorf("admitted %d hits on a limit of 10", admitted)
+	}
+}
+
+// TestForwardedChecksAreCountedOnce: summed over a cluster, the checks
+// metric counts each check once, where it was decided; the forwarding node
+// counts it as forwarded.
+func TestForwardedChecksAreCountedOnce(t *testing.T) {
+	regs := make([]*prometheus.Registry, 3)
+	c, svcs := newFakeClusterWith(3, func(i int) Config {
+		regs[i] = prometheus.NewRegistry()
+		return Config{Registerer: regs[i]}
+	})
+	item := &pb.CheckItem{Name: "api", Key: c.keyOwnedBy(2), Limit: 10, DurationMs: 60_000}
+	for i := range 30 {
+		check(t, svcs[i%3], item)
+	}
+	var decided, forwarded float64
+	for _, reg := range regs {
+		decided += metricSum(t, reg, "ringlimit_checks_total")
+		forwarded += metricSum(t, reg, "ringlimit_forwarded_checks_total")
+	}
+	if decided != 30 || forwarded != 20 {
+		t.Errorf("30 checks, 20 of them at non-owners: counted %v decided and %v forwarded, want 30 and 20", decided, forwarded)
+	}
+}
+
+// metricSum is the sum of the series of the counter name in reg whose
+// labels have the given name, value pairs.
+func metricSum(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
+					return l.GetName() == labels[i] && l.GetValue() == labels[i+1]
+				}) {
+					continue series
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
 }
 
 func TestGoneClientIsChargedNothing(t *testing.T) {
@@ -291,7 +407,8 @@ func TestForwardRetriesTheNewOwner(t *testing.T) {
 }
 
 // TestGlobalHitsAreFlushedOnShutdown: hits a node admitted from its grant
-// reach the owner when the node's Run ends, even between sync rounds.
+// reach the owner at shutdown (Run ends, then FlushGlobal), even between
+// sync rounds.
 func TestGlobalHitsAreFlushedOnShutdown(t *testing.T) {
 	c, svcs := newFakeCluster(2)
 	item := &pb.CheckItem{Name: "api", Key: c.keyOwnedBy(1), Limit: 1000, DurationMs: 3_600_000, Behavior: pb.Behavior_GLOBAL}
@@ -307,6 +424,7 @@ func TestGlobalHitsAreFlushedOnShutdown(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	svcs[0].FlushGlobal(context.Background())
 	peek := &pb.CheckItem{Name: "api", Key: item.Key, Limit: 1000, DurationMs: 3_600_000, Hits: new(int64)}
 	if r := check(t, svcs[1], peek); r.Remaining != 1000-21 {
 		t.Errorf("owner's counter has %d remaining after node 0 shut down, want %d: hits were lost", r.Remaining, 1000-21)

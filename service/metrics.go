@@ -14,19 +14,23 @@ import (
 type metrics struct {
 	// checks holds every series of ringlimit_checks_total, made up front so
 	// that counting a check is an index and an atomic add, not a look-up.
-	checks           [limiter.NumAlgorithms][pb.Behavior_LOCAL + 1][numRoutes][2]prometheus.Counter
-	invalidItems     *prometheus.CounterVec
-	forwardErrors    prometheus.Counter
-	globalSyncLag    prometheus.Histogram
-	globalSendErrors prometheus.Counter
-	handedOff        *prometheus.CounterVec
+	checks [limiter.NumAlgorithms][pb.Behavior_LOCAL + 1][numRoutes][2]prometheus.Counter
+	// forwardedChecks counts, by behavior, checks sent to their owner,
+	// which decides and counts them in its own checks.
+	forwardedChecks [pb.Behavior_LOCAL + 1]prometheus.Counter
+	invalidItems    *prometheus.CounterVec
+	forwardErrors   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
 	checks := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ringlimit_checks_total",
-		Help: "Checks decided, by algorithm, behavior, route (local, forwarded, global, fallback) and status.",
+		Help: "Checks decided on this node, by algorithm, behavior, route (local, global, fallback) and status. A forwarded check is counted once, by the owner that decided it.",
 	}, []string{"algorithm", "behavior", "route", "status"})
+	forwarded := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ringlimit_forwarded_checks_total",
+		Help: "Checks this node sent to their owner, which decided them, by behavior.",
+	}, []string{"behavior"})
 	m := metrics{
 		invalidItems: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringlimit_invalid_items_total",
@@ -36,25 +40,12 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Name: "ringlimit_forward_fallbacks_total",
 			Help: "Forwards that failed (owner unreachable), so that this node decided locally with its share of the limit.",
 		}),
-		globalSyncLag: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "ringlimit_global_sync_seconds",
-			Help:    "Time one GLOBAL sync round took: hits sent to owners and owners' state broadcast.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
-		}),
-		globalSendErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ringlimit_global_send_errors_total",
-			Help: "GLOBAL reports or broadcasts that failed; reports are kept and sent again at the next sync.",
-		}),
-		handedOff: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ringlimit_handoff_counters_total",
-			Help: "Counters handed to their new owner after a ring change (direction=sent) or taken over from another node (direction=received).",
-		}, []string{"direction"}),
 	}
 	if reg != nil {
-		reg.MustRegister(checks, m.invalidItems, m.forwardErrors, m.globalSyncLag, m.globalSendErrors, m.handedOff)
+		reg.MustRegister(checks, forwarded, m.invalidItems, m.forwardErrors)
 	}
-	for _, direction := range []string{"sent", "received"} {
-		m.handedOff.WithLabelValues(direction) // exported as 0 before the first hand-off
+	for b := range m.forwardedChecks {
+		m.forwardedChecks[b] = forwarded.WithLabelValues(pb.Behavior(b).String())
 	}
 	for a := range m.checks {
 		for b := range m.checks[a] {
@@ -76,6 +67,8 @@ func (m *metrics) checked(a limiter.Algorithm, b pb.Behavior, r route, allowed b
 	}
 	m.checks[a][b][r][status].Inc()
 }
+
+func (m *metrics) forwarded(b pb.Behavior) { m.forwardedChecks[b].Inc() }
 
 func (m *metrics) invalid(err error) {
 	field := "other"

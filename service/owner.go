@@ -4,7 +4,6 @@ import (
 	"context"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
-	"github.com/ringlimit/ringlimit/limiter"
 )
 
 // Owner is the service's side of peer traffic: what other nodes ask of
@@ -17,9 +16,11 @@ func (s *Service) Owner() Owner { return Owner{s} }
 
 // Forwarded decides requests another node forwarded here. The sender chose
 // this node as the owner, so they are decided here whatever this node's
-// ring says: forwarding again could loop while rings disagree.
-func (o Owner) Forwarded(_ context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
+// ring says (forwarding again could loop while rings disagree): by the
+// same switch as any check, with this node as every key's owner.
+func (o Owner) Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
 	out := make([]*pb.CheckResponse, len(reqs))
+	self := o.s.cluster.LocalMember()
 	for i, req := range reqs {
 		c, err := o.s.prepare(req)
 		if err != nil {
@@ -29,16 +30,10 @@ func (o Owner) Forwarded(_ context.Context, reqs []*pb.CheckRequest) []*pb.Check
 			}
 			continue
 		}
-		var plain []int
-		for j := range c.reqs {
-			if c.items[c.pos[j]].Behavior == pb.Behavior_GLOBAL {
-				// A node without a grant: decide against what is not lent.
-				o.s.setResult(c, j, o.s.globals.decideOwned(&c.reqs[j]), routeGlobal)
-				continue
-			}
-			plain = append(plain, j)
+		for j := range c.owners {
+			c.owners[j] = self
 		}
-		o.s.decideLocal(c, plain, routeLocal)
+		o.s.decide(ctx, c, every(len(c.reqs)))
 		out[i] = &pb.CheckResponse{Responses: c.results}
 	}
 	return out
@@ -47,34 +42,17 @@ func (o Owner) Forwarded(_ context.Context, reqs []*pb.CheckRequest) []*pb.Check
 // AddGlobalHits takes node from's reports of GLOBAL counters this node
 // owns; new grants and state go out with the next broadcast.
 func (o Owner) AddGlobalHits(_ context.Context, from string, reports []*pb.GlobalReport) {
-	o.s.globals.receive(from, reports)
+	o.s.global.Receive(from, reports)
 }
 
 // UpdateGlobals takes an owner's broadcast of GLOBAL counters.
 func (o Owner) UpdateGlobals(_ context.Context, states []*pb.GlobalState) {
-	o.s.globals.applyStates(states)
+	o.s.global.Apply(states)
 }
 
 // HandOff merges counters another node no longer owns into this node's
-// store and returns how many were taken. Counters that do not decode are
-// skipped and logged.
-func (o Owner) HandOff(_ context.Context, from string, counters []*pb.CounterState) int64 {
-	var taken int64
-	for _, c := range counters {
-		if c.Algorithm < 0 || !limiter.Algorithm(c.Algorithm).Valid() {
-			o.s.log.Warn("hand-off: counter with an unknown algorithm refused", "from", from, "algorithm", c.Algorithm)
-			continue
-		}
-		err := o.s.store.Merge(limiter.Counter{
-			Name: c.Name, Key: c.Key, Algorithm: limiter.Algorithm(c.Algorithm),
-			Words: c.Words, Log: c.Log, Full: c.FullAtNs, Last: c.LastNs,
-		})
-		if err != nil {
-			o.s.log.Warn("hand-off: counter refused", "from", from, "err", err)
-			continue
-		}
-		taken++
-	}
-	o.s.metrics.handedOff.WithLabelValues("received").Add(float64(taken))
-	return taken
+// store (see handoff.Node.Receive) and returns a Refusal for each it did
+// not take.
+func (o Owner) HandOff(_ context.Context, from string, counters []*pb.CounterState) []*pb.Refusal {
+	return o.s.handoff.Receive(from, counters)
 }

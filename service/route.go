@@ -17,48 +17,79 @@ import (
 type route uint8
 
 const (
-	routeLocal     route = iota // this node owns the key (or LOCAL behaviour)
-	routeForwarded              // the owner decided
-	routeGlobal                 // GLOBAL: from this node's grant, or by the owner
-	routeFallback               // the owner was unreachable: this node's share of the limit
+	routeLocal    route = iota // this node's store: it owns the key, or LOCAL behaviour
+	routeGlobal                // GLOBAL: from this node's grant, or as the owner
+	routeFallback              // the owner was unreachable: this node's share of the limit
 	numRoutes
 )
 
-var routeNames = [numRoutes]string{"local", "forwarded", "global", "fallback"}
+var routeNames = [numRoutes]string{"local", "global", "fallback"}
 
 func (r route) String() string { return routeNames[r] }
 
 // MetadataDecidedBy is the result metadata key that says a check was not
-// decided by its owner; its value is routeFallback.
+// decided by its owner; its value is routeFallback's name, "fallback".
 const MetadataDecidedBy = "decided_by"
+
+// path is the part of a node that decides a check.
+type path uint8
+
+const (
+	pathStore   path = iota // this node's counter store
+	pathGlobal              // package global: a grant, or the lease of an owned counter
+	pathForward             // the key's owner, another node
+)
+
+// pathOf is the one place that says which behaviour is decided where:
+// LOCAL always here, GLOBAL by package global, the others by the owner.
+func pathOf(b pb.Behavior, owned bool) path {
+	switch {
+	case b == pb.Behavior_LOCAL:
+		return pathStore
+	case b == pb.Behavior_GLOBAL:
+		return pathGlobal
+	case owned:
+		return pathStore
+	default:
+		return pathForward
+	}
+}
+
+// decide decides c.reqs[js], each by the part its behaviour and owner
+// (c.owners) call for. The zero Member (a ring with no members) counts as
+// this node.
+func (s *Service) decide(ctx context.Context, c *call, js []int) {
+	self := s.cluster.LocalMember().Name
+	var store, remote []int
+	for _, j := range js {
+		owner := c.owners[j].Name
+		owned := owner == "" || owner == self
+		switch pathOf(c.items[c.pos[j]].Behavior, owned) {
+		case pathStore:
+			store = append(store, j)
+		case pathGlobal:
+			if owned {
+				owner = self
+			}
+			d, forward := s.global.Decide(&c.reqs[j], owner)
+			if forward {
+				remote = append(remote, j)
+				continue
+			}
+			s.setResult(c, j, d, routeGlobal)
+		case pathForward:
+			remote = append(remote, j)
+		}
+	}
+	s.decideLocal(c, store, routeLocal)
+	s.forward(ctx, c, s.groupByOwner(c, remote))
+}
 
 // remoteGroup is the checks of one call bound for one owner.
 type remoteGroup struct {
 	owner     ring.Member
 	js        []int // indexes into call.reqs
 	unbatched bool  // sent at once in an RPC of its own
-}
-
-// route splits c's valid requests into those decided here, GLOBAL ones,
-// and those to forward to their owner.
-func (s *Service) route(c *call) (local, global, remote []int) {
-	r := s.cluster.Ring()
-	self := s.cluster.LocalMember().Name
-	for j := range c.reqs {
-		switch c.items[c.pos[j]].Behavior {
-		case pb.Behavior_LOCAL:
-			local = append(local, j)
-		case pb.Behavior_GLOBAL:
-			global = append(global, j)
-		default:
-			if owner, ok := r.Owner(c.reqs[j].Key); !ok || owner.Name == self {
-				local = append(local, j)
-			} else {
-				remote = append(remote, j)
-			}
-		}
-	}
-	return local, global, remote
 }
 
 // groupByOwner groups c.reqs[js] into forwards: BATCHED checks bound for
@@ -71,11 +102,10 @@ func (s *Service) groupByOwner(c *call, js []int) []*remoteGroup {
 	if len(js) == 0 {
 		return nil
 	}
-	r := s.cluster.Ring()
 	byOwner := make(map[string]*remoteGroup) // the batched group of each owner
 	var groups []*remoteGroup
 	for _, j := range js {
-		owner, _ := r.Owner(c.reqs[j].Key)
+		owner := c.owners[j]
 		unbatched := c.items[c.pos[j]].Behavior == pb.Behavior_UNBATCHED
 		g := byOwner[owner.Name]
 		if g == nil || (unbatched && !c.all) {
@@ -114,12 +144,18 @@ func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup) {
 	resp, err := s.send(ctx, g.owner, g.unbatched, req)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		// The ring may have changed while the request was in flight: try
-		// the key's new owner once.
+		// the key's new owner once. (The group's keys shared an owner, and
+		// keep sharing one: a ring maps equal keys alike, and a group of
+		// several keys is retried as a whole with the first key's owner.)
 		if owner, ok := s.cluster.Ring().Owner(c.reqs[g.js[0]].Key); ok && owner.Name != g.owner.Name {
+			for _, j := range g.js {
+				c.owners[j] = owner
+			}
 			if owner.Name == s.cluster.LocalMember().Name {
-				s.decideLocal(c, g.js, routeLocal)
+				s.decide(ctx, c, g.js) // through the same switch: GLOBAL keeps its lease accounting
 				return
 			}
+			g.owner = owner
 			resp, err = s.send(ctx, owner, g.unbatched, req)
 		}
 	}
@@ -142,10 +178,13 @@ func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup) {
 		s.decideFallback(c, g.js)
 		return
 	}
+	// The owner decided, and counted, these checks; here they count only
+	// as forwarded, so that summing decisions over a cluster counts each
+	// check once.
 	for k, j := range g.js {
 		i := c.pos[j]
 		c.results[i] = resp.Responses[k]
-		s.metrics.checked(c.reqs[j].Algorithm, c.items[i].Behavior, routeForwarded, resp.Responses[k].Status == pb.Status_UNDER_LIMIT)
+		s.metrics.forwarded(c.items[i].Behavior)
 	}
 }
 
@@ -158,7 +197,8 @@ func (s *Service) send(ctx context.Context, owner ring.Member, unbatched bool, r
 
 // decideFallback decides c.reqs[js] on this node with its share of each
 // limit (limit / members, at least 1), so that a cluster cut off from an
-// owner admits about the limit in total rather than members times it.
+// owner admits about the limit in total rather than members times it. The
+// answer's limit is that share, so a caller can see it was not the whole.
 func (s *Service) decideFallback(c *call, js []int) {
 	members := int64(max(1, s.cluster.Ring().Len()))
 	for _, j := range js {

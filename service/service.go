@@ -1,13 +1,16 @@
-// Package service answers checks: it validates them, decides the keys this
-// node owns with the counter store, forwards the others to their owners,
-// runs GLOBAL counters, and hands counters over when the ring changes. The
-// gRPC and HTTP faces in package api only translate to and from it, and
-// package peer carries its traffic between nodes.
+// Package service answers checks: it validates them, works out once per
+// check which owner and which part of the node decides it (the counter
+// store, package global for GLOBAL checks, or the key's owner through
+// package peer), and falls back to this node's share of the limit when an
+// owner cannot be reached. It also hands counters over when the ring
+// changes. It orchestrates; the protocols live in their own packages. The
+// gRPC and HTTP faces in package api only translate to and from it.
 package service
 
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,6 +18,8 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/global"
+	"github.com/ringlimit/ringlimit/handoff"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -22,9 +27,6 @@ import (
 // DefaultMaxClockSkew bounds how far created_at_ms may be from the
 // server clock.
 const DefaultMaxClockSkew = 10 * time.Minute
-
-// DefaultGlobalSync is the default interval of GLOBAL hit and state sync.
-const DefaultGlobalSync = 100 * time.Millisecond
 
 // Membership is what the service needs of the cluster: the current ring
 // and which member this node is.
@@ -34,13 +36,13 @@ type Membership interface {
 }
 
 // Peers is what the service needs of the other nodes: package peer's Pool.
+// The service forwards checks; GLOBAL sync and hand-off use the rest.
 type Peers interface {
 	// Forward sends req to the owner at addr in a batch; ForwardNow alone.
 	Forward(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
 	ForwardNow(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
-	AddGlobalHits(ctx context.Context, addr, from string, reports []*pb.GlobalReport) error
-	UpdateGlobals(ctx context.Context, addr string, states []*pb.GlobalState) error
-	HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) (int64, error)
+	global.Peers
+	handoff.Peers
 }
 
 // Config configures a Service. The zero value is a single node with a
@@ -55,7 +57,7 @@ type Config struct {
 	// MaxClockSkew bounds created_at_ms; zero means DefaultMaxClockSkew.
 	MaxClockSkew time.Duration
 	// GlobalSync is how often GLOBAL hits go to owners and owners
-	// broadcast; zero means DefaultGlobalSync.
+	// broadcast; zero means global.DefaultInterval.
 	GlobalSync time.Duration
 	// Now is the server clock; nil means time.Now.
 	Now func() time.Time
@@ -63,6 +65,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the service's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Policies resolves the policy field of checks; nil means none is
+	// loaded, and a check naming a policy is invalid.
+	Policies Policies
 }
 
 // Service decides checks. It is safe for concurrent use. Run drives its
@@ -76,15 +81,17 @@ type Service struct {
 	now     func() time.Time
 	log     *slog.Logger
 	metrics metrics
-	globals *globals
-	handoff handoff
+	global  *global.Node
+	handoff *handoff.Node
 	// logSampler thins out the warning of an unreachable owner.
 	logSampler sampler
+	policies   Policies
 }
 
 // New returns a Service. It starts nothing.
 func New(conf Config) *Service {
-	s := &Service{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, skew: conf.MaxClockSkew, now: conf.Now, log: conf.Logger}
+	s := &Service{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, skew: conf.MaxClockSkew, now: conf.Now, log: conf.Logger,
+		policies: conf.Policies}
 	if s.store == nil {
 		s.store = limiter.New(limiter.Config{})
 	}
@@ -100,13 +107,18 @@ func New(conf Config) *Service {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	sync := conf.GlobalSync
-	if sync <= 0 {
-		sync = DefaultGlobalSync
-	}
 	s.metrics = newMetrics(conf.Registerer)
-	s.globals = newGlobals(s, sync)
-	s.handoff = newHandoff()
+	s.global = global.New(global.Config{
+		Store: s.store, Cluster: s.cluster, Peers: conf.Peers,
+		Validate: func(item *pb.CheckItem, now time.Time) (limiter.Request, error) {
+			return toRequest(item, now, s.skew)
+		},
+		Interval: conf.GlobalSync, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
+	})
+	s.handoff = handoff.New(handoff.Config{
+		Store: s.store, Cluster: s.cluster, Peers: conf.Peers, MaxClockSkew: s.skew,
+		Now: s.now, Logger: s.log, Registerer: conf.Registerer,
+	})
 	return s
 }
 
@@ -120,12 +132,13 @@ func (a alone) Ring() *ring.Ring       { return a.ring }
 func (alone) LocalMember() ring.Member { return ring.Member{Name: "self"} }
 
 // call is one Check in progress: the items that passed validation, in the
-// store's form, and where their results go.
+// store's form, each with its owner, and where their results go.
 type call struct {
 	items   []*pb.CheckItem
 	all     bool
 	reqs    []limiter.Request
-	pos     []int // pos[j] is the item index of reqs[j]
+	pos     []int         // pos[j] is the item index of reqs[j]
+	owners  []ring.Member // owners[j] owns reqs[j].Key; looked up once
 	results []*pb.CheckResult
 }
 
@@ -138,10 +151,11 @@ func (s *Service) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckRes
 	if err != nil {
 		return nil, err
 	}
-	local, global, remote := s.route(c)
-	s.decideLocal(c, local, routeLocal)
-	remote = append(remote, s.decideGlobal(c, global)...)
-	s.forward(ctx, c, s.groupByOwner(c, remote))
+	r := s.cluster.Ring()
+	for j := range c.reqs {
+		c.owners[j], _ = r.Owner(c.reqs[j].Key) // no owner (an empty ring): the zero Member, decided here
+	}
+	s.decide(ctx, c, every(len(c.reqs)))
 	return &pb.CheckResponse{Responses: c.results}, nil
 }
 
@@ -160,7 +174,17 @@ func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 	}
 	now := s.now()
 	for i, item := range items {
-		r, err := toRequest(item, now, s.skew)
+		item, err := s.withPolicy(item)
+		if item != items[i] { // resolved: forward the resolved item, leaving req as it was
+			if &c.items[0] == &items[0] {
+				c.items = slices.Clone(items)
+			}
+			c.items[i] = item
+		}
+		var r limiter.Request
+		if err == nil {
+			r, err = toRequest(item, now, s.skew)
+		}
 		if err != nil {
 			c.results[i] = errorResult(err)
 			s.metrics.invalid(err)
@@ -169,6 +193,7 @@ func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 		c.reqs = append(c.reqs, r)
 		c.pos = append(c.pos, i)
 	}
+	c.owners = make([]ring.Member, len(c.reqs))
 	return c, nil
 }
 
@@ -230,13 +255,36 @@ func groupByKey(reqs []limiter.Request, js []int) [][]int {
 	return groups
 }
 
+// every returns the indexes 0..n-1.
+func every(n int) []int {
+	js := make([]int, n)
+	for j := range js {
+		js[j] = j
+	}
+	return js
+}
+
 // Run drives the service's background work until ctx ends: GLOBAL sync
-// and hand-off of counters this node no longer owns. It returns after a
-// last GLOBAL flush.
+// rounds and hand-off of counters this node no longer owns. Shutdown then
+// calls HandOff and FlushGlobal, in that order.
 func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Go(func() { s.handoff.run(ctx, s) })
-	err := s.globals.run(ctx)
+	wg.Go(func() { s.handoff.Run(ctx) })
+	err := s.global.Run(ctx)
 	wg.Wait()
 	return err
 }
+
+// RingChanged tells the service that the ring changed, so that it hands
+// off the counters it no longer owns. It never blocks.
+func (s *Service) RingChanged() { s.handoff.RingChanged() }
+
+// HandOff sends every counter this node holds but does not own to its
+// owner now, and returns how many were taken (see handoff.Node.HandOff).
+// It is a step of shutdown, after the node left the cluster.
+func (s *Service) HandOff(ctx context.Context) int { return s.handoff.HandOff(ctx) }
+
+// FlushGlobal reports the GLOBAL hits this node admitted from grants and
+// has not reported yet to their owners, so that none is lost when it
+// stops. It is a step of shutdown, after Run has returned.
+func (s *Service) FlushGlobal(ctx context.Context) { s.global.Flush(ctx) }

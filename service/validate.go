@@ -47,6 +47,8 @@ func (e *FieldError) Unwrap() error { return ErrInvalid }
 // at now or at the item's created_at_ms when that is within maxSkew of now.
 func toRequest(item *pb.CheckItem, now time.Time, maxSkew time.Duration) (limiter.Request, error) {
 	switch {
+	case item.Policy != "": // Service.withPolicy resolved it, if it could
+		return limiter.Request{}, &FieldError{"policy", "no --policy-file is loaded"}
 	case item.Name == "":
 		return limiter.Request{}, &FieldError{"name", "must not be empty"}
 	case len(item.Name) > MaxNameLen:
@@ -71,6 +73,8 @@ func toRequest(item *pb.CheckItem, now time.Time, maxSkew time.Duration) (limite
 		return limiter.Request{}, &FieldError{"limit", fmt.Sprintf("SLIDING_LOG keeps a timestamp per hit, so its limit is at most %d, got %d", algorithms.MaxSlidingLogLimit, item.Limit)}
 	case item.Behavior < 0 || item.Behavior > pb.Behavior_LOCAL:
 		return limiter.Request{}, &FieldError{"behavior", fmt.Sprintf("unknown behavior %d", item.Behavior)}
+	case item.ChargeRefused && (item.Algorithm != pb.Algorithm_FIXED_WINDOW || item.Behavior == pb.Behavior_GLOBAL):
+		return limiter.Request{}, &FieldError{"charge_refused", "only for FIXED_WINDOW checks that are not GLOBAL"}
 	}
 	at := now
 	if item.CreatedAtMs != 0 {
@@ -92,8 +96,9 @@ func toRequest(item *pb.CheckItem, now time.Time, maxSkew time.Duration) (limite
 			Period: time.Duration(item.DurationMs) * time.Millisecond,
 			Burst:  item.Burst,
 		},
-		Hits:  hits,
-		Reset: item.Reset_,
-		Now:   at,
+		Hits:          hits,
+		Reset:         item.Reset_,
+		ChargeRefused: item.ChargeRefused,
+		Now:           at,
 	}, nil
 }

@@ -24,6 +24,63 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type Refusal_Reason int32
+
+const (
+	Refusal_REASON_UNSPECIFIED Refusal_Reason = 0
+	// UNKNOWN_VERSION: the record or its state is in a format version the
+	// receiver does not know (a rolling upgrade); a newer node may take it.
+	Refusal_UNKNOWN_VERSION Refusal_Reason = 1
+	// INVALID: the counter does not decode, or is impossible for its
+	// algorithm and limit.
+	Refusal_INVALID Refusal_Reason = 2
+	// UNAVAILABLE: the receiver could not take it now (e.g. it is full).
+	Refusal_UNAVAILABLE Refusal_Reason = 3
+)
+
+// Enum value maps for Refusal_Reason.
+var (
+	Refusal_Reason_name = map[int32]string{
+		0: "REASON_UNSPECIFIED",
+		1: "UNKNOWN_VERSION",
+		2: "INVALID",
+		3: "UNAVAILABLE",
+	}
+	Refusal_Reason_value = map[string]int32{
+		"REASON_UNSPECIFIED": 0,
+		"UNKNOWN_VERSION":    1,
+		"INVALID":            2,
+		"UNAVAILABLE":        3,
+	}
+)
+
+func (x Refusal_Reason) Enum() *Refusal_Reason {
+	p := new(Refusal_Reason)
+	*p = x
+	return p
+}
+
+func (x Refusal_Reason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Refusal_Reason) Descriptor() protoreflect.EnumDescriptor {
+	return file_peer_proto_enumTypes[0].Descriptor()
+}
+
+func (Refusal_Reason) Type() protoreflect.EnumType {
+	return &file_peer_proto_enumTypes[0]
+}
+
+func (x Refusal_Reason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Refusal_Reason.Descriptor instead.
+func (Refusal_Reason) EnumDescriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{11, 0}
+}
+
 type ForwardRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Requests      []*CheckRequest        `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
@@ -545,19 +602,11 @@ func (*GlobalUpdateResponse) Descriptor() ([]byte, []int) {
 
 // CounterState is one counter's full state, for hand-off.
 type CounterState struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Key       string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Algorithm Algorithm              `protobuf:"varint,3,opt,name=algorithm,proto3,enum=ringlimit.v1.Algorithm" json:"algorithm,omitempty"`
-	// words are the algorithm state's fields, in the order the limiter
-	// encodes them.
-	Words []int64 `protobuf:"varint,4,rep,packed,name=words,proto3" json:"words,omitempty"`
-	// full_at_ns is when the counter is back to full (Unix ns).
-	FullAtNs int64 `protobuf:"varint,5,opt,name=full_at_ns,json=fullAtNs,proto3" json:"full_at_ns,omitempty"`
-	// log holds SLIDING_LOG timestamps and counts.
-	Log []int64 `protobuf:"varint,6,rep,packed,name=log,proto3" json:"log,omitempty"`
-	// last_ns is the latest time the counter was evaluated at (Unix ns).
-	LastNs        int64 `protobuf:"varint,7,opt,name=last_ns,json=lastNs,proto3" json:"last_ns,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// counter is limiter.Counter's versioned binary record: name, key,
+	// algorithm, limit, last evaluation and the algorithm's encoded state
+	// (see limiter/counter.go and algorithms/CODEC.md).
+	Counter       []byte `protobuf:"bytes,8,opt,name=counter,proto3" json:"counter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -592,53 +641,11 @@ func (*CounterState) Descriptor() ([]byte, []int) {
 	return file_peer_proto_rawDescGZIP(), []int{9}
 }
 
-func (x *CounterState) GetName() string {
+func (x *CounterState) GetCounter() []byte {
 	if x != nil {
-		return x.Name
-	}
-	return ""
-}
-
-func (x *CounterState) GetKey() string {
-	if x != nil {
-		return x.Key
-	}
-	return ""
-}
-
-func (x *CounterState) GetAlgorithm() Algorithm {
-	if x != nil {
-		return x.Algorithm
-	}
-	return Algorithm_TOKEN_BUCKET
-}
-
-func (x *CounterState) GetWords() []int64 {
-	if x != nil {
-		return x.Words
+		return x.Counter
 	}
 	return nil
-}
-
-func (x *CounterState) GetFullAtNs() int64 {
-	if x != nil {
-		return x.FullAtNs
-	}
-	return 0
-}
-
-func (x *CounterState) GetLog() []int64 {
-	if x != nil {
-		return x.Log
-	}
-	return nil
-}
-
-func (x *CounterState) GetLastNs() int64 {
-	if x != nil {
-		return x.LastNs
-	}
-	return 0
 }
 
 type HandOffRequest struct {
@@ -693,16 +700,84 @@ func (x *HandOffRequest) GetCounters() []*CounterState {
 	return nil
 }
 
+// Refusal says why the receiver did not take one handed-off counter. The
+// sender keeps it.
+type Refusal struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// index is the counter's position in HandOffRequest.counters.
+	Index  int32          `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Reason Refusal_Reason `protobuf:"varint,2,opt,name=reason,proto3,enum=ringlimit.v1.Refusal_Reason" json:"reason,omitempty"`
+	// detail says what is wrong, for logs.
+	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Refusal) Reset() {
+	*x = Refusal{}
+	mi := &file_peer_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Refusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Refusal) ProtoMessage() {}
+
+func (x *Refusal) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
+func (*Refusal) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Refusal) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Refusal) GetReason() Refusal_Reason {
+	if x != nil {
+		return x.Reason
+	}
+	return Refusal_REASON_UNSPECIFIED
+}
+
+func (x *Refusal) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 type HandOffResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Accepted      int64                  `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// accepted is how many counters were merged.
+	Accepted int64 `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	// refused lists the counters not merged, each with its reason; every
+	// counter not listed was accepted.
+	Refused       []*Refusal `protobuf:"bytes,2,rep,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HandOffResponse) Reset() {
 	*x = HandOffResponse{}
-	mi := &file_peer_proto_msgTypes[11]
+	mi := &file_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +789,7 @@ func (x *HandOffResponse) String() string {
 func (*HandOffResponse) ProtoMessage() {}
 
 func (x *HandOffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[11]
+	mi := &file_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +802,7 @@ func (x *HandOffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandOffResponse.ProtoReflect.Descriptor instead.
 func (*HandOffResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{11}
+	return file_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HandOffResponse) GetAccepted() int64 {
@@ -735,6 +810,13 @@ func (x *HandOffResponse) GetAccepted() int64 {
 		return x.Accepted
 	}
 	return 0
+}
+
+func (x *HandOffResponse) GetRefused() []*Refusal {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
 }
 
 var File_peer_proto protoreflect.FileDescriptor
@@ -773,21 +855,25 @@ const file_peer_proto_rawDesc = "" +
 	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\"H\n" +
 	"\x13GlobalUpdateRequest\x121\n" +
 	"\x06states\x18\x01 \x03(\v2\x19.ringlimit.v1.GlobalStateR\x06states\"\x16\n" +
-	"\x14GlobalUpdateResponse\"\xca\x01\n" +
-	"\fCounterState\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\x125\n" +
-	"\talgorithm\x18\x03 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x14\n" +
-	"\x05words\x18\x04 \x03(\x03R\x05words\x12\x1c\n" +
-	"\n" +
-	"full_at_ns\x18\x05 \x01(\x03R\bfullAtNs\x12\x10\n" +
-	"\x03log\x18\x06 \x03(\x03R\x03log\x12\x17\n" +
-	"\alast_ns\x18\a \x01(\x03R\x06lastNs\"\\\n" +
+	"\x14GlobalUpdateResponse\"\x89\x01\n" +
+	"\fCounterState\x12\x18\n" +
+	"\acounter\x18\b \x01(\fR\acounterJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03J\x04\b\x03\x10\x04J\x04\b\x04\x10\x05J\x04\b\x05\x10\x06J\x04\b\x06\x10\aJ\x04\b\a\x10\bR\x04nameR\x03keyR\talgorithmR\x05wordsR\n" +
+	"full_at_nsR\x03logR\alast_ns\"\\\n" +
 	"\x0eHandOffRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x126\n" +
-	"\bcounters\x18\x02 \x03(\v2\x1a.ringlimit.v1.CounterStateR\bcounters\"-\n" +
+	"\bcounters\x18\x02 \x03(\v2\x1a.ringlimit.v1.CounterStateR\bcounters\"\xc2\x01\n" +
+	"\aRefusal\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x124\n" +
+	"\x06reason\x18\x02 \x01(\x0e2\x1c.ringlimit.v1.Refusal.ReasonR\x06reason\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"S\n" +
+	"\x06Reason\x12\x16\n" +
+	"\x12REASON_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fUNKNOWN_VERSION\x10\x01\x12\v\n" +
+	"\aINVALID\x10\x02\x12\x0f\n" +
+	"\vUNAVAILABLE\x10\x03\"^\n" +
 	"\x0fHandOffResponse\x12\x1a\n" +
-	"\baccepted\x18\x01 \x01(\x03R\baccepted2\xc2\x02\n" +
+	"\baccepted\x18\x01 \x01(\x03R\baccepted\x12/\n" +
+	"\arefused\x18\x02 \x03(\v2\x15.ringlimit.v1.RefusalR\arefused2\xc2\x02\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12R\n" +
 	"\rAddGlobalHits\x12\x1f.ringlimit.v1.GlobalHitsRequest\x1a .ringlimit.v1.GlobalHitsResponse\x12V\n" +
@@ -806,47 +892,50 @@ func file_peer_proto_rawDescGZIP() []byte {
 	return file_peer_proto_rawDescData
 }
 
-var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_peer_proto_goTypes = []any{
-	(*ForwardRequest)(nil),       // 0: ringlimit.v1.ForwardRequest
-	(*ForwardResponse)(nil),      // 1: ringlimit.v1.ForwardResponse
-	(*GlobalReport)(nil),         // 2: ringlimit.v1.GlobalReport
-	(*GlobalHitsRequest)(nil),    // 3: ringlimit.v1.GlobalHitsRequest
-	(*GlobalHitsResponse)(nil),   // 4: ringlimit.v1.GlobalHitsResponse
-	(*GlobalState)(nil),          // 5: ringlimit.v1.GlobalState
-	(*GlobalGrant)(nil),          // 6: ringlimit.v1.GlobalGrant
-	(*GlobalUpdateRequest)(nil),  // 7: ringlimit.v1.GlobalUpdateRequest
-	(*GlobalUpdateResponse)(nil), // 8: ringlimit.v1.GlobalUpdateResponse
-	(*CounterState)(nil),         // 9: ringlimit.v1.CounterState
-	(*HandOffRequest)(nil),       // 10: ringlimit.v1.HandOffRequest
-	(*HandOffResponse)(nil),      // 11: ringlimit.v1.HandOffResponse
-	(*CheckRequest)(nil),         // 12: ringlimit.v1.CheckRequest
-	(*CheckResponse)(nil),        // 13: ringlimit.v1.CheckResponse
-	(*CheckItem)(nil),            // 14: ringlimit.v1.CheckItem
-	(Algorithm)(0),               // 15: ringlimit.v1.Algorithm
+	(Refusal_Reason)(0),          // 0: ringlimit.v1.Refusal.Reason
+	(*ForwardRequest)(nil),       // 1: ringlimit.v1.ForwardRequest
+	(*ForwardResponse)(nil),      // 2: ringlimit.v1.ForwardResponse
+	(*GlobalReport)(nil),         // 3: ringlimit.v1.GlobalReport
+	(*GlobalHitsRequest)(nil),    // 4: ringlimit.v1.GlobalHitsRequest
+	(*GlobalHitsResponse)(nil),   // 5: ringlimit.v1.GlobalHitsResponse
+	(*GlobalState)(nil),          // 6: ringlimit.v1.GlobalState
+	(*GlobalGrant)(nil),          // 7: ringlimit.v1.GlobalGrant
+	(*GlobalUpdateRequest)(nil),  // 8: ringlimit.v1.GlobalUpdateRequest
+	(*GlobalUpdateResponse)(nil), // 9: ringlimit.v1.GlobalUpdateResponse
+	(*CounterState)(nil),         // 10: ringlimit.v1.CounterState
+	(*HandOffRequest)(nil),       // 11: ringlimit.v1.HandOffRequest
+	(*Refusal)(nil),              // 12: ringlimit.v1.Refusal
+	(*HandOffResponse)(nil),      // 13: ringlimit.v1.HandOffResponse
+	(*CheckRequest)(nil),         // 14: ringlimit.v1.CheckRequest
+	(*CheckResponse)(nil),        // 15: ringlimit.v1.CheckResponse
+	(*CheckItem)(nil),            // 16: ringlimit.v1.CheckItem
 }
 var file_peer_proto_depIdxs = []int32{
-	12, // 0: ringlimit.v1.ForwardRequest.requests:type_name -> ringlimit.v1.CheckRequest
-	13, // 1: ringlimit.v1.ForwardResponse.responses:type_name -> ringlimit.v1.CheckResponse
-	14, // 2: ringlimit.v1.GlobalReport.item:type_name -> ringlimit.v1.CheckItem
-	2,  // 3: ringlimit.v1.GlobalHitsRequest.reports:type_name -> ringlimit.v1.GlobalReport
-	6,  // 4: ringlimit.v1.GlobalState.grants:type_name -> ringlimit.v1.GlobalGrant
-	5,  // 5: ringlimit.v1.GlobalUpdateRequest.states:type_name -> ringlimit.v1.GlobalState
-	15, // 6: ringlimit.v1.CounterState.algorithm:type_name -> ringlimit.v1.Algorithm
-	9,  // 7: ringlimit.v1.HandOffRequest.counters:type_name -> ringlimit.v1.CounterState
-	0,  // 8: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	3,  // 9: ringlimit.v1.Peer.AddGlobalHits:input_type -> ringlimit.v1.GlobalHitsRequest
-	7,  // 10: ringlimit.v1.Peer.UpdateGlobals:input_type -> ringlimit.v1.GlobalUpdateRequest
-	10, // 11: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.HandOffRequest
-	1,  // 12: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	4,  // 13: ringlimit.v1.Peer.AddGlobalHits:output_type -> ringlimit.v1.GlobalHitsResponse
-	8,  // 14: ringlimit.v1.Peer.UpdateGlobals:output_type -> ringlimit.v1.GlobalUpdateResponse
-	11, // 15: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.HandOffResponse
-	12, // [12:16] is the sub-list for method output_type
-	8,  // [8:12] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	14, // 0: ringlimit.v1.ForwardRequest.requests:type_name -> ringlimit.v1.CheckRequest
+	15, // 1: ringlimit.v1.ForwardResponse.responses:type_name -> ringlimit.v1.CheckResponse
+	16, // 2: ringlimit.v1.GlobalReport.item:type_name -> ringlimit.v1.CheckItem
+	3,  // 3: ringlimit.v1.GlobalHitsRequest.reports:type_name -> ringlimit.v1.GlobalReport
+	7,  // 4: ringlimit.v1.GlobalState.grants:type_name -> ringlimit.v1.GlobalGrant
+	6,  // 5: ringlimit.v1.GlobalUpdateRequest.states:type_name -> ringlimit.v1.GlobalState
+	10, // 6: ringlimit.v1.HandOffRequest.counters:type_name -> ringlimit.v1.CounterState
+	0,  // 7: ringlimit.v1.Refusal.reason:type_name -> ringlimit.v1.Refusal.Reason
+	12, // 8: ringlimit.v1.HandOffResponse.refused:type_name -> ringlimit.v1.Refusal
+	1,  // 9: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	4,  // 10: ringlimit.v1.Peer.AddGlobalHits:input_type -> ringlimit.v1.GlobalHitsRequest
+	8,  // 11: ringlimit.v1.Peer.UpdateGlobals:input_type -> ringlimit.v1.GlobalUpdateRequest
+	11, // 12: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.HandOffRequest
+	2,  // 13: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	5,  // 14: ringlimit.v1.Peer.AddGlobalHits:output_type -> ringlimit.v1.GlobalHitsResponse
+	9,  // 15: ringlimit.v1.Peer.UpdateGlobals:output_type -> ringlimit.v1.GlobalUpdateResponse
+	13, // 16: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.HandOffResponse
+	13, // [13:17] is the sub-list for method output_type
+	9,  // [9:13] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_peer_proto_init() }
@@ -860,13 +949,14 @@ func file_peer_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_proto_rawDesc), len(file_peer_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   12,
+			NumEnums:      1,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_peer_proto_goTypes,
 		DependencyIndexes: file_peer_proto_depIdxs,
+		EnumInfos:         file_peer_proto_enumTypes,
 		MessageInfos:      file_peer_proto_msgTypes,
 	}.Build()
 	File_peer_proto = out.File

@@ -259,7 +259,16 @@ type CheckItem struct {
 	// reset forgets the counter's state before deciding.
 	Reset_ bool `protobuf:"varint,9,opt,name=reset,proto3" json:"reset,omitempty"`
 	// created_at_ms is an optional client clock (Unix ms) to evaluate at.
-	CreatedAtMs   int64 `protobuf:"varint,10,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	CreatedAtMs int64 `protobuf:"varint,10,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	// charge_refused counts the hits of a refused check too, as
+	// envoyproxy/ratelimit does: the check is refused when the window's count
+	// after adding hits exceeds limit, and the hits are counted either way.
+	// FIXED_WINDOW only, and not GLOBAL. Envoy's rate limit service sets it.
+	ChargeRefused bool `protobuf:"varint,11,opt,name=charge_refused,json=chargeRefused,proto3" json:"charge_refused,omitempty"`
+	// policy names a policy of --policy-file, "domain/key=value/key", which
+	// supplies limit, duration_ms and algorithm (omit them); name defaults
+	// to the reference.
+	Policy        string `protobuf:"bytes,12,opt,name=policy,proto3" json:"policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -364,6 +373,20 @@ func (x *CheckItem) GetCreatedAtMs() int64 {
 	return 0
 }
 
+func (x *CheckItem) GetChargeRefused() bool {
+	if x != nil {
+		return x.ChargeRefused
+	}
+	return false
+}
+
+func (x *CheckItem) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
 type CheckRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Requests []*CheckItem           `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
@@ -427,7 +450,9 @@ type CheckResult struct {
 	DelayMs      int64                  `protobuf:"varint,6,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
 	Error        string                 `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	ErrorCode    ErrorCode              `protobuf:"varint,8,opt,name=error_code,json=errorCode,proto3,enum=ringlimit.v1.ErrorCode" json:"error_code,omitempty"`
-	// metadata says how the check was decided, e.g. "decided_by": "local-fallback".
+	// metadata says how the check was decided: "decided_by": "fallback" when
+	// the owner could not be reached and the answering node decided with its
+	// share of the limit (service.MetadataDecidedBy).
 	Metadata      map[string]string `protobuf:"bytes,9,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -574,7 +599,7 @@ var File_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x0fringlimit.proto\x12\fringlimit.v1\"\xc5\x02\n" +
+	"\x0fringlimit.proto\x12\fringlimit.v1\"\x84\x03\n" +
 	"\tCheckItem\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
@@ -587,7 +612,9 @@ const file_ringlimit_proto_rawDesc = "" +
 	"\bbehavior\x18\b \x01(\x0e2\x16.ringlimit.v1.BehaviorR\bbehavior\x12\x14\n" +
 	"\x05reset\x18\t \x01(\bR\x05reset\x12\"\n" +
 	"\rcreated_at_ms\x18\n" +
-	" \x01(\x03R\vcreatedAtMsB\a\n" +
+	" \x01(\x03R\vcreatedAtMs\x12%\n" +
+	"\x0echarge_refused\x18\v \x01(\bR\rchargeRefused\x12\x16\n" +
+	"\x06policy\x18\f \x01(\tR\x06policyB\a\n" +
 	"\x05_hits\"U\n" +
 	"\fCheckRequest\x123\n" +
 	"\brequests\x18\x01 \x03(\v2\x17.ringlimit.v1.CheckItemR\brequests\x12\x10\n" +

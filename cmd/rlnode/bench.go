@@ -8,8 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
-	"math/bits"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -18,9 +16,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/client"
-	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/internal/latency"
 	"github.com/ringlimit/ringlimit/service"
 )
 
@@ -95,6 +94,15 @@ type benchReport struct {
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rlnode bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	withUsage(fs, `Usage: rlnode bench [--addr HOST:PORT | --addrs A,B,C] [flags]
+
+A bounded load generator: --concurrency workers send checks over --protocol
+until --count requests or --duration, whichever comes first, then it
+prints requests and checks per second and latency percentiles. It exits 2
+if any request or check failed.
+
+Flags:
+`)
 	addr := fs.String("addr", "", "address of a node (default localhost:8081 for grpc, localhost:8080 for http)")
 	addrs := fs.String("addrs", "", "comma-separated node addresses; workers are spread over them round-robin (overrides --addr)")
 	protocol := fs.String("protocol", "grpc", "grpc or http")
@@ -137,7 +145,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("--behavior: unknown behavior %q (want BATCHED, UNBATCHED, GLOBAL or LOCAL)", *behavior)
 	}
 	opts.Behavior = pb.Behavior(b)
-	alg, err := limiter.ParseAlgorithm(*algorithm)
+	alg, err := algorithms.ParseKind(*algorithm)
 	if err != nil {
 		return fmt.Errorf("--algorithm: %w", err)
 	}
@@ -237,7 +245,7 @@ func bench(ctx context.Context, o benchOptions) (benchReport, error) {
 	elapsed := time.Since(start)
 
 	var rep benchReport
-	var h histogram
+	var h latency.Histogram
 	for i := range results {
 		r := &results[i]
 		rep.Requests += r.requests
@@ -247,7 +255,7 @@ func bench(ctx context.Context, o benchOptions) (benchReport, error) {
 		if rep.FirstError == "" && r.firstErr != nil {
 			rep.FirstError = r.firstErr.Error()
 		}
-		h.merge(&r.latency)
+		h.Merge(&r.latency)
 	}
 	rep.Checks = rep.Requests * int64(o.Items)
 	rep.Seconds = elapsed.Seconds()
@@ -256,10 +264,10 @@ func bench(ctx context.Context, o benchOptions) (benchReport, error) {
 		rep.ChecksPerSec = float64(rep.Checks) / rep.Seconds
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	rep.P50Ms = ms(h.quantile(0.50))
-	rep.P99Ms = ms(h.quantile(0.99))
-	rep.P999Ms = ms(h.quantile(0.999))
-	rep.MaxMs = ms(h.max)
+	rep.P50Ms = ms(h.Quantile(0.50))
+	rep.P99Ms = ms(h.Quantile(0.99))
+	rep.P999Ms = ms(h.Quantile(0.999))
+	rep.MaxMs = ms(h.Max())
 	return rep, nil
 }
 
@@ -267,7 +275,7 @@ func bench(ctx context.Context, o benchOptions) (benchReport, error) {
 type workerResult struct {
 	requests, errors, under, over int64
 	firstErr                      error
-	latency                       histogram
+	latency                       latency.Histogram
 }
 
 // runWorker sends requests one after another until the shared count is
@@ -290,7 +298,7 @@ func runWorker(ctx context.Context, o benchOptions, c checker, id uint64, deadli
 			break // cut off by the caller, not a failure of the node
 		}
 		res.requests++
-		res.latency.record(took)
+		res.latency.Record(took)
 		res.under += under
 		res.over += over
 		if err != nil {
@@ -406,73 +414,4 @@ func (h *httpChecker) check(ctx context.Context, keys []int) (under, over int64,
 		}
 	}
 	return under, over, err
-}
-
-// histogram counts durations in log-linear buckets, as HdrHistogram does:
-// values below 2^subBits ns have a bucket each; above, each power of two
-// is split into 2^(subBits-1) buckets, so a quantile is off by under 1/64
-// of its value. Memory is fixed (about 29 KiB) however long the run. The
-// zero value is empty.
-type histogram struct {
-	counts [histBuckets]int64
-	n      int64
-	max    time.Duration
-}
-
-const (
-	subBits     = 7 // 2^7 = 128: exact below 128ns, 64 buckets per doubling above
-	halfSub     = 1 << (subBits - 1)
-	histBuckets = (64-subBits+1)*halfSub + halfSub
-)
-
-func bucketOf(v uint64) int {
-	if v < 1<<subBits {
-		return int(v)
-	}
-	shift := bits.Len64(v) - subBits // v>>shift is in [64, 128)
-	return (shift+1)*halfSub + int(v>>shift) - halfSub
-}
-
-// bucketTop is the largest value that falls in bucket i.
-func bucketTop(i int) uint64 {
-	if i < 1<<subBits {
-		return uint64(i)
-	}
-	shift := i/halfSub - 1
-	sub := uint64(i%halfSub + halfSub)
-	return (sub+1)<<shift - 1
-}
-
-func (h *histogram) record(d time.Duration) {
-	d = max(d, 0)
-	h.counts[bucketOf(uint64(d))]++
-	h.n++
-	h.max = max(h.max, d)
-}
-
-func (h *histogram) merge(o *histogram) {
-	for i, c := range o.counts {
-		h.counts[i] += c
-	}
-	h.n += o.n
-	h.max = max(h.max, o.max)
-}
-
-// quantile returns an upper bound, within 1/64, of the value at or below
-// which a fraction q of the recorded values fall, never more than the
-// maximum; 0 when empty.
-func (h *histogram) quantile(q float64) time.Duration {
-	if h.n == 0 {
-		return 0
-	}
-	rank := int64(math.Ceil(q * float64(h.n)))
-	rank = min(max(rank, 1), h.n)
-	var seen int64
-	for i, c := range h.counts {
-		seen += c
-		if seen >= rank {
-			return min(time.Duration(bucketTop(i)), h.max)
-		}
-	}
-	return h.max
 }

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
-	"math/rand/v2"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -212,36 +209,5 @@ func TestBenchFlags(t *testing.T) {
 				t.Errorf("rlnode %s: error %v, want one naming %s", strings.Join(args, " "), err, tc.flag)
 			}
 		})
-	}
-}
-
-func TestHistogram(t *testing.T) {
-	var h histogram
-	if h.quantile(0.5) != 0 {
-		t.Errorf("empty histogram: p50 %v, want 0", h.quantile(0.5))
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	var vals []time.Duration
-	for range 100_000 {
-		// Log-uniform from 1ns to about 10s.
-		v := time.Duration(math.Exp2(rng.Float64() * 33))
-		vals = append(vals, v)
-		h.record(v)
-	}
-	slices.Sort(vals)
-	for _, q := range []float64{0.001, 0.5, 0.9, 0.99, 0.999, 1} {
-		exact := vals[max(int(math.Ceil(q*float64(len(vals))))-1, 0)]
-		got := h.quantile(q)
-		if got < exact || float64(got-exact) > float64(exact)/64 {
-			t.Errorf("quantile(%v) = %v, want within 1/64 above %v", q, got, exact)
-		}
-	}
-	if h.quantile(1) != vals[len(vals)-1] || h.max != vals[len(vals)-1] {
-		t.Errorf("max %v, quantile(1) %v; want %v", h.max, h.quantile(1), vals[len(vals)-1])
-	}
-	for v := range uint64(1 << 16) {
-		if i := bucketOf(v); bucketTop(i) < v || (i > 0 && bucketTop(i-1) >= v) {
-			t.Fatalf("%d falls in bucket %d of top %d, previous top %d", v, i, bucketTop(i), bucketTop(i-1))
-		}
 	}
 }

@@ -9,16 +9,31 @@ import (
 	"io"
 	"time"
 
+	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/client"
-	"github.com/ringlimit/ringlimit/limiter"
 )
 
+// checkUsage heads `rlnode check -h`.
+const checkUsage = `Usage: rlnode check --key KEY --limit N [flags]
+
+Spends --hits of a limit of --limit per --duration for --key on a node, over
+gRPC, and prints the verdict (or JSON with --json).
+
+Exit status: 0 allowed (UNDER_LIMIT), 1 refused (OVER_LIMIT), 2 an error:
+bad usage, an invalid check (the message names the field), or a node that
+cannot be reached within --timeout.
+
+Flags:
+`
+
 // runCheck is `rlnode check`: one check against a node over gRPC, printed
-// for a person, or as JSON with --json.
+// for a person, or as JSON with --json. A refused check returns errRefused
+// after its verdict is printed.
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rlnode check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	withUsage(fs, checkUsage)
 	addr := fs.String("addr", "localhost:8081", "gRPC address of a node")
 	name := fs.String("name", "cli", "limit name")
 	key := fs.String("key", "", "the limited entity, e.g. user:42 (required)")
@@ -32,10 +47,13 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("check: unexpected argument %q", fs.Arg(0))
+	}
 	if *key == "" || *limit == 0 {
 		return errors.New("check: --key and --limit are required")
 	}
-	alg, err := limiter.ParseAlgorithm(*algorithm)
+	alg, err := algorithms.ParseKind(*algorithm)
 	if err != nil {
 		return fmt.Errorf("--algorithm: %w", err)
 	}
@@ -46,45 +64,61 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	resp, err := c.Check(ctx, &pb.CheckRequest{Requests: []*pb.CheckItem{{
-		Name: *name, Key: *key, Hits: hits, Limit: *limit, DurationMs: duration.Milliseconds(),
-		Algorithm: pb.Algorithm(alg), Burst: *burst,
-	}}})
+	l := client.Limit{Name: *name, Count: *limit, Period: *duration, Burst: *burst, Algorithm: client.Algorithm(alg)}
+	d, err := c.Take(ctx, l, *key, *hits)
 	if err != nil {
 		return fmt.Errorf("check %s: %w", *addr, err)
 	}
-	r := resp.Responses[0]
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		return enc.Encode(map[string]any{
-			"status": r.Status.String(), "limit": r.Limit, "remaining": r.Remaining,
-			"reset_time_ms": r.ResetTimeMs, "retry_after_ms": r.RetryAfterMs, "delay_ms": r.DelayMs,
-			"error": r.Error,
-		})
+		err = json.NewEncoder(stdout).Encode(checkJSON(d))
+	} else {
+		_, err = fmt.Fprintln(stdout, describe(d, time.Now()))
 	}
-	if r.Error != "" {
-		return fmt.Errorf("check: %s", r.Error)
+	if err == nil && !d.Allowed {
+		return errRefused
 	}
-	fmt.Fprintln(stdout, describe(r, time.Now()))
-	return nil
+	return err
+}
+
+// checkJSON is d in the wire's JSON names, for scripts.
+func checkJSON(d client.Decision) map[string]any {
+	status := pb.Status_UNDER_LIMIT
+	if !d.Allowed {
+		status = pb.Status_OVER_LIMIT
+	}
+	retry := d.RetryAfter.Milliseconds()
+	if d.RetryAfter == client.Never {
+		retry = -1
+	}
+	out := map[string]any{
+		"status": status.String(), "limit": d.Limit, "remaining": d.Remaining,
+		"reset_time_ms": d.ResetAt.UnixMilli(), "retry_after_ms": retry, "delay_ms": d.Delay.Milliseconds(),
+	}
+	if d.DecidedBy != "" {
+		out["decided_by"] = d.DecidedBy
+	}
+	return out
 }
 
 // describe says a verdict in a line a person reads at a glance.
-func describe(r *pb.CheckResult, now time.Time) string {
-	reset := time.UnixMilli(r.ResetTimeMs).Sub(now).Round(time.Millisecond)
+func describe(d client.Decision, now time.Time) string {
+	reset := d.ResetAt.Sub(now).Round(time.Millisecond)
 	verdict := "ALLOWED"
-	if r.Status == pb.Status_OVER_LIMIT {
+	if !d.Allowed {
 		verdict = "REFUSED"
 	}
-	line := fmt.Sprintf("%s  %d of %d remaining, full again in %v", verdict, r.Remaining, r.Limit, max(reset, 0))
+	line := fmt.Sprintf("%s  %d of %d remaining, full again in %v", verdict, d.Remaining, d.Limit, max(reset, 0))
 	switch {
-	case r.RetryAfterMs < 0:
+	case d.RetryAfter == client.Never:
 		line += "; never: more hits than the limit holds"
-	case r.RetryAfterMs > 0:
-		line += fmt.Sprintf("; retry in %v", time.Duration(r.RetryAfterMs)*time.Millisecond)
+	case d.RetryAfter > 0:
+		line += fmt.Sprintf("; retry in %v", d.RetryAfter)
 	}
-	if r.DelayMs > 0 {
-		line += fmt.Sprintf("; wait %v before proceeding", time.Duration(r.DelayMs)*time.Millisecond)
+	if d.Delay > 0 {
+		line += fmt.Sprintf("; wait %v before proceeding", d.Delay)
+	}
+	if d.DecidedBy != "" {
+		line += fmt.Sprintf(" (decided by %s)", d.DecidedBy)
 	}
 	return line
 }

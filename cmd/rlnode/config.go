@@ -42,6 +42,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	var join string
 	fs := flag.NewFlagSet("rlnode", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { writeUsage(fs) }
 	fs.StringVar(&c.HTTPAddr, "http-addr", ":8080", "HTTP listen address (POST /v1/check, /metrics, /healthz, /readyz, /v1/members)")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (ringlimit.v1.RateLimiter, health, reflection)")
 	fs.StringVar(&c.PeerAddr, "peer-addr", ":8082", "gRPC listen address for peer traffic only (forwards, hand-off, GLOBAL sync)")

@@ -4,6 +4,13 @@
 //	rlnode check [flags]      ask a node whether a request may go ahead
 //	rlnode members [flags]    list a node's view of the cluster
 //	rlnode bench [flags]      measure a node or cluster with a bounded load
+//	rlnode policy check PATH  validate policy files offline
+//	rlnode help [command]     say how to use rlnode, or a command
+//	rlnode version            print the build: module version, VCS revision, Go version
+//
+// Exit status: 0 on success, 1 when `rlnode check` was refused
+// (OVER_LIMIT), 2 on any error (bad usage, invalid input, a node that
+// cannot be reached, a server that failed).
 package main
 
 import (
@@ -22,22 +29,42 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
-	if err != nil && !errors.Is(err, flag.ErrHelp) { // -h printed the usage already
-		fmt.Fprintln(os.Stderr, "rlnode:", err)
-		os.Exit(1)
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// errRefused is what `rlnode check` returns, after printing its verdict,
+// when the check was refused, so that its exit status tells scripts.
+var errRefused = errors.New("refused")
+
+// exitCode is the exit status for run's error, which it reports on stderr
+// unless the user asked for help or a verdict was already printed.
+func exitCode(err error, stderr io.Writer) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp): // -h printed the usage already
+		return 0
+	case errors.Is(err, errRefused):
+		return 1
 	}
+	fmt.Fprintln(stderr, "rlnode:", err)
+	return 2
 }
 
 // run dispatches to a subcommand, or serves.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		switch args[0] {
+		case "help", "-h", "-help", "--help":
+			return runHelp(ctx, args[1:], getenv, stdout)
+		case "version", "-version", "--version":
+			return writeVersion(stdout)
 		case "check":
 			return runCheck(ctx, args[1:], stdout, stderr)
 		case "members":
 			return runMembers(ctx, args[1:], stdout, stderr)
 		case "bench":
 			return runBench(ctx, args[1:], stdout, stderr)
+		case "policy":
+			return runPolicy(args[1:], stdout)
 		}
 	}
 	conf, err := parseConfig(args, getenv, stderr)

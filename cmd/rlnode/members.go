@@ -17,6 +17,13 @@ import (
 func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rlnode members", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	withUsage(fs, `Usage: rlnode members [--addr HOST:PORT]
+
+Prints a node's view of the cluster: each member's name, state, gRPC and
+gossip addresses, and share of the ring, from its GET /v1/members.
+
+Flags:
+`)
 	addr := fs.String("addr", "localhost:8080", "HTTP address of a node")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
 	if err := fs.Parse(args); err != nil {
@@ -49,7 +56,7 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if m.Self {
 			name += " (self)"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.1f%%\n", name, m.State, m.GRPCAddr, m.Addr, 100*m.Share)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.1f%%\n", name, m.State, m.GRPCAddr, m.GossipAddr, 100*m.Share)
 	}
 	return w.Flush()
 }

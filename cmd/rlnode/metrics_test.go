@@ -26,7 +26,8 @@ func TestMetricsAreExported(t *testing.T) {
 	c.clients[0].Check(ctx, &pb.CheckRequest{Requests: []*pb.CheckItem{{Name: "m", Key: "", Limit: 10, DurationMs: 60_000}}})
 
 	want := []string{
-		`ringlimit_checks_total{algorithm="TOKEN_BUCKET",behavior="BATCHED",route="forwarded",status="UNDER_LIMIT"} 5`,
+		`ringlimit_forwarded_checks_total{behavior="BATCHED"} 5`,
+		`ringlimit_checks_total{algorithm="TOKEN_BUCKET",behavior="BATCHED",route="local",status="UNDER_LIMIT"} 0`,
 		`ringlimit_invalid_items_total{field="key"} 1`,
 		`ringlimit_check_duration_seconds_bucket{interface="grpc"`,
 		`ringlimit_counters `,

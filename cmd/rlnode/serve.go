@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,7 +20,9 @@ import (
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/policy"
 	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/rls"
 	"github.com/ringlimit/ringlimit/service"
 )
 
@@ -40,9 +43,7 @@ type node struct {
 }
 
 // serve runs a node until ctx is cancelled, then shuts down within
-// conf.ShutdownTimeout: it leaves the gossip (so others stop routing to
-// it), hands its counters to their new owners, drains client requests,
-// flushes GLOBAL hits, and stops.
+// conf.ShutdownTimeout, one step after another (see shutdownSteps).
 func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -53,10 +54,16 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	}
 	defer lis.close()
 
+	policies, err := loadPolicies(conf.PolicyFile, log, reg)
+	if err != nil {
+		return err
+	}
 	store := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, Registerer: reg})
 	pool := peer.NewPool(peer.Config{BatchWait: conf.BatchWait, BatchLimit: conf.BatchLimit, Registerer: reg})
 	defer pool.Close()
-	var svc *service.Service // set below; OnChange fires only once Run starts
+	// Ring changes only signal ringChanged; the loop below reacts to them,
+	// so that nothing is wired to a part before the part exists.
+	ringChanged := make(chan struct{}, 1)
 	members, err := cluster.New(cluster.Config{
 		NodeName:      conf.NodeName,
 		BindAddr:      conf.GossipAddr,
@@ -66,18 +73,20 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 		GRPCAddr:      lis.grpc.Addr().String(),
 		Logger:        log,
 		Registerer:    reg,
-		OnChange: func(old, new *ring.Ring) {
-			svc.RingChanged(old, new)
-			pool.Retain(peerAddrs(new))
+		OnChange: func(_, _ *ring.Ring) {
+			select {
+			case ringChanged <- struct{}{}:
+			default: // a change is pending already; the loop reads the newest ring
+			}
 		},
 	})
 	if err != nil {
 		return err
 	}
-	svc = service.New(service.Config{
+	svc := service.New(service.Config{
 		Store: store, Cluster: members, Peers: pool,
 		MaxClockSkew: conf.MaxClockSkew, GlobalSync: conf.GlobalSync,
-		Logger: log, Registerer: reg,
+		Logger: log, Registerer: reg, Policies: policies,
 	})
 	faces := api.New(api.Config{
 		Checker: svc, Registerer: reg, Gatherer: reg,
@@ -90,33 +99,36 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	workers := grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))
 	grpcSrv := grpc.NewServer(workers)
 	health := faces.RegisterGRPC(grpcSrv)
+	rls.New(rls.Config{Checker: svc, Policies: policies}).Register(grpcSrv)
 	peerSrv := grpc.NewServer(workers)
 	peer.NewServer(svc.Owner()).Register(peerSrv)
 	// Timeouts bound what a slow or idle client can hold.
 	httpSrv := &http.Server{Handler: faces.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 
-	// Each part has its own context, so that shutdown can stop them in
-	// order rather than all at once.
-	clusterCtx, leave := context.WithCancel(context.Background())
-	svcCtx, stopService := context.WithCancel(context.Background())
-	poolCtx, stopPool := context.WithCancel(context.Background())
-	defer leave()
-	defer stopService()
-	defer stopPool()
-	clusterDone := make(chan struct{})
-	serviceDone := make(chan struct{})
-
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		defer close(clusterDone)
-		return ignoreCanceled(members.Run(clusterCtx))
+	// The background loops run until their step of shutdown stops them,
+	// not until ctx ends.
+	gossip := startLoop(g, members.Run)
+	loops := startLoop(g, func(ctx context.Context) error {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-ringChanged:
+					r := members.Ring()
+					svc.RingChanged()
+					pool.Retain(peerAddrs(r))
+				}
+			}
+		})
+		return svc.Run(ctx)
 	})
-	g.Go(func() error {
-		defer close(serviceDone)
-		return svc.Run(svcCtx)
-	})
-	g.Go(func() error { return ignoreCanceled(pool.Run(poolCtx)) })
+	peers := startLoop(g, pool.Run)
+	g.Go(func() error { return ignoreCanceled(policies.Run(gctx)) }) // policies stay in force once it stops
 	g.Go(func() error { return serveHTTP(httpSrv, lis.http) })
 	g.Go(func() error { return grpcSrv.Serve(lis.grpc) })
 	g.Go(func() error { return peerSrv.Serve(lis.peer) })
@@ -127,31 +139,105 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 		onStart(&node{httpAddr: lis.http.Addr().String(), grpcAddr: lis.grpc.Addr().String(), cluster: members})
 	}
 
+	// shutdownSteps run in order when ctx ends (or a server fails), all
+	// within conf.ShutdownTimeout. A later step (a snapshot on exit, say)
+	// is one more entry.
+	shutdownSteps := []step{
+		{"stop accepting checks", func(ctx context.Context) error {
+			health.Shutdown() // NOT_SERVING, so that balancers stop sending
+			stopGRPC(ctx, grpcSrv)
+			return httpSrv.Shutdown(ctx)
+		}},
+		{"leave the cluster", func(ctx context.Context) error {
+			return gossip.stop(ctx) // others stop routing to this node
+		}},
+		{"hand off counters", func(ctx context.Context) error {
+			log.Info("handed off counters", "counters", svc.HandOff(ctx))
+			return nil
+		}},
+		{"flush GLOBAL hits", func(ctx context.Context) error {
+			err := loops.stop(ctx)
+			svc.FlushGlobal(ctx)
+			return err
+		}},
+		{"close peers", func(ctx context.Context) error {
+			stopGRPC(ctx, peerSrv)
+			return peers.stop(ctx)
+		}},
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		log.Info("shutting down", "timeout", conf.ShutdownTimeout)
-		drainCtx, cancel := context.WithTimeout(context.Background(), conf.ShutdownTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), conf.ShutdownTimeout)
 		defer cancel()
-		health.Shutdown() // NOT_SERVING, so that balancers stop sending
-		leave()
-		select {
-		case <-clusterDone:
-		case <-drainCtx.Done():
-		}
-		moved := svc.HandOff(drainCtx)
-		log.Info("left the cluster and handed off counters", "counters", moved)
-		stopGRPC(drainCtx, grpcSrv)
-		err := httpSrv.Shutdown(drainCtx)
-		stopService() // flushes GLOBAL hits to their owners
-		select {
-		case <-serviceDone:
-		case <-drainCtx.Done():
-		}
-		stopGRPC(drainCtx, peerSrv)
-		stopPool()
-		return err
+		return runSteps(ctx, log, shutdownSteps)
 	})
 	return g.Wait()
+}
+
+// step is one step of an orderly shutdown.
+type step struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// runSteps runs steps in order, each with what is left of ctx, logging
+// each; a failed step does not stop the later ones. It returns the errors.
+func runSteps(ctx context.Context, log *slog.Logger, steps []step) error {
+	var errs []error
+	for _, s := range steps {
+		start := time.Now()
+		err := s.run(ctx)
+		log.Info("shutdown step done", "step", s.name, "took", time.Since(start), "err", err)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// loop is a background part of a node that runs until its step of
+// shutdown stops it.
+type loop struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // run's error, once done is closed
+}
+
+// startLoop runs run in g until the loop is stopped.
+func startLoop(g *errgroup.Group, run func(context.Context) error) *loop {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &loop{cancel: cancel, done: make(chan struct{})}
+	g.Go(func() error {
+		defer close(l.done)
+		l.err = ignoreCanceled(run(ctx))
+		return l.err
+	})
+	return l
+}
+
+// stop ends the loop and waits for it to return, or for ctx to end.
+func (l *loop) stop(ctx context.Context) error {
+	l.cancel()
+	select {
+	case <-l.done:
+		return l.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// loadPolicies loads --policy-file; without one it returns a nil Reloader,
+// which holds no policies.
+func loadPolicies(path string, log *slog.Logger, reg prometheus.Registerer) (*policy.Reloader, error) {
+	if path == "" {
+		return nil, nil
+	}
+	r, err := policy.NewReloader(policy.ReloaderConfig{Path: path, Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, fmt.Errorf("--policy-file: %w", err)
+	}
+	return r, nil
 }
 
 func serveHTTP(srv *http.Server, lis net.Listener) error {
@@ -188,7 +274,7 @@ func apiMembers(c *cluster.Cluster) []api.Member {
 	var out []api.Member
 	for _, m := range c.Members() {
 		out = append(out, api.Member{
-			Name: m.Name, Addr: m.GossipAddr, GRPCAddr: m.GRPCAddr, PeerAddr: m.PeerAddr,
+			Name: m.Name, GossipAddr: m.GossipAddr, GRPCAddr: m.GRPCAddr, PeerAddr: m.PeerAddr,
 			State: string(m.State), Share: m.Share, Self: m.Name == self,
 		})
 	}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/client"
 )
 
@@ -81,9 +80,9 @@ func TestServeAnswersAndStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	r, err := c.Allow(context.Background(), "api", "user:42", 1, time.Minute)
-	if err != nil || r.Status != pb.Status_OVER_LIMIT {
-		t.Errorf("gRPC check of the same counter: %v %v, want OVER_LIMIT", r, err)
+	ok, err := c.Allow(context.Background(), client.Limit{Name: "api", Count: 1, Period: time.Minute}, "user:42")
+	if err != nil || ok {
+		t.Errorf("gRPC check of the same counter: %v %v, want refused", ok, err)
 	}
 	var out strings.Builder
 	if err := run(context.Background(), []string{"check", "--addr", grpcAddr, "--key", "user:7", "--limit", "5", "--duration", "1m"}, env(nil), &out, io.Discard); err != nil {

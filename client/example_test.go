@@ -1,0 +1,64 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/service"
+)
+
+// perUser is the limit the examples check: 2 requests a minute per user.
+var perUser = client.Limit{Name: "api", Count: 2, Period: time.Minute}
+
+func ExampleClient_Allow() {
+	// A real program talks to a node: c, err := client.New("localhost:8081").
+	// The example runs a one-node service in process instead.
+	c := client.Wrap(service.New(service.Config{}))
+	defer c.Close()
+	for range 3 {
+		ok, err := c.Allow(context.Background(), perUser, "user:42")
+		if err != nil {
+			fmt.Println("error:", err) // refused: a check that was not decided never admits
+			continue
+		}
+		fmt.Println(ok)
+	}
+	// Output:
+	// true
+	// true
+	// false
+}
+
+func ExampleClient_Take() {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	c := client.Wrap(service.New(service.Config{Now: func() time.Time { return t0 }}))
+	for range 3 {
+		d, err := c.Take(context.Background(), perUser, "user:42", 1)
+		if err != nil {
+			fmt.Println("error:", err)
+			return
+		}
+		if !d.Allowed {
+			fmt.Printf("refused: retry in %v\n", d.RetryAfter)
+			continue
+		}
+		fmt.Printf("allowed: %d of %d left, full again in %v\n", d.Remaining, d.Limit, d.ResetAt.Sub(t0))
+	}
+	// Output:
+	// allowed: 1 of 2 left, full again in 30s
+	// allowed: 0 of 2 left, full again in 1m0s
+	// refused: retry in 30s
+}
+
+func ExampleErrInvalid() {
+	c := client.Wrap(service.New(service.Config{}))
+	_, err := c.Take(context.Background(), perUser, "", 1)
+	fmt.Println(errors.Is(err, client.ErrInvalid))
+	fmt.Println(err)
+	// Output:
+	// true
+	// check api: invalid check: key: must not be empty
+}

@@ -1,0 +1,211 @@
+// Package global runs the GLOBAL behaviour: checks answered at once from
+// local state, never more than the limit in total.
+//
+// The key's owner holds the counter. It lends each other node a grant:
+// hits the node may admit on its own. Grants are reserved: the owner
+// admits its own checks, and grants more, only from the counter's
+// remaining hits minus every grant not yet used up. Every sync interval
+// each node reports to the owner the total hits it admitted (a running
+// total, so a retried report never counts twice) and whether it wants
+// more; the owner charges the new hits, hands the remaining hits out as
+// grants to the nodes that asked (each gets at most remaining/members a
+// round, so none can starve the others), and broadcasts the grants and the
+// counter's state. A node that went a whole round without a check gives
+// back the rest of its grant, so that idle nodes hold nothing. A node that
+// has no grant yet for a key forwards the check to the owner, which
+// decides it at once, exactly.
+//
+// So the cluster never admits more than the limit, short of a node that
+// crashes with hits it has not reported. What it costs: a check at a node
+// whose grant is spent goes to the owner (as BATCHED does) until the next
+// round brings a grant, unless the owner last reported nothing left, in
+// which case it is refused locally at once; and hits lent to a node are
+// not refilled until the node reports them used or gives them back.
+//
+// Accounts have epochs, so that an owner tells a node's new account (after
+// the node forgot the old one, or the key changed owner) from a stale
+// report of an old one.
+//
+// State is sharded by key, so that concurrent checks of different keys,
+// and a sync round, hold a lock only for one shard at a time.
+package global
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringlimit/ringlimit/algorithms"
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// DefaultInterval is the default time between sync rounds (--global-sync).
+const DefaultInterval = 100 * time.Millisecond
+
+// Store is what GLOBAL needs of the counter store: *limiter.Store.
+type Store interface {
+	Decide(r *limiter.Request) algorithms.Decision
+	Check(r *limiter.Request) algorithms.Decision
+	// Charge counts hits another node already admitted, as many as the
+	// counter has left.
+	Charge(r *limiter.Request) algorithms.Decision
+}
+
+// Membership is what GLOBAL needs of the cluster.
+type Membership interface {
+	Ring() *ring.Ring
+	LocalMember() ring.Member
+}
+
+// Peers sends GLOBAL traffic to other nodes: package peer's Pool.
+type Peers interface {
+	AddGlobalHits(ctx context.Context, addr, from string, reports []*pb.GlobalReport) error
+	UpdateGlobals(ctx context.Context, addr string, states []*pb.GlobalState) error
+}
+
+// Validate converts a check item a peer reported into the store's form,
+// evaluated at now, refusing it as strictly as the public API would.
+type Validate func(item *pb.CheckItem, now time.Time) (limiter.Request, error)
+
+// Config configures a Node. Store, Cluster and Validate are required;
+// Peers is needed once the cluster has other members.
+type Config struct {
+	Store    Store
+	Cluster  Membership
+	Peers    Peers
+	Validate Validate
+	// Interval is the time between sync rounds; zero means DefaultInterval.
+	Interval time.Duration
+	// Now is the clock counters are evaluated at; nil means time.Now.
+	Now func() time.Time
+	// Logger receives warnings of failed sends; nil discards them.
+	Logger *slog.Logger
+	// Registerer receives the GLOBAL metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Node is one node's side of the GLOBAL protocol: the grants it holds for
+// counters others own, and the leases it lends for counters it owns. It is
+// safe for concurrent use; Run drives its sync rounds.
+type Node struct {
+	store    Store
+	cluster  Membership
+	peers    Peers
+	validate Validate
+	interval time.Duration
+	now      func() time.Time
+	log      *slog.Logger
+	metrics  metrics
+
+	shards    [numShards]shard
+	lastEpoch atomic.Int64 // the newest entry's first epoch
+}
+
+// numShards is how many locks GLOBAL state is split over: enough that
+// concurrent checks on a few cores rarely meet.
+const numShards = 64
+
+// shard is one lock's worth of GLOBAL state.
+type shard struct {
+	mu      sync.Mutex
+	entries map[key]*entry // counters others own
+	leases  map[key]*lease // counters this node owns
+	dirty   map[key]struct{}
+	_       [64]byte // keeps neighbouring shards' locks off one cache line
+}
+
+// key identifies a counter without building a string.
+type key struct{ name, key string }
+
+// New returns a Node. It starts nothing: Run drives the sync rounds.
+func New(conf Config) *Node {
+	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, validate: conf.Validate,
+		interval: conf.Interval, now: conf.Now, log: conf.Logger, metrics: newMetrics(conf.Registerer)}
+	if n.interval <= 0 {
+		n.interval = DefaultInterval
+	}
+	if n.now == nil {
+		n.now = time.Now
+	}
+	if n.log == nil {
+		n.log = slog.New(slog.DiscardHandler)
+	}
+	for i := range n.shards {
+		n.shards[i] = shard{entries: map[key]*entry{}, leases: map[key]*lease{}, dirty: map[key]struct{}{}}
+	}
+	return n
+}
+
+func (n *Node) shard(k key) *shard { return &n.shards[xxhash.Sum64String(k.key)%numShards] }
+
+// Decide decides a GLOBAL check whose key owner owns. When this node is
+// the owner it decides at once, from what is not lent out; otherwise it
+// answers from this node's grant, or returns forward when the owner must
+// decide: this node has no grant yet, its grant is spent while the owner
+// has hits left to lend, or the check resets the counter.
+func (n *Node) Decide(r *limiter.Request, owner string) (d algorithms.Decision, forward bool) {
+	if owner == n.cluster.LocalMember().Name {
+		return n.decideOwned(r), false
+	}
+	return n.decideFromGrant(r, owner)
+}
+
+// Run syncs every interval until ctx ends. Flush sends the last reports.
+func (n *Node) Run(ctx context.Context) error {
+	t := time.NewTicker(n.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			start := time.Now()
+			n.Sync(ctx)
+			n.metrics.syncSeconds.Observe(time.Since(start).Seconds())
+		}
+	}
+}
+
+// Sync runs one round: this node's reports to owners (Report), then its
+// broadcast of the counters it owns (Broadcast). Tests of several nodes
+// call the halves themselves, every node's Report before any Broadcast,
+// to make a round deterministic.
+func (n *Node) Sync(ctx context.Context) {
+	n.Report(ctx)
+	n.Broadcast(ctx)
+}
+
+// Flush reports the hits this node admitted from grants and has not
+// reported yet, so that none is lost when the node stops. It is a step of
+// shutdown, after Run has ended.
+func (n *Node) Flush(ctx context.Context) { n.Report(ctx) }
+
+type metrics struct {
+	syncSeconds prometheus.Histogram
+	sendErrors  prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) metrics {
+	m := metrics{
+		syncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ringlimit_global_sync_seconds",
+			Help:    "Time one GLOBAL sync round took: hits sent to owners and owners' state broadcast.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
+		sendErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_global_send_errors_total",
+			Help: "GLOBAL reports or broadcasts that failed; reports are kept and sent again at the next sync.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.syncSeconds, m.sendErrors)
+	}
+	return m
+}

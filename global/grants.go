@@ -1,0 +1,253 @@
+package global
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algorithms"
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// The side of a node that holds grants for counters others own.
+
+// entry is this node's account with the owner of a counter it does not own.
+type entry struct {
+	req        limiter.Request // the latest check's limit and algorithm
+	owner      string          // the owner the totals below are kept with
+	admitted   int64           // hits admitted here, in all
+	granted    int64           // hits the owner allows here, in all
+	sent       int64           // admitted hits the owner has acknowledged
+	epoch      int64           // the account: new per entry, +1 per release, so that stale grants are ignored
+	known      bool            // a grant for this epoch arrived
+	want       bool            // a check was refused: ask for a grant
+	active     bool            // a check came since the last report
+	release    bool            // a release to report
+	remaining  int64           // the owner's last report of the counter
+	resetAt    time.Time       // when the counter is full again
+	retryAfter time.Duration   // owner's estimate of the wait for one hit
+}
+
+// epochGap leaves room for this many releases in one entry's epochs
+// before the next entry's.
+const epochGap = 1 << 20
+
+// newEpoch returns the first epoch of a new entry: larger than any epoch
+// this process used before, and than those of earlier processes (it starts
+// from the wall clock, not the injected one), so that an owner can tell a
+// new account from an old one.
+func (n *Node) newEpoch() int64 {
+	for {
+		last := n.lastEpoch.Load()
+		next := max(last+epochGap, time.Now().UnixNano())
+		if n.lastEpoch.CompareAndSwap(last, next) {
+			return next
+		}
+	}
+}
+
+// maxEntriesPerShard bounds the GLOBAL counters a node tracks for others
+// (100,000 in all), whatever clients send.
+const maxEntriesPerShard = 100_000 / numShards
+
+func (n *Node) decideFromGrant(r *limiter.Request, owner string) (d algorithms.Decision, forward bool) {
+	k := key{r.Name, r.Key}
+	sh := n.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.entries[k]
+	if e == nil {
+		if len(sh.entries) >= maxEntriesPerShard {
+			sh.evictOne()
+		}
+		e = &entry{owner: owner, epoch: n.newEpoch()}
+		sh.entries[k] = e
+	}
+	e.req = *r
+	e.active = true
+	if e.owner != owner {
+		e.reown(owner, n.newEpoch())
+	}
+	if !e.known || r.Reset {
+		e.want = true
+		return d, true
+	}
+	d.ResetAfter = max(0, e.resetAt.Sub(r.Now))
+	d.Remaining = max(0, e.remaining-(e.admitted-e.sent))
+	switch {
+	case r.Hits > r.Limit.Capacity():
+		d.RetryAfter = algorithms.Never
+	case e.admitted+r.Hits <= e.granted:
+		d.Allowed = true
+		e.admitted += r.Hits
+		d.Remaining = max(0, d.Remaining-r.Hits)
+	case e.remaining > 0:
+		// The grant is spent but the owner has hits it has not lent:
+		// it decides, and the next round brings a grant.
+		e.want = true
+		return d, true
+	default:
+		d.RetryAfter = max(e.retryAfter, n.interval)
+		e.want = true
+	}
+	return d, false
+}
+
+// reown starts a new account for e with a new owner: hits not yet
+// reported go to the new owner as this node's first report.
+func (e *entry) reown(owner string, epoch int64) {
+	unsent := e.admitted - e.sent
+	*e = entry{req: e.req, owner: owner, epoch: epoch, admitted: unsent, granted: unsent, want: true, active: true}
+}
+
+// evictOne forgets an entry with nothing to report or hold (the map's
+// order makes it a random one), or, if every entry has, any entry: its
+// unreported hits are lost, and the owner keeps its grant reserved until
+// this node's next account for the key replaces it. sh.mu is held.
+func (sh *shard) evictOne() {
+	for k, e := range sh.entries {
+		if e.admitted == e.sent && e.granted == e.admitted {
+			delete(sh.entries, k)
+			return
+		}
+	}
+	for k := range sh.entries {
+		delete(sh.entries, k)
+		return
+	}
+}
+
+// outgoing is reports on their way to one owner.
+type outgoing struct {
+	owner   ring.Member
+	keys    []key
+	reports []*pb.GlobalReport
+}
+
+// Report sends each entry's account to the counter's owner: hits admitted,
+// grants wanted, grants released. Entries that went a whole round without
+// a check give back their grant; entries with nothing left to say and a
+// full counter are forgotten.
+func (n *Node) Report(ctx context.Context) {
+	r := n.cluster.Ring()
+	self := n.cluster.LocalMember().Name
+	now := n.now()
+	byOwner := map[string]*outgoing{}
+	for i := range n.shards {
+		sh := &n.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.entries {
+			owner, ok := r.Owner(k.key)
+			if !ok {
+				continue
+			}
+			if owner.Name != e.owner {
+				e.reown(owner.Name, n.newEpoch())
+			}
+			send, forget := e.endRound(now)
+			if forget {
+				delete(sh.entries, k)
+			}
+			if !send {
+				continue
+			}
+			o := byOwner[owner.Name]
+			if o == nil {
+				o = &outgoing{owner: owner}
+				byOwner[owner.Name] = o
+			}
+			o.keys = append(o.keys, k)
+			o.reports = append(o.reports, e.report())
+		}
+		sh.mu.Unlock()
+	}
+
+	var wg sync.WaitGroup
+	for _, o := range byOwner {
+		wg.Go(func() {
+			if o.owner.Name == self {
+				n.Receive(self, o.reports) // this node became the owner
+			} else if err := n.peers.AddGlobalHits(ctx, o.owner.PeerAddr, self, o.reports); err != nil {
+				n.metrics.sendErrors.Inc()
+				n.log.Warn("GLOBAL report not sent; it goes again next round", "owner", o.owner.Name, "err", err)
+				return
+			}
+			n.delivered(o)
+		})
+	}
+	wg.Wait()
+}
+
+// endRound ends e's round: an entry idle for the whole round gives its
+// grant back. It reports whether e has anything to tell its owner, and
+// whether, having nothing to tell, it holds nothing worth keeping (no
+// grant, and a counter that is full again).
+func (e *entry) endRound(now time.Time) (send, forget bool) {
+	idle := !e.active
+	e.active = false
+	if idle && e.known && e.granted > e.admitted && e.admitted == e.sent {
+		// Give the grant back; the next check here goes to the owner and
+		// asks for a new one.
+		e.granted = e.admitted
+		e.epoch++
+		e.release = true
+		e.known = false
+	}
+	send = e.admitted != e.sent || e.want || e.release
+	return send, !send && idle && e.granted == e.admitted && !now.Before(e.resetAt)
+}
+
+func (e *entry) report() *pb.GlobalReport {
+	return &pb.GlobalReport{
+		Item: &pb.CheckItem{
+			Name: e.req.Name, Key: e.req.Key,
+			Limit: e.req.Limit.Count, DurationMs: e.req.Limit.Period.Milliseconds(), Burst: e.req.Limit.Burst,
+			Algorithm: pb.Algorithm(e.req.Algorithm), Behavior: pb.Behavior_GLOBAL,
+		},
+		Admitted: e.admitted, Acked: e.sent, Want: e.want, Release: e.release, Epoch: e.epoch,
+	}
+}
+
+// delivered records that o's reports reached their owner.
+func (n *Node) delivered(o *outgoing) {
+	for i, k := range o.keys {
+		sh := n.shard(k)
+		sh.mu.Lock()
+		if e := sh.entries[k]; e != nil && e.owner == o.owner.Name {
+			rep := o.reports[i]
+			e.sent = max(e.sent, rep.Admitted)
+			if rep.Release && rep.Epoch == e.epoch {
+				e.release = false
+			}
+			if rep.Want {
+				e.want = false
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// Apply takes an owner's broadcast: new grants for this node, and the
+// counters' state.
+func (n *Node) Apply(states []*pb.GlobalState) {
+	self := n.cluster.LocalMember().Name
+	for _, st := range states {
+		k := key{st.Name, st.Key}
+		sh := n.shard(k)
+		sh.mu.Lock()
+		if e := sh.entries[k]; e != nil { // else this node has not seen the key: nothing to renew
+			for _, gr := range st.Grants {
+				if gr.Node == self && gr.Epoch == e.epoch {
+					e.granted = max(e.granted, gr.Granted)
+					e.known = true
+				}
+			}
+			e.remaining = st.Remaining
+			e.resetAt = time.UnixMilli(st.ResetTimeMs)
+			e.retryAfter = time.Duration(st.RetryAfterMs) * time.Millisecond
+		}
+		sh.mu.Unlock()
+	}
+}

@@ -1,0 +1,239 @@
+package global
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algorithms"
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+// The side of a node that lends grants for counters it owns.
+
+// lease is the owner's side of a GLOBAL counter: what it lent to whom.
+type lease struct {
+	req   limiter.Request
+	nodes map[string]*nodeLease
+}
+
+// nodeLease is one node's account with the owner.
+type nodeLease struct {
+	granted, received, epoch int64
+	want                     bool
+}
+
+// outstanding is the hits lent and not yet reported used.
+func (l *lease) outstanding() int64 {
+	var out int64
+	for _, n := range l.nodes {
+		out += max(0, n.granted-n.received)
+	}
+	return out
+}
+
+func (l *lease) wanted() bool {
+	for _, n := range l.nodes {
+		if n.want {
+			return true
+		}
+	}
+	return false
+}
+
+// lease returns k's lease, creating it, with r's limit. sh.mu is held.
+func (sh *shard) lease(k key, r *limiter.Request) *lease {
+	l := sh.leases[k]
+	if l == nil {
+		l = &lease{nodes: make(map[string]*nodeLease)}
+		sh.leases[k] = l
+	}
+	l.req = *r
+	l.req.Hits, l.req.Reset = 0, false
+	return l
+}
+
+// decideOwned decides a GLOBAL check for a counter this node owns, at
+// once: from the counter's remaining hits less what is lent out.
+func (n *Node) decideOwned(r *limiter.Request) algorithms.Decision {
+	k := key{r.Name, r.Key}
+	sh := n.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	l := sh.lease(k, r)
+	if r.Reset {
+		reset := *r
+		reset.Hits = 0
+		n.store.Decide(&reset)
+	}
+	plain := *r
+	plain.Reset = false
+	peek := plain
+	peek.Hits = 0
+	remaining := n.store.Check(&peek).Remaining
+	out := l.outstanding()
+	sh.dirty[k] = struct{}{}
+	if r.Hits <= remaining-out {
+		d := n.store.Decide(&plain)
+		d.Remaining = max(0, d.Remaining-out)
+		return d
+	}
+	d := n.store.Check(&plain)
+	d.Allowed = false
+	d.Remaining = max(0, remaining-out)
+	if d.RetryAfter == 0 {
+		d.RetryAfter = n.interval // the counter has room, lent out until the next round
+	}
+	return d
+}
+
+// Receive takes node from's reports of counters this node owns: it
+// charges the new hits and notes releases and wants for the next
+// broadcast. A report that does not validate is logged and skipped.
+func (n *Node) Receive(from string, reports []*pb.GlobalReport) {
+	now := n.now()
+	for _, rep := range reports {
+		r, err := n.validate(rep.GetItem(), now)
+		if err != nil {
+			n.log.Warn("invalid GLOBAL report from a peer", "from", from, "err", err)
+			continue
+		}
+		k := key{r.Name, r.Key}
+		sh := n.shard(k)
+		sh.mu.Lock()
+		n.receive(sh, k, &r, from, rep)
+		sh.mu.Unlock()
+	}
+}
+
+// receive applies one report. sh.mu is held.
+func (n *Node) receive(sh *shard, k key, r *limiter.Request, from string, rep *pb.GlobalReport) {
+	l := sh.lease(k, r)
+	nl := l.nodes[from]
+	switch {
+	case nl == nil || (rep.Epoch > nl.epoch && !rep.Release):
+		// A new account (the node forgot the old one, or this owner did):
+		// what the node says was charged already is not charged again, and
+		// the old account's grant is no longer reserved.
+		nl = &nodeLease{received: rep.Acked, granted: rep.Acked, epoch: rep.Epoch}
+		l.nodes[from] = nl
+	case rep.Epoch < nl.epoch:
+		return // from an account that has been replaced
+	}
+	if delta := rep.Admitted - nl.received; delta > 0 {
+		r.Hits = delta
+		n.store.Charge(r)
+		nl.received = rep.Admitted
+	}
+	if rep.Release && rep.Epoch > nl.epoch {
+		nl.epoch = rep.Epoch
+		nl.granted = rep.Admitted
+	}
+	nl.want = nl.want || rep.Want
+	sh.dirty[k] = struct{}{}
+}
+
+// Broadcast hands the remaining hits of every owned counter that changed
+// since the last round out as grants to the nodes that want them, and
+// sends every node the new grants and state.
+func (n *Node) Broadcast(ctx context.Context) {
+	r := n.cluster.Ring()
+	members := int64(max(1, r.Len()))
+	now := n.now()
+	self := n.cluster.LocalMember().Name
+	inRing := map[string]bool{}
+	for _, m := range r.Members() {
+		inRing[m.Name] = true
+	}
+	var states []*pb.GlobalState
+	for i := range n.shards {
+		sh := &n.shards[i]
+		sh.mu.Lock()
+		// Forget the accounts of nodes no longer in the cluster; leases
+		// with nothing lent and nothing asked that saw no check this
+		// round; and leases of counters this node no longer owns (their
+		// nodes start afresh with the new owner).
+		for k, l := range sh.leases {
+			for name := range l.nodes {
+				if !inRing[name] {
+					delete(l.nodes, name) // a node that left or died uses no grant
+				}
+			}
+			_, busy := sh.dirty[k]
+			owner, ok := r.Owner(k.key)
+			if (ok && owner.Name != self) || (!busy && l.outstanding() == 0 && !l.wanted()) {
+				delete(sh.leases, k)
+				delete(sh.dirty, k)
+			}
+		}
+		for k := range sh.dirty {
+			delete(sh.dirty, k)
+			if l := sh.leases[k]; l != nil {
+				states = append(states, n.state(k, l, members, now))
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if len(states) == 0 {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, m := range r.Members() {
+		if m.Name == self {
+			continue
+		}
+		wg.Go(func() {
+			if err := n.peers.UpdateGlobals(ctx, m.PeerAddr, states); err != nil {
+				n.metrics.sendErrors.Inc()
+				n.log.Warn("GLOBAL state not sent", "member", m.Name, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// state lends what l's counter has left and returns the broadcast of its
+// grants and state. The shard's lock is held.
+func (n *Node) state(k key, l *lease, members int64, now time.Time) *pb.GlobalState {
+	peek := l.req
+	peek.Now = now
+	counter := n.store.Check(&peek)
+	l.grant(counter.Remaining, members)
+	one := peek
+	one.Hits = 1
+	st := &pb.GlobalState{
+		Name: k.name, Key: k.key, Limit: l.req.Limit.Count, Members: members,
+		Remaining:    max(0, counter.Remaining-l.outstanding()),
+		ResetTimeMs:  now.Add(counter.ResetAfter).UnixMilli(),
+		RetryAfterMs: max(0, n.store.Check(&one).RetryAfter.Milliseconds()),
+	}
+	for name, nl := range l.nodes {
+		st.Grants = append(st.Grants, &pb.GlobalGrant{Node: name, Granted: nl.granted, Epoch: nl.epoch})
+	}
+	return st
+}
+
+// grant lends what remains of the counter, less what is lent already, to
+// the nodes that want it: each gets at most an equal share of members, so
+// that one busy node cannot take everything, and at least one hit while
+// any remains.
+func (l *lease) grant(remaining, members int64) {
+	avail := remaining - l.outstanding()
+	var wanting []string
+	for name, nl := range l.nodes {
+		if nl.want {
+			wanting = append(wanting, name)
+		}
+	}
+	slices.Sort(wanting)
+	part := max(1, avail/members)
+	for _, name := range wanting {
+		nl := l.nodes[name]
+		give := min(part, max(0, avail))
+		nl.granted = max(nl.granted, nl.received) + give
+		avail -= give
+		nl.want = false
+	}
+}

@@ -1,0 +1,276 @@
+// Package handoff moves counters to their new owner when the ring
+// changes, so that scaling out, a rolling restart or a node's shutdown
+// does not reset limits.
+//
+// Each node sends the counters it holds for keys it no longer owns to
+// their owner, which merges them (the more charged state wins; merging
+// never refills). A counter travels as limiter.Counter's versioned record.
+// The receiver validates every record as strictly as the public API
+// validates a check, and answers per counter which it refused and why; the
+// sender keeps those, logs and counts them, and offers them again at the
+// next ring change. Nothing is dropped silently.
+package handoff
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// MaxBatch is the most counters sent in one HandOff RPC.
+const MaxBatch = 1000
+
+// Store is what hand-off needs of the counter store: *limiter.Store.
+type Store interface {
+	// Extract removes and yields the counters whose key move accepts.
+	Extract(move func(key string) bool) iter.Seq[limiter.Counter]
+	// Restore puts counters back that could not be handed off.
+	Restore(cs []limiter.Counter)
+	// Merge validates c and folds it into the store.
+	Merge(c limiter.Counter, now time.Time, skew time.Duration) error
+}
+
+// Membership is what hand-off needs of the cluster.
+type Membership interface {
+	Ring() *ring.Ring
+	LocalMember() ring.Member
+}
+
+// Peers sends counters to their new owner: package peer's Pool. It returns
+// the owner's refusals, by index into counters.
+type Peers interface {
+	HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) ([]*pb.Refusal, error)
+}
+
+// Config configures a Node. Store, Cluster and MaxClockSkew are required;
+// Peers is needed once the cluster has other members.
+type Config struct {
+	Store   Store
+	Cluster Membership
+	Peers   Peers
+	// MaxClockSkew bounds how far past this node's clock a received
+	// counter's times may lie.
+	MaxClockSkew time.Duration
+	// Now is the clock received counters are validated against; nil means
+	// time.Now.
+	Now func() time.Time
+	// Logger receives a line per hand-off and per refused batch; nil
+	// discards them.
+	Logger *slog.Logger
+	// Registerer receives the hand-off metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Node is one node's side of hand-off: sending counters it no longer owns,
+// receiving those it now owns. It is safe for concurrent use; Run hands
+// off after every ring change.
+type Node struct {
+	store   Store
+	cluster Membership
+	peers   Peers
+	skew    time.Duration
+	now     func() time.Time
+	log     *slog.Logger
+	metrics metrics
+
+	changed chan struct{} // cap 1: coalesces bursts of changes
+	mu      sync.Mutex    // one hand-off at a time
+}
+
+// New returns a Node. It starts nothing.
+func New(conf Config) *Node {
+	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, skew: conf.MaxClockSkew,
+		now: conf.Now, log: conf.Logger, metrics: newMetrics(conf.Registerer), changed: make(chan struct{}, 1)}
+	if n.now == nil {
+		n.now = time.Now
+	}
+	if n.log == nil {
+		n.log = slog.New(slog.DiscardHandler)
+	}
+	return n
+}
+
+// RingChanged tells the node that the ring changed, so that Run hands off
+// the counters it no longer owns. It never blocks.
+func (n *Node) RingChanged() {
+	select {
+	case n.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Run hands off after every ring change until ctx ends.
+func (n *Node) Run(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-n.changed:
+			n.HandOff(ctx)
+		}
+	}
+}
+
+// tally is what one HandOff did, for its log line.
+type tally struct{ sent, refused, kept int }
+
+// HandOff sends every counter this node holds but does not own under the
+// current ring to its owner, and returns how many the owners took.
+// Counters an owner refused, and those whose owner cannot be reached, stay
+// here. A node shutting down calls it after leaving the cluster, when it
+// owns nothing.
+func (n *Node) HandOff(ctx context.Context) int {
+	// One hand-off at a time: the one at shutdown must not find nothing to
+	// do because the loop's is still in flight with the counters.
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r := n.cluster.Ring()
+	self := n.cluster.LocalMember().Name
+	start := time.Now()
+	var t tally
+	batches := map[string][]limiter.Counter{}
+	failed := false
+	// One pass over the store; a failure stops it, and what it has not
+	// reached stays for the next ring change.
+	for c := range n.store.Extract(func(key string) bool {
+		owner, ok := r.Owner(key)
+		return ok && owner.Name != self
+	}) {
+		owner, _ := r.Owner(c.Key)
+		batch := append(batches[owner.Name], c)
+		if len(batch) < MaxBatch {
+			batches[owner.Name] = batch
+			continue
+		}
+		delete(batches, owner.Name)
+		if !n.send(ctx, owner, batch, &t) || ctx.Err() != nil {
+			failed = true
+			break
+		}
+	}
+	for _, batch := range batches {
+		owner, _ := r.Owner(batch[0].Key)
+		if failed || ctx.Err() != nil {
+			n.store.Restore(batch)
+			t.kept += len(batch)
+			continue
+		}
+		failed = !n.send(ctx, owner, batch, &t)
+	}
+	if t != (tally{}) {
+		n.log.Info("handed off counters", "sent", t.sent, "refused", t.refused, "kept", t.kept, "took", time.Since(start))
+	}
+	return t.sent
+}
+
+// send sends cs to owner and puts back into the store whatever owner did
+// not take. It reports false if owner could not be asked.
+func (n *Node) send(ctx context.Context, owner ring.Member, cs []limiter.Counter, t *tally) bool {
+	states := make([]*pb.CounterState, len(cs))
+	for i := range cs {
+		// The store's counters were made by valid checks, so they encode;
+		// an empty record would come back refused, and be kept.
+		b, _ := cs[i].AppendBinary(nil)
+		states[i] = &pb.CounterState{Counter: b}
+	}
+	refusals, err := n.peers.HandOff(ctx, owner.PeerAddr, n.cluster.LocalMember().Name, states)
+	if err != nil {
+		n.log.Warn("hand-off failed; keeping the counters", "owner", owner.Name, "counters", len(cs), "err", err)
+		n.store.Restore(cs)
+		t.kept += len(cs)
+		return false
+	}
+	if len(refusals) > 0 {
+		kept := make([]limiter.Counter, len(refusals))
+		reasons := map[string]int{}
+		for i, r := range refusals {
+			kept[i] = cs[r.GetIndex()] // peer.Pool checked the indexes
+			reason := reasonLabel(r.GetReason())
+			reasons[reason]++
+			n.metrics.refused.WithLabelValues("sent", reason).Inc()
+		}
+		n.store.Restore(kept)
+		n.log.Warn("hand-off: the new owner refused counters; keeping them", "owner", owner.Name,
+			"refused", len(refusals), "of", len(cs), "reasons", reasons, "first", refusals[0].GetDetail())
+		t.refused += len(refusals)
+	}
+	accepted := len(cs) - len(refusals)
+	t.sent += accepted
+	n.metrics.counters.WithLabelValues("sent").Add(float64(accepted))
+	return true
+}
+
+// Receive merges counters another node no longer owns into this node's
+// store, validating each against this node's clock and MaxClockSkew, and
+// returns a Refusal for each it did not take: a record or state of an
+// unknown version, or one that does not decode or is impossible for its
+// limit. Refusals are logged (once per call) and counted.
+func (n *Node) Receive(from string, counters []*pb.CounterState) []*pb.Refusal {
+	now := n.now()
+	var refused []*pb.Refusal
+	for i, cs := range counters {
+		var c limiter.Counter
+		err := c.UnmarshalBinary(cs.GetCounter())
+		if err == nil {
+			err = n.store.Merge(c, now, n.skew)
+		}
+		if err != nil {
+			r := &pb.Refusal{Index: int32(i), Reason: pb.Refusal_UNAVAILABLE, Detail: err.Error()}
+			switch {
+			case errors.Is(err, limiter.ErrUnknownVersion):
+				r.Reason = pb.Refusal_UNKNOWN_VERSION
+			case errors.Is(err, limiter.ErrBadCounter):
+				r.Reason = pb.Refusal_INVALID
+			}
+			n.metrics.refused.WithLabelValues("received", reasonLabel(r.Reason)).Inc()
+			refused = append(refused, r)
+		}
+	}
+	if len(refused) > 0 {
+		n.log.Warn("hand-off: counters refused", "from", from, "refused", len(refused), "of", len(counters),
+			"first", refused[0].GetDetail())
+	}
+	n.metrics.counters.WithLabelValues("received").Add(float64(len(counters) - len(refused)))
+	return refused
+}
+
+// reasonLabel is a refusal reason as a metric label, e.g. "invalid".
+func reasonLabel(r pb.Refusal_Reason) string { return strings.ToLower(r.String()) }
+
+type metrics struct {
+	counters *prometheus.CounterVec
+	refused  *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) metrics {
+	m := metrics{
+		counters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringlimit_handoff_counters_total",
+			Help: "Counters handed to their new owner after a ring change and taken (direction=sent) or taken over from another node (direction=received).",
+		}, []string{"direction"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringlimit_handoff_refused_total",
+			Help: "Handed-off counters the new owner refused, by reason (unknown_version, invalid, unavailable): direction=sent counts this node's counters refused (and kept here), direction=received the counters this node refused.",
+		}, []string{"direction", "reason"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.counters, m.refused)
+	}
+	for _, direction := range []string{"sent", "received"} {
+		m.counters.WithLabelValues(direction) // exported as 0 before the first hand-off
+		for _, reason := range []pb.Refusal_Reason{pb.Refusal_UNKNOWN_VERSION, pb.Refusal_INVALID, pb.Refusal_UNAVAILABLE} {
+			m.refused.WithLabelValues(direction, reasonLabel(reason))
+		}
+	}
+	return m
+}

@@ -1,0 +1,171 @@
+package limiter
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algorithms"
+)
+
+// The bounds of a counter's identity: the public API's bounds on a
+// check's name and key (service.MaxNameLen and MaxKeyLen, kept equal by a
+// test), so that no counter can cross a port that a check could not
+// create.
+const (
+	MaxNameLen = 256
+	MaxKeyLen  = 1024
+)
+
+// CounterVersion is the format version a Counter record starts with. Any
+// change to the record's layout (see AppendBinary) is a new version; the
+// algorithm state inside has its own (algorithms.StateVersion).
+const CounterVersion = 1
+
+var (
+	// ErrBadCounter reports a Counter record that does not decode, or a
+	// counter whose name, key, limit, time or state is impossible.
+	ErrBadCounter = errors.New("bad counter")
+	// ErrUnknownVersion reports a record, or the state inside it, in a
+	// format version this build does not know. It is
+	// algorithms.ErrUnknownVersion, so one errors.Is answers for both.
+	ErrUnknownVersion = algorithms.ErrUnknownVersion
+)
+
+// Counter is one counter's whole state as a value: the form in which
+// counters leave the store (Counters, Extract), cross the network on
+// hand-off and come back in (Merge). Replicas and snapshots will use it
+// too. Its binary form is versioned (see AppendBinary).
+type Counter struct {
+	Name, Key string
+	Algorithm Algorithm
+	// Limit is the limit the counter was last evaluated with: State is
+	// valid under it.
+	Limit algorithms.Limit
+	// Last is the latest time the counter was evaluated at, Unix ns.
+	Last int64
+	// State is the algorithm state in its own versioned encoding
+	// (algorithms' AppendBinary; see algorithms/CODEC.md).
+	State []byte
+}
+
+// counterFixed is the bytes of a record besides name, key and state.
+const counterFixed = 1 + 1 + 2 + 2 + 4*8
+
+// AppendBinary appends c's record (encoding.BinaryAppender), all integers
+// little-endian:
+//
+//	offset      size  field
+//	0           1     version (CounterVersion)
+//	1           1     algorithm (algorithms.Kind)
+//	2           2     len(Name), uint16, 1..MaxNameLen
+//	4           n     Name
+//	4+n         2     len(Key), uint16, 1..MaxKeyLen
+//	6+n         k     Key
+//	6+n+k       8     Limit.Count, int64
+//	14+n+k      8     Limit.Period, ns, int64
+//	22+n+k      8     Limit.Burst, int64
+//	30+n+k      8     Last, Unix ns, int64
+//	38+n+k      rest  State
+//
+// It refuses a name or key out of bounds, which no decoder would accept.
+func (c *Counter) AppendBinary(b []byte) ([]byte, error) {
+	if err := c.checkID(); err != nil {
+		return b, err
+	}
+	b = append(b, CounterVersion, byte(c.Algorithm))
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(c.Name)))
+	b = append(b, c.Name...)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(c.Key)))
+	b = append(b, c.Key...)
+	for _, w := range [...]int64{c.Limit.Count, int64(c.Limit.Period), c.Limit.Burst, c.Last} {
+		b = binary.LittleEndian.AppendUint64(b, uint64(w))
+	}
+	return append(b, c.State...), nil
+}
+
+// UnmarshalBinary decodes AppendBinary's record into c. It refuses another
+// version (ErrUnknownVersion), an unknown algorithm, a name or key out of
+// bounds and a record too short for its lengths (ErrBadCounter). It copies
+// what it keeps, so data may be reused. It checks neither the limit nor
+// the state: Store.Merge does.
+func (c *Counter) UnmarshalBinary(data []byte) error {
+	if len(data) < counterFixed {
+		return fmt.Errorf("counter record of %d bytes, shorter than the %d fixed ones: %w", len(data), counterFixed, ErrBadCounter)
+	}
+	if data[0] != CounterVersion {
+		return fmt.Errorf("counter record version %d, this build reads %d: %w", data[0], CounterVersion, ErrUnknownVersion)
+	}
+	d := Counter{Algorithm: Algorithm(data[1])}
+	rest := data[2:]
+	var ok bool
+	if d.Name, rest, ok = lengthPrefixed(rest); !ok {
+		return fmt.Errorf("counter record: name runs past the end: %w", ErrBadCounter)
+	}
+	if d.Key, rest, ok = lengthPrefixed(rest); !ok {
+		return fmt.Errorf("counter record: key runs past the end: %w", ErrBadCounter)
+	}
+	if len(rest) < 4*8 {
+		return fmt.Errorf("counter record: %d bytes after the key, want at least %d: %w", len(rest), 4*8, ErrBadCounter)
+	}
+	word := func(i int) int64 { return int64(binary.LittleEndian.Uint64(rest[8*i:])) }
+	d.Limit = algorithms.Limit{Count: word(0), Period: time.Duration(word(1)), Burst: word(2)}
+	d.Last = word(3)
+	d.State = append([]byte(nil), rest[4*8:]...)
+	if err := d.checkID(); err != nil {
+		return err
+	}
+	*c = d
+	return nil
+}
+
+// lengthPrefixed splits a uint16-length-prefixed string off b.
+func lengthPrefixed(b []byte) (s string, rest []byte, ok bool) {
+	if len(b) < 2 {
+		return "", b, false
+	}
+	n := int(binary.LittleEndian.Uint16(b))
+	if len(b) < 2+n {
+		return "", b, false
+	}
+	return string(b[2 : 2+n]), b[2+n:], true
+}
+
+// checkID checks c's algorithm, name and key against the public API's
+// bounds.
+func (c *Counter) checkID() error {
+	switch {
+	case !c.Algorithm.Valid():
+		return fmt.Errorf("counter algorithm %d: unknown: %w", uint8(c.Algorithm), ErrBadCounter)
+	case c.Name == "" || len(c.Name) > MaxNameLen:
+		return fmt.Errorf("counter name of %d bytes, want 1..%d: %w", len(c.Name), MaxNameLen, ErrBadCounter)
+	case strings.IndexByte(c.Name, 0) >= 0:
+		return fmt.Errorf("counter name holds a NUL byte: %w", ErrBadCounter)
+	case c.Key == "" || len(c.Key) > MaxKeyLen:
+		return fmt.Errorf("counter key of %d bytes, want 1..%d: %w", len(c.Key), MaxKeyLen, ErrBadCounter)
+	}
+	return nil
+}
+
+// validate checks everything about c that does not need its decoded
+// state: its identity, its limit (as the public API would: valid, and for
+// a sliding log no more than algorithms.MaxSlidingLogLimit) and that Last
+// is not negative nor after now+skew.
+func (c *Counter) validate(now time.Time, skew time.Duration) error {
+	if err := c.checkID(); err != nil {
+		return err
+	}
+	err := c.Limit.Validate()
+	if c.Algorithm == SlidingLog {
+		err = algorithms.ValidateSlidingLog(c.Limit)
+	}
+	if err != nil {
+		return fmt.Errorf("counter limit: %w: %w", ErrBadCounter, err)
+	}
+	if horizon := now.Add(max(skew, 0)).UnixNano(); c.Last < 0 || c.Last > horizon {
+		return fmt.Errorf("counter last evaluated at %d, outside [0, now+skew = %d]: %w", c.Last, horizon, ErrBadCounter)
+	}
+	return nil
+}

@@ -1,0 +1,127 @@
+package limiter
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algorithms"
+)
+
+// TestCounterGolden pins the record layout. If it fails, the layout
+// changed: bump CounterVersion, then update these bytes and the layout in
+// AppendBinary's doc.
+func TestCounterGolden(t *testing.T) {
+	if CounterVersion != 1 {
+		t.Fatalf("CounterVersion = %d: update the golden bytes to the new layout", CounterVersion)
+	}
+	c := Counter{Name: "api", Key: "u:1", Algorithm: FixedWindow,
+		Limit: algorithms.Limit{Count: 10, Period: time.Second, Burst: 2}, Last: 0x0102030405060708,
+		State: []byte{0xaa, 0xbb}}
+	want := "01" + "03" + "0300" + hex.EncodeToString([]byte("api")) + "0300" + hex.EncodeToString([]byte("u:1")) +
+		"0a00000000000000" + "00ca9a3b00000000" + "0200000000000000" + "0807060504030201" + "aabb"
+	b, err := c.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hex.EncodeToString(b); got != want {
+		t.Errorf("AppendBinary = %s, want %s", got, want)
+	}
+}
+
+func TestCounterRoundTrip(t *testing.T) {
+	c := Counter{Name: strings.Repeat("n", MaxNameLen), Key: strings.Repeat("k", MaxKeyLen), Algorithm: SlidingLog,
+		Limit: algorithms.Limit{Count: 3, Period: time.Minute}, Last: 42, State: []byte{1, 5, 0, 0, 0, 0}}
+	b, err := c.AppendBinary([]byte("prefix"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Counter
+	if err := got.UnmarshalBinary(b[len("prefix"):]); err != nil {
+		t.Fatal(err)
+	}
+	if got.Name != c.Name || got.Key != c.Key || got.Algorithm != c.Algorithm || got.Limit != c.Limit ||
+		got.Last != c.Last || !bytes.Equal(got.State, c.State) {
+		t.Errorf("round trip gave %+v, want %+v", got, c)
+	}
+}
+
+func TestCounterRefuses(t *testing.T) {
+	good := Counter{Name: "api", Key: "k", Algorithm: GCRA, Limit: algorithms.Limit{Count: 1, Period: time.Second}}
+	b, err := good.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want error
+	}{
+		{"empty", nil, ErrBadCounter},
+		{"version 2", append([]byte{2}, b[1:]...), ErrUnknownVersion},
+		{"unknown algorithm", append([]byte{1, 6}, b[2:]...), ErrBadCounter},
+		{"truncated", b[:len(b)-1], ErrBadCounter},
+		{"name longer than the record", append([]byte{1, 1, 0xff, 0xff}, b[4:]...), ErrBadCounter},
+		{"empty name", append([]byte{1, 1, 0, 0}, b[7:]...), ErrBadCounter},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c Counter
+			if err := c.UnmarshalBinary(tc.data); !errors.Is(err, tc.want) {
+				t.Errorf("UnmarshalBinary(%x) = %v, want %v", tc.data, err, tc.want)
+			}
+		})
+	}
+	for _, c := range []Counter{
+		{Name: strings.Repeat("n", MaxNameLen+1), Key: "k"},
+		{Name: "n", Key: strings.Repeat("k", MaxKeyLen+1)},
+		{Name: "n", Key: "k", Algorithm: NumAlgorithms},
+	} {
+		if _, err := c.AppendBinary(nil); !errors.Is(err, ErrBadCounter) {
+			t.Errorf("AppendBinary(name %d bytes, key %d bytes, %s) = %v, want ErrBadCounter", len(c.Name), len(c.Key), c.Algorithm, err)
+		}
+	}
+}
+
+// FuzzCounter feeds arbitrary bytes to the record decoder and, when they
+// decode, to Merge: nothing panics, errors wrap the sentinels, a decoded
+// record encodes back to the same bytes, and a refused counter is not
+// stored.
+func FuzzCounter(f *testing.F) {
+	for _, c := range []Counter{
+		{Name: "api", Key: "k", Algorithm: TokenBucket, Limit: algorithms.Limit{Count: 1, Period: time.Second},
+			Last: t0.UnixNano(), State: []byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+		{Name: "api", Key: "k", Algorithm: SlidingLog, Limit: algorithms.Limit{Count: 1, Period: time.Second},
+			Last: t0.UnixNano(), State: []byte{1, 5, 0, 0, 0, 0}},
+	} {
+		b, err := c.AppendBinary(nil)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var c Counter
+		if err := c.UnmarshalBinary(data); err != nil {
+			if !errors.Is(err, ErrBadCounter) && !errors.Is(err, ErrUnknownVersion) {
+				t.Fatalf("UnmarshalBinary error %v wraps no sentinel", err)
+			}
+			return
+		}
+		if b, err := c.AppendBinary(nil); err != nil || !bytes.Equal(b, data) {
+			t.Fatalf("decoded %x, re-encoded %x, %v", data, b, err)
+		}
+		s := New(Config{})
+		err := s.Merge(c, t0, time.Minute)
+		switch {
+		case err != nil && !errors.Is(err, ErrBadCounter) && !errors.Is(err, ErrUnknownVersion):
+			t.Fatalf("Merge error %v wraps no sentinel", err)
+		case err != nil && s.Len() != 0:
+			t.Fatalf("refused counter stored: %v", err)
+		case err == nil && s.Len() != 1:
+			t.Fatalf("accepted counter not stored")
+		}
+	})
+}

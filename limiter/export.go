@@ -1,0 +1,193 @@
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"iter"
+	"strings"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Counters yields a copy of every counter the store holds, without taking
+// any: it copies one shard's counters under that shard's lock, then yields
+// them with no lock held, so a slow consumer delays no check. Counters
+// changed or added after their shard was copied may be missed or seen as
+// they were; it suits replication and snapshots, which run again.
+//
+// This is where replication (the durability issue) will read "changed
+// since the last replication": a per-entry mark (see entry) that this walk
+// reads and clears under the shard's lock.
+func (s *Store) Counters() iter.Seq[Counter] {
+	return s.walk(func(a Algorithm, t counters, out []Counter) []Counter {
+		return t.snapshot(a, out)
+	}, nil)
+}
+
+// Extract yields, and removes from the store, every counter whose key move
+// accepts, for hand-off to their new owner. It walks the store once,
+// calling move once per counter: it takes one shard's counters under its
+// lock and yields them with no lock held. If the consumer stops early, the
+// counters taken from the current shard but not yet yielded are put back;
+// what was yielded is the consumer's (put it back with Restore if it
+// cannot be delivered).
+func (s *Store) Extract(move func(key string) bool) iter.Seq[Counter] {
+	return s.walk(func(a Algorithm, t counters, out []Counter) []Counter {
+		n := len(out)
+		out = t.extract(a, move, out)
+		s.held.Add(-int64(len(out) - n))
+		return out
+	}, s.Restore)
+}
+
+// walk yields, shard by shard, the counters collect appends for each table
+// under the shard's lock, yielding them with no lock held. If the consumer
+// stops early, stopped (if not nil) gets the shard's counters not yielded.
+func (s *Store) walk(collect func(a Algorithm, t counters, out []Counter) []Counter, stopped func([]Counter)) iter.Seq[Counter] {
+	return func(yield func(Counter) bool) {
+		var buf []Counter
+		for i := range s.shards {
+			sh := &s.shards[i]
+			sh.mu.Lock()
+			buf = buf[:0]
+			for a, t := range sh.tables {
+				buf = collect(Algorithm(a), t, buf)
+			}
+			sh.mu.Unlock()
+			for j, c := range buf {
+				if !yield(c) {
+					if stopped != nil {
+						stopped(buf[j+1:])
+					}
+					return
+				}
+			}
+		}
+	}
+}
+
+// Merge takes c, which came from another node, into the store, unless it
+// is invalid: its record (name and key bounds, a known algorithm), its
+// limit (valid, and within algorithms.MaxSlidingLogLimit for a sliding
+// log), its Last (not after now+skew) and its state (it decodes, and is
+// possible for its algorithm under c.Limit at now, allowing skew) are all
+// checked first, and a counter that fails any check is refused, with an
+// error wrapping ErrBadCounter or ErrUnknownVersion, and changes nothing.
+// A new counter is inserted; an existing one keeps the more charged of the
+// two states, so that merging never refills a counter.
+func (s *Store) Merge(c Counter, now time.Time, skew time.Duration) error {
+	if err := c.validate(now, skew); err != nil {
+		return err
+	}
+	sh := s.shard(c.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := sh.tables[c.Algorithm]
+	if err := t.validate(&c, now, skew); err != nil {
+		return err
+	}
+	return t.merge(s, sh, &c)
+}
+
+// Restore puts back counters that this store yielded (from Extract) but
+// that could not be delivered, merging each with any counter made for the
+// same key since. Unlike Merge, it trusts them to be possible: they are
+// this store's own. (One whose algorithm or state does not even decode,
+// which Extract never yields, is skipped.)
+func (s *Store) Restore(cs []Counter) {
+	for i := range cs {
+		c := &cs[i]
+		if !c.Algorithm.Valid() {
+			continue
+		}
+		sh := s.shard(c.Key)
+		sh.mu.Lock()
+		_ = sh.tables[c.Algorithm].merge(s, sh, c)
+		sh.mu.Unlock()
+	}
+}
+
+// stateError wraps an error decoding or validating a counter's state: an
+// unknown state version stays ErrUnknownVersion, anything else is a bad
+// counter.
+func stateError(err error) error {
+	if errors.Is(err, ErrUnknownVersion) {
+		return fmt.Errorf("counter state: %w", err)
+	}
+	return fmt.Errorf("counter state: %w: %w", ErrBadCounter, err)
+}
+
+// counter returns the counter at idx as a Counter of algorithm a. It fails
+// only for a state its codec refuses to encode (a sliding log of more than
+// algorithms.MaxSlidingLogLimit entries).
+func (t *table[S, P]) counter(a Algorithm, idx int32) (Counter, error) {
+	e := &t.entries[idx]
+	state, err := P(&e.state).AppendBinary(nil)
+	name, key, _ := strings.Cut(e.id, "\x00")
+	return Counter{Name: name, Key: key, Algorithm: a, Limit: e.limit, Last: e.last, State: state}, err
+}
+
+func (t *table[S, P]) snapshot(a Algorithm, out []Counter) []Counter {
+	for idx := t.head; idx >= 0; idx = t.entries[idx].next {
+		if c, err := t.counter(a, idx); err == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// extract appends to out, and removes, the counters whose key move
+// accepts. A counter that cannot be encoded stays.
+func (t *table[S, P]) extract(a Algorithm, move func(key string) bool, out []Counter) []Counter {
+	for idx := t.head; idx >= 0; {
+		e := &t.entries[idx]
+		next := e.next
+		_, key, _ := strings.Cut(e.id, "\x00")
+		if move(key) {
+			if c, err := t.counter(a, idx); err == nil {
+				out = append(out, c)
+				t.remove(idx, fold(xxhash.Sum64String(e.id)))
+			}
+		}
+		idx = next
+	}
+	return out
+}
+
+// validate decodes c's state and checks it is possible under c.Limit.
+func (t *table[S, P]) validate(c *Counter, now time.Time, skew time.Duration) error {
+	var s S
+	if err := P(&s).UnmarshalBinary(c.State); err != nil {
+		return stateError(err)
+	}
+	if err := P(&s).Validate(now, c.Limit, skew); err != nil {
+		return stateError(err)
+	}
+	return nil
+}
+
+// merge folds c's state into its counter in t, part of shard sh of store,
+// inserting it if new; the counter keeps the more charged state, the later
+// Last and the limit of the later evaluation. A state that does not decode
+// changes nothing. sh.mu is held.
+func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter) error {
+	var s S
+	if err := P(&s).UnmarshalBinary(c.State); err != nil {
+		return stateError(err)
+	}
+	id, hash := sh.counterID(&Request{Name: c.Name, Key: c.Key})
+	idx := t.find(id, hash)
+	if idx < 0 {
+		store.makeRoom(sh, t, c.Last)
+		idx = t.insert(id, hash, c.Last)
+		store.held.Add(1)
+	}
+	e := &t.entries[idx]
+	P(&e.state).Merge(s)
+	if c.Last >= e.last {
+		e.limit = c.Limit
+	}
+	e.last = max(e.last, c.Last)
+	return nil
+}

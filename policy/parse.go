@@ -1,0 +1,412 @@
+package policy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/ringlimit/ringlimit/algorithms"
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+// MaxFileSize bounds one policy file, so that a stray file in the
+// directory cannot make a node read gigabytes.
+const MaxFileSize = 4 << 20
+
+// MaxDepth bounds the nesting of descriptors (Envoy sends a handful of
+// entries; ratelimit sets no bound).
+const MaxDepth = 32
+
+// Error is a configuration error: it names the file, the line and the
+// field (a path such as "descriptors[1].rate_limit.unit"). Any Error
+// rejects the whole file, and a reload keeps the policies in force.
+type Error struct {
+	File   string
+	Line   int
+	Field  string
+	Reason string
+}
+
+func (e *Error) Error() string {
+	field := e.Field
+	if field == "" {
+		field = "(document)"
+	}
+	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, field, e.Reason)
+}
+
+// MaxDescriptors bounds the descriptors of one file. YAML aliases can
+// make a small file name exponentially many; this keeps loading linear.
+const MaxDescriptors = 100_000
+
+// parser builds domains from one file's documents.
+type parser struct {
+	file  string
+	set   *Set
+	count int // descriptors parsed
+}
+
+// parse adds the domains of data (one per YAML document) to p.set.
+func (p *parser) parse(data []byte) error {
+	if len(data) > MaxFileSize {
+		return &Error{File: p.file, Line: 1, Reason: fmt.Sprintf("file larger than %d bytes", MaxFileSize)}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	docs := 0
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return p.syntaxError(err)
+		}
+		if len(doc.Content) == 0 || isNull(doc.Content[0]) {
+			continue // an empty document, e.g. after a trailing ---
+		}
+		docs++
+		if err := p.domain(doc.Content[0]); err != nil {
+			return err
+		}
+	}
+	if docs == 0 {
+		return &Error{File: p.file, Line: 1, Field: "domain", Reason: "missing: the file has no document"}
+	}
+	return nil
+}
+
+var lineRE = regexp.MustCompile(`line (\d+)`)
+
+// syntaxError turns a YAML syntax error into an Error with its line.
+func (p *parser) syntaxError(err error) error {
+	line := 1
+	if m := lineRE.FindStringSubmatch(err.Error()); m != nil {
+		line, _ = strconv.Atoi(m[1])
+	}
+	return &Error{File: p.file, Line: line, Reason: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+}
+
+func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) error {
+	return &Error{File: p.file, Line: n.Line, Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
+
+// deref follows an alias to its anchor.
+func deref(n *yaml.Node) *yaml.Node {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		return n.Alias
+	}
+	return n
+}
+
+// fields calls set for every key of mapping n, in order. A key not in
+// known is an error, as in ratelimit; so is a repeated key.
+func (p *parser) fields(n *yaml.Node, path string, known []string, set func(key string, v *yaml.Node) error) error {
+	n = deref(n)
+	if n.Kind != yaml.MappingNode {
+		return p.errorf(n, path, "want a mapping, got %s", kindName(n))
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := deref(n.Content[i]), deref(n.Content[i+1])
+		if k.Kind != yaml.ScalarNode {
+			return p.errorf(k, path, "a key must be a string, got %s", kindName(k))
+		}
+		field := join(path, k.Value)
+		if !contains(known, k.Value) {
+			return p.errorf(k, field, "unknown key (want one of %s)", strings.Join(known, ", "))
+		}
+		if seen[k.Value] {
+			return p.errorf(k, field, "repeated key")
+		}
+		seen[k.Value] = true
+		if err := set(k.Value, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func join(path, field string) string {
+	if path == "" {
+		return field
+	}
+	return path + "." + field
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if isNull(n) {
+			return "null"
+		}
+		return "a scalar"
+	}
+	return "an alias"
+}
+
+// scalar returns n's text; any scalar works, as in ratelimit where
+// `value: 123` is the string "123". Null is the empty string.
+func (p *parser) scalar(n *yaml.Node, field string) (string, error) {
+	if n.Kind != yaml.ScalarNode {
+		return "", p.errorf(n, field, "want a string, got %s", kindName(n))
+	}
+	if isNull(n) {
+		return "", nil
+	}
+	return n.Value, nil
+}
+
+func (p *parser) boolean(n *yaml.Node, field string) (bool, error) {
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
+		return false, p.errorf(n, field, "want true or false, got %q", n.Value)
+	}
+	return b, nil
+}
+
+func (p *parser) uint(n *yaml.Node, field string, most uint64) (uint64, error) {
+	var u uint64
+	if n.Kind != yaml.ScalarNode || n.Decode(&u) != nil || u > most {
+		return 0, p.errorf(n, field, "want a whole number from 0 to %d, got %q", most, n.Value)
+	}
+	return u, nil
+}
+
+// list calls each for every element of sequence n (null is empty).
+func (p *parser) list(n *yaml.Node, path string, each func(i int, v *yaml.Node) error) error {
+	if isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return p.errorf(n, path, "want a list, got %s", kindName(n))
+	}
+	for i, v := range n.Content {
+		if err := each(i, deref(v)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// domain adds the domain of document n to p.set.
+func (p *parser) domain(n *yaml.Node) error {
+	var name string
+	var descs *yaml.Node
+	err := p.fields(n, "", []string{"domain", "descriptors"}, func(key string, v *yaml.Node) (err error) {
+		if key == "domain" {
+			name, err = p.scalar(v, "domain")
+			return err
+		}
+		descs = v
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	switch {
+	case name == "":
+		return p.errorf(n, "domain", "missing or empty")
+	case p.set.domains[name] != nil:
+		return p.errorf(n, "domain", "domain %q is defined twice", name)
+	}
+	root := &node{children: map[string]*node{}}
+	p.set.domains[name] = root
+	if descs == nil {
+		return nil
+	}
+	return p.descriptors(root, descs, "descriptors", name, 1)
+}
+
+// descriptors adds the descriptors of list n to parent. ref is the parent's
+// policy reference ("domain/key=value").
+func (p *parser) descriptors(parent *node, n *yaml.Node, path, ref string, depth int) error {
+	if depth > MaxDepth {
+		return p.errorf(n, path, "descriptors nested deeper than %d levels", MaxDepth)
+	}
+	return p.list(n, path, func(i int, v *yaml.Node) error {
+		return p.descriptor(parent, v, fmt.Sprintf("%s[%d]", path, i), ref, depth)
+	})
+}
+
+var descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
+	"detailed_metric", "value_to_metric", "share_threshold", "metadata"}
+
+// descriptor adds descriptor n to parent.
+func (p *parser) descriptor(parent *node, n *yaml.Node, path, ref string, depth int) error {
+	if p.count++; p.count > MaxDescriptors {
+		return p.errorf(n, path, "more than %d descriptors in one file (counting each use of an alias)", MaxDescriptors)
+	}
+	var key, value string
+	var limitNode, children *yaml.Node
+	var shadow, quota, share bool
+	d := &node{children: map[string]*node{}}
+	err := p.fields(n, path, descriptorKeys, func(k string, v *yaml.Node) (err error) {
+		field := join(path, k)
+		switch k {
+		case "key":
+			key, err = p.scalar(v, field)
+		case "value":
+			value, err = p.scalar(v, field)
+		case "rate_limit":
+			limitNode = v
+		case "descriptors":
+			children = v
+		case "shadow_mode":
+			shadow, err = p.boolean(v, field)
+		case "quota_mode":
+			quota, err = p.boolean(v, field)
+		case "share_threshold":
+			share, err = p.boolean(v, field)
+		case "detailed_metric", "value_to_metric":
+			_, err = p.boolean(v, field) // they shape ratelimit's statsd names only
+		case "metadata":
+			if v.Kind != yaml.MappingNode && !isNull(v) {
+				err = p.errorf(v, field, "want a mapping, got %s", kindName(v))
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if key == "" {
+		return p.errorf(n, join(path, "key"), "missing or empty")
+	}
+	composite := key
+	ref += "/" + refSegment(key)
+	if value != "" {
+		composite += "_" + value
+		ref += "=" + refSegment(value)
+	}
+	if parent.children[composite] != nil {
+		return p.errorf(n, path, "duplicate descriptor %q (key %q, value %q) at this level", composite, key, value)
+	}
+	wild := strings.Contains(composite, "*")
+	if share && !wild {
+		return p.errorf(n, join(path, "share_threshold"), "needs a wildcard value (with '*'), got %q", composite)
+	}
+	d.shareThreshold = share
+	if limitNode != nil && !isNull(limitNode) {
+		if d.limit, err = p.limit(limitNode, join(path, "rate_limit"), shadow, quota); err != nil {
+			return err
+		}
+		p.set.policies = append(p.set.policies, Policy{Ref: ref, Limit: d.limit, File: p.file, Line: n.Line})
+	}
+	if children != nil {
+		if err := p.descriptors(d, children, join(path, "descriptors"), ref, depth+1); err != nil {
+			return err
+		}
+	}
+	parent.children[composite] = d
+	if wild {
+		parent.wildcards = append(parent.wildcards, wildcard{key: composite, parts: strings.Split(composite, "*")})
+	}
+	return nil
+}
+
+var limitKeys = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "soft_percent"}
+
+// limit parses a rate_limit mapping.
+func (p *parser) limit(n *yaml.Node, path string, shadow, quota bool) (*Limit, error) {
+	l := &Limit{ShadowMode: shadow, QuotaMode: quota, Algorithm: limiter.FixedWindow}
+	var unitNode *yaml.Node
+	unit := ""
+	err := p.fields(n, path, limitKeys, func(k string, v *yaml.Node) error {
+		field := join(path, k)
+		switch k {
+		case "requests_per_unit":
+			u, err := p.uint(v, field, MaxRequestsPerUnit)
+			l.RequestsPerUnit = uint32(u)
+			return err
+		case "unit":
+			unitNode = v
+			var err error
+			unit, err = p.scalar(v, field)
+			return err
+		case "unlimited":
+			var err error
+			l.Unlimited, err = p.boolean(v, field)
+			return err
+		case "name":
+			var err error
+			l.Name, err = p.scalar(v, field)
+			return err
+		case "replaces":
+			return p.list(v, field, func(i int, r *yaml.Node) error {
+				rpath := fmt.Sprintf("%s[%d]", field, i)
+				var name string
+				err := p.fields(r, rpath, []string{"name"}, func(_ string, v *yaml.Node) (err error) {
+					name, err = p.scalar(v, join(rpath, "name"))
+					return err
+				})
+				l.Replaces = append(l.Replaces, name)
+				return err
+			})
+		case "algorithm":
+			s, err := p.scalar(v, field)
+			if err != nil {
+				return err
+			}
+			if l.Algorithm, err = algorithms.ParseKind(s); err != nil {
+				return p.errorf(v, field, "%v", err)
+			}
+		case "soft_percent":
+			u, err := p.uint(v, field, MaxSoftPercent)
+			l.SoftPercent = uint32(u)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	u, valid := parseUnit(unit)
+	switch {
+	case l.Unlimited && unit != "":
+		return nil, p.errorf(unitNode, join(path, "unit"), "must not be set when unlimited is true")
+	case !l.Unlimited && !valid:
+		at := n
+		if unitNode != nil {
+			at = unitNode
+		}
+		return nil, p.errorf(at, join(path, "unit"), "invalid unit %q (want second, minute, hour, day, week, month or year)", unit)
+	}
+	l.Unit = u
+	for i, r := range l.Replaces {
+		switch {
+		case r == "":
+			return nil, p.errorf(n, fmt.Sprintf("%s.replaces[%d].name", path, i), "missing or empty")
+		case r == l.Name:
+			return nil, p.errorf(n, fmt.Sprintf("%s.replaces[%d].name", path, i), "a limit must not replace itself (%q)", r)
+		}
+	}
+	switch {
+	case l.Enforced() > MaxRequestsPerUnit:
+		return nil, p.errorf(n, join(path, "soft_percent"), "the enforced limit %d is above %d", l.Enforced(), MaxRequestsPerUnit)
+	case l.Algorithm == limiter.SlidingLog && l.Enforced() > algorithms.MaxSlidingLogLimit:
+		return nil, p.errorf(n, join(path, "requests_per_unit"), "SLIDING_LOG keeps a timestamp per hit, so it allows at most %d, got %d", algorithms.MaxSlidingLogLimit, l.Enforced())
+	}
+	return l, nil
+}

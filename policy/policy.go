@@ -1,0 +1,326 @@
+// Package policy holds rate-limit policies written in envoyproxy/ratelimit's
+// YAML configuration language, and finds the policy that applies to a
+// request's descriptor.
+//
+// A file (or each `---` document of a file) is one domain: a tree of
+// descriptors, each a key with an optional value, some with a rate_limit.
+// A request names a domain and a descriptor, a list of (key, value)
+// entries, and the tree is walked one entry per level:
+//
+//   - at each level the entry matches the child "key_value" exactly, else
+//     the first wildcard child ("key_/api/*") that matches, else the
+//     key-only child "key", which matches any value;
+//   - a limit applies only at the depth of the request's last entry: a
+//     limit higher up the tree does not apply to a longer descriptor, and
+//     a limit deeper down does not apply to a shorter one;
+//   - once the exact or wildcard child is chosen there is no going back to
+//     the key-only child, even if the chosen child has no limit.
+//
+// These are envoyproxy/ratelimit's rules (config_impl.go at commit
+// f2fb157), so that its configurations answer the same here. Two keys are
+// ours: rate_limit's algorithm (any of the six; FIXED_WINDOW, ratelimit's
+// own, by default) and soft_percent.
+//
+// A Set is an immutable snapshot, safe for concurrent use; a Reloader
+// publishes a new one when the files change.
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+// Unit is a rate limit's period. The values are those of Envoy's
+// RateLimitResponse.RateLimit.Unit, so the RLS converts with a cast.
+type Unit int32
+
+// The units. Month and Year are 30 and 365 days, with windows aligned to
+// multiples of them since the Unix epoch, as envoyproxy/ratelimit has them.
+const (
+	Unknown Unit = 0
+	Second  Unit = 1
+	Minute  Unit = 2
+	Hour    Unit = 3
+	Day     Unit = 4
+	Month   Unit = 5
+	Year    Unit = 6
+	Week    Unit = 7
+)
+
+var unitNames = map[Unit]string{Second: "SECOND", Minute: "MINUTE", Hour: "HOUR", Day: "DAY", Week: "WEEK", Month: "MONTH", Year: "YEAR"}
+
+// String returns the unit's name as in Envoy's enum, e.g. "MINUTE".
+func (u Unit) String() string {
+	if n, ok := unitNames[u]; ok {
+		return n
+	}
+	return "UNKNOWN"
+}
+
+// Period returns the unit's length; 0 for Unknown.
+func (u Unit) Period() time.Duration {
+	day := 24 * time.Hour
+	switch u {
+	case Second:
+		return time.Second
+	case Minute:
+		return time.Minute
+	case Hour:
+		return time.Hour
+	case Day:
+		return day
+	case Week:
+		return 7 * day
+	case Month:
+		return 30 * day
+	case Year:
+		return 365 * day
+	}
+	return 0
+}
+
+// parseUnit returns the unit named s, ignoring case, as ratelimit does.
+func parseUnit(s string) (Unit, bool) {
+	for u, n := range unitNames {
+		if strings.EqualFold(n, s) {
+			return u, true
+		}
+	}
+	return Unknown, false
+}
+
+// MaxRequestsPerUnit bounds requests_per_unit: the largest limit a check
+// may have. (ratelimit allows up to 2^32-1; a larger value is an error
+// here rather than a silently different limit.)
+const MaxRequestsPerUnit = 1_000_000_000
+
+// MaxSoftPercent bounds soft_percent.
+const MaxSoftPercent = 1000
+
+// Limit is a descriptor's rate_limit.
+type Limit struct {
+	// RequestsPerUnit hits are admitted per Unit; 0 refuses every hit.
+	RequestsPerUnit uint32
+	Unit            Unit
+	// Unlimited: the descriptor is never limited (Unit is Unknown).
+	Unlimited bool
+	// Name identifies the limit for other limits' Replaces.
+	Name string
+	// Replaces names limits that this one, when it applies, switches off
+	// in the same request.
+	Replaces []string
+	// ShadowMode: an over-limit answer is reported OK (the hits are still
+	// counted).
+	ShadowMode bool
+	// QuotaMode: an over-limit answer refuses the request only if every
+	// quota-mode descriptor of the request is over its limit.
+	QuotaMode bool
+	// Algorithm decides the limit; FIXED_WINDOW unless the file says.
+	Algorithm limiter.Algorithm
+	// SoftPercent admits this percentage over RequestsPerUnit: the limit
+	// enforced (and reported) is Enforced().
+	SoftPercent uint32
+}
+
+// Enforced is the number of hits a window admits: RequestsPerUnit plus
+// SoftPercent of it, rounded down.
+func (l *Limit) Enforced() int64 {
+	return int64(l.RequestsPerUnit) + int64(l.RequestsPerUnit)*int64(l.SoftPercent)/100
+}
+
+// String describes l as `policy check` prints it.
+func (l *Limit) String() string {
+	if l.Unlimited {
+		return "unlimited"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d/%s %s", l.RequestsPerUnit, strings.ToLower(l.Unit.String()), l.Algorithm)
+	if l.SoftPercent > 0 {
+		fmt.Fprintf(&b, " soft +%d%% (enforced %d)", l.SoftPercent, l.Enforced())
+	}
+	if l.Name != "" {
+		fmt.Fprintf(&b, " name=%s", l.Name)
+	}
+	if len(l.Replaces) > 0 {
+		fmt.Fprintf(&b, " replaces=%s", strings.Join(l.Replaces, ","))
+	}
+	if l.ShadowMode {
+		b.WriteString(" shadow_mode")
+	}
+	if l.QuotaMode {
+		b.WriteString(" quota_mode")
+	}
+	return b.String()
+}
+
+// Entry is one (key, value) of a request's descriptor.
+type Entry struct{ Key, Value string }
+
+// node is one descriptor of the tree, or a domain's root.
+type node struct {
+	// children by "key" (key-only) or "key_value", as ratelimit keys them.
+	children map[string]*node
+	// wildcards are the children whose composite key holds a '*', in file
+	// order: the first that matches wins.
+	wildcards []wildcard
+	limit     *Limit
+	// shareThreshold: the values a wildcard matches share one counter.
+	shareThreshold bool
+}
+
+// wildcard is a child's composite key split at its '*'s.
+type wildcard struct {
+	key   string
+	parts []string
+}
+
+// match reports whether s matches w, each '*' matching any run of bytes.
+func (w wildcard) match(s string) bool {
+	first, last := w.parts[0], w.parts[len(w.parts)-1]
+	if !strings.HasPrefix(s, first) {
+		return false
+	}
+	s = s[len(first):]
+	for _, p := range w.parts[1 : len(w.parts)-1] {
+		i := strings.Index(s, p)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(p):]
+	}
+	return strings.HasSuffix(s, last)
+}
+
+// Policy is one descriptor with a rate_limit, as loaded, for listing.
+type Policy struct {
+	// Ref names the policy as a check's policy field does:
+	// "domain/key=value/key".
+	Ref   string
+	Limit *Limit
+	File  string
+	Line  int
+}
+
+// Set is a loaded set of domains. It is immutable and safe for concurrent
+// use. The zero value (and nil) holds no domain.
+type Set struct {
+	domains  map[string]*node
+	policies []Policy
+}
+
+// HasDomain reports whether s has the domain.
+func (s *Set) HasDomain(domain string) bool {
+	if s == nil {
+		return false
+	}
+	_, ok := s.domains[domain]
+	return ok
+}
+
+// Policies lists every descriptor with a rate_limit, in file order.
+func (s *Set) Policies() []Policy {
+	if s == nil {
+		return nil
+	}
+	return s.policies
+}
+
+// Match is the policy that applies to a descriptor.
+type Match struct {
+	// Limit is nil when no policy applies.
+	Limit *Limit
+	// Shared is nil unless a share_threshold wildcard matched: then
+	// Shared[i], when not empty, replaces entry i's value in the counter's
+	// identity, so that every value the wildcard matches shares a counter.
+	Shared []string
+}
+
+// Match walks domain's tree with entries and returns the policy that
+// applies, by the rules of the package comment.
+func (s *Set) Match(domain string, entries []Entry) Match {
+	if s == nil {
+		return Match{}
+	}
+	cur := s.domains[domain]
+	if cur == nil {
+		return Match{}
+	}
+	var m Match
+	var shared []string
+	for i, e := range entries {
+		composite := e.Key + "_" + e.Value
+		next := cur.children[composite]
+		via := ""
+		if next == nil {
+			for _, w := range cur.wildcards {
+				if w.match(composite) {
+					next, via = cur.children[w.key], w.key
+					break
+				}
+			}
+		}
+		if next == nil {
+			next = cur.children[e.Key]
+		}
+		if next == nil {
+			break
+		}
+		if via != "" && next.shareThreshold {
+			if shared == nil {
+				shared = make([]string, len(entries))
+			}
+			shared[i] = strings.TrimPrefix(via, e.Key+"_")
+		}
+		if i == len(entries)-1 && next.limit != nil {
+			m = Match{Limit: next.limit, Shared: shared}
+		}
+		if len(next.children) == 0 {
+			break
+		}
+		cur = next
+	}
+	return m
+}
+
+// refSegment escapes '%', '/' and '=' in a key or value of a policy
+// reference, so that "api/path=%2Fapi%2F*" names the value "/api/*".
+func refSegment(s string) string {
+	return strings.NewReplacer("%", "%25", "/", "%2F", "=", "%3D").Replace(s)
+}
+
+// ErrNoPolicy reports a policy reference that names no policy.
+var ErrNoPolicy = errors.New("no such policy")
+
+// Resolve returns the limit that the policy reference ref names. A
+// reference is "domain/key=value/key", one segment per descriptor entry
+// ("key" alone is the entry with an empty value), with '%', '/' and '='
+// in keys and values escaped as %25, %2F and %3D. It is matched by the
+// same rules as an Envoy request (so "api/path=%2Fapi%2Fusers" finds
+// a "/api/*" wildcard).
+func (s *Set) Resolve(ref string) (*Limit, error) {
+	segs := strings.Split(ref, "/")
+	if len(segs) < 2 || segs[0] == "" {
+		return nil, fmt.Errorf("%q: want domain/key=value[/key=value...]", ref)
+	}
+	entries := make([]Entry, len(segs)-1)
+	for i, seg := range segs[1:] {
+		k, v, _ := strings.Cut(seg, "=")
+		var err error
+		if entries[i].Key, err = url.PathUnescape(k); err == nil {
+			entries[i].Value, err = url.PathUnescape(v)
+		}
+		if err != nil || entries[i].Key == "" {
+			return nil, fmt.Errorf("%q: bad segment %q", ref, seg)
+		}
+	}
+	m := s.Match(segs[0], entries)
+	if m.Limit == nil {
+		return nil, fmt.Errorf("%q: %w", ref, ErrNoPolicy)
+	}
+	return m.Limit, nil
+}

@@ -1,0 +1,120 @@
+package service
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/policy"
+)
+
+func loadPolicies(t *testing.T) *policy.Reloader {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	yaml := `domain: api
+descriptors:
+  - key: tier
+    value: free
+    rate_limit: {unit: minute, requests_per_unit: 10, soft_percent: 20}
+  - key: tier
+    value: gold
+    rate_limit: {unit: second, requests_per_unit: 2, algorithm: TOKEN_BUCKET}
+  - key: tier
+    value: open
+    rate_limit: {unlimited: true}
+  - key: tier
+    value: closed
+    rate_limit: {unit: second, requests_per_unit: 0}
+`
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := policy.NewReloader(policy.ReloaderConfig{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestPolicyChecks: a check names a policy instead of a limit; the soft
+// limit admits 20% more; errors name the field.
+func TestPolicyChecks(t *testing.T) {
+	s := New(Config{Now: fixedClock(t0), Policies: loadPolicies(t)})
+	item := &pb.CheckItem{Key: "user:1", Policy: "api/tier=free", Hits: hits(11)}
+	req := &pb.CheckRequest{Requests: []*pb.CheckItem{item}}
+	resp, err := s.Check(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := resp.Responses[0]
+	if r.Error != "" || r.Status != pb.Status_UNDER_LIMIT || r.Limit != 12 || r.Remaining != 1 ||
+		r.ResetTimeMs != t0.Add(60_000_000_000).UnixMilli() {
+		t.Errorf("soft limit: %+v, want 11 of 12 admitted in a fixed minute", r)
+	}
+	if req.Requests[0] != item || item.Policy != "api/tier=free" || item.Limit != 0 || item.Name != "" {
+		t.Errorf("the caller's request was changed: %+v", item)
+	}
+	resp, _ = s.Check(context.Background(), req)
+	if r := resp.Responses[0]; r.Status != pb.Status_OVER_LIMIT {
+		t.Errorf("second check: %+v, want OVER_LIMIT", r)
+	}
+	// The default name is the reference, so another policy has its own counter.
+	resp, _ = s.Check(context.Background(), &pb.CheckRequest{Requests: []*pb.CheckItem{
+		{Key: "user:1", Policy: "api/tier=gold", Hits: hits(2)}}})
+	if r := resp.Responses[0]; r.Status != pb.Status_UNDER_LIMIT || r.Limit != 2 || r.ResetTimeMs != t0.Add(1e9).UnixMilli() {
+		t.Errorf("gold: %+v", r)
+	}
+
+	for _, c := range []struct {
+		item *pb.CheckItem
+		want string
+	}{
+		{&pb.CheckItem{Key: "k", Policy: "api/tier=bronze"}, `policy: "api/tier=bronze": no such policy`},
+		{&pb.CheckItem{Key: "k", Policy: "api"}, `policy: "api": want domain/key=value`},
+		{&pb.CheckItem{Key: "k", Policy: "api/tier=free", Limit: 5}, "limit: must be omitted"},
+		{&pb.CheckItem{Key: "k", Policy: "api/tier=free", DurationMs: 5}, "duration_ms: must be omitted"},
+		{&pb.CheckItem{Key: "k", Policy: "api/tier=free", Algorithm: pb.Algorithm_GCRA}, "algorithm: must be omitted"},
+		{&pb.CheckItem{Key: "k", Policy: "api/tier=open"}, "policy: \"api/tier=open\" is unlimited"},
+		{&pb.CheckItem{Key: "k", Policy: "api/tier=closed"}, "policy: \"api/tier=closed\" has requests_per_unit 0"},
+		{&pb.CheckItem{Key: "", Policy: "api/tier=free"}, "key: must not be empty"},
+	} {
+		resp, _ := s.Check(context.Background(), &pb.CheckRequest{Requests: []*pb.CheckItem{c.item}})
+		if r := resp.Responses[0]; !strings.HasPrefix(r.Error, c.want) || r.ErrorCode != pb.ErrorCode_INVALID_ARGUMENT {
+			t.Errorf("%v: error %q, want %q", c.item, r.Error, c.want)
+		}
+	}
+}
+
+func TestPolicyWithoutPolicies(t *testing.T) {
+	s := New(Config{Now: fixedClock(t0)})
+	resp, _ := s.Check(context.Background(), &pb.CheckRequest{Requests: []*pb.CheckItem{{Key: "k", Policy: "api/tier=free"}}})
+	if r := resp.Responses[0]; r.Error != "policy: no --policy-file is loaded" {
+		t.Errorf("error %q", r.Error)
+	}
+}
+
+func TestChargeRefusedValidation(t *testing.T) {
+	s := New(Config{Now: fixedClock(t0)})
+	for _, item := range []*pb.CheckItem{
+		{Name: "n", Key: "k", Limit: 1, DurationMs: 1000, ChargeRefused: true},
+		{Name: "n", Key: "k", Limit: 1, DurationMs: 1000, ChargeRefused: true, Algorithm: pb.Algorithm_FIXED_WINDOW, Behavior: pb.Behavior_GLOBAL},
+	} {
+		resp, _ := s.Check(context.Background(), &pb.CheckRequest{Requests: []*pb.CheckItem{item}})
+		if r := resp.Responses[0]; !strings.HasPrefix(r.Error, "charge_refused: ") {
+			t.Errorf("%v: error %q", item, r.Error)
+		}
+	}
+	item := &pb.CheckItem{Name: "n", Key: "k", Limit: 1, DurationMs: 1000, ChargeRefused: true, Algorithm: pb.Algorithm_FIXED_WINDOW}
+	for i, want := range []pb.Status{pb.Status_UNDER_LIMIT, pb.Status_OVER_LIMIT, pb.Status_OVER_LIMIT} {
+		if i == 2 {
+			item.Hits = hits(0) // the refused hit was counted: 2 > 1
+		}
+		resp, _ := s.Check(context.Background(), &pb.CheckRequest{Requests: []*pb.CheckItem{item}})
+		if r := resp.Responses[0]; r.Status != want || r.Error != "" {
+			t.Errorf("check %d: %+v, want %v", i, r, want)
+		}
+	}
+}
