@@ -4,15 +4,19 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // requireDocker skips the test when there is no docker CLI or no daemon to
@@ -79,7 +83,7 @@ type pod struct {
 // downward API's values filled in as the kubelet would), user, read-only
 // root, capabilities, memory limit and grace period, and DNS names as the
 // cluster DNS gives them.
-func dockerRunArgs(t *testing.T, r rendered, network string, p pod, aliases []string) []string {
+func dockerRunArgs(t *testing.T, r rendered, network string, p pod, aliases []string, configMap string) []string {
 	t.Helper()
 	spec := r.sts.Spec.Template.Spec
 	c := r.container(t)
@@ -126,6 +130,18 @@ func dockerRunArgs(t *testing.T, r rendered, network string, p pod, aliases []st
 			args = append(args, "--security-opt", "no-new-privileges")
 		}
 	}
+	for _, m := range c.VolumeMounts {
+		var v *corev1.Volume
+		for i := range spec.Volumes {
+			if spec.Volumes[i].Name == m.Name {
+				v = &spec.Volumes[i]
+			}
+		}
+		if v == nil || v.ConfigMap == nil || r.configMap == nil || v.ConfigMap.Name != r.configMap.Name || m.SubPath != "" {
+			t.Fatalf("volume mount %s: only the chart's own ConfigMap, mounted whole, has a stand-in here", m.Name)
+		}
+		args = append(args, "--volume", configMap+":"+m.MountPath+":ro")
+	}
 	if m := c.Resources.Limits.Memory(); !m.IsZero() {
 		args = append(args, "--memory", strconv.FormatInt(m.Value(), 10))
 	}
@@ -134,6 +150,46 @@ func dockerRunArgs(t *testing.T, r rendered, network string, p pod, aliases []st
 	}
 	args = append(args, c.Image)
 	return append(args, c.Args...)
+}
+
+// policyValues gives the chart a policy file, so that the containers run
+// with --policy-file on a mounted ConfigMap.
+const policyValues = `policies:
+  deploy.yaml: |
+    domain: deploy
+    descriptors:
+      - key: user
+        rate_limit: {unit: hour, requests_per_unit: 10, algorithm: SLIDING_LOG}
+`
+
+// configMapDir writes the rendered ConfigMap as the kubelet mounts one:
+// the files in a timestamped directory, ..data a symlink to it, and each
+// file a symlink through ..data. Readable by the container's user.
+func configMapDir(t *testing.T, r rendered) string {
+	t.Helper()
+	if r.configMap == nil {
+		return ""
+	}
+	dir := t.TempDir()
+	data := filepath.Join(dir, "..2026_01_01_00_00_00.000000001")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range r.configMap.Data {
+		if err := os.WriteFile(filepath.Join(data, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join("..data", name), filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Base(data), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // members is GET /v1/members.
@@ -168,14 +224,20 @@ func alive(base string) (map[string]bool, error) {
 // TestRenderedStatefulSetRuns runs what the chart renders: three
 // containers of the image with the StatefulSet's container spec, on a
 // private network where the headless Service's DNS name resolves to all
-// three, as cluster DNS does. They must find each other through --join,
-// pass their probes, answer one key exactly across the three, and shut
+// three, as cluster DNS does, and the policy ConfigMap is mounted as the
+// kubelet mounts it. They must find each other through --join, pass their
+// probes, answer one key exactly across the three (with a limit given in
+// the check, and with one from the policy file), and shut
 // down cleanly within the grace period, handing off their counters.
 func TestRenderedStatefulSetRuns(t *testing.T) {
 	requireDocker(t)
 	img := testImage(t)
 	repo, tag, _ := strings.Cut(img, ":") // no registry port here: ringlimit:dev
-	r := render(t, "image.repository="+repo, "image.tag="+tag, "image.pullPolicy=Never")
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte(policyValues), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := renderValues(t, values, "image.repository="+repo, "image.tag="+tag, "image.pullPolicy=Never")
 	c := r.container(t)
 	f := flags(t, c)
 	joinHost, _, err := net.SplitHostPort(f["join"])
@@ -196,7 +258,7 @@ func TestRenderedStatefulSetRuns(t *testing.T) {
 	for i := range int(*r.sts.Spec.Replicas) {
 		p := pod{name: fmt.Sprintf("%s-%d-%s", r.sts.Name, i, id), ip: fmt.Sprintf("%s%d", prefix, 10+i)}
 		pods = append(pods, p)
-		args := dockerRunArgs(t, r, network, p, []string{joinHost, p.name + "." + joinHost})
+		args := dockerRunArgs(t, r, network, p, []string{joinHost, p.name + "." + joinHost}, configMapDir(t, r))
 		t.Cleanup(func() {
 			if t.Failed() {
 				logs, _ := exec.Command("docker", "logs", "--tail", "40", p.name).CombinedOutput()
@@ -265,12 +327,31 @@ func TestRenderedStatefulSetRuns(t *testing.T) {
 		t.Fatalf("%d checks over 3 nodes on a limit of 10: %v, want exactly 10 admitted", n, count)
 	}
 
+	// A check naming the policy from the mounted ConfigMap: its limit (10
+	// an hour, SLIDING_LOG) holds exactly across the three nodes too.
+	policyCheck := fmt.Sprintf(`{"requests":[{"key":%q,"policy":"deploy/user"}]}`, key)
+	admitted := 0
+	for i := range 15 {
+		code, body, err := post(base(pods[i%3])+"/v1/check", policyCheck)
+		if err != nil || code != 200 || strings.Contains(body, `"error"`) {
+			t.Fatalf("policy check: %d %s %v", code, body, err)
+		}
+		if strings.Contains(body, "UNDER_LIMIT") {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Errorf("15 checks naming policy deploy/user (10 an hour) over 3 nodes admitted %d, want 10", admitted)
+	}
+
 	// The gRPC port answers too, from the same counter.
+	// rlnode check exits 1 when refused, 0 when admitted.
 	grpcCheck := func(p pod) string {
 		t.Helper()
 		out, err := command(bin.rlnode, "check", "--addr", fmt.Sprintf("%s:%d", p.ip, grpcPort), "--key", key,
 			"--name", "deploy-test", "--limit", "10", "--duration", "1h", "--algorithm", "SLIDING_LOG", "--json")
-		if err != nil {
+		var exit *exec.ExitError
+		if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 1) {
 			t.Fatal(err)
 		}
 		return out

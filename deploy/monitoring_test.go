@@ -251,12 +251,17 @@ func (e exposition) problems(q query) []string {
 }
 
 // TestMonitoringUsesExportedMetrics runs a node, sends it checks over HTTP
-// and gRPC (valid, invalid, GLOBAL) so that labelled series appear, and
+// and gRPC (valid, invalid, GLOBAL), with a policy file, so that labelled series appear, and
 // checks that every metric, label and label value the dashboard and the
 // alert rules use is in its /metrics.
 func TestMonitoringUsesExportedMetrics(t *testing.T) {
 	qs := append(dashboardQueries(t), ruleQueries(t)...)
-	n := startNode(t, "--global-sync=20ms")
+	// Policy metrics are exported only with --policy-file.
+	policies := t.TempDir() + "/api.yaml"
+	if err := os.WriteFile(policies, []byte("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(t, "--global-sync=20ms", "--policy-file="+policies)
 	for _, body := range []string{
 		`{"requests":[{"name":"m","key":"k1","limit":1,"duration_ms":60000},{"name":"m","key":"k1","limit":1,"duration_ms":60000}]}`,
 		`{"requests":[{"name":"m","key":"k2","limit":5,"duration_ms":60000,"behavior":"GLOBAL"}]}`,

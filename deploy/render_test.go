@@ -53,7 +53,16 @@ type serviceMonitor struct {
 
 // helmTemplate renders the chart with the given --set values.
 func helmTemplate(sets ...string) (string, error) {
+	return helmTemplateValues("", sets...)
+}
+
+// helmTemplateValues renders the chart with a values file (when not "")
+// and --set values.
+func helmTemplateValues(valuesFile string, sets ...string) (string, error) {
 	args := []string{"template", release, chartDir, "--namespace", namespace}
+	if valuesFile != "" {
+		args = append(args, "--values", valuesFile)
+	}
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
@@ -64,7 +73,13 @@ func helmTemplate(sets ...string) (string, error) {
 // field, a wrong type or a kind this test does not know fails the test.
 func render(t *testing.T, sets ...string) rendered {
 	t.Helper()
-	out, err := helmTemplate(sets...)
+	return renderValues(t, "", sets...)
+}
+
+// renderValues is render with a values file.
+func renderValues(t *testing.T, valuesFile string, sets ...string) rendered {
+	t.Helper()
+	out, err := helmTemplateValues(valuesFile, sets...)
 	if err != nil {
 		t.Fatal(err)
 	}
