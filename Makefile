@@ -42,7 +42,7 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 
 image:
 	rm -rf build/image && mkdir -p build/image
-	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o build/image/rlnode ./cmd/rlnode
+	CGO_ENABLED=0 go build -trimpath -buildvcs=auto -ldflags='-s -w' -o build/image/rlnode ./cmd/rlnode
 	chmod 0555 build/image/rlnode
 	docker build --quiet -f Dockerfile -t $(IMAGE) \
 		--build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) build/image
