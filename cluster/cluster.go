@@ -92,10 +92,20 @@ type Config struct {
 	// node on shutdown. Zero means DefaultLeaveTimeout.
 	LeaveTimeout time.Duration
 
+	// Keys encrypt and authenticate gossip (AES-GCM; each 16, 24 or 32
+	// bytes). The first key encrypts what this node sends; every key
+	// decrypts, so a key rotates without downtime: add the new key second
+	// on every node, then make it first everywhere, then drop the old one.
+	// A node without a key the others use cannot join them, nor they it.
+	// Nil means plaintext gossip, which anyone who can reach the gossip
+	// port may join.
+	Keys [][]byte
+
 	// Memberlist is the memberlist preset to start from; nil means
 	// memberlist.DefaultLANConfig(). Tests use memberlist.DefaultLocalConfig().
 	// Run copies it and sets Name, BindAddr, BindPort, AdvertiseAddr,
-	// AdvertisePort, Delegate, Events, LogOutput and Logger itself.
+	// AdvertisePort, Delegate, Events, LogOutput and Logger itself, and
+	// Keyring, SecretKey and GossipVerify* from Keys.
 	Memberlist *memberlist.Config
 
 	// OnChange, if not nil, is called by the Run goroutine each time it
@@ -189,6 +199,12 @@ func New(conf Config) (*Cluster, error) {
 	if _, err := encodeMeta(meta{Peer: withHost(conf.PeerAddr, longestIP), GRPC: withHost(conf.GRPCAddr, longestIP)}); err != nil {
 		return nil, fmt.Errorf("cluster config: %w", err)
 	}
+	for i, k := range conf.Keys {
+		if err := memberlist.ValidateKey(k); err != nil {
+			return nil, fmt.Errorf("cluster config: gossip key %d: %w", i+1, err)
+		}
+	}
+	conf.Keys = slices.Clone(conf.Keys)
 	if conf.JoinRetry <= 0 {
 		conf.JoinRetry = DefaultJoinRetry
 	}
@@ -403,6 +419,15 @@ func (c *Cluster) create(ctx context.Context) (*memberlist.Memberlist, error) {
 		// this, memberlist refuses it until the dead entry is reaped (tens
 		// of seconds), while both sides own the same keys.
 		mc.DeadNodeReclaimTime = DefaultDeadNodeReclaimTime
+	}
+	mc.SecretKey, mc.Keyring = nil, nil
+	if len(c.conf.Keys) > 0 {
+		kr, err := memberlist.NewKeyring(c.conf.Keys, c.conf.Keys[0])
+		if err != nil {
+			return nil, fmt.Errorf("start gossip: %w", err) // checked by New
+		}
+		mc.Keyring = kr
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	}
 	mc.Delegate = c.delegate
 	mc.Events = c.events

@@ -39,6 +39,12 @@ type testNode struct {
 // bind, which is "127.0.0.1:0" when empty.
 func start(t *testing.T, name, bind string, join ...string) *testNode {
 	t.Helper()
+	return startKeyed(t, name, bind, nil, join...)
+}
+
+// startKeyed is start for a node that encrypts gossip with keys.
+func startKeyed(t *testing.T, name, bind string, keys [][]byte, join ...string) *testNode {
+	t.Helper()
 	if bind == "" {
 		bind = "127.0.0.1:0"
 	}
@@ -47,6 +53,7 @@ func start(t *testing.T, name, bind string, join ...string) *testNode {
 		NodeName:     name,
 		BindAddr:     bind,
 		Join:         join,
+		Keys:         keys,
 		PeerAddr:     ":" + portFor(name, 8082),
 		GRPCAddr:     ":" + portFor(name, 8081),
 		JoinRetry:    20 * time.Millisecond,
@@ -346,6 +353,7 @@ func TestNewErrors(t *testing.T) {
 		{"bind bad port", Config{NodeName: "a", PeerAddr: ":8082", BindAddr: "127.0.0.1:x"}},
 		{"advertise empty host", Config{NodeName: "a", PeerAddr: ":8082", AdvertiseAddr: ":7946"}},
 		{"metadata too long", Config{NodeName: "a", PeerAddr: long}},
+		{"gossip key of 10 bytes", Config{NodeName: "a", PeerAddr: ":8082", Keys: [][]byte{make([]byte, 16), make([]byte, 10)}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := New(tc.conf); err == nil {
