@@ -86,14 +86,14 @@ func serve(t testing.TB, h Handler) string {
 }
 
 // serveService is serve for any implementation of the Peer service, such
-// as one that breaks the protocol.
-func serveService(t testing.TB, srv pb.PeerServer) string {
+// as one that breaks the protocol, with the server options opts.
+func serveService(t testing.TB, srv pb.PeerServer, opts ...grpc.ServerOption) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(opts...)
 	pb.RegisterPeerServer(g, srv)
 	done := make(chan struct{})
 	go func() {

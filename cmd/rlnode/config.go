@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ringlimit/ringlimit/internal/tlsfiles"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/service"
 )
@@ -32,6 +34,12 @@ type Config struct {
 	MaxClockSkew    time.Duration
 	ShutdownTimeout time.Duration
 	LogLevel        string
+	// PeerTLS is mutual TLS on the peer port; TLS is TLS on the HTTP and
+	// gRPC ports. Empty files mean plaintext.
+	PeerTLS tlsfiles.Files
+	TLS     tlsfiles.Files
+	// GossipKeys encrypt gossip; the first encrypts, all decrypt.
+	GossipKeys [][]byte
 }
 
 // parseConfig reads flags from args, falling back to RLNODE_* variables via
@@ -39,7 +47,7 @@ type Config struct {
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	hostname, _ := os.Hostname()
 	var c Config
-	var join string
+	var join, gossipKey string
 	fs := flag.NewFlagSet("rlnode", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { writeUsage(fs) }
@@ -58,6 +66,15 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&c.MaxClockSkew, "max-clock-skew", service.DefaultMaxClockSkew, "bound on created_at_ms distance from the server clock")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "time to leave, hand off and drain before exit")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.PeerTLS.Cert, "peer-tls-cert", "", "PEM certificate for the peer port, valid for --node-name, from the cluster CA; reloaded on change")
+	fs.StringVar(&c.PeerTLS.Key, "peer-tls-key", "", "PEM key of --peer-tls-cert")
+	fs.StringVar(&c.PeerTLS.CA, "peer-tls-ca", "", "PEM cluster CA: peers must present a certificate from it (mutual TLS)")
+	fs.StringVar(&c.TLS.Cert, "tls-cert", "", "PEM certificate for TLS on the HTTP and gRPC ports; reloaded on change")
+	fs.StringVar(&c.TLS.Key, "tls-key", "", "PEM key of --tls-cert")
+	fs.StringVar(&c.TLS.CA, "tls-client-ca", "", "PEM CA: clients of the HTTP and gRPC ports must present a certificate from it")
+	// Read as a string and parsed below, so that no error message repeats
+	// a key.
+	fs.StringVar(&gossipKey, "gossip-key", "", "base64 keys of 16, 24 or 32 bytes, comma-separated, for encrypted gossip; the first encrypts, all decrypt")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -83,6 +100,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			c.Join = append(c.Join, j)
 		}
 	}
+	if gossipKey != "" {
+		keys, err := parseGossipKeys(gossipKey)
+		if err != nil {
+			return Config{}, fmt.Errorf("--gossip-key: %w", err)
+		}
+		c.GossipKeys = keys
+	}
 	return c, c.validate()
 }
 
@@ -102,6 +126,34 @@ func (c Config) validate() error {
 		return fmt.Errorf("--shutdown-timeout: must be positive, got %v", c.ShutdownTimeout)
 	case c.NodeName == "":
 		return errors.New("--node-name: must not be empty")
+	case c.PeerTLS != (tlsfiles.Files{}) && (c.PeerTLS.Cert == "" || c.PeerTLS.Key == "" || c.PeerTLS.CA == ""):
+		return errors.New("--peer-tls-cert, --peer-tls-key, --peer-tls-ca: give all three or none")
+	case c.TLS != (tlsfiles.Files{}) && (c.TLS.Cert == "" || c.TLS.Key == ""):
+		return errors.New("--tls-cert, --tls-key: give both (and --tls-client-ca optionally) or none")
 	}
 	return nil
+}
+
+// parseGossipKeys reads --gossip-key: base64 keys separated by commas,
+// each 16, 24 or 32 bytes (AES-128, -192 or -256).
+func parseGossipKeys(v string) ([][]byte, error) {
+	var keys [][]byte
+	for i, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		k, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return nil, fmt.Errorf("key %d: not base64", i+1) // err would quote the key
+		}
+		if n := len(k); n != 16 && n != 24 && n != 32 {
+			return nil, fmt.Errorf("key %d: %d bytes, want 16, 24 or 32", i+1, n)
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("no key")
+	}
+	return keys, nil
 }

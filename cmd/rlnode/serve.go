@@ -54,12 +54,16 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	}
 	defer lis.close()
 
+	tr, err := newTransport(conf, log)
+	if err != nil {
+		return err
+	}
 	policies, err := loadPolicies(conf.PolicyFile, log, reg)
 	if err != nil {
 		return err
 	}
 	store := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, Registerer: reg})
-	pool := peer.NewPool(peer.Config{BatchWait: conf.BatchWait, BatchLimit: conf.BatchLimit, Registerer: reg})
+	pool := peer.NewPool(peer.Config{BatchWait: conf.BatchWait, BatchLimit: conf.BatchLimit, Registerer: reg, DialOptions: tr.peerDial})
 	defer pool.Close()
 	// Ring changes only signal ringChanged; the loop below reacts to them,
 	// so that nothing is wired to a part before the part exists.
@@ -69,6 +73,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 		BindAddr:      conf.GossipAddr,
 		AdvertiseAddr: conf.AdvertiseAddr,
 		Join:          conf.Join,
+		Keys:          conf.GossipKeys,
 		PeerAddr:      lis.peer.Addr().String(),
 		GRPCAddr:      lis.grpc.Addr().String(),
 		Logger:        log,
@@ -97,14 +102,14 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	// Stream workers reuse goroutines whose stacks have grown already,
 	// rather than starting one per RPC.
 	workers := grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))
-	grpcSrv := grpc.NewServer(workers)
+	grpcSrv := grpc.NewServer(append(tr.grpcServer(), workers)...)
 	health := faces.RegisterGRPC(grpcSrv)
 	rls.New(rls.Config{Checker: svc, Policies: policies}).Register(grpcSrv)
-	peerSrv := grpc.NewServer(workers)
+	peerSrv := grpc.NewServer(append(tr.peerServer, workers)...)
 	peer.NewServer(svc.Owner()).Register(peerSrv)
 	// Timeouts bound what a slow or idle client can hold.
 	httpSrv := &http.Server{Handler: faces.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, TLSConfig: tr.public}
 
 	g, gctx := errgroup.WithContext(ctx)
 	// The background loops run until their step of shutdown stops them,
@@ -241,7 +246,11 @@ func loadPolicies(path string, log *slog.Logger, reg prometheus.Registerer) (*po
 }
 
 func serveHTTP(srv *http.Server, lis net.Listener) error {
-	if err := srv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+	serve := srv.Serve
+	if srv.TLSConfig != nil {
+		serve = func(l net.Listener) error { return srv.ServeTLS(l, "", "") } // the certificate comes from TLSConfig
+	}
+	if err := serve(lis); !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("http: %w", err)
 	}
 	return nil

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"encoding/base64"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/testpki"
+)
+
+// secureArgs returns the flags of a node with mutual TLS on the peer port,
+// from one certificate shared by node-0 .. node-2 (as the Helm chart's),
+// and an encrypted gossip.
+func secureArgs(t testing.TB) []string {
+	t.Helper()
+	ca := testpki.NewCA(t, "cluster")
+	f := ca.Issue(t, "ringlimit", "node-0", "node-1", "node-2").Write(t, t.TempDir(), "peer", ca)
+	key := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32)))
+	return []string{"--peer-tls-cert", f.Cert, "--peer-tls-key", f.Key, "--peer-tls-ca", f.CA, "--gossip-key", key}
+}
+
+// TestClusterOverMutualTLS runs a cluster with peer TLS and a gossip key:
+// it converges, and checks forwarded between nodes are decided exactly.
+func TestClusterOverMutualTLS(t *testing.T) {
+	c := startCluster(t, 2, secureArgs(t)...)
+	item := &pb.CheckItem{Name: "tls", Key: "user:1", Limit: 10, DurationMs: 60_000}
+	if got := c.burst(t, item, 300); got != 10 {
+		t.Errorf("admitted %d of 300 on a limit of 10 over mutual TLS, want 10", got)
+	}
+}
+
+func TestParseConfigTLS(t *testing.T) {
+	k16 := base64.StdEncoding.EncodeToString(make([]byte, 16))
+	k32 := base64.StdEncoding.EncodeToString(make([]byte, 32))
+	c, err := parseConfig([]string{"--gossip-key", k32 + ", " + k16}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.GossipKeys) != 2 || len(c.GossipKeys[0]) != 32 || len(c.GossipKeys[1]) != 16 {
+		t.Errorf("gossip keys: %d, want 32 then 16 bytes", len(c.GossipKeys))
+	}
+	secret := base64.StdEncoding.EncodeToString([]byte("ten bytes!"))
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--gossip-key", secret}, nil, "--gossip-key: key 1: 10 bytes, want 16, 24 or 32"},
+		{nil, map[string]string{"RLNODE_GOSSIP_KEY": k16 + ",%%%"}, "--gossip-key: key 2: not base64"},
+		{[]string{"--gossip-key", ","}, nil, "--gossip-key: no key"},
+		{[]string{"--peer-tls-cert", "a.crt", "--peer-tls-key", "a.key"}, nil, "--peer-tls-ca"},
+		{[]string{"--tls-cert", "a.crt"}, nil, "--tls-key"},
+		{[]string{"--tls-client-ca", "ca.crt"}, nil, "--tls-cert"},
+	} {
+		_, err := parseConfig(tc.args, env(tc.env), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v %v: %v, want an error containing %q", tc.args, tc.env, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), secret) {
+			t.Errorf("%v: the error repeats the key: %v", tc.args, err)
+		}
+	}
+}
+
+func TestServeRefusesMissingTLSFiles(t *testing.T) {
+	dir := t.TempDir()
+	conf, err := parseConfig([]string{"--peer-tls-cert", dir + "/no.crt", "--peer-tls-key", dir + "/no.key", "--peer-tls-ca", dir + "/ca.crt",
+		"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = serve(t.Context(), conf, slog.New(slog.DiscardHandler), nil)
+	if err == nil || !strings.Contains(err.Error(), "--peer-tls-") || !strings.Contains(err.Error(), "no.crt") {
+		t.Errorf("serve with missing certificate files: %v, want an error naming the flag and the file", err)
+	}
+}
