@@ -50,6 +50,12 @@ const (
 // keepGone is how long Members keeps reporting a node that died or left.
 const keepGone = 5 * time.Minute
 
+// LeftGrace is how long after a node left (or was declared dead) Member
+// still says it is one: a node shutting down leaves the gossip first, so
+// that others stop routing to it, and then hands off its counters and sends
+// its last GLOBAL report, which must not be refused.
+const LeftGrace = 2 * time.Minute
+
 // Config configures a Cluster. Only NodeName and PeerAddr are required.
 type Config struct {
 	// NodeName is this node's unique name in the cluster.
@@ -271,6 +277,15 @@ func (c *Cluster) LocalMember() ring.Member { return c.view.Load().local }
 // before Run has started memberlist. With port 0 in BindAddr, it is the way
 // to learn the chosen port.
 func (c *Cluster) GossipAddr() string { return c.view.Load().gossip }
+
+// Member reports whether name is a member of the cluster: alive as far as
+// this node knows, or gone for less than LeftGrace. Names this node never
+// heard of through gossip are not members; so, with Config.Keys, only nodes
+// holding the gossip key can be.
+func (c *Cluster) Member(name string) bool {
+	n, ok := c.events.get(name)
+	return ok && (n.alive || time.Since(n.change) < LeftGrace)
+}
 
 // Members returns every node this node knows of, sorted by name, including
 // nodes that went away in the last few minutes. The slice is a copy.

@@ -37,6 +37,9 @@ func TestStrangerCannotJoin(t *testing.T) {
 				if got := ringNames(n.Ring()); !slices.Equal(got, []string{"a", "b"}) {
 					t.Errorf("%s's ring = %v, want [a b]: the stranger got a share", n.LocalMember().Name, got)
 				}
+				if n.Member(tc.name) {
+					t.Errorf("%s: Member(%q) = true", n.LocalMember().Name, tc.name)
+				}
 				for _, m := range n.Members() {
 					if m.Name == tc.name {
 						t.Errorf("%s lists the stranger as a member (%s)", n.LocalMember().Name, m.State)
@@ -65,5 +68,26 @@ func TestKeyRotation(t *testing.T) {
 		waitFor(t, hasMembers(b.Cluster, "a", "b"), "step %d: b sees a", i)
 		b.stop()
 		a.stop()
+	}
+}
+
+// TestMember: members are the nodes gossip knows, alive or gone for less
+// than LeftGrace, so that a leaving node's hand-off is taken.
+func TestMember(t *testing.T) {
+	a := start(t, "a", "")
+	b := start(t, "b", "", a.GossipAddr())
+	waitFor(t, hasMembers(a.Cluster, "a", "b"), "a sees b")
+	for _, name := range []string{"a", "b"} {
+		if !a.Member(name) {
+			t.Errorf("Member(%q) = false", name)
+		}
+	}
+	if a.Member("ghost") || a.Member("") {
+		t.Error("a name gossip never carried is a member")
+	}
+	b.stop()
+	waitFor(t, hasMembers(a.Cluster, "a"), "a sees b leave")
+	if !a.Member("b") {
+		t.Error("b is not a member right after it left: its hand-off would be refused")
 	}
 }

@@ -67,7 +67,7 @@ type Membership interface {
 // Peers sends GLOBAL traffic to other nodes: package peer's Pool.
 type Peers interface {
 	AddGlobalHits(ctx context.Context, addr, from string, reports []*pb.GlobalReport) error
-	UpdateGlobals(ctx context.Context, addr string, states []*pb.GlobalState) error
+	UpdateGlobals(ctx context.Context, addr, from string, states []*pb.GlobalState) error
 }
 
 // Validate converts a check item a peer reported into the store's form,

@@ -185,7 +185,7 @@ func (n *Node) Broadcast(ctx context.Context) {
 			continue
 		}
 		wg.Go(func() {
-			if err := n.peers.UpdateGlobals(ctx, m.PeerAddr, states); err != nil {
+			if err := n.peers.UpdateGlobals(ctx, m.PeerAddr, self, states); err != nil {
 				n.metrics.sendErrors.Inc()
 				n.log.Warn("GLOBAL state not sent", "member", m.Name, "err", err)
 			}

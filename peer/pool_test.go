@@ -122,7 +122,7 @@ func TestUnreachable(t *testing.T) {
 			return err
 		},
 		"AddGlobalHits": func(ctx context.Context) error { return p.AddGlobalHits(ctx, addr, "me", nil) },
-		"UpdateGlobals": func(ctx context.Context) error { return p.UpdateGlobals(ctx, addr, nil) },
+		"UpdateGlobals": func(ctx context.Context) error { return p.UpdateGlobals(ctx, addr, "a", nil) },
 		"HandOff": func(ctx context.Context) error {
 			_, err := p.HandOff(ctx, addr, "me", nil)
 			return err
@@ -260,7 +260,7 @@ func TestUnaryCalls(t *testing.T) {
 	if err := p.AddGlobalHits(t.Context(), addr, "me", []*pb.GlobalReport{{Item: &pb.CheckItem{Key: "g"}, Admitted: 4}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.UpdateGlobals(t.Context(), addr, []*pb.GlobalState{{Key: "g", Remaining: 3}}); err != nil {
+	if err := p.UpdateGlobals(t.Context(), addr, "a", []*pb.GlobalState{{Key: "g", Remaining: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	refused, err := p.HandOff(t.Context(), addr, "me", []*pb.CounterState{{Counter: []byte{1}}, {}})

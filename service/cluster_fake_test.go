@@ -68,7 +68,7 @@ func (c *fakeCluster) AddGlobalHits(ctx context.Context, addr, from string, repo
 	return err
 }
 
-func (c *fakeCluster) UpdateGlobals(ctx context.Context, addr string, states []*pb.GlobalState) error {
+func (c *fakeCluster) UpdateGlobals(ctx context.Context, addr, _ string, states []*pb.GlobalState) error {
 	o, err := c.peer(ctx, addr)
 	if err == nil {
 		o.UpdateGlobals(ctx, states)

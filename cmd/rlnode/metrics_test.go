@@ -39,6 +39,7 @@ func TestMetricsAreExported(t *testing.T) {
 		`ringlimit_forward_fallbacks_total 0`,
 		`ringlimit_handoff_counters_total`,
 		`ringlimit_global_sync_seconds_count`,
+		`ringlimit_peer_refused_total{reason="not_member"} 0`,
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -105,7 +105,8 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	grpcSrv := grpc.NewServer(append(tr.grpcServer(), workers)...)
 	health := faces.RegisterGRPC(grpcSrv)
 	rls.New(rls.Config{Checker: svc, Policies: policies}).Register(grpcSrv)
-	peerSrv := grpc.NewServer(append(tr.peerServer, workers)...)
+	guard := peer.NewGuard(peer.GuardConfig{Members: membership{members}, Certificates: tr.peerTLS, Logger: log, Registerer: reg})
+	peerSrv := grpc.NewServer(append(tr.peerServer, workers, grpc.ChainUnaryInterceptor(guard.Unary))...)
 	peer.NewServer(svc.Owner()).Register(peerSrv)
 	// Timeouts bound what a slow or idle client can hold.
 	httpSrv := &http.Server{Handler: faces.Handler(), ReadHeaderTimeout: 10 * time.Second,

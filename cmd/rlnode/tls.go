@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/internal/tlsfiles"
 )
 
@@ -48,6 +49,14 @@ func newTransport(conf Config, log *slog.Logger) (transport, error) {
 		t.public = src.ServerConfig()
 	}
 	return t, nil
+}
+
+// membership is the cluster as peer.Guard asks it who is who.
+type membership struct{ *cluster.Cluster }
+
+func (m membership) Owner(key string) (string, bool) {
+	o, ok := m.Ring().Owner(key)
+	return o.Name, ok
 }
 
 // grpcServer returns the options of the public gRPC server.

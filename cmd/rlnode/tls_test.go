@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -23,13 +24,41 @@ func secureArgs(t testing.TB) []string {
 }
 
 // TestClusterOverMutualTLS runs a cluster with peer TLS and a gossip key:
-// it converges, and checks forwarded between nodes are decided exactly.
+// it converges, checks forwarded between nodes are decided exactly, and
+// GLOBAL reports and grants pass the identity checks (nothing is refused).
 func TestClusterOverMutualTLS(t *testing.T) {
-	c := startCluster(t, 2, secureArgs(t)...)
+	c := startCluster(t, 2, append(secureArgs(t), "--global-sync", "20ms")...)
 	item := &pb.CheckItem{Name: "tls", Key: "user:1", Limit: 10, DurationMs: 60_000}
 	if got := c.burst(t, item, 300); got != 10 {
 		t.Errorf("admitted %d of 300 on a limit of 10 over mutual TLS, want 10", got)
 	}
+	global := &pb.CheckItem{Name: "tls-global", Key: "user:2", Limit: 10, DurationMs: 60_000, Behavior: pb.Behavior_GLOBAL}
+	if got := c.burst(t, global, 300); got < 1 || got > 10 {
+		t.Errorf("GLOBAL admitted %d of 300 on a limit of 10, want 1 to 10", got)
+	}
+	for i, n := range c.nodes {
+		body := get(t, "http://"+n.httpAddr+"/metrics")
+		for _, reason := range []string{"no_certificate", "wrong_name", "not_member", "not_owner"} {
+			if want := `ringlimit_peer_refused_total{reason="` + reason + `"} 0`; !strings.Contains(body, want) {
+				t.Errorf("node %d: /metrics lacks %s", i, want)
+			}
+		}
+	}
+}
+
+// get returns the body of a GET of url.
+func get(t testing.TB, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func TestParseConfigTLS(t *testing.T) {

@@ -1,0 +1,175 @@
+package peer
+
+import (
+	"context"
+	"crypto/x509"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	grpcpeer "google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+)
+
+// Membership is what a Guard needs from the cluster.
+type Membership interface {
+	// Member reports whether name is a current member (or one that left
+	// moments ago, whose hand-off and last report are on the way).
+	Member(name string) bool
+	// Owner returns the name of the member that owns key, if any.
+	Owner(key string) (string, bool)
+}
+
+// GuardConfig configures a Guard. Members is required.
+type GuardConfig struct {
+	Members Membership
+	// Certificates says the peer port runs mutual TLS, so every caller has
+	// a certificate verified against the cluster CA: the name a caller
+	// claims must then be one its certificate is valid for (see
+	// CertificateNames). False means names cannot be authenticated, only
+	// checked for membership.
+	Certificates bool
+	// Logger receives one line per refusal; nil discards them.
+	Logger *slog.Logger
+	// Registerer receives ringlimit_peer_refused_total; nil means it is
+	// not exported.
+	Registerer prometheus.Registerer
+}
+
+// Guard checks who makes each peer call, before the Server sees it:
+// reports (AddGlobalHits), GLOBAL states (UpdateGlobals) and hand-offs
+// (HandOff) are taken only from current members under their own names, and
+// GLOBAL states only for keys their sender owns. A refused call fails with
+// codes.PermissionDenied (codes.Unauthenticated without a certificate) and
+// reaches no handler; a GLOBAL state of a key its sender does not own is
+// dropped from the call. Forward carries no name: with mutual TLS, the
+// certificate the handshake verified is its authentication.
+//
+// Guard is safe for concurrent use.
+type Guard struct {
+	conf    GuardConfig
+	log     *slog.Logger
+	refused *prometheus.CounterVec
+}
+
+// The reasons of ringlimit_peer_refused_total.
+const (
+	refusedNoCertificate = "no_certificate" // mutual TLS without a verified certificate
+	refusedWrongName     = "wrong_name"     // the claimed name is not the certificate's
+	refusedNotMember     = "not_member"     // the claimed name is not a member
+	refusedNotOwner      = "not_owner"      // a GLOBAL state of a key the sender does not own (dropped alone)
+)
+
+// NewGuard returns a Guard configured by conf. It panics if
+// conf.Registerer refuses its metric.
+func NewGuard(conf GuardConfig) *Guard {
+	log := conf.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ringlimit_peer_refused_total",
+		Help: "Peer calls (or GLOBAL states in them) refused because of who sent them, by reason: no_certificate, wrong_name, not_member, not_owner.",
+	}, []string{"reason"})
+	for _, r := range []string{refusedNoCertificate, refusedWrongName, refusedNotMember, refusedNotOwner} {
+		refused.WithLabelValues(r) // exported at 0, so that alerts see the series
+	}
+	if conf.Registerer != nil {
+		conf.Registerer.MustRegister(refused)
+	}
+	return &Guard{conf: conf, log: log, refused: refused}
+}
+
+// Unary is the Guard as a gRPC unary server interceptor, for the peer
+// server only (grpc.ChainUnaryInterceptor(g.Unary)).
+func (g *Guard) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	var cert *x509.Certificate
+	if g.conf.Certificates {
+		if cert = verifiedLeaf(ctx); cert == nil {
+			return nil, g.refuse(ctx, info.FullMethod, "", refusedNoCertificate, codes.Unauthenticated)
+		}
+	}
+	var from string
+	switch r := req.(type) {
+	case *pb.ForwardRequest:
+		return handler(ctx, req)
+	case *pb.GlobalHitsRequest:
+		from = r.GetFrom()
+	case *pb.HandOffRequest:
+		from = r.GetFrom()
+	case *pb.GlobalUpdateRequest:
+		from = r.GetFrom()
+	default:
+		return handler(ctx, req) // no peer method else; nothing to check
+	}
+	switch {
+	case cert != nil && !CertificateNames(cert, from):
+		return nil, g.refuse(ctx, info.FullMethod, from, refusedWrongName, codes.PermissionDenied)
+	case !g.conf.Members.Member(from):
+		return nil, g.refuse(ctx, info.FullMethod, from, refusedNotMember, codes.PermissionDenied)
+	}
+	if u, ok := req.(*pb.GlobalUpdateRequest); ok {
+		req = g.ownStates(ctx, u)
+	}
+	return handler(ctx, req)
+}
+
+// ownStates returns u with only the states of keys u.From owns, as a new
+// request: the caller's is read-only.
+func (g *Guard) ownStates(ctx context.Context, u *pb.GlobalUpdateRequest) *pb.GlobalUpdateRequest {
+	kept := make([]*pb.GlobalState, 0, len(u.GetStates()))
+	for _, s := range u.GetStates() {
+		if owner, ok := g.conf.Members.Owner(s.GetKey()); ok && owner == u.GetFrom() {
+			kept = append(kept, s)
+		}
+	}
+	if dropped := len(u.GetStates()) - len(kept); dropped > 0 {
+		g.refused.WithLabelValues(refusedNotOwner).Add(float64(dropped))
+		g.log.Warn("peer sent GLOBAL states of keys it does not own; dropped", "from", u.GetFrom(),
+			"dropped", dropped, "of", len(u.GetStates()), "addr", addrOf(ctx))
+	}
+	return &pb.GlobalUpdateRequest{From: u.GetFrom(), States: kept}
+}
+
+func (g *Guard) refuse(ctx context.Context, method, from, reason string, code codes.Code) error {
+	g.refused.WithLabelValues(reason).Inc()
+	g.log.Warn("peer call refused", "method", method, "from", from, "reason", reason, "addr", addrOf(ctx))
+	return status.Errorf(code, "peer call refused: %s (from %q)", reason, from)
+}
+
+// CertificateNames reports whether cert names node name: it is valid for
+// name as a host name (a DNS SAN equal to it, or a wildcard DNS SAN such
+// as *.rl-headless.ns.svc.cluster.local matching it), or its subject's
+// common name is exactly name. This is the rule that binds a node's
+// --node-name to its peer certificate.
+func CertificateNames(cert *x509.Certificate, name string) bool {
+	if name == "" {
+		return false
+	}
+	return cert.VerifyHostname(name) == nil || cert.Subject.CommonName == name
+}
+
+// verifiedLeaf returns the certificate the TLS handshake verified for the
+// caller of ctx, or nil.
+func verifiedLeaf(ctx context.Context) *x509.Certificate {
+	p, ok := grpcpeer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return info.State.VerifiedChains[0][0]
+}
+
+func addrOf(ctx context.Context) string {
+	if p, ok := grpcpeer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}

@@ -1,0 +1,223 @@
+package peer
+
+import (
+	"crypto/x509"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/testpki"
+)
+
+// members is a fake Membership: the names listed are members, and a key
+// "name:..." is owned by name.
+type members []string
+
+func (m members) Member(name string) bool {
+	for _, n := range m {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (m members) Owner(key string) (string, bool) {
+	owner, _, ok := strings.Cut(key, ":")
+	return owner, ok && m.Member(owner)
+}
+
+// guarded serves h behind a Guard over members, with mutual TLS from ca if
+// it is not nil, and returns the address and the Guard's registry.
+func guarded(t *testing.T, h Handler, ca *testpki.CA, m members) (string, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	g := NewGuard(GuardConfig{Members: m, Certificates: ca != nil, Registerer: reg})
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(g.Unary)}
+	if ca != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsSource(t, ca, ca, "a").ServerConfig())))
+	}
+	return serveService(t, NewServer(h), opts...), reg
+}
+
+// dialAs returns a Peer client with a certificate for name from ca, or a
+// plaintext one if ca is nil.
+func dialAs(t *testing.T, addr string, ca *testpki.CA, name string) pb.PeerClient {
+	t.Helper()
+	creds := insecure.NewCredentials()
+	if ca != nil {
+		creds = credentials.NewTLS(tlsSource(t, ca, ca, name).ClientConfig(""))
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return pb.NewPeerClient(cc)
+}
+
+// refusals reads ringlimit_peer_refused_total{reason} from reg.
+func refusals(t *testing.T, reg *prometheus.Registry, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == "ringlimit_peer_refused_total" && m.GetLabel()[0].GetValue() == reason {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no ringlimit_peer_refused_total{reason=%q}", reason)
+	return 0
+}
+
+// TestGuardBindsNamesToCertificates: with mutual TLS, a member with a
+// cluster certificate for "b" may report, hand off and update GLOBAL state
+// as b, but not as another member, and a certificate holder that is not a
+// member is refused; refused calls reach no handler.
+func TestGuardBindsNamesToCertificates(t *testing.T) {
+	ca := testpki.NewCA(t, "cluster")
+	h := &fakeHandler{}
+	addr, reg := guarded(t, h, ca, members{"a", "b", "c"})
+	asB := dialAs(t, addr, ca, "b")
+
+	// As itself: accepted.
+	if _, err := asB.HandOff(t.Context(), &pb.HandOffRequest{From: "b", Counters: []*pb.CounterState{{Counter: []byte{1}}}}); err != nil {
+		t.Fatalf("hand-off from b as b: %v", err)
+	}
+	if _, err := asB.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: "b", Reports: []*pb.GlobalReport{{Admitted: 1}}}); err != nil {
+		t.Fatalf("report from b as b: %v", err)
+	}
+	h.mu.Lock()
+	h.handedBy, h.hits = "", nil
+	h.mu.Unlock()
+
+	// As c, a member, with b's certificate: refused.
+	for rpc, err := range map[string]error{
+		"HandOff":       second(asB.HandOff(t.Context(), &pb.HandOffRequest{From: "c", Counters: []*pb.CounterState{{Counter: []byte{1}}}})),
+		"AddGlobalHits": second(asB.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: "c", Reports: []*pb.GlobalReport{{Admitted: 1e9}}})),
+		"UpdateGlobals": second(asB.UpdateGlobals(t.Context(), &pb.GlobalUpdateRequest{From: "c", States: []*pb.GlobalState{{Key: "c:1", Remaining: 1e9}}})),
+	} {
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%s from c with b's certificate: %v, want PermissionDenied", rpc, err)
+		}
+	}
+	if got := refusals(t, reg, refusedWrongName); got != 3 {
+		t.Errorf("wrong_name refusals = %v, want 3", got)
+	}
+
+	// A certificate of the cluster CA for a name that is not a member.
+	asX := dialAs(t, addr, ca, "x")
+	if _, err := asX.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: "x", Reports: []*pb.GlobalReport{{Admitted: 1e9}}}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("report from x, not a member: %v, want PermissionDenied", err)
+	}
+	if got := refusals(t, reg, refusedNotMember); got != 1 {
+		t.Errorf("not_member refusals = %v, want 1", got)
+	}
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.handedBy != "" || len(h.hits) != 0 || len(h.states) != 0 {
+		t.Errorf("refused calls reached the handler: hand-off from %q, %d reports, %d states", h.handedBy, len(h.hits), len(h.states))
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+// TestGuardKeepsOwnedStates: a member's GLOBAL update is applied only for
+// the keys it owns; states of other keys (a lifted limit of someone else's
+// counter) are dropped and counted.
+func TestGuardKeepsOwnedStates(t *testing.T) {
+	ca := testpki.NewCA(t, "cluster")
+	h := &fakeHandler{}
+	addr, reg := guarded(t, h, ca, members{"a", "b"})
+	_, err := dialAs(t, addr, ca, "b").UpdateGlobals(t.Context(), &pb.GlobalUpdateRequest{From: "b", States: []*pb.GlobalState{
+		{Key: "b:1", Remaining: 5}, {Key: "a:1", Remaining: 1e9}, {Key: "b:2", Remaining: 7},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	var keys []string
+	for _, s := range h.states {
+		keys = append(keys, s.GetKey())
+	}
+	h.mu.Unlock()
+	if strings.Join(keys, ",") != "b:1,b:2" {
+		t.Errorf("handler got states of %v, want b:1,b:2", keys)
+	}
+	if got := refusals(t, reg, refusedNotOwner); got != 1 {
+		t.Errorf("not_owner refusals = %v, want 1", got)
+	}
+}
+
+// TestGuardWithoutTLS: without certificates a name cannot be
+// authenticated, but a report, update or hand-off from a node that does not
+// exist (the attack that drains any key) is still refused.
+func TestGuardWithoutTLS(t *testing.T) {
+	h := &fakeHandler{}
+	addr, reg := guarded(t, h, nil, members{"a", "b"})
+	c := dialAs(t, addr, nil, "")
+	for rpc, err := range map[string]error{
+		"HandOff":       second(c.HandOff(t.Context(), &pb.HandOffRequest{From: "ghost", Counters: []*pb.CounterState{{Counter: []byte{1}}}})),
+		"AddGlobalHits": second(c.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: "ghost", Reports: []*pb.GlobalReport{{Admitted: 1e9}}})),
+		"UpdateGlobals": second(c.UpdateGlobals(t.Context(), &pb.GlobalUpdateRequest{States: []*pb.GlobalState{{Key: "a:1", Remaining: 1e9}}})),
+	} {
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%s from a non-member: %v, want PermissionDenied", rpc, err)
+		}
+	}
+	if got := refusals(t, reg, refusedNotMember); got != 3 {
+		t.Errorf("not_member refusals = %v, want 3", got)
+	}
+	if _, err := c.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: "b", Reports: []*pb.GlobalReport{{Admitted: 1}}}); err != nil {
+		t.Errorf("report from member b: %v", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.handedBy != "" || len(h.states) != 0 || len(h.hits) != 1 || h.reportedBy != "b" {
+		t.Errorf("handler saw hand-off from %q, %d states, %d reports by %q; want only b's report", h.handedBy, len(h.states), len(h.hits), h.reportedBy)
+	}
+}
+
+func TestCertificateNames(t *testing.T) {
+	ca := testpki.NewCA(t, "ca")
+	parse := func(cn string, sans ...string) *x509.Certificate {
+		c := ca.Issue(t, cn, sans...).TLS(t)
+		leaf, err := x509.ParseCertificate(c.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return leaf
+	}
+	shared := parse("ringlimit", "rl-0", "rl-1", "*.rl-headless.ns.svc.cluster.local")
+	for _, tc := range []struct {
+		cert *x509.Certificate
+		name string
+		want bool
+	}{
+		{shared, "rl-0", true},
+		{shared, "rl-1", true},
+		{shared, "rl-2", false},
+		{shared, "rl-7.rl-headless.ns.svc.cluster.local", true},
+		{shared, "a.b.rl-headless.ns.svc.cluster.local", false}, // a wildcard covers one label
+		{shared, "ringlimit", true},                             // the common name, taken exactly (Go's host name rule ignores it)
+		{parse("node-a"), "node-a", true},
+		{parse("node-a"), "node-b", false},
+		{shared, "", false},
+	} {
+		if got := CertificateNames(tc.cert, tc.name); got != tc.want {
+			t.Errorf("CertificateNames(%v / %q, %q) = %v, want %v", tc.cert.DNSNames, tc.cert.Subject.CommonName, tc.name, got, tc.want)
+		}
+	}
+}
