@@ -38,6 +38,7 @@ type benchOptions struct {
 	Limit       int64
 	Period      time.Duration
 	Timeout     time.Duration // per request
+	TLS         *client.TLS   // nil: plaintext
 }
 
 // validate reports the first invalid option, naming its flag.
@@ -118,6 +119,7 @@ Flags:
 	period := fs.Duration("period", time.Second, "the limit's period")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up on one request after this long")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
+	tlsFlags := addClientTLS(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -127,6 +129,7 @@ Flags:
 	opts := benchOptions{
 		Protocol: *protocol, Items: *items, Concurrency: *concurrency, Duration: *duration,
 		Count: *count, Keys: *keys, Name: *name, Limit: *limit, Period: *period, Timeout: *timeout,
+		TLS: tlsFlags.config(),
 	}
 	switch {
 	case *addrs != "":
@@ -213,7 +216,11 @@ func bench(ctx context.Context, o benchOptions) (benchReport, error) {
 	switch o.Protocol {
 	case "grpc":
 		for i, a := range o.Addrs {
-			c, err := client.New(a)
+			opts, err := dialOptions(o.TLS, a)
+			if err != nil {
+				return benchReport{}, err
+			}
+			c, err := client.New(a, opts...)
 			if err != nil {
 				return benchReport{}, err
 			}
@@ -221,13 +228,17 @@ func bench(ctx context.Context, o benchOptions) (benchReport, error) {
 			checkers[i] = &grpcChecker{c: c, o: o}
 		}
 	case "http":
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConns = o.Concurrency + len(o.Addrs)
-		tr.MaxIdleConnsPerHost = o.Concurrency
-		hc := &http.Client{Transport: tr}
-		defer tr.CloseIdleConnections()
+		base := http.DefaultTransport.(*http.Transport).Clone()
+		base.MaxIdleConns = o.Concurrency + len(o.Addrs)
+		base.MaxIdleConnsPerHost = o.Concurrency
 		for i, a := range o.Addrs {
-			checkers[i] = &httpChecker{hc: hc, url: "http://" + a + "/v1/check", o: o}
+			// A transport per node: each verifies its own node's name.
+			url, tr, err := httpBase(o.TLS, a, base)
+			if err != nil {
+				return benchReport{}, err
+			}
+			defer tr.CloseIdleConnections()
+			checkers[i] = &httpChecker{hc: &http.Client{Transport: tr}, url: url + "/v1/check", o: o}
 		}
 	}
 

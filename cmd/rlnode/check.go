@@ -44,6 +44,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	burst := fs.Int64("burst", 0, "bucket capacity (0: --limit)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
+	tlsFlags := addClientTLS(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -57,7 +58,11 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("--algorithm: %w", err)
 	}
-	c, err := client.New(*addr)
+	opts, err := dialOptions(tlsFlags.config(), *addr)
+	if err != nil {
+		return err
+	}
+	c, err := client.New(*addr, opts...)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rlnode members", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	withUsage(fs, `Usage: rlnode members [--addr HOST:PORT]
+	withUsage(fs, `Usage: rlnode members [--addr HOST:PORT] [--tls-ca FILE ...]
 
 Prints a node's view of the cluster: each member's name, state, gRPC and
 gossip addresses, and share of the ring, from its GET /v1/members.
@@ -26,16 +26,22 @@ Flags:
 `)
 	addr := fs.String("addr", "localhost:8080", "HTTP address of a node")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
+	tlsFlags := addClientTLS(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+*addr+"/v1/members", nil)
+	base, tr, err := httpBase(tlsFlags.config(), *addr, http.DefaultTransport.(*http.Transport))
+	if err != nil {
+		return err
+	}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/members", nil)
 	if err != nil {
 		return fmt.Errorf("--addr: %w", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		return fmt.Errorf("members: %w", err)
 	}

@@ -2,13 +2,16 @@ package main
 
 import (
 	"crypto/tls"
+	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/internal/tlsfiles"
 )
@@ -65,4 +68,58 @@ func (t transport) grpcServer() []grpc.ServerOption {
 		return nil
 	}
 	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(t.public))}
+}
+
+// clientTLS is the TLS flags of the client commands (check, members,
+// bench), which match a node's --tls-* flags.
+type clientTLS struct {
+	on   bool
+	conf client.TLS
+}
+
+// addClientTLS defines the client TLS flags on fs.
+func addClientTLS(fs *flag.FlagSet) *clientTLS {
+	t := &clientTLS{}
+	fs.BoolVar(&t.on, "tls", false, "reach the node over TLS (implied by any other --tls-* flag)")
+	fs.StringVar(&t.conf.CA, "tls-ca", "", "PEM CA the node's certificate must chain to (default: the system roots)")
+	fs.StringVar(&t.conf.Cert, "tls-cert", "", "PEM client certificate, for a node started with --tls-client-ca")
+	fs.StringVar(&t.conf.Key, "tls-key", "", "PEM key of --tls-cert")
+	fs.StringVar(&t.conf.ServerName, "tls-server-name", "", "name the node's certificate must be valid for (default: the host of the address)")
+	return t
+}
+
+// config returns the settings, or nil for plaintext.
+func (t *clientTLS) config() *client.TLS {
+	if !t.on && t.conf == (client.TLS{}) {
+		return nil
+	}
+	c := t.conf
+	return &c
+}
+
+// dialOptions returns the gRPC options that reach addr as the flags say.
+func dialOptions(t *client.TLS, addr string) ([]grpc.DialOption, error) {
+	if t == nil {
+		return nil, nil // client.New's plaintext default
+	}
+	opt, err := t.DialOption(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-*: %w", err)
+	}
+	return []grpc.DialOption{opt}, nil
+}
+
+// httpBase returns the URL prefix of addr's HTTP interface and the
+// transport that reaches it as t says, cloned from base.
+func httpBase(t *client.TLS, addr string, base *http.Transport) (string, *http.Transport, error) {
+	tr := base.Clone()
+	if t == nil {
+		return "http://" + addr, tr, nil
+	}
+	c, err := t.Config(addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("--tls-*: %w", err)
+	}
+	tr.TLSClientConfig = c
+	return "https://" + addr, tr, nil
 }

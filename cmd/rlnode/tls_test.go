@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -104,5 +105,42 @@ func TestServeRefusesMissingTLSFiles(t *testing.T) {
 	err = serve(t.Context(), conf, slog.New(slog.DiscardHandler), nil)
 	if err == nil || !strings.Contains(err.Error(), "--peer-tls-") || !strings.Contains(err.Error(), "no.crt") {
 		t.Errorf("serve with missing certificate files: %v, want an error naming the flag and the file", err)
+	}
+}
+
+// TestClientCommandsOverTLS serves TLS with client certificates on the
+// public ports and runs check, members and bench (both protocols) against
+// it, with the matching flags and without them.
+func TestClientCommandsOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := testpki.NewCA(t, "public")
+	srv := ca.Issue(t, "rlnode", "127.0.0.1").Write(t, dir, "server", ca)
+	cli := ca.Issue(t, "ops").Write(t, dir, "client", ca)
+	n, _ := startNamedNode(t, "tls-node", "--tls-cert", srv.Cert, "--tls-key", srv.Key, "--tls-client-ca", srv.CA)
+	flags := []string{"--tls-ca", srv.CA, "--tls-cert", cli.Cert, "--tls-key", cli.Key}
+	bench := []string{"--count", "20", "--concurrency", "2", "--duration", "10s"}
+
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"check", []string{"check", "--addr", n.grpcAddr, "--key", "user:1", "--limit", "10"}},
+		{"members", []string{"members", "--addr", n.httpAddr}},
+		{"bench grpc", append([]string{"bench", "--addr", n.grpcAddr, "--protocol", "grpc"}, bench...)},
+		{"bench http", append([]string{"bench", "--addr", n.httpAddr, "--protocol", "http"}, bench...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut strings.Builder
+			if err := run(t.Context(), slices.Concat(tc.args, flags), env(nil), &out, &errOut); err != nil {
+				t.Fatalf("with TLS flags: %v\n%s", err, errOut.String())
+			}
+			if err := run(t.Context(), slices.Concat(tc.args, []string{"--timeout", "2s"}), env(nil), io.Discard, io.Discard); err == nil {
+				t.Error("without TLS flags: succeeded against a TLS node")
+			}
+			noCert := slices.Concat(tc.args, []string{"--tls-ca", srv.CA, "--timeout", "2s"})
+			if err := run(t.Context(), noCert, env(nil), io.Discard, io.Discard); err == nil {
+				t.Error("without a client certificate: succeeded against a node with --tls-client-ca")
+			}
+		})
 	}
 }
