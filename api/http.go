@@ -76,6 +76,9 @@ func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	io.WriteString(w, "ready\n")
+	if s.conf.ReadyNote != "" {
+		io.WriteString(w, s.conf.ReadyNote+"\n")
+	}
 }
 
 func writeError(w http.ResponseWriter, code int, err error) {

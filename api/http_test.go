@@ -166,3 +166,17 @@ func TestMembersJSON(t *testing.T) {
 		t.Errorf("GET /v1/members = %s\nwant %s", got, want)
 	}
 }
+
+func TestReadyNote(t *testing.T) {
+	srv := httptest.NewServer(New(Config{Checker: service.New(service.Config{}), ReadyNote: "warning: plaintext"}).Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(b) != "ready\nwarning: plaintext\n" {
+		t.Errorf("GET /readyz with a note: %d %q, want 200 with the note after ready", resp.StatusCode, b)
+	}
+}

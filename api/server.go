@@ -33,6 +33,10 @@ type Config struct {
 	// Ready reports whether the node may take traffic (GET /readyz); nil
 	// means always ready.
 	Ready func() bool
+	// ReadyNote, if not empty, is a line GET /readyz adds to its body while
+	// ready (the status stays 200): a warning for whoever checks on the
+	// node, such as a cluster that runs without authentication.
+	ReadyNote string
 	// Members lists the cluster for GET /v1/members; nil means the route
 	// answers an empty list.
 	Members func() []Member

@@ -95,7 +95,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	})
 	faces := api.New(api.Config{
 		Checker: svc, Registerer: reg, Gatherer: reg,
-		Ready:   members.Ready,
+		Ready: members.Ready, ReadyNote: tr.insecure(conf),
 		Members: func() []api.Member { return apiMembers(members) },
 	})
 
@@ -139,6 +139,9 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	g.Go(func() error { return grpcSrv.Serve(lis.grpc) })
 	g.Go(func() error { return peerSrv.Serve(lis.peer) })
 
+	if w := tr.insecure(conf); w != "" {
+		log.Warn("INSECURE: " + w)
+	}
 	log.Info("rlnode serving", "node", conf.NodeName, "http", lis.http.Addr().String(), "grpc", lis.grpc.Addr().String(),
 		"peer", lis.peer.Addr().String(), "join", conf.Join)
 	if onStart != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -52,6 +53,22 @@ func newTransport(conf Config, log *slog.Logger) (transport, error) {
 		t.public = src.ServerConfig()
 	}
 	return t, nil
+}
+
+// insecure returns a warning naming what leaves the cluster open to anyone
+// on its network, or "" when peers authenticate and gossip is encrypted.
+func (t transport) insecure(conf Config) string {
+	var open []string
+	if !t.peerTLS {
+		open = append(open, "the peer port has no mutual TLS (--peer-tls-cert, --peer-tls-key, --peer-tls-ca)")
+	}
+	if len(conf.GossipKeys) == 0 {
+		open = append(open, "gossip is not encrypted (--gossip-key)")
+	}
+	if len(open) == 0 {
+		return ""
+	}
+	return "warning: " + strings.Join(open, " and ") + ": anyone who can reach those ports can join the cluster, take its counters and change its limits"
 }
 
 // membership is the cluster as peer.Guard asks it who is who.

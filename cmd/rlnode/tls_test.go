@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/internal/testpki"
@@ -38,6 +39,9 @@ func TestClusterOverMutualTLS(t *testing.T) {
 		t.Errorf("GLOBAL admitted %d of 300 on a limit of 10, want 1 to 10", got)
 	}
 	for i, n := range c.nodes {
+		if body := get(t, "http://"+n.httpAddr+"/readyz"); body != "ready\n" {
+			t.Errorf("node %d: /readyz = %q, want no warning", i, body)
+		}
 		body := get(t, "http://"+n.httpAddr+"/metrics")
 		for _, reason := range []string{"no_certificate", "wrong_name", "not_member", "not_owner"} {
 			if want := `ringlimit_peer_refused_total{reason="` + reason + `"} 0`; !strings.Contains(body, want) {
@@ -60,6 +64,39 @@ func get(t testing.TB, url string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestReadyzWarnsWithoutSecurity: a node with neither peer TLS nor a gossip
+// key says so in /readyz, and stays ready; one with only a gossip key names
+// what is still missing.
+func TestReadyzWarnsWithoutSecurity(t *testing.T) {
+	plain, _ := startNamedNode(t, "plain")
+	key := base64.StdEncoding.EncodeToString(make([]byte, 32))
+	keyed, _ := startNamedNode(t, "keyed", "--gossip-key", key)
+	for _, tc := range []struct {
+		n        *node
+		want     []string
+		unwanted string
+	}{
+		{plain, []string{"ready\nwarning: ", "--peer-tls-cert", "--gossip-key"}, ""},
+		{keyed, []string{"ready\nwarning: ", "--peer-tls-cert"}, "--gossip-key"},
+	} {
+		var body string
+		for deadline := time.Now().Add(10 * time.Second); !strings.HasPrefix(body, "ready"); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("not ready: %q", body)
+			}
+			body = get(t, "http://"+tc.n.httpAddr+"/readyz")
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(body, w) {
+				t.Errorf("/readyz = %q, want it to contain %q", body, w)
+			}
+		}
+		if tc.unwanted != "" && strings.Contains(body, tc.unwanted) {
+			t.Errorf("/readyz = %q, names %q, which is configured", body, tc.unwanted)
+		}
+	}
 }
 
 func TestParseConfigTLS(t *testing.T) {
