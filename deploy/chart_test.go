@@ -59,10 +59,27 @@ func TestChartFlagsAreRlnodes(t *testing.T) {
 	}
 	for _, e := range c.Env {
 		flag := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(e.Name, "RLNODE_")), "_", "-")
-		if !strings.HasPrefix(e.Name, "RLNODE_") || !known[flag] {
+		if !strings.HasPrefix(e.Name, "RLNODE_") {
+			if !referenced(c.Env, e.Name) {
+				t.Errorf("the chart sets %s, which is no rlnode flag's variable nor used by one", e.Name)
+			}
+			continue
+		}
+		if !known[flag] {
 			t.Errorf("the chart sets %s, which is no rlnode flag's variable", e.Name)
 		}
 	}
+}
+
+// referenced reports whether an RLNODE_* variable's value uses the
+// variable name, as $(name) (Kubernetes' dependent variables).
+func referenced(env []corev1.EnvVar, name string) bool {
+	for _, e := range env {
+		if strings.HasPrefix(e.Name, "RLNODE_") && strings.Contains(e.Value, "$("+name+")") {
+			return true
+		}
+	}
+	return false
 }
 
 func TestChartPortsMatchFlags(t *testing.T) {
@@ -176,15 +193,23 @@ func TestChartJoinsThroughHeadlessService(t *testing.T) {
 			}
 		}
 	}
-	// The pod's name and IP are its member name and gossip address.
-	want := map[string]string{"RLNODE_NODE_NAME": "metadata.name", "RLNODE_ADVERTISE_ADDR": "status.podIP"}
+	// The pod's DNS name under the headless Service is its member name
+	// (what its peer certificate must be valid for), and its IP its gossip
+	// address.
+	want := map[string]string{"POD_NAME": "metadata.name", "RLNODE_ADVERTISE_ADDR": "status.podIP", "RLNODE_NODE_NAME": ""}
 	for _, e := range c.Env {
-		if path, ok := want[e.Name]; ok {
-			if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != path {
-				t.Errorf("%s is not taken from %s", e.Name, path)
+		path, ok := want[e.Name]
+		switch {
+		case !ok:
+			continue
+		case e.Name == "RLNODE_NODE_NAME":
+			if w := "$(POD_NAME)." + host; e.Value != w {
+				t.Errorf("RLNODE_NODE_NAME = %q, want %q", e.Value, w)
 			}
-			delete(want, e.Name)
+		case e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != path:
+			t.Errorf("%s is not taken from %s", e.Name, path)
 		}
+		delete(want, e.Name)
 	}
 	for name := range want {
 		t.Errorf("no %s in the container's environment", name)
@@ -451,11 +476,11 @@ func TestChartExtras(t *testing.T) {
 	if e := c.Env[len(c.Env)-1]; e.Name != "GOMEMLIMIT" || e.Value != "400MiB" {
 		t.Errorf("extraEnv: %+v", c.Env)
 	}
-	if len(c.VolumeMounts) != 2 || c.VolumeMounts[1].MountPath != "/etc/ringlimit/tls" {
-		t.Errorf("volume mounts %+v, want policies and tls", c.VolumeMounts)
+	if len(c.VolumeMounts) != 3 || c.VolumeMounts[2].MountPath != "/etc/ringlimit/tls" {
+		t.Errorf("volume mounts %+v, want policies, peer-tls and tls", c.VolumeMounts)
 	}
-	if len(pod.Spec.Volumes) != 2 || pod.Spec.Volumes[1].Secret == nil || pod.Spec.Volumes[1].Secret.SecretName != "rl-tls" {
-		t.Errorf("volumes %+v, want policies and the tls Secret", pod.Spec.Volumes)
+	if len(pod.Spec.Volumes) != 3 || pod.Spec.Volumes[2].Secret == nil || pod.Spec.Volumes[2].Secret.SecretName != "rl-tls" {
+		t.Errorf("volumes %+v, want policies, peer-tls and the tls Secret", pod.Spec.Volumes)
 	}
 	for what, ok := range map[string]bool{
 		"podAnnotations":            pod.Annotations["a"] == "b",

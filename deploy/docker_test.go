@@ -15,8 +15,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
 )
 
 // requireDocker skips the test when there is no docker CLI or no daemon to
@@ -80,10 +78,11 @@ type pod struct {
 
 // dockerRunArgs turns the pod template's container spec into `docker run`
 // arguments for pod p: the same image, args, environment (with the
-// downward API's values filled in as the kubelet would), user, read-only
-// root, capabilities, memory limit and grace period, and DNS names as the
-// cluster DNS gives them.
-func dockerRunArgs(t *testing.T, r rendered, network string, p pod, aliases []string, configMap string) []string {
+// downward API's and Secrets' values filled in and $(VAR) references
+// expanded, as the kubelet would), user, read-only root, capabilities,
+// memory limit and grace period, volumes (host directories from
+// volumeDirs), and DNS names as the cluster DNS gives them.
+func dockerRunArgs(t *testing.T, r rendered, network string, p pod, aliases []string, volumes map[string]string) []string {
 	t.Helper()
 	spec := r.sts.Spec.Template.Spec
 	c := r.container(t)
@@ -92,13 +91,13 @@ func dockerRunArgs(t *testing.T, r rendered, network string, p pod, aliases []st
 	for _, a := range aliases {
 		args = append(args, "--network-alias", a)
 	}
+	var set []string // old, new pairs for $(VAR) expansion
 	for _, e := range c.Env {
-		v := e.Value
-		if e.ValueFrom != nil {
-			if e.ValueFrom.FieldRef == nil {
-				t.Fatalf("env %s: only fieldRef values can be filled in here", e.Name)
-			}
-			switch path := e.ValueFrom.FieldRef.FieldPath; path {
+		v := strings.NewReplacer(set...).Replace(e.Value) // as the kubelet: only variables defined earlier
+		switch from := e.ValueFrom; {
+		case from == nil:
+		case from.FieldRef != nil:
+			switch path := from.FieldRef.FieldPath; path {
 			case "metadata.name":
 				v = p.name
 			case "status.podIP":
@@ -106,7 +105,16 @@ func dockerRunArgs(t *testing.T, r rendered, network string, p pod, aliases []st
 			default:
 				t.Fatalf("env %s: fieldRef %s has no stand-in here", e.Name, path)
 			}
+		case from.SecretKeyRef != nil:
+			s := r.secrets[from.SecretKeyRef.Name]
+			if s == nil {
+				t.Fatalf("env %s: Secret %s is not one the chart renders", e.Name, from.SecretKeyRef.Name)
+			}
+			v = string(s.Data[from.SecretKeyRef.Key])
+		default:
+			t.Fatalf("env %s: only fieldRef and secretKeyRef values can be filled in here", e.Name)
 		}
+		set = append(set, "$("+e.Name+")", v)
 		args = append(args, "--env", e.Name+"="+v)
 	}
 	ps, cs := spec.SecurityContext, c.SecurityContext
@@ -131,16 +139,11 @@ func dockerRunArgs(t *testing.T, r rendered, network string, p pod, aliases []st
 		}
 	}
 	for _, m := range c.VolumeMounts {
-		var v *corev1.Volume
-		for i := range spec.Volumes {
-			if spec.Volumes[i].Name == m.Name {
-				v = &spec.Volumes[i]
-			}
+		dir, ok := volumes[m.Name]
+		if !ok || m.SubPath != "" {
+			t.Fatalf("volume mount %s: only the chart's own ConfigMap and Secrets, mounted whole, have a stand-in here", m.Name)
 		}
-		if v == nil || v.ConfigMap == nil || r.configMap == nil || v.ConfigMap.Name != r.configMap.Name || m.SubPath != "" {
-			t.Fatalf("volume mount %s: only the chart's own ConfigMap, mounted whole, has a stand-in here", m.Name)
-		}
-		args = append(args, "--volume", configMap+":"+m.MountPath+":ro")
+		args = append(args, "--volume", dir+":"+m.MountPath+":ro")
 	}
 	if m := c.Resources.Limits.Memory(); !m.IsZero() {
 		args = append(args, "--memory", strconv.FormatInt(m.Value(), 10))
@@ -162,21 +165,40 @@ const policyValues = `policies:
         rate_limit: {unit: hour, requests_per_unit: 10, algorithm: SLIDING_LOG}
 `
 
-// configMapDir writes the rendered ConfigMap as the kubelet mounts one:
-// the files in a timestamped directory, ..data a symlink to it, and each
-// file a symlink through ..data. Readable by the container's user.
-func configMapDir(t *testing.T, r rendered) string {
+// volumeDirs writes each pod volume backed by the chart's own ConfigMap or
+// one of its Secrets into a host directory (see kubeletDir) and returns
+// them by volume name.
+func volumeDirs(t *testing.T, r rendered) map[string]string {
 	t.Helper()
-	if r.configMap == nil {
-		return ""
+	out := map[string]string{}
+	for _, v := range r.sts.Spec.Template.Spec.Volumes {
+		switch {
+		case v.ConfigMap != nil && r.configMap != nil && v.ConfigMap.Name == r.configMap.Name:
+			files := map[string][]byte{}
+			for name, text := range r.configMap.Data {
+				files[name] = []byte(text)
+			}
+			out[v.Name] = kubeletDir(t, files)
+		case v.Secret != nil && r.secrets[v.Secret.SecretName] != nil:
+			out[v.Name] = kubeletDir(t, r.secrets[v.Secret.SecretName].Data)
+		}
 	}
+	return out
+}
+
+// kubeletDir writes files as the kubelet mounts a ConfigMap or Secret:
+// the files in a timestamped directory, ..data a symlink to it, and each
+// file a symlink through ..data. Readable by the container's user (the
+// kubelet would give the pod's fsGroup access; a test cannot chown).
+func kubeletDir(t *testing.T, files map[string][]byte) string {
+	t.Helper()
 	dir := t.TempDir()
 	data := filepath.Join(dir, "..2026_01_01_00_00_00.000000001")
 	if err := os.Mkdir(data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for name, text := range r.configMap.Data {
-		if err := os.WriteFile(filepath.Join(data, name), []byte(text), 0o644); err != nil {
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(data, name), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Symlink(filepath.Join("..data", name), filepath.Join(dir, name)); err != nil {
@@ -255,10 +277,11 @@ func TestRenderedStatefulSetRuns(t *testing.T) {
 	subnet := dockerNetwork(t, network)
 	prefix := strings.TrimSuffix(subnet, "0/24")
 	var pods []pod
+	volumes := volumeDirs(t, r)
 	for i := range int(*r.sts.Spec.Replicas) {
 		p := pod{name: fmt.Sprintf("%s-%d-%s", r.sts.Name, i, id), ip: fmt.Sprintf("%s%d", prefix, 10+i)}
 		pods = append(pods, p)
-		args := dockerRunArgs(t, r, network, p, []string{joinHost, p.name + "." + joinHost}, configMapDir(t, r))
+		args := dockerRunArgs(t, r, network, p, []string{joinHost, p.name + "." + joinHost}, volumes)
 		t.Cleanup(func() {
 			if t.Failed() {
 				logs, _ := exec.Command("docker", "logs", "--tail", "40", p.name).CombinedOutput()
@@ -275,13 +298,28 @@ func TestRenderedStatefulSetRuns(t *testing.T) {
 	}
 	base := func(p pod) string { return fmt.Sprintf("http://%s:%d", p.ip, httpPort) }
 
-	// Converge: every node ready and seeing all three alive.
+	// The chart turns on mutual TLS between the nodes and encrypted
+	// gossip: the three must find each other through both.
+	if s, _ := secretEnv(c, "RLNODE_GOSSIP_KEY"); f["peer-tls-cert"] == "" || s == "" {
+		t.Fatal("the rendered pod runs without peer TLS or a gossip key")
+	}
+
+	// Converge: every node ready, with no warning that it runs unsecured,
+	// and seeing all three alive under their DNS names.
 	deadline := time.Now().Add(60 * time.Second)
 	for _, p := range pods {
 		for {
 			names, err := alive(base(p))
-			code, _, rerr := get(base(p) + c.ReadinessProbe.HTTPGet.Path)
+			code, body, rerr := get(base(p) + c.ReadinessProbe.HTTPGet.Path)
 			if err == nil && rerr == nil && code == 200 && len(names) == 3 {
+				if body != "ready\n" {
+					t.Errorf("%s: readiness body %q, want no warning: peer TLS and gossip key are on", p.name, body)
+				}
+				for _, q := range pods {
+					if !names[q.name+"."+joinHost] {
+						t.Errorf("%s: members %v lack %s", p.name, names, q.name+"."+joinHost)
+					}
+				}
 				break
 			}
 			if time.Now().After(deadline) {
@@ -377,7 +415,7 @@ func TestRenderedStatefulSetRuns(t *testing.T) {
 	deadline = time.Now().Add(30 * time.Second)
 	for {
 		names, err := alive(base(pods[0]))
-		if err == nil && len(names) == 2 && !names[stopped.name] {
+		if err == nil && len(names) == 2 && !names[stopped.name+"."+joinHost] {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -26,6 +26,7 @@ type rendered struct {
 	sts       *appsv1.StatefulSet
 	services  map[string]*corev1.Service
 	configMap *corev1.ConfigMap
+	secrets   map[string]*corev1.Secret
 	pdb       *policyv1.PodDisruptionBudget
 	netpol    *networkingv1.NetworkPolicy
 	monitor   *serviceMonitor
@@ -94,7 +95,7 @@ func renderValues(t *testing.T, valuesFile string, sets ...string) rendered {
 }
 
 func decode(out string) (rendered, error) {
-	r := rendered{services: map[string]*corev1.Service{}}
+	r := rendered{services: map[string]*corev1.Service{}, secrets: map[string]*corev1.Secret{}}
 	for doc := range strings.SplitSeq(out, "\n---\n") {
 		var meta metav1.TypeMeta
 		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
@@ -110,6 +111,8 @@ func decode(out string) (rendered, error) {
 			obj = r.sts
 		case "Service":
 			obj = new(corev1.Service)
+		case "Secret":
+			obj = new(corev1.Secret)
 		case "ConfigMap":
 			r.configMap = new(corev1.ConfigMap)
 			obj = r.configMap
@@ -128,8 +131,11 @@ func decode(out string) (rendered, error) {
 		if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
 			return r, fmt.Errorf("%s: %w", meta.Kind, err)
 		}
-		if s, ok := obj.(*corev1.Service); ok {
-			r.services[s.Name] = s
+		switch o := obj.(type) {
+		case *corev1.Service:
+			r.services[o.Name] = o
+		case *corev1.Secret:
+			r.secrets[o.Name] = o
 		}
 	}
 	return r, nil

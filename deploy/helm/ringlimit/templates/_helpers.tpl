@@ -78,3 +78,24 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- fail "ports: http, grpc, peer and gossip must differ" }}
 {{- end }}
 {{- end }}
+
+{{/*
+A pod's DNS domain under the headless Service. Each pod's member name is
+<pod>.<this>, its own DNS name, so that one certificate with the wildcard
+DNS name *.<this> is valid for every pod of the StatefulSet, however far
+it scales: rlnode accepts a peer's name when the peer's certificate is
+valid for it as a host name.
+*/}}
+{{- define "ringlimit.podDomain" -}}
+{{ include "ringlimit.headless" . }}.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}
+{{- end }}
+
+{{/* The Secret with the peer certificate, its key and the cluster CA. */}}
+{{- define "ringlimit.peerTLSSecret" -}}
+{{ .Values.tls.existingSecret | default (printf "%s-peer-tls" (include "ringlimit.fullname" .)) }}
+{{- end }}
+
+{{/* The Secret with the gossip keys. */}}
+{{- define "ringlimit.gossipSecret" -}}
+{{ .Values.gossip.existingSecret | default (printf "%s-gossip" (include "ringlimit.fullname" .)) }}
+{{- end }}
