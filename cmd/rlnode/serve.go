@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
@@ -97,14 +98,18 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	// Stream workers reuse goroutines whose stacks have grown already,
 	// rather than starting one per RPC.
 	workers := grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))
-	grpcSrv := grpc.NewServer(workers)
+	// The client port's codec refuses the 1,001st item, or descriptor,
+	// before building it.
+	rlsBound := api.BoundOf(&rlspb.RateLimitRequest{}, "descriptors", rls.MaxDescriptors)
+	grpcSrv := grpc.NewServer(append(api.ServerOptions(rlsBound), workers)...)
 	health := faces.RegisterGRPC(grpcSrv)
 	rls.New(rls.Config{Checker: svc, Policies: policies}).Register(grpcSrv)
 	peerSrv := grpc.NewServer(workers)
 	peer.NewServer(svc.Owner()).Register(peerSrv)
-	// Timeouts bound what a slow or idle client can hold.
+	// Timeouts bound what a slow or idle client can hold: a body of
+	// api.MaxBodyBytes arrives well within ReadTimeout on any link.
 	httpSrv := &http.Server{Handler: faces.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 
 	g, gctx := errgroup.WithContext(ctx)
 	// The background loops run until their step of shutdown stops them,

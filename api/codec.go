@@ -1,0 +1,105 @@
+package api
+
+import (
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	protocodec "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/service"
+)
+
+// MaxRecvMsgBytes is the gRPC receive limit of the client port. A
+// CheckItem at its longest takes under 1,650 bytes in protobuf (name 256
+// bytes, key 1,024, policy 256, the other fields at their widest and the
+// tags and lengths), so a thousand of them fit in 1.65 MB; 2 MiB leaves
+// headroom. (gRPC's default is 4 MiB.)
+const MaxRecvMsgBytes = 2 << 20
+
+// Bound is the most elements a request message may carry in one repeated
+// field, as decoded by the codec of ServerOptions.
+type Bound struct {
+	Message protoreflect.FullName
+	Field   protoreflect.FieldNumber
+	Max     int
+}
+
+// BoundOf is the Bound of max elements in msg's repeated field called field.
+// It panics if msg has no such field: a bug, not an input.
+func BoundOf(msg proto.Message, field protoreflect.Name, max int) Bound {
+	d := msg.ProtoReflect().Descriptor()
+	f := d.Fields().ByName(field)
+	if f == nil || !f.IsList() {
+		panic(fmt.Sprintf("api.BoundOf: %s has no repeated field %s", d.FullName(), field))
+	}
+	return Bound{Message: d.FullName(), Field: f.Number(), Max: max}
+}
+
+// ServerOptions are the options of the grpc.Server that serves
+// RegisterGRPC: the receive limit MaxRecvMsgBytes, and a codec that decodes
+// at most service.MaxItems+1 items of a CheckRequest (and at most Max+1
+// elements of each of bounds), however many the message holds. protobuf
+// would otherwise build every element before the service counts them: a
+// message of empty items costs about a hundred times its size.
+func ServerOptions(bounds ...Bound) []grpc.ServerOption {
+	c := boundedCodec{CodecV2: encoding.GetCodecV2(protocodec.Name), bounds: map[protoreflect.FullName]Bound{}}
+	for _, b := range append(bounds, BoundOf(&pb.CheckRequest{}, "requests", service.MaxItems)) {
+		c.bounds[b.Message] = b
+	}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvMsgBytes), grpc.ForceServerCodecV2(c)}
+}
+
+// boundedCodec is gRPC's proto codec, except for the messages in bounds:
+// those it decodes from a prefix of their encoding that ends before the
+// repeated field's Max+2nd element, so the handler sees Max+1 elements and
+// refuses the request as it refuses any with too many, with the usual
+// error, having built only those.
+type boundedCodec struct {
+	encoding.CodecV2
+	bounds map[protoreflect.FullName]Bound
+}
+
+func (c boundedCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return c.CodecV2.Unmarshal(data, v)
+	}
+	b, ok := c.bounds[m.ProtoReflect().Descriptor().FullName()]
+	if !ok {
+		return c.CodecV2.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	return proto.Unmarshal(prefix(buf.ReadOnlyData(), b.Field, b.Max+1), m)
+}
+
+// prefix returns the longest prefix of the encoded message msg that holds
+// at most n elements of field. Malformed input is returned whole, for
+// proto.Unmarshal to refuse.
+func prefix(msg []byte, field protowire.Number, n int) []byte {
+	seen := 0
+	for off := 0; off < len(msg); {
+		num, typ, tagLen := protowire.ConsumeTag(msg[off:])
+		if tagLen < 0 {
+			return msg
+		}
+		valLen := protowire.ConsumeFieldValue(num, typ, msg[off+tagLen:])
+		if valLen < 0 {
+			return msg
+		}
+		if num == field {
+			if seen == n {
+				return msg[:off]
+			}
+			seen++
+		}
+		off += tagLen + valLen
+	}
+	return msg
+}
