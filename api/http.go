@@ -23,7 +23,11 @@ const MaxBodyBytes = 2 << 20
 // GET /metrics, GET /healthz and GET /readyz.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/check", s.handleCheck)
+	var check http.Handler = http.HandlerFunc(s.handleCheck)
+	if s.conf.Admit != nil {
+		check = s.conf.Admit(check)
+	}
+	mux.Handle("POST /v1/check", check)
 	mux.HandleFunc("GET /v1/members", s.handleMembers)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n")

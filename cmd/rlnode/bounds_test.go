@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 
@@ -11,6 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/ringlimit/ringlimit/internal/admit"
 )
 
 // TestClientPortBoundsDescriptors checks that the client port decodes at
@@ -30,5 +33,22 @@ func TestClientPortBoundsDescriptors(t *testing.T) {
 	_, err = rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), req)
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "descriptors: 1001, at most 1000") {
 		t.Errorf("100,000 descriptors: %v, want InvalidArgument counting 1001 of them", err)
+	}
+}
+
+func TestParseConfigBounds(t *testing.T) {
+	c, err := parseConfig(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxInflight != admit.DefaultMax {
+		t.Errorf("defaults: %+v", c)
+	}
+	for _, args := range [][]string{
+		{"--max-inflight", "0"},
+	} {
+		if _, err := parseConfig(args, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), args[0]) {
+			t.Errorf("%v: err %v, want one naming %s", args, err, args[0])
+		}
 	}
 }

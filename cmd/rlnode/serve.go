@@ -19,6 +19,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/cluster"
+	"github.com/ringlimit/ringlimit/internal/admit"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/policy"
@@ -89,8 +90,9 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 		MaxClockSkew: conf.MaxClockSkew, GlobalSync: conf.GlobalSync,
 		Logger: log, Registerer: reg, Policies: policies,
 	})
+	gate := admit.New(admit.Config{Max: conf.MaxInflight, Registerer: reg})
 	faces := api.New(api.Config{
-		Checker: svc, Registerer: reg, Gatherer: reg,
+		Checker: svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP,
 		Ready:   members.Ready,
 		Members: func() []api.Member { return apiMembers(members) },
 	})
@@ -101,7 +103,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	// The client port's codec refuses the 1,001st item, or descriptor,
 	// before building it.
 	rlsBound := api.BoundOf(&rlspb.RateLimitRequest{}, "descriptors", rls.MaxDescriptors)
-	grpcSrv := grpc.NewServer(append(api.ServerOptions(rlsBound), workers)...)
+	grpcSrv := grpc.NewServer(append(api.ServerOptions(rlsBound), workers, grpc.InTapHandle(gate.Tap))...)
 	health := faces.RegisterGRPC(grpcSrv)
 	rls.New(rls.Config{Checker: svc, Policies: policies}).Register(grpcSrv)
 	peerSrv := grpc.NewServer(workers)
