@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -41,14 +44,50 @@ func TestParseConfigBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxInflight != admit.DefaultMax {
+	if c.MaxInflight != admit.DefaultMax || c.MaxConns != defaultMaxConns {
 		t.Errorf("defaults: %+v", c)
 	}
 	for _, args := range [][]string{
 		{"--max-inflight", "0"},
+		{"--max-conns", "-1"},
 	} {
 		if _, err := parseConfig(args, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), args[0]) {
 			t.Errorf("%v: err %v, want one naming %s", args, err, args[0])
 		}
+	}
+}
+
+// TestMaxConns opens --max-conns idle connections to the HTTP port: a
+// further client is not served until one of them closes.
+func TestMaxConns(t *testing.T) {
+	httpAddr, _, _ := startNode(t, "--max-conns", "2")
+	var idle []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", httpAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	answered := make(chan error, 1)
+	go func() {
+		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 20 * time.Second}
+		resp, err := client.Get("http://" + httpAddr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		answered <- err
+	}()
+	// A negative can only be seen by waiting: the third connection sits in
+	// the kernel's backlog, unaccepted.
+	select {
+	case err := <-answered:
+		t.Fatalf("a third connection was served while two were open (err %v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	idle[0].Close()
+	if err := <-answered; err != nil {
+		t.Errorf("after one connection closed: %v", err)
 	}
 }

@@ -34,6 +34,7 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	LogLevel        string
 	MaxInflight     int
+	MaxConns        int
 }
 
 // parseConfig reads flags from args, falling back to RLNODE_* variables via
@@ -60,6 +61,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&c.MaxClockSkew, "max-clock-skew", service.DefaultMaxClockSkew, "bound on created_at_ms distance from the server clock")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "time to leave, hand off and drain before exit")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.IntVar(&c.MaxConns, "max-conns", defaultMaxConns, "connections open at once on each of the HTTP, gRPC and peer listeners; beyond it new ones wait to be accepted")
 	fs.IntVar(&c.MaxInflight, "max-inflight", admit.DefaultMax, "client requests (HTTP checks and gRPC calls) in flight at once; beyond it they are refused at once, HTTP 503 or gRPC RESOURCE_EXHAUSTED")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -103,6 +105,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("--max-clock-skew: must not be negative, got %v", c.MaxClockSkew)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("--shutdown-timeout: must be positive, got %v", c.ShutdownTimeout)
+	case c.MaxConns <= 0:
+		return fmt.Errorf("--max-conns: must be positive, got %d", c.MaxConns)
 	case c.MaxInflight <= 0:
 		return fmt.Errorf("--max-inflight: must be positive, got %d", c.MaxInflight)
 	case c.NodeName == "":

@@ -55,6 +55,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 		return err
 	}
 	defer lis.close()
+	lis = lis.limit(conf.MaxConns)
 
 	policies, err := loadPolicies(conf.PolicyFile, log, reg)
 	if err != nil {
@@ -109,8 +110,9 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	peerSrv := grpc.NewServer(workers)
 	peer.NewServer(svc.Owner()).Register(peerSrv)
 	// Timeouts bound what a slow or idle client can hold: a body of
-	// api.MaxBodyBytes arrives well within ReadTimeout on any link.
-	httpSrv := &http.Server{Handler: faces.Handler(), ReadHeaderTimeout: 10 * time.Second,
+	// api.MaxBodyBytes arrives well within ReadTimeout on any link, and
+	// a check needs no headers of more than a few KB.
+	httpSrv := &http.Server{Handler: faces.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 
 	g, gctx := errgroup.WithContext(ctx)
