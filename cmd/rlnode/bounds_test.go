@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"strings"
@@ -89,5 +90,48 @@ func TestMaxConns(t *testing.T) {
 	idle[0].Close()
 	if err := <-answered; err != nil {
 		t.Errorf("after one connection closed: %v", err)
+	}
+}
+
+func TestMemoryLimit(t *testing.T) {
+	files := func(m map[string]string) func(string) ([]byte, error) {
+		return func(path string) ([]byte, error) {
+			if s, ok := m[path]; ok {
+				return []byte(s), nil
+			}
+			return nil, fs.ErrNotExist
+		}
+	}
+	const v2, v1 = "/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"
+	cases := []struct {
+		name   string
+		flag   string
+		env    map[string]string
+		files  map[string]string
+		want   int64
+		source string
+	}{
+		{"flag", "512MiB", nil, map[string]string{v2: "1000\n"}, 512 << 20, "--memory-limit"},
+		{"flag in bytes beats GOMEMLIMIT", "1000000", map[string]string{"GOMEMLIMIT": "1GiB"}, nil, 1_000_000, "--memory-limit"},
+		{"GOMEMLIMIT is the runtime's", "", map[string]string{"GOMEMLIMIT": "1GiB"}, map[string]string{v2: "1000\n"}, 0, "GOMEMLIMIT"},
+		{"cgroup v2", "", nil, map[string]string{v2: "1073741824\n", v1: "5"}, 1073741824 / 10 * 9, v2},
+		{"cgroup v2 unlimited", "", nil, map[string]string{v2: "max\n"}, 0, v2},
+		{"cgroup v1", "", nil, map[string]string{v1: "2147483648\n"}, 2147483648 / 10 * 9, v1},
+		{"cgroup v1 unlimited", "", nil, map[string]string{v1: "9223372036854771712\n"}, 0, v1},
+		{"no cgroup", "", nil, nil, 0, "none"},
+	}
+	for _, c := range cases {
+		got, source, err := memoryLimit(c.flag, env(c.env), files(c.files))
+		if err != nil || got != c.want || source != c.source {
+			t.Errorf("%s: %d from %q, %v; want %d from %q", c.name, got, source, err, c.want, c.source)
+		}
+	}
+	for _, bad := range []string{"lots", "-1MiB", "0", "1.5GiB", "1GB", "99999999TiB"} {
+		if _, err := parseConfig([]string{"--memory-limit", bad}, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "--memory-limit") {
+			t.Errorf("--memory-limit %s: err %v, want one naming the flag", bad, err)
+		}
+	}
+	if _, _, err := memoryLimit("", env(nil), files(map[string]string{v2: "garbage"})); err == nil || !strings.Contains(err.Error(), v2) {
+		t.Errorf("a garbled cgroup file: err %v, want one naming it", err)
 	}
 }

@@ -35,6 +35,7 @@ type Config struct {
 	LogLevel        string
 	MaxInflight     int
 	MaxConns        int
+	MemoryLimit     string
 }
 
 // parseConfig reads flags from args, falling back to RLNODE_* variables via
@@ -62,6 +63,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "time to leave, hand off and drain before exit")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.IntVar(&c.MaxConns, "max-conns", defaultMaxConns, "connections open at once on each of the HTTP, gRPC and peer listeners; beyond it new ones wait to be accepted")
+	fs.StringVar(&c.MemoryLimit, "memory-limit", "", "the Go runtime's soft memory limit, e.g. 512MiB (default: 90% of the container's memory limit, unless GOMEMLIMIT is set)")
 	fs.IntVar(&c.MaxInflight, "max-inflight", admit.DefaultMax, "client requests (HTTP checks and gRPC calls) in flight at once; beyond it they are refused at once, HTTP 503 or gRPC RESOURCE_EXHAUSTED")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -111,6 +113,11 @@ func (c Config) validate() error {
 		return fmt.Errorf("--max-inflight: must be positive, got %d", c.MaxInflight)
 	case c.NodeName == "":
 		return errors.New("--node-name: must not be empty")
+	}
+	if c.MemoryLimit != "" {
+		if _, err := parseBytes(c.MemoryLimit); err != nil {
+			return fmt.Errorf("--memory-limit: %w", err)
+		}
 	}
 	return nil
 }
