@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"io/fs"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/internal/admit"
 )
 
@@ -134,4 +136,34 @@ func TestMemoryLimit(t *testing.T) {
 	if _, _, err := memoryLimit("", env(nil), files(map[string]string{v2: "garbage"})); err == nil || !strings.Contains(err.Error(), v2) {
 		t.Errorf("a garbled cgroup file: err %v, want one naming it", err)
 	}
+}
+
+// TestDuplicateNodeName starts a second node under the name of a live one:
+// it never reports ready and serve fails with ErrNameTaken (rlnode exits
+// 2, saying why), while the first node stays ready.
+func TestDuplicateNodeName(t *testing.T) {
+	first, _ := startNamedNode(t, "dup")
+	second, stop := startNamedNode(t, "dup", "--join", first.cluster.GossipAddr())
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, err := http.Get("http://" + second.httpAddr + "/readyz")
+		if err != nil {
+			break // serve has stopped
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatal("the second node reports ready")
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second node still serves after 15s")
+		}
+	}
+	err := stop()
+	if !errors.Is(err, cluster.ErrNameTaken) || exitCode(err, io.Discard) != 2 {
+		t.Errorf("serve of the second node = %v, want ErrNameTaken and exit status 2", err)
+	}
+	resp, err := http.Get("http://" + first.httpAddr + "/readyz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the first node: %v %v, want ready", resp, err)
+	}
+	resp.Body.Close()
 }
