@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/encoding"
 	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -169,6 +170,12 @@ func TestGRPCManyEmptyItemsCostLittle(t *testing.T) {
 
 	if err := check(emptyItems(2 * items)); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("a message of %d bytes: %v, want ResourceExhausted", 4*items, err)
+	}
+	big := metadata.AppendToOutgoingContext(context.Background(), "x-big", strings.Repeat("x", MaxHeaderListBytes))
+	var out []byte
+	msg = emptyItems(1)
+	if err := conn.Invoke(big, "/ringlimit.v1.RateLimiter/Check", &msg, &out, grpc.ForceCodecV2(rawCodec{})); err == nil {
+		t.Errorf("metadata of %d bytes: no error", MaxHeaderListBytes)
 	}
 }
 

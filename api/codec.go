@@ -22,6 +22,10 @@ import (
 // headroom. (gRPC's default is 4 MiB.)
 const MaxRecvMsgBytes = 2 << 20
 
+// MaxHeaderListBytes bounds the metadata of one RPC on the client port
+// (gRPC's default is 16 MiB); a check needs a few hundred bytes.
+const MaxHeaderListBytes = 64 << 10
+
 // Bound is the most elements a request message may carry in one repeated
 // field, as decoded by the codec of ServerOptions.
 type Bound struct {
@@ -42,7 +46,8 @@ func BoundOf(msg proto.Message, field protoreflect.Name, max int) Bound {
 }
 
 // ServerOptions are the options of the grpc.Server that serves
-// RegisterGRPC: the receive limit MaxRecvMsgBytes, and a codec that decodes
+// RegisterGRPC: the receive limits MaxRecvMsgBytes and MaxHeaderListBytes,
+// and a codec that decodes
 // at most service.MaxItems+1 items of a CheckRequest (and at most Max+1
 // elements of each of bounds), however many the message holds. protobuf
 // would otherwise build every element before the service counts them: a
@@ -52,7 +57,7 @@ func ServerOptions(bounds ...Bound) []grpc.ServerOption {
 	for _, b := range append(bounds, BoundOf(&pb.CheckRequest{}, "requests", service.MaxItems)) {
 		c.bounds[b.Message] = b
 	}
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvMsgBytes), grpc.ForceServerCodecV2(c)}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvMsgBytes), grpc.MaxHeaderListSize(MaxHeaderListBytes), grpc.ForceServerCodecV2(c)}
 }
 
 // boundedCodec is gRPC's proto codec, except for the messages in bounds:
