@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/service"
@@ -205,6 +206,41 @@ func TestBoundedCodec(t *testing.T) {
 	if err := unmarshal(req, &gotReq); err != nil || !proto.Equal(&gotReq, req) {
 		t.Errorf("unbounded message: %v, %v; want it whole", &gotReq, err)
 	}
+	// One result with a million empty metadata entries: 2 MB that
+	// protobuf would build into about 100 MB of map.
+	var inner []byte
+	for range 1_000_000 {
+		inner = protowire.AppendTag(inner, 9, protowire.BytesType)
+		inner = protowire.AppendVarint(inner, 0)
+	}
+	nested := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), inner)
+	var nestedErr error
+	n := allocated(func() {
+		nestedErr = c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(nested)}, &pb.CheckResponse{})
+	})
+	if nestedErr == nil || !strings.Contains(nestedErr.Error(), "more than 65536 messages") {
+		t.Errorf("a million nested messages: %v, want an error counting them", nestedErr)
+	}
+	if n > 4<<20 {
+		t.Errorf("refusing a million nested messages allocated %d bytes, want at most 4 MiB", n)
+	}
+	// google.protobuf.Value nests: a Value holds a ListValue of Values.
+	nest := func(levels int) []byte {
+		var v []byte
+		for range levels {
+			list := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), v)
+			v = protowire.AppendBytes(protowire.AppendTag(nil, 6, protowire.BytesType), list)
+		}
+		return v
+	}
+	value := (&structpb.Value{}).ProtoReflect().Descriptor()
+	if budget := MaxMessages; !countMessages(nest(maxDepth/2-1), value, &budget, 0) {
+		t.Errorf("%d levels of nesting refused", maxDepth-2)
+	}
+	if budget := MaxMessages; countMessages(nest(maxDepth), value, &budget, 0) {
+		t.Errorf("%d levels of nesting accepted", 2*maxDepth)
+	}
+
 	bad := []byte{0x0a, 0x05, 0x08} // requests: 5 bytes promised, 1 given
 	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(bad)}, &pb.CheckResponse{}); err == nil {
 		t.Error("malformed message: no error")

@@ -45,13 +45,23 @@ func BoundOf(msg proto.Message, field protoreflect.Name, max int) Bound {
 	return Bound{Message: d.FullName(), Field: f.Number(), Max: max}
 }
 
+// MaxMessages is the most protobuf messages one request on the client port
+// may build, nested ones included: a check request builds at most 1,002
+// (after the codec's bound on items), an Envoy request of 1,000 descriptors
+// of 64 entries 65,001. Small messages cost about 80 bytes each
+// however few bytes they take on the wire, so this bounds what a request of
+// many empty nested messages (an Envoy descriptor of a million empty
+// entries) can cost.
+const MaxMessages = 1 << 16
+
 // ServerOptions are the options of the grpc.Server that serves
 // RegisterGRPC: the receive limits MaxRecvMsgBytes and MaxHeaderListBytes,
-// and a codec that decodes
-// at most service.MaxItems+1 items of a CheckRequest (and at most Max+1
-// elements of each of bounds), however many the message holds. protobuf
-// would otherwise build every element before the service counts them: a
-// message of empty items costs about a hundred times its size.
+// and a codec that decodes at most service.MaxItems+1 items of a
+// CheckRequest (and at most Max+1 elements of each of bounds), however
+// many the message holds, and refuses a request that would build more than
+// MaxMessages messages. protobuf would otherwise build every element before
+// the service counts them: a message of empty items costs about a hundred
+// times its size.
 func ServerOptions(bounds ...Bound) []grpc.ServerOption {
 	c := boundedCodec{CodecV2: encoding.GetCodecV2(protocodec.Name), bounds: map[protoreflect.FullName]Bound{}}
 	for _, b := range append(bounds, BoundOf(&pb.CheckRequest{}, "requests", service.MaxItems)) {
@@ -60,11 +70,13 @@ func ServerOptions(bounds ...Bound) []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvMsgBytes), grpc.MaxHeaderListSize(MaxHeaderListBytes), grpc.ForceServerCodecV2(c)}
 }
 
-// boundedCodec is gRPC's proto codec, except for the messages in bounds:
-// those it decodes from a prefix of their encoding that ends before the
-// repeated field's Max+2nd element, so the handler sees Max+1 elements and
-// refuses the request as it refuses any with too many, with the usual
-// error, having built only those.
+// boundedCodec is gRPC's proto codec, except that it counts before it
+// decodes. For the messages in bounds, it decodes from a prefix of their
+// encoding that ends before the repeated field's Max+2nd element, so the
+// handler sees Max+1 elements and refuses the request as it refuses any
+// with too many, with the usual error, having built only those. A request
+// that would build more than MaxMessages messages is refused; gRPC reports
+// a codec's error as INTERNAL.
 type boundedCodec struct {
 	encoding.CodecV2
 	bounds map[protoreflect.FullName]Bound
@@ -75,13 +87,53 @@ func (c boundedCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return c.CodecV2.Unmarshal(data, v)
 	}
-	b, ok := c.bounds[m.ProtoReflect().Descriptor().FullName()]
-	if !ok {
-		return c.CodecV2.Unmarshal(data, v)
-	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	return proto.Unmarshal(prefix(buf.ReadOnlyData(), b.Field, b.Max+1), m)
+	b := buf.ReadOnlyData()
+	d := m.ProtoReflect().Descriptor()
+	if bound, ok := c.bounds[d.FullName()]; ok {
+		b = prefix(b, bound.Field, bound.Max+1)
+	}
+	budget := MaxMessages
+	if !countMessages(b, d, &budget, 0) {
+		return fmt.Errorf("%s: more than %d messages, or nested too deeply", d.FullName(), MaxMessages)
+	}
+	return proto.Unmarshal(b, m)
+}
+
+// maxDepth bounds countMessages' recursion; ringlimit's and Envoy's
+// requests nest a few levels.
+const maxDepth = 32
+
+// countMessages takes the messages nested in the encoded message msg, of
+// type d, from *budget, and reports whether the budget and maxDepth held.
+// Malformed input is left for proto.Unmarshal to refuse.
+func countMessages(msg []byte, d protoreflect.MessageDescriptor, budget *int, depth int) bool {
+	if depth > maxDepth {
+		return false
+	}
+	fields := d.Fields()
+	for off := 0; off < len(msg); {
+		num, typ, tagLen := protowire.ConsumeTag(msg[off:])
+		if tagLen < 0 {
+			return true
+		}
+		valLen := protowire.ConsumeFieldValue(num, typ, msg[off+tagLen:])
+		if valLen < 0 {
+			return true
+		}
+		if f := fields.ByNumber(num); f != nil && f.Message() != nil && typ == protowire.BytesType {
+			if *budget--; *budget < 0 {
+				return false
+			}
+			val, _ := protowire.ConsumeBytes(msg[off+tagLen:])
+			if !countMessages(val, f.Message(), budget, depth+1) {
+				return false
+			}
+		}
+		off += tagLen + valLen
+	}
+	return true
 }
 
 // prefix returns the longest prefix of the encoded message msg that holds

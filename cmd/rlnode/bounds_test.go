@@ -24,7 +24,8 @@ import (
 
 // TestClientPortBoundsDescriptors checks that the client port decodes at
 // most 1,001 descriptors of an Envoy rate limit request (api.ServerOptions
-// with rls's bound), however many are sent.
+// with rls's bound), however many are sent, and refuses one whose
+// descriptors hold more than api.MaxMessages entries.
 func TestClientPortBoundsDescriptors(t *testing.T) {
 	_, grpcAddr, _ := startNode(t)
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -39,6 +40,15 @@ func TestClientPortBoundsDescriptors(t *testing.T) {
 	_, err = rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), req)
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "descriptors: 1001, at most 1000") {
 		t.Errorf("100,000 descriptors: %v, want InvalidArgument counting 1001 of them", err)
+	}
+	one := &commonpb.RateLimitDescriptor{Entries: make([]*commonpb.RateLimitDescriptor_Entry, 100_000)}
+	for i := range one.Entries {
+		one.Entries[i] = &commonpb.RateLimitDescriptor_Entry{}
+	}
+	req = &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*commonpb.RateLimitDescriptor{one}}
+	_, err = rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), req)
+	if err == nil || !strings.Contains(err.Error(), "more than 65536 messages") {
+		t.Errorf("a descriptor of 100,000 entries: %v, want it refused for its messages", err)
 	}
 }
 
