@@ -26,12 +26,12 @@ import (
 // items is an error naming the field; an unknown enum name is the item's
 // own error. An error of r (such as *http.MaxBytesError) is wrapped.
 func decodeCheckRequest(r io.Reader) (decodedRequest, error) {
-	dec := json.NewDecoder(r)
+	dec := &decoder{Decoder: json.NewDecoder(r)}
 	dec.UseNumber()
 	d := decodedRequest{req: &pb.CheckRequest{}}
 	err := readObject(dec, "", []string{"requests", "all"}, func(name string) error {
 		if name == "all" {
-			return readValue(dec, "all", &d.req.All, parseBool)
+			return readValue(dec, "", "all", &d.req.All, parseBool)
 		}
 		return d.readItems(dec)
 	})
@@ -52,7 +52,7 @@ type decodedRequest struct {
 	pos     []int         // position in the body of each item of req
 }
 
-func (d *decodedRequest) readItems(dec *json.Decoder) error {
+func (d *decodedRequest) readItems(dec *decoder) error {
 	if err := readDelim(dec, "requests", '['); err != nil {
 		return err
 	}
@@ -62,7 +62,7 @@ func (d *decodedRequest) readItems(dec *json.Decoder) error {
 		}
 		path := "requests[" + strconv.Itoa(i) + "]"
 		var it checkItemJSON
-		if err := readObject(dec, path, itemFields, func(name string) error { return it.read(dec, path+"."+name, name) }); err != nil {
+		if err := readObject(dec, path, itemFields, func(name string) error { return it.read(dec, path, name) }); err != nil {
 			return err
 		}
 		item, err := it.toProto()
@@ -79,41 +79,41 @@ func (d *decodedRequest) readItems(dec *json.Decoder) error {
 	return readDelim(dec, "requests", ']')
 }
 
-// read reads the value of the item's field name, at path.
-func (it *checkItemJSON) read(dec *json.Decoder, path, name string) error {
+// read reads the value of the item's field name; path is the item's.
+func (it *checkItemJSON) read(dec *decoder, path, name string) error {
 	switch name {
 	case "name":
-		return readValue(dec, path, &it.Name, parseString)
+		return readValue(dec, path, name, &it.Name, parseString)
 	case "key":
-		return readValue(dec, path, &it.Key, parseString)
+		return readValue(dec, path, name, &it.Key, parseString)
 	case "hits":
-		return readValue(dec, path, &it.Hits, parseOptionalInt)
+		return readValue(dec, path, name, &it.Hits, parseOptionalInt)
 	case "limit":
-		return readValue(dec, path, &it.Limit, parseInt)
+		return readValue(dec, path, name, &it.Limit, parseInt)
 	case "duration_ms":
-		return readValue(dec, path, &it.DurationMs, parseInt)
+		return readValue(dec, path, name, &it.DurationMs, parseInt)
 	case "algorithm":
-		return readValue(dec, path, &it.Algorithm, parseString)
+		return readValue(dec, path, name, &it.Algorithm, parseString)
 	case "burst":
-		return readValue(dec, path, &it.Burst, parseInt)
+		return readValue(dec, path, name, &it.Burst, parseInt)
 	case "behavior":
-		return readValue(dec, path, &it.Behavior, parseString)
+		return readValue(dec, path, name, &it.Behavior, parseString)
 	case "reset":
-		return readValue(dec, path, &it.Reset, parseBool)
+		return readValue(dec, path, name, &it.Reset, parseBool)
 	case "created_at_ms":
-		return readValue(dec, path, &it.CreatedAtMs, parseInt)
+		return readValue(dec, path, name, &it.CreatedAtMs, parseInt)
 	case "charge_refused":
-		return readValue(dec, path, &it.ChargeRefused, parseBool)
+		return readValue(dec, path, name, &it.ChargeRefused, parseBool)
 	case "policy":
-		return readValue(dec, path, &it.Policy, parseString)
+		return readValue(dec, path, name, &it.Policy, parseString)
 	}
-	return fmt.Errorf("%s: unknown field", path) // readObject lets only itemFields through
+	return fmt.Errorf("%s: unknown field", joinPath(path, name)) // readObject lets only itemFields through
 }
 
 // readObject reads a JSON object, calling field for each of its names,
 // which must be one of known, spelled exactly, and appear once; field reads
 // the value.
-func readObject(dec *json.Decoder, path string, known []string, field func(name string) error) error {
+func readObject(dec *decoder, path string, known []string, field func(name string) error) error {
 	if err := readDelim(dec, path, '{'); err != nil {
 		return err
 	}
@@ -124,17 +124,16 @@ func readObject(dec *json.Decoder, path string, known []string, field func(name 
 			return jsonError(path, err)
 		}
 		name, _ := tok.(string) // the decoder returns an object's names as strings
-		at := joinPath(path, name)
 		switch {
 		case !slices.Contains(known, name):
 			for _, k := range known {
 				if strings.EqualFold(k, name) {
-					return fmt.Errorf("%s: unknown field (names are case-sensitive: %q)", at, k)
+					return fmt.Errorf("%s: unknown field (names are case-sensitive: %q)", joinPath(path, name), k)
 				}
 			}
-			return fmt.Errorf("%s: unknown field", at)
+			return fmt.Errorf("%s: unknown field", joinPath(path, name))
 		case slices.Contains(seen, name):
-			return fmt.Errorf("%s: repeated field", at)
+			return fmt.Errorf("%s: repeated field", joinPath(path, name))
 		}
 		seen = append(seen, name)
 		if err := field(name); err != nil {
@@ -145,7 +144,7 @@ func readObject(dec *json.Decoder, path string, known []string, field func(name 
 }
 
 // readDelim reads the next token, which must be want.
-func readDelim(dec *json.Decoder, path string, want json.Delim) error {
+func readDelim(dec *decoder, path string, want json.Delim) error {
 	tok, err := dec.Token()
 	if err != nil {
 		return jsonError(path, err)
@@ -157,18 +156,24 @@ func readDelim(dec *json.Decoder, path string, want json.Delim) error {
 	return nil
 }
 
-// readValue reads the next JSON value and parses it into dst; null leaves
-// dst as it is, as encoding/json does.
-func readValue[T any](dec *json.Decoder, path string, dst *T, parse func(raw []byte, dst *T) error) error {
-	var raw json.RawMessage
-	if err := dec.Decode(&raw); err != nil {
-		return jsonError(path, err)
+// decoder is a json.Decoder with a buffer for one value, reused from
+// value to value.
+type decoder struct {
+	*json.Decoder
+	raw json.RawMessage
+}
+
+// readValue reads the value of the field name of the object at path and
+// parses it into dst; null leaves dst as it is, as encoding/json does.
+func readValue[T any](dec *decoder, path, name string, dst *T, parse func(raw []byte, dst *T) error) error {
+	if err := dec.Decode(&dec.raw); err != nil {
+		return jsonError(joinPath(path, name), err)
 	}
-	if string(raw) == "null" {
+	if string(dec.raw) == "null" {
 		return nil
 	}
-	if err := parse(raw, dst); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+	if err := parse(dec.raw, dst); err != nil {
+		return fmt.Errorf("%s: %w", joinPath(path, name), err)
 	}
 	return nil
 }
