@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"iter"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -113,25 +114,16 @@ func countMessages(msg []byte, d protoreflect.MessageDescriptor, budget *int, de
 		return false
 	}
 	fields := d.Fields()
-	for off := 0; off < len(msg); {
-		num, typ, tagLen := protowire.ConsumeTag(msg[off:])
-		if tagLen < 0 {
-			return true
-		}
-		valLen := protowire.ConsumeFieldValue(num, typ, msg[off+tagLen:])
-		if valLen < 0 {
-			return true
-		}
-		if f := fields.ByNumber(num); f != nil && f.Message() != nil && typ == protowire.BytesType {
+	for f := range wireFields(msg) {
+		if fd := fields.ByNumber(f.num); fd != nil && fd.Message() != nil && f.typ == protowire.BytesType {
 			if *budget--; *budget < 0 {
 				return false
 			}
-			val, _ := protowire.ConsumeBytes(msg[off+tagLen:])
-			if !countMessages(val, f.Message(), budget, depth+1) {
+			val, _ := protowire.ConsumeBytes(msg[f.off+f.tagLen:])
+			if !countMessages(val, fd.Message(), budget, depth+1) {
 				return false
 			}
 		}
-		off += tagLen + valLen
 	}
 	return true
 }
@@ -141,22 +133,40 @@ func countMessages(msg []byte, d protoreflect.MessageDescriptor, budget *int, de
 // proto.Unmarshal to refuse.
 func prefix(msg []byte, field protowire.Number, n int) []byte {
 	seen := 0
-	for off := 0; off < len(msg); {
-		num, typ, tagLen := protowire.ConsumeTag(msg[off:])
-		if tagLen < 0 {
-			return msg
-		}
-		valLen := protowire.ConsumeFieldValue(num, typ, msg[off+tagLen:])
-		if valLen < 0 {
-			return msg
-		}
-		if num == field {
+	for f := range wireFields(msg) {
+		if f.num == field {
 			if seen == n {
-				return msg[:off]
+				return msg[:f.off]
 			}
 			seen++
 		}
-		off += tagLen + valLen
 	}
 	return msg
+}
+
+// wireField is one field of an encoded message: its number and wire type,
+// where it starts, and the length of its tag.
+type wireField struct {
+	num    protowire.Number
+	typ    protowire.Type
+	off    int
+	tagLen int
+}
+
+// wireFields yields the fields of the encoded message msg in order. It
+// stops at a malformed field.
+func wireFields(msg []byte) iter.Seq[wireField] {
+	return func(yield func(wireField) bool) {
+		for off := 0; off < len(msg); {
+			num, typ, tagLen := protowire.ConsumeTag(msg[off:])
+			if tagLen < 0 {
+				return
+			}
+			valLen := protowire.ConsumeFieldValue(num, typ, msg[off+tagLen:])
+			if valLen < 0 || !yield(wireField{num, typ, off, tagLen}) {
+				return
+			}
+			off += tagLen + valLen
+		}
+	}
 }
