@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -184,7 +185,7 @@ func TestGRPCManyEmptyItemsCostLittle(t *testing.T) {
 // it leaves other messages and malformed input to protobuf.
 func TestBoundedCodec(t *testing.T) {
 	b := BoundOf(&pb.CheckResponse{}, "responses", 3)
-	c := boundedCodec{CodecV2: encoding.GetCodecV2(protocodec.Name), bounds: map[protoreflect.FullName]Bound{b.Message: b}}
+	c := boundedCodec{CodecV2: encoding.GetCodecV2(protocodec.Name), bounds: map[protoreflect.FullName]Bound{b.Message: b}, leaves: &sync.Map{}}
 	resp := &pb.CheckResponse{}
 	req := &pb.CheckRequest{All: true}
 	for range 10 {
@@ -234,10 +235,10 @@ func TestBoundedCodec(t *testing.T) {
 		return v
 	}
 	value := (&structpb.Value{}).ProtoReflect().Descriptor()
-	if budget := MaxMessages; !countMessages(nest(maxDepth/2-1), value, &budget, 0) {
+	if budget := MaxMessages; !c.countMessages(nest(maxDepth/2-1), value, &budget, 0) {
 		t.Errorf("%d levels of nesting refused", maxDepth-2)
 	}
-	if budget := MaxMessages; countMessages(nest(maxDepth), value, &budget, 0) {
+	if budget := MaxMessages; c.countMessages(nest(maxDepth), value, &budget, 0) {
 		t.Errorf("%d levels of nesting accepted", 2*maxDepth)
 	}
 

@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"iter"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -64,7 +65,7 @@ const MaxMessages = 1 << 16
 // the service counts them: a message of empty items costs about a hundred
 // times its size.
 func ServerOptions(bounds ...Bound) []grpc.ServerOption {
-	c := boundedCodec{CodecV2: encoding.GetCodecV2(protocodec.Name), bounds: map[protoreflect.FullName]Bound{}}
+	c := boundedCodec{CodecV2: encoding.GetCodecV2(protocodec.Name), bounds: map[protoreflect.FullName]Bound{}, leaves: &sync.Map{}}
 	for _, b := range append(bounds, BoundOf(&pb.CheckRequest{}, "requests", service.MaxItems)) {
 		c.bounds[b.Message] = b
 	}
@@ -81,6 +82,7 @@ func ServerOptions(bounds ...Bound) []grpc.ServerOption {
 type boundedCodec struct {
 	encoding.CodecV2
 	bounds map[protoreflect.FullName]Bound
+	leaves *sync.Map // protoreflect.FullName -> bool: a message type with no message fields
 }
 
 func (c boundedCodec) Unmarshal(data mem.BufferSlice, v any) error {
@@ -96,7 +98,7 @@ func (c boundedCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		b = prefix(b, bound.Field, bound.Max+1)
 	}
 	budget := MaxMessages
-	if !countMessages(b, d, &budget, 0) {
+	if !c.countMessages(b, d, &budget, 0) {
 		return fmt.Errorf("%s: more than %d messages, or nested too deeply", d.FullName(), MaxMessages)
 	}
 	return proto.Unmarshal(b, m)
@@ -109,9 +111,12 @@ const maxDepth = 32
 // countMessages takes the messages nested in the encoded message msg, of
 // type d, from *budget, and reports whether the budget and maxDepth held.
 // Malformed input is left for proto.Unmarshal to refuse.
-func countMessages(msg []byte, d protoreflect.MessageDescriptor, budget *int, depth int) bool {
+func (c boundedCodec) countMessages(msg []byte, d protoreflect.MessageDescriptor, budget *int, depth int) bool {
 	if depth > maxDepth {
 		return false
+	}
+	if c.leaf(d) { // a check item, say: nothing to count inside
+		return true
 	}
 	fields := d.Fields()
 	for f := range wireFields(msg) {
@@ -120,12 +125,25 @@ func countMessages(msg []byte, d protoreflect.MessageDescriptor, budget *int, de
 				return false
 			}
 			val, _ := protowire.ConsumeBytes(msg[f.off+f.tagLen:])
-			if !countMessages(val, fd.Message(), budget, depth+1) {
+			if !c.countMessages(val, fd.Message(), budget, depth+1) {
 				return false
 			}
 		}
 	}
 	return true
+}
+
+// leaf reports whether messages of type d hold no messages.
+func (c boundedCodec) leaf(d protoreflect.MessageDescriptor) bool {
+	if leaf, ok := c.leaves.Load(d.FullName()); ok {
+		return leaf.(bool)
+	}
+	leaf := true
+	for i := range d.Fields().Len() {
+		leaf = leaf && d.Fields().Get(i).Message() == nil
+	}
+	c.leaves.Store(d.FullName(), leaf)
+	return leaf
 }
 
 // prefix returns the longest prefix of the encoded message msg that holds
