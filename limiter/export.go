@@ -184,10 +184,12 @@ func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter) error {
 		store.held.Add(1)
 	}
 	e := &t.entries[idx]
+	before := t.footprint(idx)
 	P(&e.state).Merge(s)
 	if c.Last >= e.last {
 		e.limit = c.Limit
 	}
 	e.last = max(e.last, c.Last)
+	store.evictedLogs(t.settle(idx, before))
 	return nil
 }

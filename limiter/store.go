@@ -34,6 +34,12 @@ type Config struct {
 	// MaxKeys bounds the counters held; beyond it the least recently used
 	// are evicted. Zero means DefaultMaxKeys.
 	MaxKeys int
+	// MaxLogEntries bounds the entries of all sliding logs held, 16 bytes
+	// each, split evenly over the store's shards (at least one full log,
+	// algorithms.MaxSlidingLogLimit, a shard): a log that grows past its
+	// shard's share evicts the least recently used sliding logs of that
+	// shard. Zero means DefaultMaxLogEntries.
+	MaxLogEntries int
 	// Registerer receives the store's metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
@@ -87,14 +93,20 @@ func New(conf Config) *Store {
 		n *= 2
 	}
 	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), maxKeys: int64(maxKeys)}
+	maxLog := conf.MaxLogEntries
+	if maxLog <= 0 {
+		maxLog = DefaultMaxLogEntries
+	}
 	for i := range s.shards {
+		logs := newTable[algorithms.SlidingLog]()
+		logs.logs.max = shareOfLogs(maxLog, n)
 		s.shards[i].tables = [NumAlgorithms]counters{
 			TokenBucket:   newTable[algorithms.TokenBucket](),
 			GCRA:          newTable[algorithms.GCRA](),
 			LeakyBucket:   newTable[algorithms.LeakyBucket](),
 			FixedWindow:   newTable[algorithms.FixedWindow](),
 			SlidingWindow: newTable[algorithms.SlidingWindow](),
-			SlidingLog:    newTable[algorithms.SlidingLog](),
+			SlidingLog:    logs,
 		}
 	}
 	s.metrics = newMetrics(conf.Registerer, s.Len)
@@ -178,7 +190,18 @@ func (s *Store) take(sh *shard, r *Request) algorithms.Decision {
 		idx = t.insert(id, hash, now)
 		s.held.Add(1)
 	}
-	return t.take(idx, r.Reset, now, r.Limit, r.Hits, r.ChargeRefused)
+	before := t.footprint(idx)
+	d := t.take(idx, r.Reset, now, r.Limit, r.Hits, r.ChargeRefused)
+	s.evictedLogs(t.settle(idx, before))
+	return d
+}
+
+// evictedLogs counts n sliding logs evicted for the log budget.
+func (s *Store) evictedLogs(n int) {
+	if n > 0 {
+		s.held.Add(-int64(n))
+		s.metrics.logEvictions.Add(float64(n))
+	}
 }
 
 // check reports what take would answer for n hits, changing nothing.
@@ -240,6 +263,8 @@ type counters interface {
 	dropIdle(now int64, most int) int
 	oldest() (last int64, ok bool)
 	evictOldest()
+	footprint(idx int32) int64
+	settle(idx int32, before int64) (evicted int)
 	snapshot(a Algorithm, out []Counter) []Counter
 	extract(a Algorithm, move func(key string) bool, out []Counter) []Counter
 	validate(c *Counter, now time.Time, skew time.Duration) error

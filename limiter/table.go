@@ -51,6 +51,7 @@ type table[S any, P state[S]] struct {
 	head    int32 // most recently used, -1 if empty
 	tail    int32 // least recently used, -1 if empty
 	n       int   // entries in use
+	logs    logBudget
 }
 
 const minSlots = 8
@@ -170,6 +171,7 @@ func (t *table[S, P]) remove(idx int32, hash uint32) {
 		}
 	}
 	t.slots[i] = 0
+	t.logs.used -= t.footprint(idx)
 	t.unlink(idx)
 	t.entries[idx] = entry[S]{next: t.free}
 	t.free = idx

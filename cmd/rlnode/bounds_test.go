@@ -20,6 +20,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/internal/admit"
+	"github.com/ringlimit/ringlimit/limiter"
 )
 
 // TestClientPortBoundsDescriptors checks that the client port decodes at
@@ -57,12 +58,13 @@ func TestParseConfigBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxInflight != admit.DefaultMax || c.MaxConns != defaultMaxConns {
+	if c.MaxInflight != admit.DefaultMax || c.MaxConns != defaultMaxConns || c.MaxLogEntries != limiter.DefaultMaxLogEntries {
 		t.Errorf("defaults: %+v", c)
 	}
 	for _, args := range [][]string{
 		{"--max-inflight", "0"},
 		{"--max-conns", "-1"},
+		{"--max-log-entries", "9999"},
 	} {
 		if _, err := parseConfig(args, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), args[0]) {
 			t.Errorf("%v: err %v, want one naming %s", args, err, args[0])

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ringlimit/ringlimit/algorithms"
 	"github.com/ringlimit/ringlimit/internal/admit"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/service"
@@ -36,6 +37,7 @@ type Config struct {
 	MaxInflight     int
 	MaxConns        int
 	MemoryLimit     string
+	MaxLogEntries   int
 }
 
 // parseConfig reads flags from args, falling back to RLNODE_* variables via
@@ -64,6 +66,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.IntVar(&c.MaxConns, "max-conns", defaultMaxConns, "connections open at once on each of the HTTP, gRPC and peer listeners; beyond it new ones wait to be accepted")
 	fs.StringVar(&c.MemoryLimit, "memory-limit", "", "the Go runtime's soft memory limit, e.g. 512MiB (default: 90% of the container's memory limit, unless GOMEMLIMIT is set)")
+	fs.IntVar(&c.MaxLogEntries, "max-log-entries", limiter.DefaultMaxLogEntries, "entries of all SLIDING_LOG counters held, 16 bytes each; beyond it the least recently used logs are evicted")
 	fs.IntVar(&c.MaxInflight, "max-inflight", admit.DefaultMax, "client requests (HTTP checks and gRPC calls) in flight at once; beyond it they are refused at once, HTTP 503 or gRPC RESOURCE_EXHAUSTED")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -107,6 +110,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("--max-clock-skew: must not be negative, got %v", c.MaxClockSkew)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("--shutdown-timeout: must be positive, got %v", c.ShutdownTimeout)
+	case c.MaxLogEntries < algorithms.MaxSlidingLogLimit:
+		return fmt.Errorf("--max-log-entries: must hold one full log, %d, got %d", algorithms.MaxSlidingLogLimit, c.MaxLogEntries)
 	case c.MaxConns <= 0:
 		return fmt.Errorf("--max-conns: must be positive, got %d", c.MaxConns)
 	case c.MaxInflight <= 0:

@@ -61,7 +61,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	if err != nil {
 		return err
 	}
-	store := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, Registerer: reg})
+	store := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries, Registerer: reg})
 	pool := peer.NewPool(peer.Config{BatchWait: conf.BatchWait, BatchLimit: conf.BatchLimit, Registerer: reg})
 	defer pool.Close()
 	// Ring changes only signal ringChanged; the loop below reacts to them,
