@@ -7,7 +7,8 @@
 // concurrent checks for different keys rarely contend. Each shard holds one
 // table per algorithm, so that a token bucket costs the bytes of a token
 // bucket rather than of the largest state. The store is bounded: beyond
-// Config.MaxKeys the least recently used counters are evicted. Counters
+// Config.MaxKeys the least recently used counters are evicted, and beyond
+// Config.MaxLogEntries the least recently used sliding logs. Counters
 // that are back to full carry no information, so the store drops idle
 // counters it meets at the cold end of a table as it inserts new ones,
 // without any background scan.
