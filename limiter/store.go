@@ -108,7 +108,11 @@ func (s *Store) shard(key string) *shard {
 	return &s.shards[xxhash.Sum64String(key)&s.mask]
 }
 
-// Decide decides one request and charges its hits if admitted.
+// Decide decides one request and charges its hits if admitted. A request
+// whose Limit is not the one its counter was last evaluated with first
+// clamps the counter to what the new limit allows (see package
+// algorithms' Clamp), so that a changed limit, or a hostile one, takes
+// effect at once and leaves nothing the next limit cannot hold.
 func (s *Store) Decide(r *Request) algorithms.Decision {
 	sh := s.shard(r.Key)
 	sh.mu.Lock()
@@ -181,7 +185,8 @@ func (s *Store) take(sh *shard, r *Request) algorithms.Decision {
 	return t.take(idx, r.Reset, now, r.Limit, r.Hits, r.ChargeRefused)
 }
 
-// check reports what take would answer for n hits, changing nothing.
+// check reports what take would answer for n hits, charging nothing. A
+// limit other than the counter's last clamps it first, as take would.
 func (sh *shard) check(r *Request, n int64) algorithms.Decision {
 	t := sh.tables[r.Algorithm]
 	id, hash := sh.counterID(r)
@@ -254,7 +259,7 @@ func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit,
 	}
 	now = max(now, e.last)
 	e.last = now
-	e.limit = l
+	follow[S, P](e, now, l)
 	d := takeOrAdd[S, P](&e.state, time.Unix(0, now), l, n, chargeRefused)
 	t.touch(idx)
 	return d
@@ -263,7 +268,9 @@ func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit,
 func (t *table[S, P]) check(idx int32, reset bool, now int64, l algorithms.Limit, n int64) algorithms.Decision {
 	if idx >= 0 && !reset {
 		e := &t.entries[idx]
-		return P(&e.state).Check(time.Unix(0, max(now, e.last)), l, n)
+		now = max(now, e.last)
+		follow[S, P](e, now, l)
+		return P(&e.state).Check(time.Unix(0, now), l, n)
 	}
 	var rest S
 	return P(&rest).Check(time.Unix(0, now), l, n)
@@ -312,7 +319,9 @@ func (s *Store) Charge(r *Request) algorithms.Decision {
 }
 
 // Check answers what Decide would for r, charging nothing and creating no
-// counter.
+// counter. Like Decide, a limit other than the one the counter was last
+// evaluated with first clamps the counter to what r.Limit allows (see
+// package algorithms' Clamp): that uncounts, never charges.
 func (s *Store) Check(r *Request) algorithms.Decision {
 	sh := s.shard(r.Key)
 	sh.mu.Lock()
