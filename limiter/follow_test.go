@@ -58,23 +58,37 @@ func TestLoweredLimitIsHandedOff(t *testing.T) {
 	lower := algorithms.Limit{Count: 5, Period: time.Minute, Burst: 2}
 	for a := range NumAlgorithms {
 		from, to := New(Config{}), New(Config{})
-		r := Request{Name: "api", Key: "k", Algorithm: a, Hits: 10, Now: t0, Limit: perMinute10}
-		from.Decide(&r)
-		r.Limit, r.Hits, r.Now = lower, 0, t0.Add(time.Second)
-		from.Decide(&r)
-		for c := range from.Extract(func(string) bool { return true }) {
+		decide(from, a, perMinute10, 10, 0)
+		decide(from, a, lower, 0, time.Second)
+		for _, c := range handOff(t, from, to, t0.Add(time.Second)) {
 			if c.Limit != lower {
 				t.Errorf("%s: handed off with limit %+v, want %+v", a, c.Limit, lower)
 			}
-			if err := to.Merge(c, r.Now, skew); err != nil {
-				t.Errorf("%s: the receiver refused a counter whose limit was lowered: %v", a, err)
-			}
 		}
-		r.Hits = 1
-		if d := to.Decide(&r); d.Allowed {
+		if d := decide(to, a, lower, 1, time.Second); d.Allowed {
 			t.Errorf("%s: the receiver admitted a hit its lowered limit had no room for: %+v", a, d)
 		}
 	}
+}
+
+// decide decides hits of the counter ("api", "k") of algorithm a in s,
+// under l at t0+at.
+func decide(s *Store, a Algorithm, l algorithms.Limit, hits int64, at time.Duration) algorithms.Decision {
+	return s.Decide(&Request{Name: "api", Key: "k", Algorithm: a, Hits: hits, Now: t0.Add(at), Limit: l})
+}
+
+// handOff moves every counter of from into to at now, as hand-off does,
+// failing the test for each one to refuses, and returns them.
+func handOff(t *testing.T, from, to *Store, now time.Time) []Counter {
+	t.Helper()
+	var moved []Counter
+	for c := range from.Extract(func(string) bool { return true }) {
+		if err := to.Merge(c, now, skew); err != nil {
+			t.Errorf("%s: the receiver refused %+v: %v", c.Algorithm, c, err)
+		}
+		moved = append(moved, c)
+	}
+	return moved
 }
 
 // TestMergeUnderAnotherLimitIsClamped: a handed-off state charged under a
@@ -84,22 +98,15 @@ func TestLoweredLimitIsHandedOff(t *testing.T) {
 func TestMergeUnderAnotherLimitIsClamped(t *testing.T) {
 	for a := range NumAlgorithms {
 		poisoned, held := New(Config{}), New(Config{})
-		r := Request{Name: "api", Key: "k", Algorithm: a, Hits: 1, Now: t0, Limit: hostile}
-		poisoned.Decide(&r)
-		r.Limit, r.Hits, r.Now = perMinute10, 0, t0.Add(time.Second)
-		held.Decide(&r)
-		for c := range poisoned.Extract(func(string) bool { return true }) {
-			if err := held.Merge(c, r.Now, skew); err != nil {
-				t.Fatalf("%s: Merge: %v", a, err)
-			}
-		}
+		decide(poisoned, a, hostile, 1, 0)
+		decide(held, a, perMinute10, 0, time.Second)
+		handOff(t, poisoned, held, t0.Add(time.Second))
 		for c := range held.Counters() {
 			if err := New(Config{}).Merge(c, time.Unix(0, c.Last), 0); err != nil {
 				t.Errorf("%s: the merged counter is not valid under its limit: %v", a, err)
 			}
 		}
-		r.Hits, r.Now = 10, t0.Add(time.Second+time.Minute)
-		if d := held.Decide(&r); !d.Allowed {
+		if d := decide(held, a, perMinute10, 10, time.Second+time.Minute); !d.Allowed {
 			t.Errorf("%s: a minute after merging a year-long state, 10 of 10/minute refused: %+v", a, d)
 		}
 	}
