@@ -62,18 +62,18 @@ func (c *fakeCluster) ForwardNow(ctx context.Context, addr string, req *pb.Check
 
 func (c *fakeCluster) AddGlobalHits(ctx context.Context, addr, from string, reports []*pb.GlobalReport) error {
 	o, err := c.peer(ctx, addr)
-	if err == nil {
-		o.AddGlobalHits(ctx, from, reports)
+	if err != nil {
+		return err
 	}
-	return err
+	return o.AddGlobalHits(ctx, from, reports)
 }
 
-func (c *fakeCluster) UpdateGlobals(ctx context.Context, addr string, states []*pb.GlobalState) error {
+func (c *fakeCluster) UpdateGlobals(ctx context.Context, addr, from string, states []*pb.GlobalState) error {
 	o, err := c.peer(ctx, addr)
-	if err == nil {
-		o.UpdateGlobals(ctx, states)
+	if err != nil {
+		return err
 	}
-	return err
+	return o.UpdateGlobals(ctx, from, states)
 }
 
 func (c *fakeCluster) HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) ([]*pb.Refusal, error) {

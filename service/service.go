@@ -113,7 +113,7 @@ func New(conf Config) *Service {
 		Validate: func(item *pb.CheckItem, now time.Time) (limiter.Request, error) {
 			return toRequest(item, now, s.skew)
 		},
-		Interval: conf.GlobalSync, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
+		Interval: conf.GlobalSync, MaxClockSkew: s.skew, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
 	})
 	s.handoff = handoff.New(handoff.Config{
 		Store: s.store, Cluster: s.cluster, Peers: conf.Peers, MaxClockSkew: s.skew,

@@ -100,8 +100,8 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	grpcSrv := grpc.NewServer(workers)
 	health := faces.RegisterGRPC(grpcSrv)
 	rls.New(rls.Config{Checker: svc, Policies: policies}).Register(grpcSrv)
-	peerSrv := grpc.NewServer(workers)
-	peer.NewServer(svc.Owner()).Register(peerSrv)
+	peerSrv := grpc.NewServer(append(peer.ServerOptions(), workers)...)
+	peer.NewServer(svc.Owner(), reg).Register(peerSrv)
 	// Timeouts bound what a slow or idle client can hold.
 	httpSrv := &http.Server{Handler: faces.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
