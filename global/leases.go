@@ -109,9 +109,10 @@ func (n *Node) Receive(from string, reports []*pb.GlobalReport) error {
 func (n *Node) receiveAll(from string, reports []*pb.GlobalReport, now time.Time) {
 	members := int64(max(1, n.cluster.Ring().Len()))
 	for _, rep := range reports {
-		r, err := n.validate(rep.GetItem(), now)
+		err := checkReport(rep)
+		var r limiter.Request
 		if err == nil {
-			err = checkReport(rep)
+			r, err = n.validate(rep.GetItem(), now)
 		}
 		if err != nil {
 			n.reject(kindReport, reasonInvalid, from, err)

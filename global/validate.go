@@ -84,9 +84,12 @@ func isMember(r *ring.Ring, name string) bool {
 }
 
 // checkReport checks a report's counts: none negative, and no more hits
-// acknowledged than admitted. Its item is checked by Config.Validate.
+// acknowledged than admitted. Its item, which must be there, is checked by
+// Config.Validate.
 func checkReport(rep *pb.GlobalReport) error {
 	switch {
+	case rep.GetItem() == nil:
+		return errors.New("item: missing")
 	case rep.GetEpoch() < 0:
 		return fmt.Errorf("epoch: must not be negative, got %d", rep.GetEpoch())
 	case rep.GetAdmitted() < 0:

@@ -14,6 +14,7 @@ package handoff
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"log/slog"
 	"strings"
@@ -61,6 +62,11 @@ type Config struct {
 	// MaxClockSkew bounds how far past this node's clock a received
 	// counter's times may lie.
 	MaxClockSkew time.Duration
+	// Validate, if not nil, checks a received counter's name, key,
+	// algorithm and limit as the public API checks a check's, so that no
+	// counter arrives that a check could not have made. Store.Merge then
+	// checks its state.
+	Validate func(c *limiter.Counter) error
 	// Now is the clock received counters are validated against; nil means
 	// time.Now.
 	Now func() time.Time
@@ -75,13 +81,14 @@ type Config struct {
 // receiving those it now owns. It is safe for concurrent use; Run hands
 // off after every ring change.
 type Node struct {
-	store   Store
-	cluster Membership
-	peers   Peers
-	skew    time.Duration
-	now     func() time.Time
-	log     *slog.Logger
-	metrics metrics
+	store    Store
+	cluster  Membership
+	peers    Peers
+	skew     time.Duration
+	validate func(c *limiter.Counter) error
+	now      func() time.Time
+	log      *slog.Logger
+	metrics  metrics
 
 	changed chan struct{} // cap 1: coalesces bursts of changes
 	mu      sync.Mutex    // one hand-off at a time
@@ -89,7 +96,7 @@ type Node struct {
 
 // New returns a Node. It starts nothing.
 func New(conf Config) *Node {
-	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, skew: conf.MaxClockSkew,
+	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, skew: conf.MaxClockSkew, validate: conf.Validate,
 		now: conf.Now, log: conf.Logger, metrics: newMetrics(conf.Registerer), changed: make(chan struct{}, 1)}
 	if n.now == nil {
 		n.now = time.Now
@@ -221,8 +228,17 @@ func (n *Node) Receive(from string, counters []*pb.CounterState) []*pb.Refusal {
 	for i, cs := range counters {
 		var c limiter.Counter
 		err := c.UnmarshalBinary(cs.GetCounter())
+		if err == nil && n.validate != nil {
+			if verr := n.validate(&c); verr != nil {
+				err = fmt.Errorf("counter %s/%s: %w: %w", c.Name, c.Key, limiter.ErrBadCounter, verr)
+			}
+		}
 		if err == nil {
-			err = n.store.Merge(c, now, n.skew)
+			c, skew, uerr := n.untilNow(c, now)
+			err = uerr
+			if err == nil {
+				err = n.store.Merge(c, now, skew)
+			}
 		}
 		if err != nil {
 			r := &pb.Refusal{Index: int32(i), Reason: pb.Refusal_UNAVAILABLE, Detail: err.Error()}
@@ -242,6 +258,27 @@ func (n *Node) Receive(from string, counters []*pb.CounterState) []*pb.Refusal {
 	}
 	n.metrics.counters.WithLabelValues("received").Add(float64(len(counters) - len(refused)))
 	return refused
+}
+
+// untilNow returns c, a counter from another node received at now, and
+// the clock skew to merge it with. A peer cannot move a counter past this
+// node's clock: read later, a bucket would refill by the difference, and
+// a window that begins later would replace the current one and its count,
+// at every hand-off. So c's last evaluation, refused if it is more than
+// the skew ahead, is taken as now at the latest; and a window (fixed or
+// sliding) must have begun by now (no skew allowed), else Merge refuses it
+// and it stays with its sender, which offers it again later. Other states
+// keep the allowed skew.
+func (n *Node) untilNow(c limiter.Counter, now time.Time) (limiter.Counter, time.Duration, error) {
+	if ahead := time.Duration(c.Last - now.UnixNano()); ahead > n.skew {
+		return c, 0, fmt.Errorf("counter %s/%s: last evaluated %v after now, more than the clock skew %v: %w", c.Name, c.Key, ahead, n.skew, limiter.ErrBadCounter)
+	}
+	c.Last = min(c.Last, now.UnixNano())
+	skew := n.skew
+	if c.Algorithm == limiter.FixedWindow || c.Algorithm == limiter.SlidingWindow {
+		skew = 0
+	}
+	return c, skew, nil
 }
 
 // reasonLabel is a refusal reason as a metric label, e.g. "invalid".

@@ -25,6 +25,8 @@ type fakeCluster struct {
 	onDown func(addr string)
 	// onHandOff, if set, sees (and may alter) every hand-off in flight.
 	onHandOff func(counters []*pb.CounterState)
+	// onUpdate, if set, sees every GLOBAL broadcast in flight.
+	onUpdate func(from string, states []*pb.GlobalState)
 }
 
 type fakeMember struct {
@@ -72,6 +74,9 @@ func (c *fakeCluster) UpdateGlobals(ctx context.Context, addr, from string, stat
 	o, err := c.peer(ctx, addr)
 	if err != nil {
 		return err
+	}
+	if c.onUpdate != nil {
+		c.onUpdate(from, states)
 	}
 	return o.UpdateGlobals(ctx, from, states)
 }

@@ -117,7 +117,7 @@ func New(conf Config) *Service {
 	})
 	s.handoff = handoff.New(handoff.Config{
 		Store: s.store, Cluster: s.cluster, Peers: conf.Peers, MaxClockSkew: s.skew,
-		Now: s.now, Logger: s.log, Registerer: conf.Registerer,
+		Validate: s.validateCounter, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
 	})
 	return s
 }
