@@ -361,7 +361,7 @@ func metricSum(t *testing.T, reg *prometheus.Registry, name string, labels ...st
 					continue series
 				}
 			}
-			sum += m.GetCounter().GetValue()
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
 	return sum

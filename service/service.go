@@ -284,6 +284,12 @@ func (s *Service) RingChanged() { s.handoff.RingChanged() }
 // It is a step of shutdown, after the node left the cluster.
 func (s *Service) HandOff(ctx context.Context) int { return s.handoff.HandOff(ctx) }
 
+// HandOffAll is the hand-off step of shutdown, after the node left the
+// cluster: it hands off until every counter is taken or ctx ends, and
+// returns how many were taken and how many are left, to be lost (see
+// handoff.Node.HandOffAll).
+func (s *Service) HandOffAll(ctx context.Context) (sent, left int) { return s.handoff.HandOffAll(ctx) }
+
 // FlushGlobal reports the GLOBAL hits this node admitted from grants and
 // has not reported yet to their owners, so that none is lost when it
 // stops. It is a step of shutdown, after Run has returned.

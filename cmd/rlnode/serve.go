@@ -152,7 +152,11 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 			return gossip.stop(ctx) // others stop routing to this node
 		}},
 		{"hand off counters", func(ctx context.Context) error {
-			log.Info("handed off counters", "counters", svc.HandOff(ctx))
+			sent, left := svc.HandOffAll(ctx)
+			log.Info("handed off counters", "counters", sent, "left", left)
+			if left > 0 {
+				return fmt.Errorf("%d counters not handed off", left)
+			}
 			return nil
 		}},
 		{"flush GLOBAL hits", func(ctx context.Context) error {
