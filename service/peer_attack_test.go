@@ -2,6 +2,7 @@ package service
 
 import (
 	"encoding/binary"
+	"errors"
 	"net"
 	"strings"
 	"sync"
@@ -17,8 +18,10 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/global"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // The attacks on the peer port of issue 7, each made over real gRPC on
@@ -447,4 +450,43 @@ func FuzzPeerHandlers(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestGlobalLastReportOfADepartedNode: a node shutting down leaves the
+// ring before it sends its last GLOBAL report. The owner still takes it
+// (charging what the node admitted, up to one share), for departedGrace;
+// after that the node is a stranger, and its reports are refused.
+func TestGlobalLastReportOfADepartedNode(t *testing.T) {
+	now := t0
+	clock := func() time.Time { return now }
+	c, svcs := newFakeClusterWith(3, func(int) Config { return Config{Now: clock} })
+	smaller := ring.New(c.ring.Members()[:2]...) // without node-2
+	var key string
+	for _, k := range c.keysOwnedBy(0, 100) {
+		if o, _ := smaller.Owner(k); o.Name == "node-0" {
+			key = k
+			break
+		}
+	}
+	item := globalItem(key)
+	check(t, svcs[2], item) // asks node-0 for a grant
+	syncRound(svcs)
+	for range 5 {
+		if r := check(t, svcs[2], item); r.Metadata[MetadataDecidedBy] != "" || r.Status != pb.Status_UNDER_LIMIT {
+			t.Fatalf("node-2 did not admit from its grant: %v", r)
+		}
+	}
+	c.ring = smaller // node-2 left; the others see it at once
+	syncRound(svcs[:2])
+	svcs[2].FlushGlobal(t.Context())
+	if got := remaining(svcs[0], item); got != 900-6 {
+		t.Errorf("after node-2's last report the counter has %d remaining, want %d", got, 900-6)
+	}
+
+	now = now.Add(2 * time.Minute)
+	syncRound(svcs[:2])
+	report := []*pb.GlobalReport{{Item: item, Admitted: 100, Epoch: 1 << 62}}
+	if err := svcs[0].Owner().AddGlobalHits(t.Context(), "node-2", report); !errors.Is(err, global.ErrUnknownSender) {
+		t.Errorf("a report from node-2 two minutes after it left: %v, want ErrUnknownSender", err)
+	}
 }
