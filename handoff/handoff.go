@@ -178,7 +178,9 @@ func (n *Node) HandOff(ctx context.Context) int { return n.handOff(ctx).sent }
 // deliver (owners refused them as invalid), or ctx ends, waiting a little
 // longer between rounds. It returns how many counters the owners took and
 // how many this node still holds, which it logs and exports as
-// ringlimit_handoff_pending_counters: those are lost when it exits.
+// ringlimit_handoff_pending_counters: those are lost when it exits. The
+// last node of a cluster (an empty ring) has no one to hand off to, and
+// reports none left.
 func (n *Node) HandOffAll(ctx context.Context) (sent, left int) {
 	wait := 50 * time.Millisecond
 	rounds := 0
@@ -199,6 +201,12 @@ func (n *Node) HandOffAll(ctx context.Context) (sent, left int) {
 			break
 		}
 		wait = min(2*wait, time.Second)
+	}
+	if n.cluster.Ring().Len() == 0 {
+		// The last node of the cluster: no one to hand counters to, and no
+		// one to need them.
+		n.metrics.pending.Set(0)
+		return sent, 0
 	}
 	left = n.store.Len()
 	n.metrics.pending.Set(float64(left))

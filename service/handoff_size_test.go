@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ringlimit/ringlimit/algorithms"
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/handoff"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
@@ -198,4 +199,15 @@ func TestHandOffAllReportsWhatIsLeft(t *testing.T) {
 			t.Errorf("pending counters = %v, want 30", got)
 		}
 	})
+}
+
+// TestHandOffAllLastNode: the last node of a cluster has no one to hand
+// its counters to, and no one needs them: nothing is reported left.
+func TestHandOffAllLastNode(t *testing.T) {
+	c, svcs := newFakeCluster(1)
+	check(t, svcs[0], &pb.CheckItem{Name: "api", Key: "k", Limit: 10, DurationMs: 60_000})
+	c.ring = ring.New()
+	if sent, left := svcs[0].HandOffAll(t.Context()); sent != 0 || left != 0 {
+		t.Errorf("HandOffAll on the last node = %d sent, %d left; want 0, 0", sent, left)
+	}
 }
