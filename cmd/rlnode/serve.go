@@ -100,8 +100,8 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	grpcSrv := grpc.NewServer(workers)
 	health := faces.RegisterGRPC(grpcSrv)
 	rls.New(rls.Config{Checker: svc, Policies: policies}).Register(grpcSrv)
-	peerSrv := grpc.NewServer(workers)
-	peer.NewServer(svc.Owner()).Register(peerSrv)
+	peerSrv := grpc.NewServer(append(peer.ServerOptions(), workers)...)
+	peer.NewServer(svc.Owner(), reg).Register(peerSrv)
 	// Timeouts bound what a slow or idle client can hold.
 	httpSrv := &http.Server{Handler: faces.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
@@ -152,7 +152,11 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 			return gossip.stop(ctx) // others stop routing to this node
 		}},
 		{"hand off counters", func(ctx context.Context) error {
-			log.Info("handed off counters", "counters", svc.HandOff(ctx))
+			sent, left := svc.HandOffAll(ctx)
+			log.Info("handed off counters", "counters", sent, "left", left)
+			if left > 0 {
+				return fmt.Errorf("%d counters not handed off", left)
+			}
 			return nil
 		}},
 		{"flush GLOBAL hits", func(ctx context.Context) error {
