@@ -1,19 +1,19 @@
 package limiter
 
-import "github.com/ringlimit/ringlimit/algorithms"
+import "sync/atomic"
 
 // DefaultMaxLogEntries is the default bound on the sliding-log entries a
 // store holds: 160 MB of logs, at 16 bytes an entry.
 const DefaultMaxLogEntries = 10_000_000
 
-// logBudget bounds the memory of one table's variable-size states (sliding
-// logs): --max-keys bounds the number of counters, but one full log takes
-// algorithms.MaxSlidingLogLimit entries. Each shard's sliding-log table
-// gets an even share of Config.MaxLogEntries; for the other tables both
-// fields stay 0, as their states have a fixed size.
+// logBudget bounds the memory of variable-size states (sliding logs):
+// --max-keys bounds the number of counters, but one full log takes
+// algorithms.MaxSlidingLogLimit entries. The sliding-log table of every
+// shard shares the store's count; for the other tables used is nil, as
+// their states have a fixed size.
 type logBudget struct {
-	used int64 // entries the table's states have room for
-	max  int64 // 0: no bound
+	used *atomic.Int64 // entries all the store's logs have room for
+	max  int64
 }
 
 // sized is a state whose memory varies: algorithms.SlidingLog.
@@ -29,20 +29,27 @@ func (t *table[S, P]) footprint(idx int32) int64 {
 }
 
 // settle accounts for the state at idx having grown or shrunk from before
-// entries, and evicts the least recently used other counters of t while t
-// holds more than its budget. It returns how many it evicted.
+// entries and, while the store's logs hold more than the budget, evicts
+// the least recently used other counters of t. It returns how many it
+// evicted. Eviction stays within the shard whose lock is held, so the
+// store may exceed the budget by what one shard's logs hold when the
+// growing log is its only one: at most a full log a shard.
 func (t *table[S, P]) settle(idx int32, before int64) int {
-	t.logs.used += t.footprint(idx) - before
+	if t.logs.used == nil {
+		return 0
+	}
+	t.logs.used.Add(t.footprint(idx) - before)
 	evicted := 0
-	for t.logs.max > 0 && t.logs.used > t.logs.max && t.tail >= 0 && t.tail != idx {
+	for t.logs.used.Load() > t.logs.max && t.tail >= 0 && t.tail != idx {
 		t.evictOldest()
 		evicted++
 	}
 	return evicted
 }
 
-// shareOfLogs is one shard's share of maxEntries among n shards, never
-// less than one full log.
-func shareOfLogs(maxEntries, n int) int64 {
-	return int64(max(maxEntries/n, algorithms.MaxSlidingLogLimit))
+// forget accounts for the state at idx leaving the store.
+func (t *table[S, P]) forget(idx int32) {
+	if t.logs.used != nil {
+		t.logs.used.Add(-t.footprint(idx))
+	}
 }

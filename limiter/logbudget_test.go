@@ -38,15 +38,15 @@ func TestLogBudget(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	logs := s.shards[0].tables[SlidingLog].(*table[algorithms.SlidingLog, *algorithms.SlidingLog])
-	if logs.logs.used > budget {
-		t.Errorf("logs hold %d entries, more than the budget of %d", logs.logs.used, budget)
+	if s.logEntries.Load() > budget {
+		t.Errorf("logs hold %d entries, more than the budget of %d", s.logEntries.Load(), budget)
 	}
 	var sum int64
 	for idx := logs.head; idx >= 0; idx = logs.entries[idx].next {
 		sum += logs.footprint(idx)
 	}
-	if sum != logs.logs.used {
-		t.Errorf("the logs' entries add up to %d, the budget counts %d", sum, logs.logs.used)
+	if sum != s.logEntries.Load() {
+		t.Errorf("the logs' entries add up to %d, the budget counts %d", sum, s.logEntries.Load())
 	}
 	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > 3<<20 {
 		t.Errorf("the heap grew by %d bytes for %d full logs within a budget of %d entries, want at most 3 MiB", grown, keys, budget)
@@ -75,13 +75,13 @@ func TestLogBudgetAccounting(t *testing.T) {
 		take("a", time.Duration(i), false)
 		take("b", time.Duration(i), false)
 	}
-	used := logs.logs.used
+	used := s.logEntries.Load()
 	if used == 0 {
 		t.Fatal("ten hits take no log entries")
 	}
 	take("a", 10, true) // reset: a's log starts again with one entry
-	if logs.logs.used >= used {
-		t.Errorf("after a reset: %d entries counted, want fewer than %d", logs.logs.used, used)
+	if s.logEntries.Load() >= used {
+		t.Errorf("after a reset: %d entries counted, want fewer than %d", s.logEntries.Load(), used)
 	}
 	out := slices.Collect(s.Extract(func(key string) bool { return key == "a" }))
 	if len(out) != 1 {
@@ -95,15 +95,15 @@ func TestLogBudgetAccounting(t *testing.T) {
 	for idx := logs.head; idx >= 0; idx = logs.entries[idx].next {
 		sum += logs.footprint(idx)
 	}
-	if sum != logs.logs.used {
-		t.Errorf("after extract and merge: the logs' entries add up to %d, the budget counts %d", sum, logs.logs.used)
+	if sum != s.logEntries.Load() {
+		t.Errorf("after extract and merge: the logs' entries add up to %d, the budget counts %d", sum, s.logEntries.Load())
 	}
 	take("c", 2*time.Hour, false) // a and b are full again and dropped as idle
 	sum = 0
 	for idx := logs.head; idx >= 0; idx = logs.entries[idx].next {
 		sum += logs.footprint(idx)
 	}
-	if sum != logs.logs.used {
-		t.Errorf("after idle logs were dropped: the logs' entries add up to %d, the budget counts %d", sum, logs.logs.used)
+	if sum != s.logEntries.Load() {
+		t.Errorf("after idle logs were dropped: the logs' entries add up to %d, the budget counts %d", sum, s.logEntries.Load())
 	}
 }

@@ -36,10 +36,10 @@ type Config struct {
 	// are evicted. Zero means DefaultMaxKeys.
 	MaxKeys int
 	// MaxLogEntries bounds the entries of all sliding logs held, 16 bytes
-	// each, split evenly over the store's shards (at least one full log,
-	// algorithms.MaxSlidingLogLimit, a shard): a log that grows past its
-	// shard's share evicts the least recently used sliding logs of that
-	// shard. Zero means DefaultMaxLogEntries.
+	// each: a log that grows while the logs hold more evicts the least
+	// recently used sliding logs of its shard (so the store may exceed it
+	// by a full log, algorithms.MaxSlidingLogLimit entries, a shard). Zero
+	// means DefaultMaxLogEntries.
 	MaxLogEntries int
 	// Registerer receives the store's metrics; nil registers none.
 	Registerer prometheus.Registerer
@@ -70,6 +70,9 @@ type Store struct {
 	maxKeys int64
 	held    atomic.Int64 // counters in all shards
 	metrics metrics
+	// logEntries is the entries all sliding logs have room for; each
+	// shard's sliding-log table adds and takes its own (see logBudget).
+	logEntries atomic.Int64
 }
 
 // shard is one lock's worth of counters.
@@ -100,7 +103,7 @@ func New(conf Config) *Store {
 	}
 	for i := range s.shards {
 		logs := newTable[algorithms.SlidingLog]()
-		logs.logs.max = shareOfLogs(maxLog, n)
+		logs.logs = logBudget{used: &s.logEntries, max: int64(maxLog)}
 		s.shards[i].tables = [NumAlgorithms]counters{
 			TokenBucket:   newTable[algorithms.TokenBucket](),
 			GCRA:          newTable[algorithms.GCRA](),
@@ -121,7 +124,11 @@ func (s *Store) shard(key string) *shard {
 	return &s.shards[xxhash.Sum64String(key)&s.mask]
 }
 
-// Decide decides one request and charges its hits if admitted.
+// Decide decides one request and charges its hits if admitted. A request
+// whose Limit is not the one its counter was last evaluated with first
+// clamps the counter to what the new limit allows (see package
+// algorithms' Clamp), so that a changed limit, or a hostile one, takes
+// effect at once and leaves nothing the next limit cannot hold.
 func (s *Store) Decide(r *Request) algorithms.Decision {
 	sh := s.shard(r.Key)
 	sh.mu.Lock()
@@ -205,7 +212,8 @@ func (s *Store) evictedLogs(n int) {
 	}
 }
 
-// check reports what take would answer for n hits, changing nothing.
+// check reports what take would answer for n hits, charging nothing. A
+// limit other than the counter's last clamps it first, as take would.
 func (sh *shard) check(r *Request, n int64) algorithms.Decision {
 	t := sh.tables[r.Algorithm]
 	id, hash := sh.counterID(r)
@@ -280,7 +288,7 @@ func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit,
 	}
 	now = max(now, e.last)
 	e.last = now
-	e.limit = l
+	follow[S, P](e, now, l)
 	d := takeOrAdd[S, P](&e.state, time.Unix(0, now), l, n, chargeRefused)
 	t.touch(idx)
 	return d
@@ -289,7 +297,9 @@ func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit,
 func (t *table[S, P]) check(idx int32, reset bool, now int64, l algorithms.Limit, n int64) algorithms.Decision {
 	if idx >= 0 && !reset {
 		e := &t.entries[idx]
-		return P(&e.state).Check(time.Unix(0, max(now, e.last)), l, n)
+		now = max(now, e.last)
+		follow[S, P](e, now, l)
+		return P(&e.state).Check(time.Unix(0, now), l, n)
 	}
 	var rest S
 	return P(&rest).Check(time.Unix(0, now), l, n)
@@ -338,7 +348,9 @@ func (s *Store) Charge(r *Request) algorithms.Decision {
 }
 
 // Check answers what Decide would for r, charging nothing and creating no
-// counter.
+// counter. Like Decide, a limit other than the one the counter was last
+// evaluated with first clamps the counter to what r.Limit allows (see
+// package algorithms' Clamp): that uncounts, never charges.
 func (s *Store) Check(r *Request) algorithms.Decision {
 	sh := s.shard(r.Key)
 	sh.mu.Lock()

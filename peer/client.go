@@ -62,9 +62,10 @@ func (p *Pool) AddGlobalHits(ctx context.Context, addr, from string, reports []*
 	return err
 }
 
-// UpdateGlobals sends the owner's state of GLOBAL keys to the node at addr.
-func (p *Pool) UpdateGlobals(ctx context.Context, addr string, states []*pb.GlobalState) error {
-	_, err := unary(ctx, p, "update globals", addr, pb.PeerClient.UpdateGlobals, &pb.GlobalUpdateRequest{States: states})
+// UpdateGlobals sends owner from's state of GLOBAL keys to the node at
+// addr.
+func (p *Pool) UpdateGlobals(ctx context.Context, addr, from string, states []*pb.GlobalState) error {
+	_, err := unary(ctx, p, "update globals", addr, pb.PeerClient.UpdateGlobals, &pb.GlobalUpdateRequest{From: from, States: states})
 	return err
 }
 

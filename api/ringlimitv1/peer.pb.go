@@ -521,8 +521,12 @@ func (x *GlobalGrant) GetEpoch() int64 {
 }
 
 type GlobalUpdateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	States        []*GlobalState         `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	States []*GlobalState         `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty"`
+	// from is the broadcasting owner's name. A node applies a state only if
+	// from is a current member and owns the state's key under the
+	// receiver's own ring.
+	From          string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -562,6 +566,13 @@ func (x *GlobalUpdateRequest) GetStates() []*GlobalState {
 		return x.States
 	}
 	return nil
+}
+
+func (x *GlobalUpdateRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
 }
 
 type GlobalUpdateResponse struct {
@@ -852,9 +863,10 @@ const file_peer_proto_rawDesc = "" +
 	"\vGlobalGrant\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\agranted\x18\x02 \x01(\x03R\agranted\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\"H\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\"\\\n" +
 	"\x13GlobalUpdateRequest\x121\n" +
-	"\x06states\x18\x01 \x03(\v2\x19.ringlimit.v1.GlobalStateR\x06states\"\x16\n" +
+	"\x06states\x18\x01 \x03(\v2\x19.ringlimit.v1.GlobalStateR\x06states\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\"\x16\n" +
 	"\x14GlobalUpdateResponse\"\x89\x01\n" +
 	"\fCounterState\x12\x18\n" +
 	"\acounter\x18\b \x01(\fR\acounterJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03J\x04\b\x03\x10\x04J\x04\b\x04\x10\x05J\x04\b\x05\x10\x06J\x04\b\x06\x10\aJ\x04\b\a\x10\bR\x04nameR\x03keyR\talgorithmR\x05wordsR\n" +

@@ -107,8 +107,8 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	grpcSrv := grpc.NewServer(append(api.ServerOptions(rlsBound), workers, grpc.InTapHandle(gate.Tap))...)
 	health := faces.RegisterGRPC(grpcSrv)
 	rls.New(rls.Config{Checker: svc, Policies: policies}).Register(grpcSrv)
-	peerSrv := grpc.NewServer(workers)
-	peer.NewServer(svc.Owner()).Register(peerSrv)
+	peerSrv := grpc.NewServer(append(peer.ServerOptions(), workers)...)
+	peer.NewServer(svc.Owner(), reg).Register(peerSrv)
 	// Timeouts bound what a slow or idle client can hold: a body of
 	// api.MaxBodyBytes arrives well within ReadTimeout on any link, and
 	// a check needs no headers of more than a few KB.
@@ -161,7 +161,11 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 			return gossip.stop(ctx) // others stop routing to this node
 		}},
 		{"hand off counters", func(ctx context.Context) error {
-			log.Info("handed off counters", "counters", svc.HandOff(ctx))
+			sent, left := svc.HandOffAll(ctx)
+			log.Info("handed off counters", "counters", sent, "left", left)
+			if left > 0 {
+				return fmt.Errorf("%d counters not handed off", left)
+			}
 			return nil
 		}},
 		{"flush GLOBAL hits", func(ctx context.Context) error {
