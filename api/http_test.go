@@ -172,3 +172,27 @@ func TestMembersJSON(t *testing.T) {
 		t.Errorf("GET /v1/members = %s\nwant %s", got, want)
 	}
 }
+
+// TestAdmitWrapsOnlyChecks checks that Config.Admit guards POST /v1/check
+// and leaves the probes, /metrics and /v1/members to answer under load.
+func TestAdmitWrapsOnlyChecks(t *testing.T) {
+	refuse := func(http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
+	}
+	reg := prometheus.NewRegistry()
+	srv := httptest.NewServer(New(Config{Checker: service.New(service.Config{}), Admit: refuse, Registerer: reg, Gatherer: reg}).Handler())
+	defer srv.Close()
+	if code, _ := post(t, srv, `{"requests":[]}`); code != http.StatusServiceUnavailable {
+		t.Errorf("POST /v1/check: %d, want Admit's 503", code)
+	}
+	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/v1/members"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %d, want 200", path, resp.StatusCode)
+		}
+	}
+}
