@@ -26,8 +26,10 @@ FUZZTIME ?= 10s
 fuzz:
 	go test -run '^$$' -fuzz '^FuzzDecodeCheckRequest$$' -fuzztime $(FUZZTIME) ./api
 	go test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./service
+	go test -run '^$$' -fuzz '^FuzzPeerHandlers$$' -fuzztime $(FUZZTIME) ./service
 	go test -run '^$$' -fuzz '^FuzzTake$$' -fuzztime $(FUZZTIME) ./algorithms
 	go test -run '^$$' -fuzz '^FuzzUnmarshalState$$' -fuzztime $(FUZZTIME) ./algorithms
+	go test -run '^$$' -fuzz '^FuzzClamp$$' -fuzztime $(FUZZTIME) ./algorithms
 	go test -run '^$$' -fuzz '^FuzzCounter$$' -fuzztime $(FUZZTIME) ./limiter
 	go test -run '^$$' -fuzz '^FuzzForwardedFor$$' -fuzztime $(FUZZTIME) ./httplimit
 	go test -run '^$$' -fuzz '^FuzzClientIP$$' -fuzztime $(FUZZTIME) ./httplimit

@@ -8,6 +8,7 @@
 //	Take(now, l, n) Decision   // decide, and charge only if admitted
 //	Check(now, l, n) Decision  // what Take would answer, changing nothing
 //	Merge(other)               // keep the more-charged of two states
+//	Clamp(now, l)              // follow a changed limit: uncount what l cannot hold
 //
 // Nothing here reads a clock, locks, logs or allocates on the decision path:
 // the caller (the limiter store) owns locking and time.Now. State is kept in
@@ -33,6 +34,10 @@
 //     refuse but never over-admit.
 //   - Merge folds in the state of the same counter from another node and
 //     keeps whichever is more charged, so that merging never refills.
+//   - Clamp lowers a state charged under another limit to the most charged
+//     one l allows at now, before l is decided on it (see clamp.go), so
+//     that a changed limit takes effect at once and no check can leave a
+//     counter charged beyond what the next limit holds.
 //
 // Every state also has a documented, versioned binary form
 // (AppendBinary, UnmarshalBinary) and a Validate that refuses states that

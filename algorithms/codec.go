@@ -347,7 +347,7 @@ func (w *FixedWindow) Validate(now time.Time, l Limit, skew time.Duration) error
 	}
 	// Add keeps a window that counted refused hits at l.Count+1.
 	over := l
-	over.Count++
+	over.Count = satAdd(l.Count, 1)
 	return validCount(KindFixedWindow, "Count", w.Count, over)
 }
 
@@ -386,15 +386,27 @@ func (s *SlidingLog) Validate(now time.Time, l Limit, skew time.Duration) error 
 		return badState(KindSlidingLog, "newest entry %s is after now+skew",
 			time.Unix(0, s.at(s.n-1).ts).UTC().Format(time.RFC3339Nano))
 	}
-	// A window (t-Period, t] ending at each entry, slid over the log:
-	// first is the oldest entry inside it. Each count is checked against
-	// l.Count before it is summed, so the sum cannot overflow.
-	var inWindow int64
+	if i, inWindow := s.overfull(l); i >= 0 {
+		if e := s.at(i); e.count > l.Count {
+			return badState(KindSlidingLog, "entry %d holds %d hits, above the limit %d", i, e.count, l.Count)
+		}
+		return badState(KindSlidingLog, "%d hits in the period ending at entry %d, above the limit %d", inWindow, i, l.Count)
+	}
+	return nil
+}
+
+// overfull returns the first entry i at which s holds more than l.Count
+// hits, in the entry itself or in the window (ts-Period, ts] ending at it,
+// and the hits in that window; or -1 if there is none. l must be valid.
+func (s *SlidingLog) overfull(l Limit) (i int, inWindow int64) {
+	// A window ending at each entry, slid over the log: first is the
+	// oldest entry inside it. Each count is checked against l.Count before
+	// it is summed, so the sum cannot overflow.
 	first := 0
 	for i := range s.n {
 		e := s.at(i)
 		if e.count > l.Count {
-			return badState(KindSlidingLog, "entry %d holds %d hits, above the limit %d", i, e.count, l.Count)
+			return i, e.count
 		}
 		inWindow += e.count
 		for s.at(first).ts <= e.ts-int64(l.Period) {
@@ -402,8 +414,8 @@ func (s *SlidingLog) Validate(now time.Time, l Limit, skew time.Duration) error 
 			first++
 		}
 		if inWindow > l.Count {
-			return badState(KindSlidingLog, "%d hits in the period ending at entry %d, above the limit %d", inWindow, i, l.Count)
+			return i, inWindow
 		}
 	}
-	return nil
+	return -1, 0
 }

@@ -12,12 +12,14 @@ import (
 	"github.com/ringlimit/ringlimit/algorithms"
 )
 
-// state is what every algorithm state offers for moving between nodes.
+// state is what every algorithm state offers for moving between nodes
+// and for following a changed limit.
 type state interface {
 	counter
 	encoding.BinaryAppender
 	encoding.BinaryUnmarshaler
 	Validate(now time.Time, l algorithms.Limit, skew time.Duration) error
+	Clamp(now time.Time, l algorithms.Limit)
 }
 
 // states lists a zero-valued state of each algorithm, by Kind.

@@ -189,6 +189,10 @@ func (s *SlidingLog) Append(ts, count int64) {
 	}
 }
 
+// Cap returns the entries s has memory for, 16 bytes each: at most
+// MaxSlidingLogLimit after a Take, up to twice that after a Merge.
+func (s *SlidingLog) Cap() int { return len(s.ring) }
+
 // Clone returns a copy of s that shares no memory with it.
 func (s *SlidingLog) Clone() SlidingLog {
 	c := SlidingLog{ring: make([]logEntry, s.n), n: s.n, hits: s.hits}

@@ -1,22 +1,29 @@
 package api
 
 import (
+	"bytes"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/ringlimit/ringlimit/service"
 )
 
 // FuzzDecodeCheckRequest feeds arbitrary bodies to the JSON decoder: it
-// must never panic, and what it accepts must be a well-formed request.
+// must never panic, and what it accepts must be a well-formed request of
+// valid UTF-8 strings with at most service.MaxItems items.
 func FuzzDecodeCheckRequest(f *testing.F) {
 	f.Add([]byte(`{"requests":[{"name":"api","key":"user:42","limit":10,"duration_ms":60000}]}`))
 	f.Add([]byte(`{"requests":[{"name":"a","key":"k","hits":0,"limit":1,"duration_ms":1,"algorithm":"SLIDING_LOG","behavior":"GLOBAL","burst":3,"reset":true,"created_at_ms":1}],"all":true}`))
 	f.Add([]byte(`{"requests":[{"key":"k","policy":"d/k=v","charge_refused":true}]}`))
 	f.Add([]byte(`{"requests":[{"algorithm":"nope"},{"behavior":"x"}]}`))
 	f.Add([]byte(`{"requests":[{"limit":"1"}]}`))
+	f.Add([]byte(`{"requests":[{"name":"a","NAME":"b"}],"all":false,"all":true}`))
+	f.Add([]byte(`{"requests":[{"key":"\ud83d\ude00\u00e9\n\"\\\/","name":"\ud83d"}]}`))
+	f.Add([]byte("{\"requests\":[{\"key\":\"\xc3\x28\"}]}"))
+	f.Add([]byte(`{"requests":[{"hits":null,"limit":null,"reset":null}],"all":null}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		d, err := decodeCheckRequest(body)
+		d, err := decodeCheckRequest(bytes.NewReader(body))
 		if err != nil {
 			if err.Error() == "" {
 				t.Fatal("empty error message")
@@ -28,6 +35,13 @@ func FuzzDecodeCheckRequest(f *testing.F) {
 		}
 		if len(d.pos) != len(d.req.Requests) {
 			t.Fatalf("%d positions for %d items", len(d.pos), len(d.req.Requests))
+		}
+		for _, it := range d.req.Requests {
+			for _, s := range []string{it.Name, it.Key, it.Policy} {
+				if !utf8.ValidString(s) {
+					t.Fatalf("accepted invalid UTF-8 %q", s)
+				}
+			}
 		}
 	})
 }

@@ -63,12 +63,18 @@ func TestCheckJSONErrorsNameTheField(t *testing.T) {
 		{`{"requests":[{"name":"a","key":"k","limit":"ten","duration_ms":1000}]}`, `requests[0].limit: want int64, got string`, 400},
 		{`{"requests":[{"name":"a","key":"k","limit":1.5,"duration_ms":1000}]}`, `requests[0].limit: want int64`, 400},
 		{`{"requests":[{"name":"a","key":"k","limit":1,"duration":1000}]}`, `requests[0].duration: unknown field`, 400},
-		{`{"requests":{}}`, `requests: want []json.RawMessage, got object`, 400},
+		{`{"requests":{}}`, `requests: want an array, got object`, 400},
 		{`{"requests":[`, `malformed JSON`, 400},
 		{``, `body: empty`, 400},
 		{`{"requests":[]} x`, `unexpected data after the JSON value`, 400},
 		{`{"all":"yes"}`, `all: want bool, got string`, 400},
-		{many, `requests: 1001 items, at most 1000 allowed`, 400},
+		{many, `requests: more than 1000 items`, 400},
+		{`{"requests":[],"requests":[]}`, `requests: repeated field`, 400},
+		{`{"requests":[{"name":"a","key":"k","Key":"k2"}]}`, `requests[0].Key: unknown field (names are case-sensitive: "key")`, 400},
+		{`{"requests":[{"name":"a","name":"b"}]}`, `requests[0].name: repeated field`, 400},
+		{"{\"requests\":[{\"name\":\"a\",\"key\":\"\xff\"}]}", `requests[0].key: invalid UTF-8`, 400},
+		{`{"requests":[{"name":"a","key":"\ud800"}]}`, `requests[0].key: invalid UTF-16`, 400},
+		{`{"requests":[null]}`, `requests[0]: want an object, got null`, 400},
 		{`{"requests":[{"name":"a","key":"k","limit":1,"duration_ms":1000,"hits":` + strings.Repeat("9", MaxBodyBytes) + `}]}`, `body: larger than`, 413},
 	}
 	for _, c := range cases {
@@ -178,5 +184,29 @@ func TestReadyNote(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || string(b) != "ready\nwarning: plaintext\n" {
 		t.Errorf("GET /readyz with a note: %d %q, want 200 with the note after ready", resp.StatusCode, b)
+	}
+}
+
+// TestAdmitWrapsOnlyChecks checks that Config.Admit guards POST /v1/check
+// and leaves the probes, /metrics and /v1/members to answer under load.
+func TestAdmitWrapsOnlyChecks(t *testing.T) {
+	refuse := func(http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
+	}
+	reg := prometheus.NewRegistry()
+	srv := httptest.NewServer(New(Config{Checker: service.New(service.Config{}), Admit: refuse, Registerer: reg, Gatherer: reg}).Handler())
+	defer srv.Close()
+	if code, _ := post(t, srv, `{"requests":[]}`); code != http.StatusServiceUnavailable {
+		t.Errorf("POST /v1/check: %d, want Admit's 503", code)
+	}
+	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/v1/members"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %d, want 200", path, resp.StatusCode)
+		}
 	}
 }

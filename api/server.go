@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +45,10 @@ type Config struct {
 	// GET /metrics; nil means no metrics.
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
+	// Admit, if not nil, wraps the POST /v1/check handler, e.g. to bound
+	// the requests in flight (admit.Gate.HTTP). The probes, /metrics and
+	// /v1/members are not wrapped, so that they answer under load.
+	Admit func(http.Handler) http.Handler
 }
 
 // Server is the gRPC and HTTP faces of one node. It is safe for

@@ -133,13 +133,14 @@ type Config struct {
 // Its methods are safe for concurrent use. Run owns every goroutine and the
 // memberlist; the other methods only read published snapshots.
 type Cluster struct {
-	conf     Config // defaults applied
-	bindHost string
-	bindPort int
-	log      *slog.Logger
-	metrics  *metrics
-	events   *events
-	delegate *delegate
+	conf      Config // defaults applied
+	bindHost  string
+	bindPort  int
+	log       *slog.Logger
+	metrics   *metrics
+	events    *events
+	delegate  *delegate
+	conflicts *conflicts
 
 	view    atomic.Pointer[view]
 	ready   atomic.Bool
@@ -232,13 +233,14 @@ func New(conf Config) (*Cluster, error) {
 	}
 
 	c := &Cluster{
-		conf:     conf,
-		bindHost: host,
-		bindPort: port,
-		log:      log,
-		metrics:  m,
-		events:   newEvents(),
-		delegate: &delegate{},
+		conf:      conf,
+		bindHost:  host,
+		bindPort:  port,
+		log:       log,
+		metrics:   m,
+		events:    newEvents(),
+		delegate:  &delegate{},
+		conflicts: &conflicts{self: conf.NodeName},
 	}
 	local := ring.Member{Name: conf.NodeName, PeerAddr: conf.PeerAddr, GRPCAddr: conf.GRPCAddr}
 	r := ring.New(local)
@@ -292,7 +294,9 @@ func (c *Cluster) Member(name string) bool {
 func (c *Cluster) Members() []MemberInfo { return slices.Clone(c.view.Load().members) }
 
 // Run starts gossip, joins the cluster and keeps the ring up to date until
-// ctx is cancelled. Then it leaves the cluster (waiting up to LeaveTimeout
+// ctx is cancelled. If the first join finds this node's name held by
+// another live member, Run shuts gossip down without leaving and returns
+// an error wrapping ErrNameTaken; the node was never Ready. Then it leaves the cluster (waiting up to LeaveTimeout
 // for the news to spread), shuts memberlist down, publishes the ring of the
 // remaining members, and returns ctx.Err() once its goroutines are done.
 // A join attempt in flight at that moment can delay the return by up to
@@ -381,6 +385,16 @@ func (c *Cluster) Run(ctx context.Context) error {
 				rearm()
 				break
 			}
+			if !c.ready.Load() {
+				if err := c.checkName(ml); err != nil {
+					// No Leave: it would tell the others that the member
+					// holding this name has left.
+					if err := ml.Shutdown(); err != nil {
+						c.log.Warn("shut down gossip", "err", err)
+					}
+					return err
+				}
+			}
 			c.rebuild() // the join's events may still be waiting in c.events.changed
 			if !c.ready.Swap(true) {
 				c.log.Info("joined cluster", "members", c.Ring().Len())
@@ -446,6 +460,7 @@ func (c *Cluster) create(ctx context.Context) (*memberlist.Memberlist, error) {
 	}
 	mc.Delegate = c.delegate
 	mc.Events = c.events
+	mc.Conflict = c.conflicts
 	mc.LogOutput = logWriter{log: c.log.With("component", "memberlist")}
 	mc.Logger = nil
 

@@ -83,6 +83,10 @@ type Config struct {
 	Validate Validate
 	// Interval is the time between sync rounds; zero means DefaultInterval.
 	Interval time.Duration
+	// MaxClockSkew bounds how far past this node's clock an owner's state
+	// may put a counter's reset time, beyond its refill time; zero means
+	// none.
+	MaxClockSkew time.Duration
 	// Now is the clock counters are evaluated at; nil means time.Now.
 	Now func() time.Time
 	// Logger receives warnings of failed sends; nil discards them.
@@ -100,9 +104,12 @@ type Node struct {
 	peers    Peers
 	validate Validate
 	interval time.Duration
+	skew     time.Duration
 	now      func() time.Time
 	log      *slog.Logger
 	metrics  metrics
+	sampled  sampled // the rejected items' log lines
+	members  members // who was in the ring lately, for reports
 
 	shards    [numShards]shard
 	lastEpoch atomic.Int64 // the newest entry's first epoch
@@ -127,7 +134,7 @@ type key struct{ name, key string }
 // New returns a Node. It starts nothing: Run drives the sync rounds.
 func New(conf Config) *Node {
 	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, validate: conf.Validate,
-		interval: conf.Interval, now: conf.Now, log: conf.Logger, metrics: newMetrics(conf.Registerer)}
+		interval: conf.Interval, skew: conf.MaxClockSkew, now: conf.Now, log: conf.Logger, metrics: newMetrics(conf.Registerer)}
 	if n.interval <= 0 {
 		n.interval = DefaultInterval
 	}
@@ -190,6 +197,8 @@ func (n *Node) Flush(ctx context.Context) { n.Report(ctx) }
 type metrics struct {
 	syncSeconds prometheus.Histogram
 	sendErrors  prometheus.Counter
+	rejected    *prometheus.CounterVec
+	excessHits  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
@@ -203,9 +212,17 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Name: "ringlimit_global_send_errors_total",
 			Help: "GLOBAL reports or broadcasts that failed; reports are kept and sent again at the next sync.",
 		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringlimit_peer_rejected_total",
+			Help: "Items of peer RPCs rejected and not merged, by kind (global_report, global_state) and reason (invalid; not_owner; over_grant: a report charged only in part).",
+		}, []string{"kind", "reason"}),
+		excessHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_global_excess_hits_total",
+			Help: "Hits that GLOBAL reports claimed beyond what the reporting node could have admitted (its grant, or one share for a new account), and that were not charged.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.syncSeconds, m.sendErrors)
+		reg.MustRegister(m.syncSeconds, m.sendErrors, m.rejected, m.excessHits)
 	}
 	return m
 }

@@ -2,6 +2,7 @@ package global
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -168,7 +169,7 @@ func (n *Node) Report(ctx context.Context) {
 	for _, o := range byOwner {
 		wg.Go(func() {
 			if o.owner.Name == self {
-				n.Receive(self, o.reports) // this node became the owner
+				n.receiveAll(self, o.reports, now) // this node became the owner
 			} else if err := n.peers.AddGlobalHits(ctx, o.owner.PeerAddr, self, o.reports); err != nil {
 				n.metrics.sendErrors.Inc()
 				n.log.Warn("GLOBAL report not sent; it goes again next round", "owner", o.owner.Name, "err", err)
@@ -229,25 +230,58 @@ func (n *Node) delivered(o *outgoing) {
 	}
 }
 
-// Apply takes an owner's broadcast: new grants for this node, and the
-// counters' state.
-func (n *Node) Apply(states []*pb.GlobalState) {
+// Apply takes owner from's broadcast: new grants for this node, and the
+// counters' state. It refuses the whole broadcast, with an error wrapping
+// ErrUnknownSender, when from is not a member of this node's ring or is
+// this node. It takes a state only for a counter this node tracks and
+// whose key from owns under this node's ring, and only if the state is
+// possible for the counter's limit (see entry.checkState); it rejects
+// (logs, sampled, and counts) the others.
+func (n *Node) Apply(from string, states []*pb.GlobalState) error {
+	r := n.cluster.Ring()
 	self := n.cluster.LocalMember().Name
+	if from == self || !isMember(r, from) {
+		return fmt.Errorf("from: %q: %w", from, ErrUnknownSender)
+	}
+	now := n.now()
 	for _, st := range states {
+		if err := checkStateID(st); err != nil {
+			n.reject(kindState, reasonInvalid, from, err)
+			continue
+		}
+		if owner, _ := r.Owner(st.Key); owner.Name != from {
+			n.reject(kindState, reasonNotOwner, from, fmt.Errorf("state of %s/%s, whose owner is %q", st.Name, st.Key, owner.Name))
+			continue
+		}
 		k := key{st.Name, st.Key}
 		sh := n.shard(k)
 		sh.mu.Lock()
-		if e := sh.entries[k]; e != nil { // else this node has not seen the key: nothing to renew
-			for _, gr := range st.Grants {
-				if gr.Node == self && gr.Epoch == e.epoch {
-					e.granted = max(e.granted, gr.Granted)
-					e.known = true
-				}
-			}
-			e.remaining = st.Remaining
-			e.resetAt = time.UnixMilli(st.ResetTimeMs)
-			e.retryAfter = time.Duration(st.RetryAfterMs) * time.Millisecond
-		}
+		err := n.apply(sh.entries[k], st, self, now) // no entry: this node has not seen the key, nothing to renew
 		sh.mu.Unlock()
+		if err != nil {
+			n.reject(kindState, reasonInvalid, from, fmt.Errorf("state of %s/%s: %w", st.Name, st.Key, err))
+		}
 	}
+	return nil
+}
+
+// apply takes one valid owner's state into e, if e is not nil. The shard's
+// lock is held.
+func (n *Node) apply(e *entry, st *pb.GlobalState, self string, now time.Time) error {
+	if e == nil {
+		return nil
+	}
+	if err := e.checkState(st, self, now, n.skew); err != nil {
+		return err
+	}
+	for _, gr := range st.Grants {
+		if gr.Node == self && gr.Epoch == e.epoch {
+			e.granted = max(e.granted, gr.Granted)
+			e.known = true
+		}
+	}
+	e.remaining = st.Remaining
+	e.resetAt = time.UnixMilli(st.ResetTimeMs)
+	e.retryAfter = time.Duration(st.RetryAfterMs) * time.Millisecond
+	return nil
 }

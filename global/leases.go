@@ -2,6 +2,7 @@ package global
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -91,40 +92,80 @@ func (n *Node) decideOwned(r *limiter.Request) algorithms.Decision {
 
 // Receive takes node from's reports of counters this node owns: it
 // charges the new hits and notes releases and wants for the next
-// broadcast. A report that does not validate is logged and skipped.
-func (n *Node) Receive(from string, reports []*pb.GlobalReport) {
+// broadcast. It refuses the whole request, with an error wrapping
+// ErrUnknownSender, from this node's own name or from a node that is not
+// in this node's ring and was not within departedGrace. A report that does not validate is rejected
+// (logged, sampled, and counted) and the others are taken.
+func (n *Node) Receive(from string, reports []*pb.GlobalReport) error {
 	now := n.now()
+	if from == n.cluster.LocalMember().Name || !isMember(n.cluster.Ring(), from) && !n.members.recent(from, now) {
+		return fmt.Errorf("from: %q: %w", from, ErrUnknownSender)
+	}
+	n.receiveAll(from, reports, now)
+	return nil
+}
+
+// receiveAll takes reports from a node known to be a member.
+func (n *Node) receiveAll(from string, reports []*pb.GlobalReport, now time.Time) {
+	members := int64(max(1, n.cluster.Ring().Len()))
 	for _, rep := range reports {
-		r, err := n.validate(rep.GetItem(), now)
+		err := checkReport(rep)
+		var r limiter.Request
+		if err == nil {
+			r, err = n.validate(rep.GetItem(), now)
+		}
 		if err != nil {
-			n.log.Warn("invalid GLOBAL report from a peer", "from", from, "err", err)
+			n.reject(kindReport, reasonInvalid, from, err)
 			continue
 		}
 		k := key{r.Name, r.Key}
 		sh := n.shard(k)
 		sh.mu.Lock()
-		n.receive(sh, k, &r, from, rep)
+		excess := n.receive(sh, k, &r, from, rep, members)
 		sh.mu.Unlock()
+		if excess > 0 {
+			n.metrics.excessHits.Add(float64(excess))
+			n.reject(kindReport, reasonOverGrant, from, fmt.Errorf("%d hits of %s/%s beyond what the node could have admitted, not charged", excess, r.Name, r.Key))
+		}
 	}
 }
 
-// receive applies one report. sh.mu is held.
-func (n *Node) receive(sh *shard, k key, r *limiter.Request, from string, rep *pb.GlobalReport) {
+// receive applies one report and returns the hits it claims beyond what
+// the node could have admitted, which are not charged: more than the rest
+// of its grant, or, for a new account, more than one share of what the
+// counter has not lent out (what the owner would grant it now). sh.mu is
+// held.
+func (n *Node) receive(sh *shard, k key, r *limiter.Request, from string, rep *pb.GlobalReport, members int64) (excess int64) {
 	l := sh.lease(k, r)
 	nl := l.nodes[from]
+	allowed := int64(0)
 	switch {
 	case nl == nil || (rep.Epoch > nl.epoch && !rep.Release):
 		// A new account (the node forgot the old one, or this owner did):
 		// what the node says was charged already is not charged again, and
-		// the old account's grant is no longer reserved.
+		// the old account's grant is no longer reserved. Its hits not yet
+		// charged were admitted under a grant this owner may never have
+		// made (the key changed owner): they are charged up to the share a
+		// grant would give now.
+		if nl != nil {
+			delete(l.nodes, from)
+		}
+		peek := *r
+		peek.Hits = 0
+		avail := max(0, n.store.Check(&peek).Remaining-l.outstanding())
+		allowed = min(avail, max(1, avail/members))
 		nl = &nodeLease{received: rep.Acked, granted: rep.Acked, epoch: rep.Epoch}
 		l.nodes[from] = nl
 	case rep.Epoch < nl.epoch:
-		return // from an account that has been replaced
+		return 0 // from an account that has been replaced
 	}
 	if delta := rep.Admitted - nl.received; delta > 0 {
-		r.Hits = delta
-		n.store.Charge(r)
+		allowed += max(0, nl.granted-nl.received)
+		if charge := min(delta, allowed); charge > 0 {
+			r.Hits = charge
+			n.store.Charge(r)
+		}
+		excess = max(0, delta-allowed)
 		nl.received = rep.Admitted
 	}
 	if rep.Release && rep.Epoch > nl.epoch {
@@ -133,6 +174,7 @@ func (n *Node) receive(sh *shard, k key, r *limiter.Request, from string, rep *p
 	}
 	nl.want = nl.want || rep.Want
 	sh.dirty[k] = struct{}{}
+	return excess
 }
 
 // Broadcast hands the remaining hits of every owned counter that changed
@@ -142,6 +184,7 @@ func (n *Node) Broadcast(ctx context.Context) {
 	r := n.cluster.Ring()
 	members := int64(max(1, r.Len()))
 	now := n.now()
+	n.members.observe(r, now)
 	self := n.cluster.LocalMember().Name
 	inRing := map[string]bool{}
 	for _, m := range r.Members() {

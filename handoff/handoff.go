@@ -14,6 +14,7 @@ package handoff
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"log/slog"
 	"strings"
@@ -21,14 +22,24 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
-// MaxBatch is the most counters sent in one HandOff RPC.
-const MaxBatch = 1000
+// A HandOff RPC carries at most MaxBatch counters and MaxBatchBytes of
+// encoded records (peer.MaxHandOffCounters and peer.MaxHandOffBytes, kept
+// equal by a test), so that it always fits the peer server's receive
+// limit: 1 MiB holds six full sliding logs (~160 KB each) or a thousand
+// small counters. A batch that a node refuses for its size all the same
+// (an older node with a smaller limit) is split in half and sent again.
+const (
+	MaxBatch      = 1000
+	MaxBatchBytes = 1 << 20
+)
 
 // Store is what hand-off needs of the counter store: *limiter.Store.
 type Store interface {
@@ -36,6 +47,8 @@ type Store interface {
 	Extract(move func(key string) bool) iter.Seq[limiter.Counter]
 	// Restore puts counters back that could not be handed off.
 	Restore(cs []limiter.Counter)
+	// Len returns how many counters the store holds.
+	Len() int
 	// Merge validates c and folds it into the store.
 	Merge(c limiter.Counter, now time.Time, skew time.Duration) error
 }
@@ -47,7 +60,8 @@ type Membership interface {
 }
 
 // Peers sends counters to their new owner: package peer's Pool. It returns
-// the owner's refusals, by index into counters.
+// the owner's refusals, by index into counters. An error with gRPC's code
+// RESOURCE_EXHAUSTED says the batch was too large to send or receive.
 type Peers interface {
 	HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) ([]*pb.Refusal, error)
 }
@@ -61,6 +75,11 @@ type Config struct {
 	// MaxClockSkew bounds how far past this node's clock a received
 	// counter's times may lie.
 	MaxClockSkew time.Duration
+	// Validate, if not nil, checks a received counter's name, key,
+	// algorithm and limit as the public API checks a check's, so that no
+	// counter arrives that a check could not have made. Store.Merge then
+	// checks its state.
+	Validate func(c *limiter.Counter) error
 	// Now is the clock received counters are validated against; nil means
 	// time.Now.
 	Now func() time.Time
@@ -75,13 +94,14 @@ type Config struct {
 // receiving those it now owns. It is safe for concurrent use; Run hands
 // off after every ring change.
 type Node struct {
-	store   Store
-	cluster Membership
-	peers   Peers
-	skew    time.Duration
-	now     func() time.Time
-	log     *slog.Logger
-	metrics metrics
+	store    Store
+	cluster  Membership
+	peers    Peers
+	skew     time.Duration
+	validate func(c *limiter.Counter) error
+	now      func() time.Time
+	log      *slog.Logger
+	metrics  metrics
 
 	changed chan struct{} // cap 1: coalesces bursts of changes
 	mu      sync.Mutex    // one hand-off at a time
@@ -89,7 +109,7 @@ type Node struct {
 
 // New returns a Node. It starts nothing.
 func New(conf Config) *Node {
-	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, skew: conf.MaxClockSkew,
+	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, skew: conf.MaxClockSkew, validate: conf.Validate,
 		now: conf.Now, log: conf.Logger, metrics: newMetrics(conf.Registerer), changed: make(chan struct{}, 1)}
 	if n.now == nil {
 		n.now = time.Now
@@ -121,15 +141,85 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 }
 
-// tally is what one HandOff did, for its log line.
-type tally struct{ sent, refused, kept int }
+// tally is what one round of hand-off did, for its log line.
+type tally struct {
+	sent, refused, kept int
+	unavailable         int // of refused: the owner could not take them now
+}
+
+// batch is counters bound for one owner, with their records.
+type batch struct {
+	owner    ring.Member
+	counters []limiter.Counter
+	records  []*pb.CounterState
+	bytes    int
+}
+
+func (b *batch) add(c limiter.Counter, record []byte) {
+	b.counters = append(b.counters, c)
+	b.records = append(b.records, &pb.CounterState{Counter: record})
+	b.bytes += len(record)
+}
+
+// fits reports whether b can take a record of n more bytes.
+func (b *batch) fits(n int) bool {
+	return len(b.counters) < MaxBatch && b.bytes+n <= MaxBatchBytes
+}
 
 // HandOff sends every counter this node holds but does not own under the
 // current ring to its owner, and returns how many the owners took.
 // Counters an owner refused, and those whose owner cannot be reached, stay
-// here. A node shutting down calls it after leaving the cluster, when it
-// owns nothing.
-func (n *Node) HandOff(ctx context.Context) int {
+// here, and are offered again at the next ring change.
+func (n *Node) HandOff(ctx context.Context) int { return n.handOff(ctx).sent }
+
+// HandOffAll is a step of shutdown, after this node left the ring, so
+// that every counter it holds belongs to another node: it hands off until
+// every counter is taken, or none is left that trying again could
+// deliver (owners refused them as invalid), or ctx ends, waiting a little
+// longer between rounds. It returns how many counters the owners took and
+// how many this node still holds, which it logs and exports as
+// ringlimit_handoff_pending_counters: those are lost when it exits. The
+// last node of a cluster (an empty ring) has no one to hand off to, and
+// reports none left.
+func (n *Node) HandOffAll(ctx context.Context) (sent, left int) {
+	wait := 50 * time.Millisecond
+	rounds := 0
+	for {
+		t := n.handOff(ctx)
+		sent += t.sent
+		rounds++
+		if t.kept == 0 && t.unavailable == 0 {
+			break
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		timer.Stop()
+		if ctx.Err() != nil {
+			break
+		}
+		wait = min(2*wait, time.Second)
+	}
+	if n.cluster.Ring().Len() == 0 {
+		// The last node of the cluster: no one to hand counters to, and no
+		// one to need them.
+		n.metrics.pending.Set(0)
+		return sent, 0
+	}
+	left = n.store.Len()
+	n.metrics.pending.Set(float64(left))
+	if left > 0 {
+		n.log.Error("counters not handed off; they are lost when this node exits", "left", left, "handed_off", sent,
+			"rounds", rounds, "err", ctx.Err())
+	}
+	return sent, left
+}
+
+// handOff is one round of HandOff. An owner that cannot be reached gets
+// nothing more this round; the others still get theirs.
+func (n *Node) handOff(ctx context.Context) tally {
 	// One hand-off at a time: the one at shutdown must not find nothing to
 	// do because the loop's is still in flight with the counters.
 	n.mu.Lock()
@@ -138,76 +228,118 @@ func (n *Node) HandOff(ctx context.Context) int {
 	self := n.cluster.LocalMember().Name
 	start := time.Now()
 	var t tally
-	batches := map[string][]limiter.Counter{}
-	failed := false
-	// One pass over the store; a failure stops it, and what it has not
-	// reached stays for the next ring change.
+	batches := map[string]*batch{}
+	failed := map[string]bool{}
+	var keep []limiter.Counter
 	for c := range n.store.Extract(func(key string) bool {
 		owner, ok := r.Owner(key)
 		return ok && owner.Name != self
 	}) {
-		owner, _ := r.Owner(c.Key)
-		batch := append(batches[owner.Name], c)
-		if len(batch) < MaxBatch {
-			batches[owner.Name] = batch
-			continue
-		}
-		delete(batches, owner.Name)
-		if !n.send(ctx, owner, batch, &t) || ctx.Err() != nil {
-			failed = true
+		if ctx.Err() != nil {
+			keep = append(keep, c) // what Extract has not reached stays in the store
 			break
 		}
-	}
-	for _, batch := range batches {
-		owner, _ := r.Owner(batch[0].Key)
-		if failed || ctx.Err() != nil {
-			n.store.Restore(batch)
-			t.kept += len(batch)
+		owner, _ := r.Owner(c.Key)
+		if failed[owner.Name] {
+			keep = append(keep, c)
 			continue
 		}
-		failed = !n.send(ctx, owner, batch, &t)
+		// The store's counters were made by valid checks, so they encode;
+		// an empty record would come back refused, and be kept.
+		record, _ := c.AppendBinary(nil)
+		b := batches[owner.Name]
+		if b != nil && !b.fits(len(record)) {
+			delete(batches, owner.Name)
+			if !n.send(ctx, b, &t) {
+				failed[owner.Name] = true
+			}
+			b = nil
+		}
+		if failed[owner.Name] {
+			keep = append(keep, c)
+			continue
+		}
+		if b == nil {
+			b = &batch{owner: owner}
+			batches[owner.Name] = b
+		}
+		b.add(c, record)
 	}
+	for _, b := range batches {
+		n.send(ctx, b, &t)
+	}
+	if len(keep) > 0 {
+		n.store.Restore(keep)
+		t.kept += len(keep)
+	}
+	n.metrics.pending.Set(float64(t.refused + t.kept))
 	if t != (tally{}) {
 		n.log.Info("handed off counters", "sent", t.sent, "refused", t.refused, "kept", t.kept, "took", time.Since(start))
 	}
-	return t.sent
+	return t
 }
 
-// send sends cs to owner and puts back into the store whatever owner did
-// not take. It reports false if owner could not be asked.
-func (n *Node) send(ctx context.Context, owner ring.Member, cs []limiter.Counter, t *tally) bool {
-	states := make([]*pb.CounterState, len(cs))
-	for i := range cs {
-		// The store's counters were made by valid checks, so they encode;
-		// an empty record would come back refused, and be kept.
-		b, _ := cs[i].AppendBinary(nil)
-		states[i] = &pb.CounterState{Counter: b}
+// send sends b to its owner and puts back into the store whatever the
+// owner did not take. A batch refused for its size is split in half, and
+// each half sent on its own. It reports false if the owner could not be
+// asked (and then keeps the counters it did not send).
+func (n *Node) send(ctx context.Context, b *batch, t *tally) bool {
+	if ctx.Err() != nil {
+		n.store.Restore(b.counters)
+		t.kept += len(b.counters)
+		return false
 	}
-	refusals, err := n.peers.HandOff(ctx, owner.PeerAddr, n.cluster.LocalMember().Name, states)
+	refusals, err := n.peers.HandOff(ctx, b.owner.PeerAddr, n.cluster.LocalMember().Name, b.records)
+	if status.Code(err) == codes.ResourceExhausted && len(b.counters) > 1 {
+		half := len(b.counters) / 2
+		n.log.Info("hand-off batch too large for the owner; splitting it", "owner", b.owner.Name,
+			"counters", len(b.counters), "bytes", b.bytes)
+		first, second := b.split(half)
+		if !n.send(ctx, first, t) {
+			n.store.Restore(second.counters)
+			t.kept += len(second.counters)
+			return false
+		}
+		return n.send(ctx, second, t)
+	}
 	if err != nil {
-		n.log.Warn("hand-off failed; keeping the counters", "owner", owner.Name, "counters", len(cs), "err", err)
-		n.store.Restore(cs)
-		t.kept += len(cs)
+		n.log.Warn("hand-off failed; keeping the counters", "owner", b.owner.Name, "counters", len(b.counters), "err", err)
+		n.store.Restore(b.counters)
+		t.kept += len(b.counters)
 		return false
 	}
 	if len(refusals) > 0 {
 		kept := make([]limiter.Counter, len(refusals))
 		reasons := map[string]int{}
 		for i, r := range refusals {
-			kept[i] = cs[r.GetIndex()] // peer.Pool checked the indexes
+			kept[i] = b.counters[r.GetIndex()] // peer.Pool checked the indexes
 			reason := reasonLabel(r.GetReason())
 			reasons[reason]++
+			if r.GetReason() == pb.Refusal_UNAVAILABLE {
+				t.unavailable++
+			}
 			n.metrics.refused.WithLabelValues("sent", reason).Inc()
 		}
 		n.store.Restore(kept)
-		n.log.Warn("hand-off: the new owner refused counters; keeping them", "owner", owner.Name,
-			"refused", len(refusals), "of", len(cs), "reasons", reasons, "first", refusals[0].GetDetail())
+		n.log.Warn("hand-off: the new owner refused counters; keeping them", "owner", b.owner.Name,
+			"refused", len(refusals), "of", len(b.counters), "reasons", reasons, "first", refusals[0].GetDetail())
 		t.refused += len(refusals)
 	}
-	accepted := len(cs) - len(refusals)
+	accepted := len(b.counters) - len(refusals)
 	t.sent += accepted
 	n.metrics.counters.WithLabelValues("sent").Add(float64(accepted))
 	return true
+}
+
+// split returns b's first i counters and the rest as two batches.
+func (b *batch) split(i int) (*batch, *batch) {
+	first := &batch{owner: b.owner, counters: b.counters[:i:i], records: b.records[:i:i]}
+	second := &batch{owner: b.owner, counters: b.counters[i:], records: b.records[i:]}
+	for _, r := range first.records {
+		first.bytes += len(r.GetCounter())
+	}
+	second.bytes = b.bytes - first.bytes
+	return first, second
 }
 
 // Receive merges counters another node no longer owns into this node's
@@ -221,8 +353,17 @@ func (n *Node) Receive(from string, counters []*pb.CounterState) []*pb.Refusal {
 	for i, cs := range counters {
 		var c limiter.Counter
 		err := c.UnmarshalBinary(cs.GetCounter())
+		if err == nil && n.validate != nil {
+			if verr := n.validate(&c); verr != nil {
+				err = fmt.Errorf("counter %s/%s: %w: %w", c.Name, c.Key, limiter.ErrBadCounter, verr)
+			}
+		}
 		if err == nil {
-			err = n.store.Merge(c, now, n.skew)
+			c, skew, uerr := n.untilNow(c, now)
+			err = uerr
+			if err == nil {
+				err = n.store.Merge(c, now, skew)
+			}
 		}
 		if err != nil {
 			r := &pb.Refusal{Index: int32(i), Reason: pb.Refusal_UNAVAILABLE, Detail: err.Error()}
@@ -244,12 +385,34 @@ func (n *Node) Receive(from string, counters []*pb.CounterState) []*pb.Refusal {
 	return refused
 }
 
+// untilNow returns c, a counter from another node received at now, and
+// the clock skew to merge it with. A peer cannot move a counter past this
+// node's clock: read later, a bucket would refill by the difference, and
+// a window that begins later would replace the current one and its count,
+// at every hand-off. So c's last evaluation, refused if it is more than
+// the skew ahead, is taken as now at the latest; and a window (fixed or
+// sliding) must have begun by now (no skew allowed), else Merge refuses it
+// and it stays with its sender, which offers it again later. Other states
+// keep the allowed skew.
+func (n *Node) untilNow(c limiter.Counter, now time.Time) (limiter.Counter, time.Duration, error) {
+	if ahead := time.Duration(c.Last - now.UnixNano()); ahead > n.skew {
+		return c, 0, fmt.Errorf("counter %s/%s: last evaluated %v after now, more than the clock skew %v: %w", c.Name, c.Key, ahead, n.skew, limiter.ErrBadCounter)
+	}
+	c.Last = min(c.Last, now.UnixNano())
+	skew := n.skew
+	if c.Algorithm == limiter.FixedWindow || c.Algorithm == limiter.SlidingWindow {
+		skew = 0
+	}
+	return c, skew, nil
+}
+
 // reasonLabel is a refusal reason as a metric label, e.g. "invalid".
 func reasonLabel(r pb.Refusal_Reason) string { return strings.ToLower(r.String()) }
 
 type metrics struct {
 	counters *prometheus.CounterVec
 	refused  *prometheus.CounterVec
+	pending  prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
@@ -262,9 +425,13 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Name: "ringlimit_handoff_refused_total",
 			Help: "Handed-off counters the new owner refused, by reason (unknown_version, invalid, unavailable): direction=sent counts this node's counters refused (and kept here), direction=received the counters this node refused.",
 		}, []string{"direction", "reason"}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ringlimit_handoff_pending_counters",
+			Help: "Counters this node holds for other owners after its last hand-off: refused, or not delivered. After the hand-off at shutdown, the counters lost when the node exits.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.counters, m.refused)
+		reg.MustRegister(m.counters, m.refused, m.pending)
 	}
 	for _, direction := range []string{"sent", "received"} {
 		m.counters.WithLabelValues(direction) // exported as 0 before the first hand-off

@@ -169,8 +169,11 @@ func (t *table[S, P]) validate(c *Counter, now time.Time, skew time.Duration) er
 
 // merge folds c's state into its counter in t, part of shard sh of store,
 // inserting it if new; the counter keeps the more charged state, the later
-// Last and the limit of the later evaluation. A state that does not decode
-// changes nothing. sh.mu is held.
+// Last and the limit of the later evaluation. When the two were evaluated
+// under different limits, the merged state is then clamped to the limit
+// kept, as the next check with it would, so that a state charged under
+// another limit (a year-long one, say) cannot outlast it by arriving in a
+// hand-off. A state that does not decode changes nothing. sh.mu is held.
 func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter) error {
 	var s S
 	if err := P(&s).UnmarshalBinary(c.State); err != nil {
@@ -182,12 +185,19 @@ func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter) error {
 		store.makeRoom(sh, t, c.Last)
 		idx = t.insert(id, hash, c.Last)
 		store.held.Add(1)
+		t.entries[idx].limit = c.Limit
 	}
 	e := &t.entries[idx]
+	before := t.footprint(idx)
+	twoLimits := e.limit != c.Limit
 	P(&e.state).Merge(s)
 	if c.Last >= e.last {
 		e.limit = c.Limit
 	}
 	e.last = max(e.last, c.Last)
+	if twoLimits {
+		P(&e.state).Clamp(time.Unix(0, e.last), e.limit)
+	}
+	store.evictedLogs(t.settle(idx, before))
 	return nil
 }

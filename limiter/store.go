@@ -7,7 +7,8 @@
 // concurrent checks for different keys rarely contend. Each shard holds one
 // table per algorithm, so that a token bucket costs the bytes of a token
 // bucket rather than of the largest state. The store is bounded: beyond
-// Config.MaxKeys the least recently used counters are evicted. Counters
+// Config.MaxKeys the least recently used counters are evicted, and beyond
+// Config.MaxLogEntries the least recently used sliding logs. Counters
 // that are back to full carry no information, so the store drops idle
 // counters it meets at the cold end of a table as it inserts new ones,
 // without any background scan.
@@ -34,6 +35,12 @@ type Config struct {
 	// MaxKeys bounds the counters held; beyond it the least recently used
 	// are evicted. Zero means DefaultMaxKeys.
 	MaxKeys int
+	// MaxLogEntries bounds the entries of all sliding logs held, 16 bytes
+	// each: a log that grows while the logs hold more evicts the least
+	// recently used sliding logs of its shard (so the store may exceed it
+	// by a full log, algorithms.MaxSlidingLogLimit entries, a shard). Zero
+	// means DefaultMaxLogEntries.
+	MaxLogEntries int
 	// Registerer receives the store's metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
@@ -63,6 +70,9 @@ type Store struct {
 	maxKeys int64
 	held    atomic.Int64 // counters in all shards
 	metrics metrics
+	// logEntries is the entries all sliding logs have room for; each
+	// shard's sliding-log table adds and takes its own (see logBudget).
+	logEntries atomic.Int64
 }
 
 // shard is one lock's worth of counters.
@@ -87,14 +97,20 @@ func New(conf Config) *Store {
 		n *= 2
 	}
 	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), maxKeys: int64(maxKeys)}
+	maxLog := conf.MaxLogEntries
+	if maxLog <= 0 {
+		maxLog = DefaultMaxLogEntries
+	}
 	for i := range s.shards {
+		logs := newTable[algorithms.SlidingLog]()
+		logs.logs = logBudget{used: &s.logEntries, max: int64(maxLog)}
 		s.shards[i].tables = [NumAlgorithms]counters{
 			TokenBucket:   newTable[algorithms.TokenBucket](),
 			GCRA:          newTable[algorithms.GCRA](),
 			LeakyBucket:   newTable[algorithms.LeakyBucket](),
 			FixedWindow:   newTable[algorithms.FixedWindow](),
 			SlidingWindow: newTable[algorithms.SlidingWindow](),
-			SlidingLog:    newTable[algorithms.SlidingLog](),
+			SlidingLog:    logs,
 		}
 	}
 	s.metrics = newMetrics(conf.Registerer, s.Len)
@@ -108,7 +124,11 @@ func (s *Store) shard(key string) *shard {
 	return &s.shards[xxhash.Sum64String(key)&s.mask]
 }
 
-// Decide decides one request and charges its hits if admitted.
+// Decide decides one request and charges its hits if admitted. A request
+// whose Limit is not the one its counter was last evaluated with first
+// clamps the counter to what the new limit allows (see package
+// algorithms' Clamp), so that a changed limit, or a hostile one, takes
+// effect at once and leaves nothing the next limit cannot hold.
 func (s *Store) Decide(r *Request) algorithms.Decision {
 	sh := s.shard(r.Key)
 	sh.mu.Lock()
@@ -178,10 +198,22 @@ func (s *Store) take(sh *shard, r *Request) algorithms.Decision {
 		idx = t.insert(id, hash, now)
 		s.held.Add(1)
 	}
-	return t.take(idx, r.Reset, now, r.Limit, r.Hits, r.ChargeRefused)
+	before := t.footprint(idx)
+	d := t.take(idx, r.Reset, now, r.Limit, r.Hits, r.ChargeRefused)
+	s.evictedLogs(t.settle(idx, before))
+	return d
 }
 
-// check reports what take would answer for n hits, changing nothing.
+// evictedLogs counts n sliding logs evicted for the log budget.
+func (s *Store) evictedLogs(n int) {
+	if n > 0 {
+		s.held.Add(-int64(n))
+		s.metrics.logEvictions.Add(float64(n))
+	}
+}
+
+// check reports what take would answer for n hits, charging nothing. A
+// limit other than the counter's last clamps it first, as take would.
 func (sh *shard) check(r *Request, n int64) algorithms.Decision {
 	t := sh.tables[r.Algorithm]
 	id, hash := sh.counterID(r)
@@ -240,6 +272,8 @@ type counters interface {
 	dropIdle(now int64, most int) int
 	oldest() (last int64, ok bool)
 	evictOldest()
+	footprint(idx int32) int64
+	settle(idx int32, before int64) (evicted int)
 	snapshot(a Algorithm, out []Counter) []Counter
 	extract(a Algorithm, move func(key string) bool, out []Counter) []Counter
 	validate(c *Counter, now time.Time, skew time.Duration) error
@@ -254,7 +288,7 @@ func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit,
 	}
 	now = max(now, e.last)
 	e.last = now
-	e.limit = l
+	follow[S, P](e, now, l)
 	d := takeOrAdd[S, P](&e.state, time.Unix(0, now), l, n, chargeRefused)
 	t.touch(idx)
 	return d
@@ -263,7 +297,9 @@ func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit,
 func (t *table[S, P]) check(idx int32, reset bool, now int64, l algorithms.Limit, n int64) algorithms.Decision {
 	if idx >= 0 && !reset {
 		e := &t.entries[idx]
-		return P(&e.state).Check(time.Unix(0, max(now, e.last)), l, n)
+		now = max(now, e.last)
+		follow[S, P](e, now, l)
+		return P(&e.state).Check(time.Unix(0, now), l, n)
 	}
 	var rest S
 	return P(&rest).Check(time.Unix(0, now), l, n)
@@ -312,7 +348,9 @@ func (s *Store) Charge(r *Request) algorithms.Decision {
 }
 
 // Check answers what Decide would for r, charging nothing and creating no
-// counter.
+// counter. Like Decide, a limit other than the one the counter was last
+// evaluated with first clamps the counter to what r.Limit allows (see
+// package algorithms' Clamp): that uncounts, never charges.
 func (s *Store) Check(r *Request) algorithms.Decision {
 	sh := s.shard(r.Key)
 	sh.mu.Lock()

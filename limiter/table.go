@@ -16,6 +16,7 @@ type state[S any] interface {
 	AppendBinary(b []byte) ([]byte, error)
 	UnmarshalBinary(data []byte) error
 	Validate(now time.Time, l algorithms.Limit, skew time.Duration) error
+	Clamp(now time.Time, l algorithms.Limit)
 }
 
 // entry is one counter. Entries live in a table's slice and link into the
@@ -33,7 +34,7 @@ type state[S any] interface {
 type entry[S any] struct {
 	id    string // name + "\x00" + key
 	state S
-	limit algorithms.Limit // the limit of the latest evaluation, which state is valid under
+	limit algorithms.Limit // the limit of the latest evaluation, which state is valid under (see follow)
 	last  int64            // latest evaluation time (Unix ns): time never runs backwards for a counter
 	prev  int32            // towards the most recently used; -1 at the head
 	next  int32            // towards the least recently used; -1 at the tail
@@ -51,6 +52,7 @@ type table[S any, P state[S]] struct {
 	head    int32 // most recently used, -1 if empty
 	tail    int32 // least recently used, -1 if empty
 	n       int   // entries in use
+	logs    logBudget
 }
 
 const minSlots = 8
@@ -65,6 +67,20 @@ func newTable[S any, P state[S]]() *table[S, P] {
 func (t *table[S, P]) fullAt(idx int32) int64 {
 	e := &t.entries[idx]
 	return addClamped(e.last, P(&e.state).Check(time.Unix(0, e.last), e.limit, 0).ResetAfter)
+}
+
+// follow makes l the limit of e, evaluated at now (Unix ns, not before
+// e.last): if l is not the limit e was last evaluated with, e's state is
+// clamped to what l allows at now (algorithms' Clamp), so that a check
+// with another limit (a hostile one, or the application's new one) is
+// decided on a state l could have left, and e's state stays valid under
+// e.limit at e.last, as hand-off checks. The common case, the same limit,
+// costs one comparison.
+func follow[S any, P state[S]](e *entry[S], now int64, l algorithms.Limit) {
+	if e.limit != l {
+		P(&e.state).Clamp(time.Unix(0, now), l)
+		e.limit, e.last = l, now
+	}
 }
 
 // find returns the index of the entry with the given id, or -1.
@@ -170,6 +186,7 @@ func (t *table[S, P]) remove(idx int32, hash uint32) {
 		}
 	}
 	t.slots[i] = 0
+	t.forget(idx)
 	t.unlink(idx)
 	t.entries[idx] = entry[S]{next: t.free}
 	t.free = idx

@@ -20,8 +20,6 @@ type Membership interface {
 	// Member reports whether name is a current member (or one that left
 	// moments ago, whose hand-off and last report are on the way).
 	Member(name string) bool
-	// Owner returns the name of the member that owns key, if any.
-	Owner(key string) (string, bool)
 }
 
 // GuardConfig configures a Guard. Members is required.
@@ -42,12 +40,12 @@ type GuardConfig struct {
 
 // Guard checks who makes each peer call, before the Server sees it:
 // reports (AddGlobalHits), GLOBAL states (UpdateGlobals) and hand-offs
-// (HandOff) are taken only from current members under their own names, and
-// GLOBAL states only for keys their sender owns. A refused call fails with
-// codes.PermissionDenied (codes.Unauthenticated without a certificate) and
-// reaches no handler; a GLOBAL state of a key its sender does not own is
-// dropped from the call. Forward carries no name: with mutual TLS, the
-// certificate the handshake verified is its authentication.
+// (HandOff) are taken only from current members under their own names. A
+// refused call fails with codes.PermissionDenied (codes.Unauthenticated
+// without a certificate) and reaches no handler. Forward carries no name:
+// with mutual TLS, the certificate the handshake verified is its
+// authentication. (What a call says, such as GLOBAL states only for keys
+// the sender owns, the Handler validates.)
 //
 // Guard is safe for concurrent use.
 type Guard struct {
@@ -61,7 +59,6 @@ const (
 	refusedNoCertificate = "no_certificate" // mutual TLS without a verified certificate
 	refusedWrongName     = "wrong_name"     // the claimed name is not the certificate's
 	refusedNotMember     = "not_member"     // the claimed name is not a member
-	refusedNotOwner      = "not_owner"      // a GLOBAL state of a key the sender does not own (dropped alone)
 )
 
 // NewGuard returns a Guard configured by conf. It panics if
@@ -73,9 +70,9 @@ func NewGuard(conf GuardConfig) *Guard {
 	}
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ringlimit_peer_refused_total",
-		Help: "Peer calls (or GLOBAL states in them) refused because of who sent them, by reason: no_certificate, wrong_name, not_member, not_owner.",
+		Help: "Peer calls refused because of who sent them, by reason: no_certificate, wrong_name, not_member.",
 	}, []string{"reason"})
-	for _, r := range []string{refusedNoCertificate, refusedWrongName, refusedNotMember, refusedNotOwner} {
+	for _, r := range []string{refusedNoCertificate, refusedWrongName, refusedNotMember} {
 		refused.WithLabelValues(r) // exported at 0, so that alerts see the series
 	}
 	if conf.Registerer != nil {
@@ -112,27 +109,7 @@ func (g *Guard) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	case !g.conf.Members.Member(from):
 		return nil, g.refuse(ctx, info.FullMethod, from, refusedNotMember, codes.PermissionDenied)
 	}
-	if u, ok := req.(*pb.GlobalUpdateRequest); ok {
-		req = g.ownStates(ctx, u)
-	}
 	return handler(ctx, req)
-}
-
-// ownStates returns u with only the states of keys u.From owns, as a new
-// request: the caller's is read-only.
-func (g *Guard) ownStates(ctx context.Context, u *pb.GlobalUpdateRequest) *pb.GlobalUpdateRequest {
-	kept := make([]*pb.GlobalState, 0, len(u.GetStates()))
-	for _, s := range u.GetStates() {
-		if owner, ok := g.conf.Members.Owner(s.GetKey()); ok && owner == u.GetFrom() {
-			kept = append(kept, s)
-		}
-	}
-	if dropped := len(u.GetStates()) - len(kept); dropped > 0 {
-		g.refused.WithLabelValues(refusedNotOwner).Add(float64(dropped))
-		g.log.Warn("peer sent GLOBAL states of keys it does not own; dropped", "from", u.GetFrom(),
-			"dropped", dropped, "of", len(u.GetStates()), "addr", addrOf(ctx))
-	}
-	return &pb.GlobalUpdateRequest{From: u.GetFrom(), States: kept}
 }
 
 func (g *Guard) refuse(ctx context.Context, method, from, reason string, code codes.Code) error {

@@ -2,7 +2,6 @@ package peer
 
 import (
 	"crypto/x509"
-	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,8 +15,7 @@ import (
 	"github.com/ringlimit/ringlimit/internal/testpki"
 )
 
-// members is a fake Membership: the names listed are members, and a key
-// "name:..." is owned by name.
+// members is a fake Membership: the names listed are members.
 type members []string
 
 func (m members) Member(name string) bool {
@@ -27,11 +25,6 @@ func (m members) Member(name string) bool {
 		}
 	}
 	return false
-}
-
-func (m members) Owner(key string) (string, bool) {
-	owner, _, ok := strings.Cut(key, ":")
-	return owner, ok && m.Member(owner)
 }
 
 // guarded serves h behind a Guard over members, with mutual TLS from ca if
@@ -44,7 +37,7 @@ func guarded(t *testing.T, h Handler, ca *testpki.CA, m members) (string, *prome
 	if ca != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsSource(t, ca, ca, "a").ServerConfig())))
 	}
-	return serveService(t, NewServer(h), opts...), reg
+	return serveService(t, NewServer(h, nil), opts...), reg
 }
 
 // dialAs returns a Peer client with a certificate for name from ca, or a
@@ -133,33 +126,6 @@ func TestGuardBindsNamesToCertificates(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
-
-// TestGuardKeepsOwnedStates: a member's GLOBAL update is applied only for
-// the keys it owns; states of other keys (a lifted limit of someone else's
-// counter) are dropped and counted.
-func TestGuardKeepsOwnedStates(t *testing.T) {
-	ca := testpki.NewCA(t, "cluster")
-	h := &fakeHandler{}
-	addr, reg := guarded(t, h, ca, members{"a", "b"})
-	_, err := dialAs(t, addr, ca, "b").UpdateGlobals(t.Context(), &pb.GlobalUpdateRequest{From: "b", States: []*pb.GlobalState{
-		{Key: "b:1", Remaining: 5}, {Key: "a:1", Remaining: 1e9}, {Key: "b:2", Remaining: 7},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.mu.Lock()
-	var keys []string
-	for _, s := range h.states {
-		keys = append(keys, s.GetKey())
-	}
-	h.mu.Unlock()
-	if strings.Join(keys, ",") != "b:1,b:2" {
-		t.Errorf("handler got states of %v, want b:1,b:2", keys)
-	}
-	if got := refusals(t, reg, refusedNotOwner); got != 1 {
-		t.Errorf("not_owner refusals = %v, want 1", got)
-	}
-}
 
 // TestGuardWithoutTLS: without certificates a name cannot be
 // authenticated, but a report, update or hand-off from a node that does not

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 )
@@ -16,6 +17,7 @@ type call struct {
 	ctx   context.Context // the caller's; a call whose ctx has ended is not sent
 	req   *pb.CheckRequest
 	items int
+	bytes int         // req's encoded size
 	res   chan result // cap 1, so the batcher's one send never blocks
 }
 
@@ -38,6 +40,7 @@ type batcher struct {
 	err      error // why gone was closed; written before close(gone), read after
 	wait     time.Duration
 	limit    int // items
+	maxBytes int // encoded bytes
 	inFlight int // sends at once
 	send     sendFunc
 	size     prometheus.Observer
@@ -52,6 +55,7 @@ func newBatcher(wait time.Duration, limit, inFlight int, send sendFunc, size pro
 		gone:     make(chan struct{}),
 		wait:     wait,
 		limit:    limit,
+		maxBytes: MaxForwardBytes,
 		inFlight: inFlight,
 		send:     send,
 		size:     size,
@@ -74,7 +78,7 @@ func (b *batcher) retire(err error) {
 // returns ctx.Err() as soon as ctx ends, and b's retirement error if b is
 // retired before taking req. do is safe for concurrent use.
 func (b *batcher) do(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	c := &call{ctx: ctx, req: req, items: len(req.GetRequests()), res: make(chan result, 1)}
+	c := &call{ctx: ctx, req: req, items: len(req.GetRequests()), bytes: proto.Size(req), res: make(chan result, 1)}
 	select {
 	case b.in <- c:
 	case <-b.gone:
@@ -94,8 +98,10 @@ func (b *batcher) do(ctx context.Context, req *pb.CheckRequest) (*pb.CheckRespon
 // run collects calls into batches and sends each batch from a goroutine of
 // its own, at most b.inFlight at once, so that it keeps collecting while a
 // batch is on the wire. A batch is sent when it holds b.limit items, or
-// b.wait after its first call arrived. A call that would take a non-empty
-// batch over b.limit goes into the next batch instead.
+// b.wait after its first call arrived, or when it holds b.maxBytes encoded
+// bytes or MaxForwardItems requests, so that the peer server never refuses
+// it for its size. A call that would take a non-empty batch over b.limit
+// items or b.maxBytes goes into the next batch instead.
 //
 // run returns when ctx ends or b is retired, failing the calls still
 // collected, and only after every send it started has finished. Sends use
@@ -106,14 +112,14 @@ func (b *batcher) run(ctx context.Context) error {
 	timer := time.NewTimer(b.wait)
 	timer.Stop() // since Go 1.23, a stopped timer never delivers a stale tick
 	var batch []*call
-	items := 0
+	items, bytes := 0, 0
 	flush := func() {
 		timer.Stop()
 		if len(batch) == 0 {
 			return
 		}
 		calls := batch
-		batch, items = nil, 0
+		batch, items, bytes = nil, 0, 0
 		sends.Go(func() error {
 			b.flush(ctx, calls)
 			return nil
@@ -122,7 +128,7 @@ func (b *batcher) run(ctx context.Context) error {
 	for {
 		select {
 		case c := <-b.in:
-			if len(batch) > 0 && items+c.items > b.limit {
+			if len(batch) > 0 && (items+c.items > b.limit || bytes+c.bytes > b.maxBytes) {
 				flush()
 			}
 			if len(batch) == 0 {
@@ -130,7 +136,8 @@ func (b *batcher) run(ctx context.Context) error {
 			}
 			batch = append(batch, c)
 			items += c.items
-			if items >= b.limit {
+			bytes += c.bytes
+			if items >= b.limit || bytes >= b.maxBytes || len(batch) >= MaxForwardItems {
 				flush()
 			}
 		case <-timer.C:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 )
@@ -268,3 +269,52 @@ func TestBatcherRetire(t *testing.T) {
 		}
 	})
 }
+
+// TestBatcherBytes: a batch closes at its byte bound too, whatever its
+// item limit allows, so that a batch of large items stays under the peer
+// server's receive limit. (The bound is lowered here to two requests'
+// worth; MaxForwardBytes is checked against MaxMessageBytes below.)
+func TestBatcherBytes(t *testing.T) {
+	if MaxForwardBytes+MaxRequestItems*(maxItemBytes) > MaxMessageBytes {
+		t.Fatalf("a full batch plus one request (%d bytes) exceeds MaxMessageBytes", MaxForwardBytes+MaxRequestItems*maxItemBytes)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakePeer{t0: time.Now()}
+		b := newBatcher(time.Hour, 100, maxInFlight, f.send, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}))
+		b.maxBytes = 2 * proto.Size(check("0", 4))
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- b.run(ctx) }()
+		errs := make(chan error, 3)
+		for i := range 3 {
+			go func() {
+				_, err := b.do(t.Context(), check(fmt.Sprint(i), 4))
+				errs <- err
+			}()
+			synctest.Wait()
+		}
+		got, _ := f.sent()
+		if len(got) != 1 || !slices.Equal(got[0].items, []int{4, 4}) {
+			t.Errorf("batches = %v, want one of [4 4] sent at its byte bound", got)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		answered := 0
+		for range 3 {
+			if err := <-errs; err == nil {
+				answered++
+			} else if !errors.Is(err, ErrClosed) {
+				t.Error(err)
+			}
+		}
+		if answered != 2 {
+			t.Errorf("%d callers answered, want the 2 sent", answered)
+		}
+	})
+}
+
+// maxItemBytes is the most a valid check item takes encoded: a name
+// of 256 bytes, a key of 1,024, and ten fields of at most 11 bytes each.
+const maxItemBytes = 3 + 256 + 3 + 1024 + 10*11

@@ -62,8 +62,8 @@ func (p *Pool) AddGlobalHits(ctx context.Context, addr, from string, reports []*
 	return err
 }
 
-// UpdateGlobals sends the state of GLOBAL keys that node from owns to the
-// node at addr.
+// UpdateGlobals sends owner from's state of GLOBAL keys to the node at
+// addr.
 func (p *Pool) UpdateGlobals(ctx context.Context, addr, from string, states []*pb.GlobalState) error {
 	_, err := unary(ctx, p, "update globals", addr, pb.PeerClient.UpdateGlobals, &pb.GlobalUpdateRequest{From: from, States: states})
 	return err

@@ -24,8 +24,8 @@ func (owner) Forwarded(_ context.Context, reqs []*pb.CheckRequest) []*pb.CheckRe
 	}
 	return out
 }
-func (owner) AddGlobalHits(context.Context, string, []*pb.GlobalReport)         {}
-func (owner) UpdateGlobals(context.Context, []*pb.GlobalState)                  {}
+func (owner) AddGlobalHits(context.Context, string, []*pb.GlobalReport) error   { return nil }
+func (owner) UpdateGlobals(context.Context, string, []*pb.GlobalState) error    { return nil }
 func (owner) HandOff(context.Context, string, []*pb.CounterState) []*pb.Refusal { return nil }
 
 // Example wires an owner's Server and a forwarding node's Pool over loopback.
@@ -35,8 +35,8 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	srv := grpc.NewServer()
-	peer.NewServer(owner{}).Register(srv)
+	srv := grpc.NewServer(peer.ServerOptions()...)
+	peer.NewServer(owner{}, nil).Register(srv)
 	go srv.Serve(lis)
 	defer srv.Stop()
 

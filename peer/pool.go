@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,7 +47,9 @@ type Config struct {
 	// exported.
 	Registerer prometheus.Registerer
 	// DialOptions configure every connection. Nil means plaintext
-	// (insecure credentials), for a private peer network.
+	// (insecure credentials), for a private peer network. Every
+	// connection also gets a send limit of MaxMessageBytes, the peer
+	// server's receive limit.
 	DialOptions []grpc.DialOption
 }
 
@@ -218,7 +221,11 @@ func (p *Pool) peer(addr string) (*conn, error) {
 	if c, ok := p.peers[addr]; ok {
 		return c, nil
 	}
-	cc, err := grpc.NewClient(addr, p.conf.DialOptions...)
+	// The send limit matches the peer server's receive limit, so that an
+	// oversized message fails here, with codes.ResourceExhausted, before
+	// it is sent.
+	opts := append(slices.Clip(p.conf.DialOptions), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxMessageBytes)))
+	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err
 	}

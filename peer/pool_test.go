@@ -122,7 +122,7 @@ func TestUnreachable(t *testing.T) {
 			return err
 		},
 		"AddGlobalHits": func(ctx context.Context) error { return p.AddGlobalHits(ctx, addr, "me", nil) },
-		"UpdateGlobals": func(ctx context.Context) error { return p.UpdateGlobals(ctx, addr, "a", nil) },
+		"UpdateGlobals": func(ctx context.Context) error { return p.UpdateGlobals(ctx, addr, "me", nil) },
 		"HandOff": func(ctx context.Context) error {
 			_, err := p.HandOff(ctx, addr, "me", nil)
 			return err
@@ -260,7 +260,7 @@ func TestUnaryCalls(t *testing.T) {
 	if err := p.AddGlobalHits(t.Context(), addr, "me", []*pb.GlobalReport{{Item: &pb.CheckItem{Key: "g"}, Admitted: 4}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.UpdateGlobals(t.Context(), addr, "a", []*pb.GlobalState{{Key: "g", Remaining: 3}}); err != nil {
+	if err := p.UpdateGlobals(t.Context(), addr, "owner", []*pb.GlobalState{{Key: "g", Remaining: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	refused, err := p.HandOff(t.Context(), addr, "me", []*pb.CounterState{{Counter: []byte{1}}, {}})
@@ -270,8 +270,8 @@ func TestUnaryCalls(t *testing.T) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.hits) != 1 || h.hits[0].GetItem().GetKey() != "g" || h.hits[0].GetAdmitted() != 4 || h.reportedBy != "me" ||
-		len(h.states) != 1 || h.states[0].GetRemaining() != 3 || h.handedBy != "me" {
-		t.Errorf("handler saw hits %v from %q, states %v, hand-off from %q", h.hits, h.reportedBy, h.states, h.handedBy)
+		len(h.states) != 1 || h.states[0].GetRemaining() != 3 || h.updatedBy != "owner" || h.handedBy != "me" {
+		t.Errorf("handler saw hits %v from %q, states %v from %q, hand-off from %q", h.hits, h.reportedBy, h.states, h.updatedBy, h.handedBy)
 	}
 }
 

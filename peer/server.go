@@ -3,7 +3,9 @@ package peer
 import (
 	"context"
 	"fmt"
+	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -11,64 +13,132 @@ import (
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 )
 
-// MaxForwardItems bounds a Forward RPC: Server refuses a ForwardRequest
-// holding more requests, or more check items in all, than this. Pool never
-// sends more than Config.BatchLimit items in one RPC unless a single request
-// holds more.
-const MaxForwardItems = 10_000
+// The bounds of what crosses the peer port. They hold whatever a peer
+// sends, so that a crafted message costs no more than a public request.
+const (
+	// MaxRequestItems is the most check items one forwarded request may
+	// carry: the public API's bound on a request (service.MaxItems, kept
+	// equal by a test), so that forwarding cannot carry more than a client
+	// could send.
+	MaxRequestItems = 1000
+	// MaxForwardItems bounds a Forward RPC: Server refuses a ForwardRequest
+	// holding more requests, or more check items in all, than this. It is
+	// the largest Config.BatchLimit (--batch-limit); a batch closes at
+	// BatchLimit items, so a batch never holds more.
+	MaxForwardItems = 10_000
+	// MaxForwardBytes is the encoded size at which the batcher closes a
+	// batch, whatever BatchLimit says. A batch holds at most this plus one
+	// request (MaxRequestItems valid items of at most ~1.4 KB each, so
+	// ~1.4 MB), well under MaxMessageBytes.
+	MaxForwardBytes = 2 << 20
+	// MaxHandOffCounters is the most counters one HandOff RPC may carry
+	// (handoff.MaxBatch, kept equal by a test).
+	MaxHandOffCounters = 1000
+	// MaxHandOffBytes is the most bytes of counter records one HandOff RPC
+	// carries (handoff.MaxBatchBytes, kept equal by a test). With gRPC's
+	// framing (a few bytes a record) a HandOff stays far under
+	// MaxMessageBytes, so a node with a smaller limit is the only reason a
+	// batch is refused for its size; the sender then splits it.
+	MaxHandOffBytes = 1 << 20
+	// MaxMessageBytes is the peer server's receive limit (ServerOptions)
+	// and the Pool's send limit: the largest Forward (MaxForwardBytes plus
+	// one request) and the largest HandOff (MaxHandOffBytes plus framing)
+	// with room to spare. It is gRPC's default receive limit, made explicit
+	// so that both ends agree on it.
+	MaxMessageBytes = 4 << 20
+	// MaxNodeNameLen bounds the sender's name in peer requests.
+	MaxNodeNameLen = 256
+)
+
+// ServerOptions are the gRPC server options the peer listener needs: its
+// receive limit, MaxMessageBytes. Add them to the *grpc.Server that
+// serves Register.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes)}
+}
 
 // Handler is what Server needs from the node: the owner's side of each peer
 // RPC. Server calls it from gRPC's goroutines, concurrently, so
 // implementations must be safe for concurrent use. Handlers must treat their
-// arguments as read-only.
+// arguments as read-only. Server has checked the bounds of each request
+// (item and counter counts, a sender's name that is not empty, not too
+// long, without NUL) before it calls the Handler; the Handler validates the
+// content.
 type Handler interface {
 	// Forwarded decides reqs as their owner and returns one response per
 	// request, in the same order.
 	Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse
 	// AddGlobalHits takes node from's reports of the GLOBAL counters it
-	// tracks: hits admitted, grants wanted or released.
-	AddGlobalHits(ctx context.Context, from string, reports []*pb.GlobalReport)
-	// UpdateGlobals applies the owner's view of GLOBAL counters.
-	UpdateGlobals(ctx context.Context, states []*pb.GlobalState)
+	// tracks: hits admitted, grants wanted or released. It returns an
+	// error, and takes nothing, when it refuses the request because of its
+	// sender (not a member of the cluster); Server answers that with
+	// codes.PermissionDenied.
+	AddGlobalHits(ctx context.Context, from string, reports []*pb.GlobalReport) error
+	// UpdateGlobals applies owner from's view of GLOBAL counters. It
+	// returns an error, and applies nothing, when it refuses the request
+	// because of its sender, as AddGlobalHits does.
+	UpdateGlobals(ctx context.Context, from string, states []*pb.GlobalState) error
 	// HandOff takes over counters that node from no longer owns and returns
 	// one Refusal, naming the counter by its index in counters, for each it
 	// did not take; every other counter was taken.
 	HandOff(ctx context.Context, from string, counters []*pb.CounterState) []*pb.Refusal
 }
 
-// Server is the gRPC Peer service. It checks the bounds of each RPC and
-// delegates the rest to its Handler. Server holds no state of its own and is
-// safe for concurrent use.
+// Server is the gRPC Peer service. It checks the bounds of each RPC,
+// refusing (and counting) what no honest peer sends, and delegates the
+// rest to its Handler. Server is safe for concurrent use.
 type Server struct {
 	pb.UnimplementedPeerServer
-	h Handler
+	h       Handler
+	refused *prometheus.CounterVec
 }
 
-// NewServer returns a Server that delegates to h.
-func NewServer(h Handler) *Server {
-	return &Server{h: h}
+// NewServer returns a Server that delegates to h. Its metric,
+// ringlimit_peer_refused_rpcs_total, goes to reg; nil registers none. It
+// panics if reg refuses the metric.
+func NewServer(h Handler, reg prometheus.Registerer) *Server {
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ringlimit_peer_refused_rpcs_total",
+		Help: "Peer RPCs refused whole, before any of their content was used, by rpc (forward, global_report, global_state, handoff) and reason.",
+	}, []string{"rpc", "reason"})
+	if reg != nil {
+		reg.MustRegister(refused)
+	}
+	return &Server{h: h, refused: refused}
 }
 
 // Register registers s as the Peer service on g (usually a *grpc.Server
-// listening on the peer address only, never the public one).
+// listening on the peer address only, never the public one, built with
+// ServerOptions).
 func (s *Server) Register(g grpc.ServiceRegistrar) {
 	pb.RegisterPeerServer(g, s)
 }
 
-// Forward decides a batch of forwarded checks. It refuses a batch larger
-// than MaxForwardItems with codes.InvalidArgument, and reports a Handler that
-// does not answer every request with codes.Internal.
+// refuse counts a refused RPC and returns its error.
+func (s *Server) refuse(rpc, reason string, code codes.Code, format string, args ...any) error {
+	s.refused.WithLabelValues(rpc, reason).Inc()
+	return status.Errorf(code, format, args...)
+}
+
+// Forward decides a batch of forwarded checks. It refuses, with
+// codes.InvalidArgument, a batch of more than MaxForwardItems requests or
+// items, or holding a request of more than MaxRequestItems items; and
+// reports a Handler that does not answer every request with codes.Internal.
 func (s *Server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.ForwardResponse, error) {
 	reqs := req.GetRequests()
 	if len(reqs) > MaxForwardItems {
-		return nil, status.Errorf(codes.InvalidArgument, "forward of %d requests, more than %d", len(reqs), MaxForwardItems)
+		return nil, s.refuse("forward", "too_many_requests", codes.InvalidArgument, "requests: a forward of %d requests, more than %d", len(reqs), MaxForwardItems)
 	}
 	items := 0
-	for _, r := range reqs {
-		items += len(r.GetRequests())
+	for i, r := range reqs {
+		n := len(r.GetRequests())
+		if n > MaxRequestItems {
+			return nil, s.refuse("forward", "too_many_items", codes.InvalidArgument, "requests[%d].requests: %d items, more than %d", i, n, MaxRequestItems)
+		}
+		items += n
 	}
 	if items > MaxForwardItems {
-		return nil, status.Errorf(codes.InvalidArgument, "forward of %d items, more than %d", items, MaxForwardItems)
+		return nil, s.refuse("forward", "too_many_items", codes.InvalidArgument, "requests: a forward of %d items, more than %d", items, MaxForwardItems)
 	}
 	resps := s.h.Forwarded(ctx, reqs)
 	if len(resps) != len(reqs) {
@@ -82,28 +152,63 @@ func (s *Server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Forwa
 	return &pb.ForwardResponse{Responses: resps}, nil
 }
 
-// AddGlobalHits passes hits for GLOBAL keys to the Handler.
+// AddGlobalHits passes hits for GLOBAL keys to the Handler, unless the
+// sender's name is malformed (codes.InvalidArgument) or the Handler
+// refuses the sender (codes.PermissionDenied).
 func (s *Server) AddGlobalHits(ctx context.Context, req *pb.GlobalHitsRequest) (*pb.GlobalHitsResponse, error) {
-	s.h.AddGlobalHits(ctx, req.GetFrom(), req.GetReports())
+	if err := s.checkSender("global_report", req.GetFrom()); err != nil {
+		return nil, err
+	}
+	if err := s.h.AddGlobalHits(ctx, req.GetFrom(), req.GetReports()); err != nil {
+		return nil, s.refuse("global_report", "unknown_sender", codes.PermissionDenied, "%v", err)
+	}
 	return &pb.GlobalHitsResponse{}, nil
 }
 
-// UpdateGlobals passes the owner's GLOBAL states to the Handler.
+// UpdateGlobals passes the owner's GLOBAL states to the Handler, refusing
+// them as AddGlobalHits refuses reports.
 func (s *Server) UpdateGlobals(ctx context.Context, req *pb.GlobalUpdateRequest) (*pb.GlobalUpdateResponse, error) {
-	s.h.UpdateGlobals(ctx, req.GetStates())
+	if err := s.checkSender("global_state", req.GetFrom()); err != nil {
+		return nil, err
+	}
+	if err := s.h.UpdateGlobals(ctx, req.GetFrom(), req.GetStates()); err != nil {
+		return nil, s.refuse("global_state", "unknown_sender", codes.PermissionDenied, "%v", err)
+	}
 	return &pb.GlobalUpdateResponse{}, nil
 }
 
 // HandOff passes handed-off counters to the Handler and reports which it
-// refused, and why, and how many it accepted. It reports a Handler that
-// refuses a counter it was not given with codes.Internal.
+// refused, and why, and how many it accepted. It refuses, with
+// codes.InvalidArgument, a malformed sender's name and more than
+// MaxHandOffCounters counters, and reports a Handler that refuses a counter
+// it was not given with codes.Internal.
 func (s *Server) HandOff(ctx context.Context, req *pb.HandOffRequest) (*pb.HandOffResponse, error) {
+	if err := s.checkSender("handoff", req.GetFrom()); err != nil {
+		return nil, err
+	}
 	counters := req.GetCounters()
+	if len(counters) > MaxHandOffCounters {
+		return nil, s.refuse("handoff", "too_many_counters", codes.InvalidArgument, "counters: %d, more than %d", len(counters), MaxHandOffCounters)
+	}
 	refused := s.h.HandOff(ctx, req.GetFrom(), counters)
 	if err := checkRefusals(refused, len(counters)); err != nil {
 		return nil, status.Errorf(codes.Internal, "handler %v", err)
 	}
 	return &pb.HandOffResponse{Accepted: int64(len(counters) - len(refused)), Refused: refused}, nil
+}
+
+// checkSender refuses a sender's name that no node has: empty, longer than
+// MaxNodeNameLen or holding a NUL byte.
+func (s *Server) checkSender(rpc, from string) error {
+	switch {
+	case from == "":
+		return s.refuse(rpc, "bad_sender", codes.InvalidArgument, "from: must name the sending node")
+	case len(from) > MaxNodeNameLen:
+		return s.refuse(rpc, "bad_sender", codes.InvalidArgument, "from: longer than %d bytes", MaxNodeNameLen)
+	case strings.IndexByte(from, 0) >= 0:
+		return s.refuse(rpc, "bad_sender", codes.InvalidArgument, "from: must not contain a NUL byte")
+	}
+	return nil
 }
 
 // checkRefusals reports refusals that do not name distinct counters among

@@ -2,13 +2,18 @@ package peer
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
@@ -27,7 +32,9 @@ type fakeHandler struct {
 	hits       []*pb.GlobalReport
 	reportedBy string
 	states     []*pb.GlobalState
+	updatedBy  string
 	handedBy   string
+	stranger   string // if set, AddGlobalHits and UpdateGlobals refuse it
 }
 
 func (h *fakeHandler) Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
@@ -47,17 +54,26 @@ func (h *fakeHandler) Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []
 	return echo(reqs)
 }
 
-func (h *fakeHandler) AddGlobalHits(_ context.Context, from string, reports []*pb.GlobalReport) {
+func (h *fakeHandler) AddGlobalHits(_ context.Context, from string, reports []*pb.GlobalReport) error {
+	if from == h.stranger {
+		return errors.New("a stranger")
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.hits = append(h.hits, reports...)
 	h.reportedBy = from
+	return nil
 }
 
-func (h *fakeHandler) UpdateGlobals(_ context.Context, states []*pb.GlobalState) {
+func (h *fakeHandler) UpdateGlobals(_ context.Context, from string, states []*pb.GlobalState) error {
+	if from == h.stranger {
+		return errors.New("a stranger")
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.states = append(h.states, states...)
+	h.updatedBy = from
+	return nil
 }
 
 // HandOff refuses, as INVALID, every counter with an empty record, unless
@@ -82,7 +98,7 @@ func (h *fakeHandler) HandOff(_ context.Context, from string, counters []*pb.Cou
 // address. The server stops at the test's cleanup.
 func serve(t testing.TB, h Handler) string {
 	t.Helper()
-	return serveService(t, NewServer(h))
+	return serveService(t, NewServer(h, nil))
 }
 
 // serveService is serve for any implementation of the Peer service, such
@@ -93,7 +109,7 @@ func serveService(t testing.TB, srv pb.PeerServer, opts ...grpc.ServerOption) st
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer(opts...)
+	g := grpc.NewServer(append(ServerOptions(), opts...)...)
 	pb.RegisterPeerServer(g, srv)
 	done := make(chan struct{})
 	go func() {
@@ -107,23 +123,34 @@ func serveService(t testing.TB, srv pb.PeerServer, opts ...grpc.ServerOption) st
 	return lis.Addr().String()
 }
 
-func TestServerForwardBounds(t *testing.T) {
-	many := make([]*pb.CheckRequest, MaxForwardItems+1)
-	for i := range many {
-		many[i] = &pb.CheckRequest{}
+// requests returns n requests of items items each.
+func requests(n, items int) []*pb.CheckRequest {
+	reqs := make([]*pb.CheckRequest, n)
+	for i := range reqs {
+		reqs[i] = check(fmt.Sprint("k", i), items)
 	}
-	big := []*pb.CheckRequest{check("a", MaxForwardItems/2), check("b", MaxForwardItems/2+1)}
+	return reqs
+}
+
+// TestServerForwardBounds sends forwards over real gRPC: one request may
+// carry the public API's item bound and no more (the attack: a forward of
+// 10x it), a batch MaxForwardItems in all. A refused forward never
+// reaches the handler, and is counted.
+func TestServerForwardBounds(t *testing.T) {
 	tests := []struct {
 		name   string
 		reqs   []*pb.CheckRequest
 		answer func([]*pb.CheckRequest) []*pb.CheckResponse
 		want   codes.Code
+		reason string // of a refusal, as counted
 	}{
 		{name: "ok", reqs: []*pb.CheckRequest{check("a", 2), check("b", 1)}, want: codes.OK},
 		{name: "empty", reqs: nil, want: codes.OK},
-		{name: "at the item limit", reqs: []*pb.CheckRequest{check("a", MaxForwardItems)}, want: codes.OK},
-		{name: "too many requests", reqs: many, want: codes.InvalidArgument},
-		{name: "too many items", reqs: big, want: codes.InvalidArgument},
+		{name: "at the item limit", reqs: requests(MaxForwardItems/MaxRequestItems, MaxRequestItems), want: codes.OK},
+		{name: "10x the public bound in one request", reqs: requests(1, 10*MaxRequestItems), want: codes.InvalidArgument, reason: "too_many_items"},
+		{name: "one item over the public bound", reqs: requests(1, MaxRequestItems+1), want: codes.InvalidArgument, reason: "too_many_items"},
+		{name: "too many requests", reqs: requests(MaxForwardItems+1, 0), want: codes.InvalidArgument, reason: "too_many_requests"},
+		{name: "too many items", reqs: requests(MaxForwardItems/MaxRequestItems+1, MaxRequestItems), want: codes.InvalidArgument, reason: "too_many_items"},
 		{
 			name:   "handler answers too few",
 			reqs:   []*pb.CheckRequest{check("a", 1), check("b", 1)},
@@ -140,21 +167,156 @@ func TestServerForwardBounds(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := &fakeHandler{answer: tt.answer}
-			resp, err := NewServer(h).Forward(t.Context(), &pb.ForwardRequest{Requests: tt.reqs})
+			reg := prometheus.NewRegistry()
+			client := dial(t, serveService(t, NewServer(h, reg)))
+			resp, err := client.Forward(t.Context(), &pb.ForwardRequest{Requests: tt.reqs})
 			if got := status.Code(err); got != tt.want {
 				t.Fatalf("code = %v (%v), want %v", got, err, tt.want)
 			}
-			if err != nil {
-				if tt.want == codes.InvalidArgument && h.forwards.Load() != 0 {
+			if tt.reason != "" {
+				if h.forwards.Load() != 0 {
 					t.Error("handler called for a refused batch")
 				}
-				return
+				if got := refusedRPCs(t, reg, "forward", tt.reason); got != 1 {
+					t.Errorf("refused forwards counted %v, want 1", got)
+				}
 			}
-			if len(resp.GetResponses()) != len(tt.reqs) {
+			if err == nil && len(resp.GetResponses()) != len(tt.reqs) {
 				t.Fatalf("%d responses for %d requests", len(resp.GetResponses()), len(tt.reqs))
 			}
 		})
 	}
+}
+
+// TestServerRefusesBadSenders: GLOBAL reports, GLOBAL states and hand-offs
+// name their sender; a name no node can have is refused with
+// InvalidArgument, one the handler does not know as a member with
+// PermissionDenied, in both cases before the handler takes anything.
+func TestServerRefusesBadSenders(t *testing.T) {
+	h := &fakeHandler{stranger: "mallory"}
+	reg := prometheus.NewRegistry()
+	client := dial(t, serveService(t, NewServer(h, reg)))
+	reports := []*pb.GlobalReport{{Item: &pb.CheckItem{Name: "n", Key: "k"}, Admitted: 1_000_000_000}}
+	states := []*pb.GlobalState{{Name: "n", Key: "k", Remaining: 1_000_000_000}}
+	calls := map[string]func(from string) error{
+		"global_report": func(from string) error {
+			_, err := client.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: from, Reports: reports})
+			return err
+		},
+		"global_state": func(from string) error {
+			_, err := client.UpdateGlobals(t.Context(), &pb.GlobalUpdateRequest{From: from, States: states})
+			return err
+		},
+		"handoff": func(from string) error {
+			_, err := client.HandOff(t.Context(), &pb.HandOffRequest{From: from, Counters: []*pb.CounterState{{Counter: []byte{1}}}})
+			return err
+		},
+	}
+	for rpc, call := range calls {
+		for _, tt := range []struct {
+			from   string
+			want   codes.Code
+			reason string
+		}{
+			{"", codes.InvalidArgument, "bad_sender"},
+			{"node\x00-1", codes.InvalidArgument, "bad_sender"},
+			{strings.Repeat("n", MaxNodeNameLen+1), codes.InvalidArgument, "bad_sender"},
+			{"mallory", codes.PermissionDenied, "unknown_sender"},
+		} {
+			if rpc == "handoff" && tt.from == "mallory" {
+				continue // hand-off's records are validated one by one; the sender may have left the ring already
+			}
+			if got := status.Code(call(tt.from)); got != tt.want {
+				t.Errorf("%s from %.20q: code %v, want %v", rpc, tt.from, got, tt.want)
+			}
+		}
+		if got := refusedRPCs(t, reg, rpc, "bad_sender"); got != 3 {
+			t.Errorf("%s refused as bad_sender %v times, want 3", rpc, got)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.hits) != 0 || len(h.states) != 0 || h.handedBy != "" {
+		t.Errorf("the handler took hits %v, states %v, a hand-off from %q; want nothing", h.hits, h.states, h.handedBy)
+	}
+	if got := refusedRPCs(t, reg, "global_report", "unknown_sender") + refusedRPCs(t, reg, "global_state", "unknown_sender"); got != 2 {
+		t.Errorf("refused as unknown_sender %v times, want 2", got)
+	}
+}
+
+// TestServerHandOffBounds: a hand-off of more counters than a batch holds
+// is refused whole, before the handler sees it.
+func TestServerHandOffBounds(t *testing.T) {
+	h := &fakeHandler{}
+	client := dial(t, serve(t, h))
+	counters := make([]*pb.CounterState, MaxHandOffCounters+1)
+	for i := range counters {
+		counters[i] = &pb.CounterState{Counter: []byte{1}}
+	}
+	_, err := client.HandOff(t.Context(), &pb.HandOffRequest{From: "a", Counters: counters})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("HandOff of %d counters: %v, want InvalidArgument", len(counters), err)
+	}
+	if h.handedBy != "" {
+		t.Error("the handler saw a refused hand-off")
+	}
+}
+
+// TestServerReceiveLimit: the peer server refuses a message over
+// MaxMessageBytes with ResourceExhausted, and the Pool refuses to send
+// one, so a sender learns to split it.
+func TestServerReceiveLimit(t *testing.T) {
+	h := &fakeHandler{}
+	addr := serve(t, h)
+	big := []*pb.CounterState{{Counter: make([]byte, MaxMessageBytes)}}
+	_, err := dial(t, addr).HandOff(t.Context(), &pb.HandOffRequest{From: "a", Counters: big}, grpc.MaxCallSendMsgSize(2*MaxMessageBytes))
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("server took a message over MaxMessageBytes: %v, want ResourceExhausted", err)
+	}
+	p := NewPool(Config{})
+	defer p.Close()
+	if _, err := p.HandOff(t.Context(), addr, "a", big); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("Pool sent a message over MaxMessageBytes: %v, want ResourceExhausted", err)
+	}
+	if h.handedBy != "" {
+		t.Error("the handler saw an oversized hand-off")
+	}
+}
+
+// dial returns a raw Peer client to addr, as an attacker (or a peer) would
+// have; it is closed at the test's cleanup.
+func dial(t *testing.T, addr string) pb.PeerClient {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return pb.NewPeerClient(cc)
+}
+
+// refusedRPCs reads ringlimit_peer_refused_rpcs_total{rpc,reason}.
+func refusedRPCs(t *testing.T, reg *prometheus.Registry, rpc, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "ringlimit_peer_refused_rpcs_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["rpc"] == rpc && labels["reason"] == reason {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 // TestServerHandOffRefusals: the response counts what the handler did not
@@ -176,7 +338,7 @@ func TestServerHandOffRefusals(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h := &fakeHandler{refusals: tt.refusals}
-			resp, err := NewServer(h).HandOff(t.Context(), &pb.HandOffRequest{From: "a", Counters: two})
+			resp, err := NewServer(h, nil).HandOff(t.Context(), &pb.HandOffRequest{From: "a", Counters: two})
 			if got := status.Code(err); got != tt.want {
 				t.Fatalf("code = %v (%v), want %v", got, err, tt.want)
 			}

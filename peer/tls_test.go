@@ -38,7 +38,7 @@ func TestPeerPortRefusesStrangers(t *testing.T) {
 	ca := testpki.NewCA(t, "cluster")
 	other := testpki.NewCA(t, "other")
 	h := &fakeHandler{}
-	addr := serveMutualTLS(t, ca, NewServer(h))
+	addr := serveMutualTLS(t, ca, NewServer(h, nil))
 
 	calls := map[string]func(pb.PeerClient) error{
 		"Forward": func(c pb.PeerClient) error {

@@ -25,6 +25,8 @@ type fakeCluster struct {
 	onDown func(addr string)
 	// onHandOff, if set, sees (and may alter) every hand-off in flight.
 	onHandOff func(counters []*pb.CounterState)
+	// onUpdate, if set, sees every GLOBAL broadcast in flight.
+	onUpdate func(from string, states []*pb.GlobalState)
 }
 
 type fakeMember struct {
@@ -62,18 +64,21 @@ func (c *fakeCluster) ForwardNow(ctx context.Context, addr string, req *pb.Check
 
 func (c *fakeCluster) AddGlobalHits(ctx context.Context, addr, from string, reports []*pb.GlobalReport) error {
 	o, err := c.peer(ctx, addr)
-	if err == nil {
-		o.AddGlobalHits(ctx, from, reports)
+	if err != nil {
+		return err
 	}
-	return err
+	return o.AddGlobalHits(ctx, from, reports)
 }
 
-func (c *fakeCluster) UpdateGlobals(ctx context.Context, addr, _ string, states []*pb.GlobalState) error {
+func (c *fakeCluster) UpdateGlobals(ctx context.Context, addr, from string, states []*pb.GlobalState) error {
 	o, err := c.peer(ctx, addr)
-	if err == nil {
-		o.UpdateGlobals(ctx, states)
+	if err != nil {
+		return err
 	}
-	return err
+	if c.onUpdate != nil {
+		c.onUpdate(from, states)
+	}
+	return o.UpdateGlobals(ctx, from, states)
 }
 
 func (c *fakeCluster) HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) ([]*pb.Refusal, error) {
@@ -356,7 +361,7 @@ func metricSum(t *testing.T, reg *prometheus.Registry, name string, labels ...st
 					continue series
 				}
 			}
-			sum += m.GetCounter().GetValue()
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
 	return sum

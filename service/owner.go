@@ -40,14 +40,17 @@ func (o Owner) Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.Che
 }
 
 // AddGlobalHits takes node from's reports of GLOBAL counters this node
-// owns; new grants and state go out with the next broadcast.
-func (o Owner) AddGlobalHits(_ context.Context, from string, reports []*pb.GlobalReport) {
-	o.s.global.Receive(from, reports)
+// owns; new grants and state go out with the next broadcast. It refuses
+// reports from a node that is not a member (see global.Node.Receive).
+func (o Owner) AddGlobalHits(_ context.Context, from string, reports []*pb.GlobalReport) error {
+	return o.s.global.Receive(from, reports)
 }
 
-// UpdateGlobals takes an owner's broadcast of GLOBAL counters.
-func (o Owner) UpdateGlobals(_ context.Context, states []*pb.GlobalState) {
-	o.s.global.Apply(states)
+// UpdateGlobals takes owner from's broadcast of GLOBAL counters. It
+// refuses a broadcast from a node that is not a member, and each state
+// whose key from does not own (see global.Node.Apply).
+func (o Owner) UpdateGlobals(_ context.Context, from string, states []*pb.GlobalState) error {
+	return o.s.global.Apply(from, states)
 }
 
 // HandOff merges counters another node no longer owns into this node's

@@ -113,11 +113,11 @@ func New(conf Config) *Service {
 		Validate: func(item *pb.CheckItem, now time.Time) (limiter.Request, error) {
 			return toRequest(item, now, s.skew)
 		},
-		Interval: conf.GlobalSync, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
+		Interval: conf.GlobalSync, MaxClockSkew: s.skew, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
 	})
 	s.handoff = handoff.New(handoff.Config{
 		Store: s.store, Cluster: s.cluster, Peers: conf.Peers, MaxClockSkew: s.skew,
-		Now: s.now, Logger: s.log, Registerer: conf.Registerer,
+		Validate: s.validateCounter, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
 	})
 	return s
 }
@@ -283,6 +283,12 @@ func (s *Service) RingChanged() { s.handoff.RingChanged() }
 // owner now, and returns how many were taken (see handoff.Node.HandOff).
 // It is a step of shutdown, after the node left the cluster.
 func (s *Service) HandOff(ctx context.Context) int { return s.handoff.HandOff(ctx) }
+
+// HandOffAll is the hand-off step of shutdown, after the node left the
+// cluster: it hands off until every counter is taken or ctx ends, and
+// returns how many were taken and how many are left, to be lost (see
+// handoff.Node.HandOffAll).
+func (s *Service) HandOffAll(ctx context.Context) (sent, left int) { return s.handoff.HandOffAll(ctx) }
 
 // FlushGlobal reports the GLOBAL hits this node admitted from grants and
 // has not reported yet to their owners, so that none is lost when it

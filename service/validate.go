@@ -102,3 +102,19 @@ func toRequest(item *pb.CheckItem, now time.Time, maxSkew time.Duration) (limite
 		Now:           at,
 	}, nil
 }
+
+// validateCounter checks a handed-off counter's identity and limit with
+// toRequest, the public API's checks, so that hand-off admits no counter
+// a check could not have made (a limit over MaxLimit, a period that is not
+// whole milliseconds or longer than MaxDuration, a sliding log over its
+// bound).
+func (s *Service) validateCounter(c *limiter.Counter) error {
+	if c.Limit.Period%time.Millisecond != 0 {
+		return &FieldError{"duration_ms", fmt.Sprintf("period %v is not whole milliseconds", c.Limit.Period)}
+	}
+	_, err := toRequest(&pb.CheckItem{
+		Name: c.Name, Key: c.Key, Algorithm: pb.Algorithm(c.Algorithm),
+		Limit: c.Limit.Count, DurationMs: c.Limit.Period.Milliseconds(), Burst: c.Limit.Burst,
+	}, s.now(), s.skew)
+	return err
+}

@@ -523,9 +523,9 @@ func (x *GlobalGrant) GetEpoch() int64 {
 type GlobalUpdateRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	States []*GlobalState         `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty"`
-	// from is the sending owner's name: a node takes only the states of
-	// keys whose owner it is (with mutual TLS, the name must be the one its
-	// certificate is valid for).
+	// from is the broadcasting owner's name. A node applies a state only if
+	// from is a current member and owns the state's key under the
+	// receiver's own ring.
 	From          string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ringlimit/ringlimit/algorithms"
+	"github.com/ringlimit/ringlimit/internal/admit"
 	"github.com/ringlimit/ringlimit/internal/tlsfiles"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/service"
@@ -34,6 +36,10 @@ type Config struct {
 	MaxClockSkew    time.Duration
 	ShutdownTimeout time.Duration
 	LogLevel        string
+	MaxInflight     int
+	MaxConns        int
+	MemoryLimit     string
+	MaxLogEntries   int
 	// PeerTLS is mutual TLS on the peer port; TLS is TLS on the HTTP and
 	// gRPC ports. Empty files mean plaintext.
 	PeerTLS tlsfiles.Files
@@ -66,6 +72,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&c.MaxClockSkew, "max-clock-skew", service.DefaultMaxClockSkew, "bound on created_at_ms distance from the server clock")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "time to leave, hand off and drain before exit")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.IntVar(&c.MaxConns, "max-conns", defaultMaxConns, "connections open at once on each of the HTTP, gRPC and peer listeners; beyond it new ones wait to be accepted")
+	fs.StringVar(&c.MemoryLimit, "memory-limit", "", "the Go runtime's soft memory limit, e.g. 512MiB (default: 90% of the container's memory limit, unless GOMEMLIMIT is set)")
+	fs.IntVar(&c.MaxLogEntries, "max-log-entries", limiter.DefaultMaxLogEntries, "entries of all SLIDING_LOG counters held, 16 bytes each; beyond it the least recently used logs are evicted")
+	fs.IntVar(&c.MaxInflight, "max-inflight", admit.DefaultMax, "client requests (HTTP checks and gRPC calls) in flight at once; beyond it they are refused at once, HTTP 503 or gRPC RESOURCE_EXHAUSTED")
 	fs.StringVar(&c.PeerTLS.Cert, "peer-tls-cert", "", "PEM certificate for the peer port, valid for --node-name, from the cluster CA; reloaded on change")
 	fs.StringVar(&c.PeerTLS.Key, "peer-tls-key", "", "PEM key of --peer-tls-cert")
 	fs.StringVar(&c.PeerTLS.CA, "peer-tls-ca", "", "PEM cluster CA: peers must present a certificate from it (mutual TLS)")
@@ -124,12 +134,23 @@ func (c Config) validate() error {
 		return fmt.Errorf("--max-clock-skew: must not be negative, got %v", c.MaxClockSkew)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("--shutdown-timeout: must be positive, got %v", c.ShutdownTimeout)
+	case c.MaxLogEntries < algorithms.MaxSlidingLogLimit:
+		return fmt.Errorf("--max-log-entries: must hold one full log, %d, got %d", algorithms.MaxSlidingLogLimit, c.MaxLogEntries)
+	case c.MaxConns <= 0:
+		return fmt.Errorf("--max-conns: must be positive, got %d", c.MaxConns)
+	case c.MaxInflight <= 0:
+		return fmt.Errorf("--max-inflight: must be positive, got %d", c.MaxInflight)
 	case c.NodeName == "":
 		return errors.New("--node-name: must not be empty")
 	case c.PeerTLS != (tlsfiles.Files{}) && (c.PeerTLS.Cert == "" || c.PeerTLS.Key == "" || c.PeerTLS.CA == ""):
 		return errors.New("--peer-tls-cert, --peer-tls-key, --peer-tls-ca: give all three or none")
 	case c.TLS != (tlsfiles.Files{}) && (c.TLS.Cert == "" || c.TLS.Key == ""):
 		return errors.New("--tls-cert, --tls-key: give both (and --tls-client-ca optionally) or none")
+	}
+	if c.MemoryLimit != "" {
+		if _, err := parseBytes(c.MemoryLimit); err != nil {
+			return fmt.Errorf("--memory-limit: %w", err)
+		}
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
@@ -76,5 +77,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	// The memory limit is the process's, so it is set here, where the
+	// process starts, rather than by serve, which tests run several of.
+	limit, source, err := memoryLimit(conf.MemoryLimit, getenv, os.ReadFile)
+	if err != nil {
+		return err
+	}
+	if limit > 0 {
+		debug.SetMemoryLimit(limit)
+	}
+	log.Info("memory limit", "bytes", debug.SetMemoryLimit(-1), "from", source)
 	return serve(ctx, conf, log, nil)
 }

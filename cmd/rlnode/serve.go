@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/cluster"
+	"github.com/ringlimit/ringlimit/internal/admit"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/policy"
@@ -53,6 +55,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 		return err
 	}
 	defer lis.close()
+	lis = lis.limit(conf.MaxConns)
 
 	tr, err := newTransport(conf, log)
 	if err != nil {
@@ -62,7 +65,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	if err != nil {
 		return err
 	}
-	store := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, Registerer: reg})
+	store := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries, Registerer: reg})
 	pool := peer.NewPool(peer.Config{BatchWait: conf.BatchWait, BatchLimit: conf.BatchLimit, Registerer: reg, DialOptions: tr.peerDial})
 	defer pool.Close()
 	// Ring changes only signal ringChanged; the loop below reacts to them,
@@ -93,8 +96,9 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 		MaxClockSkew: conf.MaxClockSkew, GlobalSync: conf.GlobalSync,
 		Logger: log, Registerer: reg, Policies: policies,
 	})
+	gate := admit.New(admit.Config{Max: conf.MaxInflight, Registerer: reg})
 	faces := api.New(api.Config{
-		Checker: svc, Registerer: reg, Gatherer: reg,
+		Checker: svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP,
 		Ready: members.Ready, ReadyNote: tr.insecure(conf),
 		Members: func() []api.Member { return apiMembers(members) },
 	})
@@ -102,15 +106,20 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	// Stream workers reuse goroutines whose stacks have grown already,
 	// rather than starting one per RPC.
 	workers := grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))
-	grpcSrv := grpc.NewServer(append(tr.grpcServer(), workers)...)
+	// The client port's codec refuses the 1,001st item, or descriptor,
+	// before building it.
+	rlsBound := api.BoundOf(&rlspb.RateLimitRequest{}, "descriptors", rls.MaxDescriptors)
+	grpcSrv := grpc.NewServer(append(append(api.ServerOptions(rlsBound), tr.grpcServer()...), workers, grpc.InTapHandle(gate.Tap))...)
 	health := faces.RegisterGRPC(grpcSrv)
 	rls.New(rls.Config{Checker: svc, Policies: policies}).Register(grpcSrv)
-	guard := peer.NewGuard(peer.GuardConfig{Members: membership{members}, Certificates: tr.peerTLS, Logger: log, Registerer: reg})
-	peerSrv := grpc.NewServer(append(tr.peerServer, workers, grpc.ChainUnaryInterceptor(guard.Unary))...)
-	peer.NewServer(svc.Owner()).Register(peerSrv)
-	// Timeouts bound what a slow or idle client can hold.
-	httpSrv := &http.Server{Handler: faces.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, TLSConfig: tr.public}
+	guard := peer.NewGuard(peer.GuardConfig{Members: members, Certificates: tr.peerTLS, Logger: log, Registerer: reg})
+	peerSrv := grpc.NewServer(append(append(peer.ServerOptions(), tr.peerServer...), workers, grpc.ChainUnaryInterceptor(guard.Unary))...)
+	peer.NewServer(svc.Owner(), reg).Register(peerSrv)
+	// Timeouts bound what a slow or idle client can hold: a body of
+	// api.MaxBodyBytes arrives well within ReadTimeout on any link, and
+	// a check needs no headers of more than a few KB.
+	httpSrv := &http.Server{Handler: faces.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, TLSConfig: tr.public}
 
 	g, gctx := errgroup.WithContext(ctx)
 	// The background loops run until their step of shutdown stops them,
@@ -161,7 +170,11 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 			return gossip.stop(ctx) // others stop routing to this node
 		}},
 		{"hand off counters", func(ctx context.Context) error {
-			log.Info("handed off counters", "counters", svc.HandOff(ctx))
+			sent, left := svc.HandOffAll(ctx)
+			log.Info("handed off counters", "counters", sent, "left", left)
+			if left > 0 {
+				return fmt.Errorf("%d counters not handed off", left)
+			}
 			return nil
 		}},
 		{"flush GLOBAL hits", func(ctx context.Context) error {

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ringlimit/ringlimit/client"
-	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/internal/tlsfiles"
 )
 
@@ -69,14 +68,6 @@ func (t transport) insecure(conf Config) string {
 		return ""
 	}
 	return "warning: " + strings.Join(open, " and ") + ": anyone who can reach those ports can join the cluster, take its counters and change its limits"
-}
-
-// membership is the cluster as peer.Guard asks it who is who.
-type membership struct{ *cluster.Cluster }
-
-func (m membership) Owner(key string) (string, bool) {
-	o, ok := m.Ring().Owner(key)
-	return o.Name, ok
 }
 
 // grpcServer returns the options of the public gRPC server.

@@ -43,7 +43,7 @@ func TestClusterOverMutualTLS(t *testing.T) {
 			t.Errorf("node %d: /readyz = %q, want no warning", i, body)
 		}
 		body := get(t, "http://"+n.httpAddr+"/metrics")
-		for _, reason := range []string{"no_certificate", "wrong_name", "not_member", "not_owner"} {
+		for _, reason := range []string{"no_certificate", "wrong_name", "not_member"} {
 			if want := `ringlimit_peer_refused_total{reason="` + reason + `"} 0`; !strings.Contains(body, want) {
 				t.Errorf("node %d: /metrics lacks %s", i, want)
 			}

@@ -1,0 +1,190 @@
+package api
+
+import (
+	"fmt"
+	"iter"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	protocodec "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/service"
+)
+
+// MaxRecvMsgBytes is the gRPC receive limit of the client port. A
+// CheckItem at its longest takes under 1,650 bytes in protobuf (name 256
+// bytes, key 1,024, policy 256, the other fields at their widest and the
+// tags and lengths), so a thousand of them fit in 1.65 MB; 2 MiB leaves
+// headroom. (gRPC's default is 4 MiB.)
+const MaxRecvMsgBytes = 2 << 20
+
+// MaxHeaderListBytes bounds the metadata of one RPC on the client port
+// (gRPC's default is 16 MiB); a check needs a few hundred bytes.
+const MaxHeaderListBytes = 64 << 10
+
+// Bound is the most elements a request message may carry in one repeated
+// field, as decoded by the codec of ServerOptions.
+type Bound struct {
+	Message protoreflect.FullName
+	Field   protoreflect.FieldNumber
+	Max     int
+}
+
+// BoundOf is the Bound of max elements in msg's repeated field called field.
+// It panics if msg has no such field: a bug, not an input.
+func BoundOf(msg proto.Message, field protoreflect.Name, max int) Bound {
+	d := msg.ProtoReflect().Descriptor()
+	f := d.Fields().ByName(field)
+	if f == nil || !f.IsList() {
+		panic(fmt.Sprintf("api.BoundOf: %s has no repeated field %s", d.FullName(), field))
+	}
+	return Bound{Message: d.FullName(), Field: f.Number(), Max: max}
+}
+
+// MaxMessages is the most protobuf messages one request on the client port
+// may build, nested ones included: a check request builds at most 1,002
+// (after the codec's bound on items), an Envoy request of 1,000 descriptors
+// of 64 entries 65,001. Small messages cost about 80 bytes each
+// however few bytes they take on the wire, so this bounds what a request of
+// many empty nested messages (an Envoy descriptor of a million empty
+// entries) can cost.
+const MaxMessages = 1 << 16
+
+// ServerOptions are the options of the grpc.Server that serves
+// RegisterGRPC: the receive limits MaxRecvMsgBytes and MaxHeaderListBytes,
+// and a codec that decodes at most service.MaxItems+1 items of a
+// CheckRequest (and at most Max+1 elements of each of bounds), however
+// many the message holds, and refuses a request that would build more than
+// MaxMessages messages. protobuf would otherwise build every element before
+// the service counts them: a message of empty items costs about a hundred
+// times its size.
+func ServerOptions(bounds ...Bound) []grpc.ServerOption {
+	c := boundedCodec{CodecV2: encoding.GetCodecV2(protocodec.Name), bounds: map[protoreflect.FullName]Bound{}, leaves: &sync.Map{}}
+	for _, b := range append(bounds, BoundOf(&pb.CheckRequest{}, "requests", service.MaxItems)) {
+		c.bounds[b.Message] = b
+	}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvMsgBytes), grpc.MaxHeaderListSize(MaxHeaderListBytes), grpc.ForceServerCodecV2(c)}
+}
+
+// boundedCodec is gRPC's proto codec, except that it counts before it
+// decodes. For the messages in bounds, it decodes from a prefix of their
+// encoding that ends before the repeated field's Max+2nd element, so the
+// handler sees Max+1 elements and refuses the request as it refuses any
+// with too many, with the usual error, having built only those. A request
+// that would build more than MaxMessages messages is refused; gRPC reports
+// a codec's error as INTERNAL.
+type boundedCodec struct {
+	encoding.CodecV2
+	bounds map[protoreflect.FullName]Bound
+	leaves *sync.Map // protoreflect.FullName -> bool: a message type with no message fields
+}
+
+func (c boundedCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return c.CodecV2.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	b := buf.ReadOnlyData()
+	d := m.ProtoReflect().Descriptor()
+	if bound, ok := c.bounds[d.FullName()]; ok {
+		b = prefix(b, bound.Field, bound.Max+1)
+	}
+	budget := MaxMessages
+	if !c.countMessages(b, d, &budget, 0) {
+		return fmt.Errorf("%s: more than %d messages, or nested too deeply", d.FullName(), MaxMessages)
+	}
+	return proto.Unmarshal(b, m)
+}
+
+// maxDepth bounds countMessages' recursion; ringlimit's and Envoy's
+// requests nest a few levels.
+const maxDepth = 32
+
+// countMessages takes the messages nested in the encoded message msg, of
+// type d, from *budget, and reports whether the budget and maxDepth held.
+// Malformed input is left for proto.Unmarshal to refuse.
+func (c boundedCodec) countMessages(msg []byte, d protoreflect.MessageDescriptor, budget *int, depth int) bool {
+	if depth > maxDepth {
+		return false
+	}
+	if c.leaf(d) { // a check item, say: nothing to count inside
+		return true
+	}
+	fields := d.Fields()
+	for f := range wireFields(msg) {
+		if fd := fields.ByNumber(f.num); fd != nil && fd.Message() != nil && f.typ == protowire.BytesType {
+			if *budget--; *budget < 0 {
+				return false
+			}
+			val, _ := protowire.ConsumeBytes(msg[f.off+f.tagLen:])
+			if !c.countMessages(val, fd.Message(), budget, depth+1) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// leaf reports whether messages of type d hold no messages.
+func (c boundedCodec) leaf(d protoreflect.MessageDescriptor) bool {
+	if leaf, ok := c.leaves.Load(d.FullName()); ok {
+		return leaf.(bool)
+	}
+	leaf := true
+	for i := range d.Fields().Len() {
+		leaf = leaf && d.Fields().Get(i).Message() == nil
+	}
+	c.leaves.Store(d.FullName(), leaf)
+	return leaf
+}
+
+// prefix returns the longest prefix of the encoded message msg that holds
+// at most n elements of field. Malformed input is returned whole, for
+// proto.Unmarshal to refuse.
+func prefix(msg []byte, field protowire.Number, n int) []byte {
+	seen := 0
+	for f := range wireFields(msg) {
+		if f.num == field {
+			if seen == n {
+				return msg[:f.off]
+			}
+			seen++
+		}
+	}
+	return msg
+}
+
+// wireField is one field of an encoded message: its number and wire type,
+// where it starts, and the length of its tag.
+type wireField struct {
+	num    protowire.Number
+	typ    protowire.Type
+	off    int
+	tagLen int
+}
+
+// wireFields yields the fields of the encoded message msg in order. It
+// stops at a malformed field.
+func wireFields(msg []byte) iter.Seq[wireField] {
+	return func(yield func(wireField) bool) {
+		for off := 0; off < len(msg); {
+			num, typ, tagLen := protowire.ConsumeTag(msg[off:])
+			if tagLen < 0 {
+				return
+			}
+			valLen := protowire.ConsumeFieldValue(num, typ, msg[off+tagLen:])
+			if valLen < 0 || !yield(wireField{num, typ, off, tagLen}) {
+				return
+			}
+			off += tagLen + valLen
+		}
+	}
+}

@@ -1,0 +1,110 @@
+// Package admit bounds the requests a node works on at once. A request
+// beyond the bound is refused at once (HTTP 503 with Retry-After, gRPC
+// RESOURCE_EXHAUSTED) rather than queued: under overload, a queue only
+// adds latency and memory to every request, while a prompt refusal lets
+// the client back off or try another node. The gRPC side refuses an RPC
+// from its headers, before its message is read, so a refused request costs
+// no memory for its body.
+package admit
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// DefaultMax is the default bound on requests in flight. A check takes
+// tens of microseconds and a forwarded one about a round trip, so a node
+// at full speed has far fewer in flight; the bound is for floods.
+const DefaultMax = 1024
+
+// Config configures a Gate.
+type Config struct {
+	// Max is the most requests in flight at once; it must be positive.
+	Max int
+	// Registerer, if not nil, gets ringlimit_overload_rejected_total.
+	Registerer prometheus.Registerer
+}
+
+// Gate admits up to Max requests at once across the interfaces it wraps,
+// and refuses the others at once. It is safe for concurrent use.
+type Gate struct {
+	slots    chan struct{}
+	refused  *prometheus.CounterVec
+	overload *status.Status // what Tap refuses with
+}
+
+// New returns a Gate.
+func New(conf Config) *Gate {
+	g := &Gate{
+		slots: make(chan struct{}, conf.Max),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringlimit_overload_rejected_total",
+			Help: "Requests refused at once because the node had --max-inflight requests in flight, by interface (grpc, http).",
+		}, []string{"interface"}),
+	}
+	// RetryInfo is gRPC's Retry-After, as grpclimit sends it.
+	st, err := status.New(codes.ResourceExhausted, "overloaded: too many requests in flight, retry later").
+		WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})
+	if err != nil {
+		panic(err) // RetryInfo always marshals
+	}
+	g.overload = st
+	if conf.Registerer != nil {
+		conf.Registerer.MustRegister(g.refused)
+	}
+	return g
+}
+
+// enter takes a slot if one is free, else counts a refusal on iface.
+func (g *Gate) enter(iface string) bool {
+	select {
+	case g.slots <- struct{}{}:
+		return true
+	default:
+		g.refused.WithLabelValues(iface).Inc()
+		return false
+	}
+}
+
+func (g *Gate) leave() { <-g.slots }
+
+// HTTP wraps h: a request beyond the bound gets 503 with Retry-After: 1 and
+// a JSON error, without h being called.
+func (g *Gate) HTTP(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !g.enter("http") {
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"error":"overloaded: too many requests in flight, retry later"}` + "\n"))
+			return
+		}
+		defer g.leave()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// Tap is a grpc.InTapHandle: an RPC beyond the bound is refused with
+// RESOURCE_EXHAUSTED and a RetryInfo of a second, from its headers, before its message is read. The
+// slot is given back when the RPC's context ends, which gRPC does when the
+// RPC finishes (or the client cancels it). Health checks pass without a
+// slot: a probe that failed under load would restart a busy node.
+func (g *Gate) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.Health/") {
+		return ctx, nil
+	}
+	if !g.enter("grpc") {
+		return ctx, g.overload.Err()
+	}
+	context.AfterFunc(ctx, g.leave)
+	return ctx, nil
+}

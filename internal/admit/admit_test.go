@@ -1,0 +1,136 @@
+package admit
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+)
+
+const max = 3
+
+// blocker is a checker that holds every request until release is closed,
+// telling entered of each.
+type blocker struct {
+	pb.UnimplementedRateLimiterServer
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newBlocker() *blocker {
+	return &blocker{entered: make(chan struct{}, max+1), release: make(chan struct{})}
+}
+
+func (b *blocker) wait() {
+	b.entered <- struct{}{}
+	<-b.release
+}
+
+func (b *blocker) Check(context.Context, *pb.CheckRequest) (*pb.CheckResponse, error) {
+	b.wait()
+	return &pb.CheckResponse{}, nil
+}
+
+func (b *blocker) ServeHTTP(w http.ResponseWriter, _ *http.Request) { b.wait() }
+
+func TestHTTPRefusesBeyondMax(t *testing.T) {
+	g := New(Config{Max: max})
+	b := newBlocker()
+	h := g.HTTP(b)
+	var wg sync.WaitGroup
+	for range max {
+		wg.Go(func() { h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/v1/check", nil)) })
+		<-b.entered
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/check", nil)) // returns at once, or the test hangs
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "1" || !strings.Contains(rec.Body.String(), "overloaded") {
+		t.Errorf("request %d of %d: %d Retry-After %q %s, want 503, Retry-After 1 and an error", max+1, max, rec.Code, rec.Header().Get("Retry-After"), rec.Body)
+	}
+	if n := testutil.ToFloat64(g.refused.WithLabelValues("http")); n != 1 {
+		t.Errorf("ringlimit_overload_rejected_total{interface=http} = %v, want 1", n)
+	}
+	close(b.release)
+	wg.Wait()
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/check", nil))
+	if rec.Code != http.StatusOK {
+		t.Errorf("after the others finished: %d, want 200", rec.Code)
+	}
+}
+
+func TestGRPCRefusesBeyondMax(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	g := New(Config{Max: max, Registerer: reg})
+	b := newBlocker()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.InTapHandle(g.Tap))
+	pb.RegisterRateLimiterServer(srv, b)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go srv.Serve(lis)
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rl := pb.NewRateLimiterClient(conn)
+	ctx := context.Background()
+
+	var wg sync.WaitGroup
+	for range max {
+		wg.Go(func() {
+			if _, err := rl.Check(ctx, &pb.CheckRequest{}); err != nil {
+				t.Errorf("admitted check: %v", err)
+			}
+		})
+		<-b.entered
+	}
+	_, err = rl.Check(ctx, &pb.CheckRequest{}) // returns at once, or the test hangs
+	st := status.Convert(err)
+	var retry *errdetails.RetryInfo
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			retry = ri
+		}
+	}
+	if st.Code() != codes.ResourceExhausted || retry.GetRetryDelay().AsDuration() <= 0 {
+		t.Errorf("check %d of %d: %v (details %v), want ResourceExhausted with RetryInfo", max+1, max, err, st.Details())
+	}
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Errorf("health check while full: %v, want it answered", err)
+	}
+	if n := testutil.ToFloat64(g.refused.WithLabelValues("grpc")); n != 1 {
+		t.Errorf("ringlimit_overload_rejected_total{interface=grpc} = %v, want 1", n)
+	}
+	close(b.release)
+	wg.Wait()
+	// Slots come back when the RPCs' contexts end, just after they answer.
+	for deadline := time.Now().Add(10 * time.Second); len(g.slots) > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d slots still taken 10s after the RPCs finished", len(g.slots))
+		}
+	}
+	if _, err := rl.Check(ctx, &pb.CheckRequest{}); err != nil {
+		t.Errorf("after the others finished: %v", err)
+	}
+}
