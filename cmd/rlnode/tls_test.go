@@ -51,6 +51,41 @@ func TestClusterOverMutualTLS(t *testing.T) {
 	}
 }
 
+// TestImpostorCertificateRefused: a node whose peer certificate, from the
+// cluster CA, names another node gets through the handshake but not past
+// the identity check: its GLOBAL reports to the owner are refused as
+// wrong_name.
+func TestImpostorCertificateRefused(t *testing.T) {
+	dir := t.TempDir()
+	ca := testpki.NewCA(t, "cluster")
+	key := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32)))
+	args := func(cert testpki.Pair, prefix string) []string {
+		f := cert.Write(t, dir, prefix, ca)
+		return []string{"--peer-tls-cert", f.Cert, "--peer-tls-key", f.Key, "--peer-tls-ca", f.CA, "--gossip-key", key, "--global-sync", "20ms"}
+	}
+	c := &testCluster{}
+	c.add(t, args(ca.Issue(t, "node-0", "node-0"), "honest")...)
+	c.add(t, args(ca.Issue(t, "node-9", "node-9"), "impostor")...) // runs as node-1
+	c.waitForMembers(t, 2)
+
+	keys := c.keysNotOwnedBy(1, 5)
+	for _, k := range keys {
+		for range 3 {
+			c.clients[1].Check(t.Context(), &pb.CheckRequest{Requests: []*pb.CheckItem{{Name: "imp", Key: k, Limit: 10, DurationMs: 60_000, Behavior: pb.Behavior_GLOBAL}}})
+		}
+	}
+	want := `ringlimit_peer_refused_total{reason="wrong_name"} `
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // polling: a GLOBAL round must pass
+		body := get(t, "http://"+c.nodes[0].httpAddr+"/metrics")
+		if i := strings.Index(body, want); i >= 0 && !strings.HasPrefix(body[i+len(want):], "0\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node-0 refused nothing as wrong_name from node-1, whose certificate names node-9")
+		}
+	}
+}
+
 // get returns the body of a GET of url.
 func get(t testing.TB, url string) string {
 	t.Helper()
