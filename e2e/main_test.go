@@ -36,8 +36,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// buildRlnode builds ./cmd/rlnode of this module into dir, without -race.
-func buildRlnode(dir string) (string, error) {
+// moduleDir returns the root directory of this module.
+func moduleDir() (string, error) {
 	// go test puts its own GOROOT/bin first in PATH, so "go" is the
 	// toolchain running these tests.
 	out, err := exec.Command("go", "env", "GOMOD").Output()
@@ -48,9 +48,18 @@ func buildRlnode(dir string) (string, error) {
 	if gomod == "" || gomod == os.DevNull {
 		return "", fmt.Errorf("not inside a module (GOMOD=%q)", gomod)
 	}
+	return filepath.Dir(gomod), nil
+}
+
+// buildRlnode builds ./cmd/rlnode of this module into dir, without -race.
+func buildRlnode(dir string) (string, error) {
+	root, err := moduleDir()
+	if err != nil {
+		return "", err
+	}
 	bin := filepath.Join(dir, "rlnode")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/rlnode")
-	build.Dir = filepath.Dir(gomod)
+	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/rlnode: %w\n%s", err, out)
 	}

@@ -1,0 +1,379 @@
+//go:build chaos
+
+// The chaos suite runs only with -tags chaos (`go test -tags chaos
+// -run Chaos ./e2e/`, as .ci/run does): it builds an image and runs
+// minutes of containers, too slow for the README's `go test ./...`.
+
+package e2e
+
+import (
+	"bytes"
+	crand "crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/internal/testpki"
+)
+
+// Settings of every chaos cluster, as the Helm chart deploys one.
+const (
+	chaosGrace    = 30 * time.Second // --shutdown-timeout; docker stop waits longer
+	chaosReady    = 60 * time.Second // a started node joins and is ready
+	chaosKeys     = 500              // distinct keys of the load
+	chaosLimit    = 40               // each key's limit per hour
+	chaosWorkers  = 8                // load goroutines, one check in flight each
+	chaosMaxCheck = 200_000          // bound on the checks of one load
+)
+
+// docker runs the docker CLI; the error carries its stderr.
+func docker(args ...string) (string, error) {
+	cmd := exec.Command("docker", args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("docker %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.TrimSpace(stdout.String()), nil
+}
+
+// requireDocker skips when there is no docker CLI or daemon: the suite
+// runs containers and has nothing to test without them.
+func requireDocker(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("docker"); err != nil {
+		t.Skip("skipped: no docker CLI on PATH; the chaos suite runs containers")
+	}
+	if _, err := docker("version", "--format", "{{.Server.Version}}"); err != nil {
+		t.Skipf("skipped: the docker daemon does not answer (%v); the chaos suite runs containers", err)
+	}
+}
+
+// chaosImage returns RINGLIMIT_IMAGE when set (.ci/run sets it to the
+// image it has just built), else builds this tree's image under a tag of
+// its own, removed when the test ends, so that concurrent runs never
+// replace each other's image.
+func chaosImage(t *testing.T, id string) string {
+	t.Helper()
+	if img := os.Getenv("RINGLIMIT_IMAGE"); img != "" {
+		return img
+	}
+	root, err := moduleDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := "ringlimit:chaos-" + id
+	out, err := exec.Command("make", "-C", root, "image", "IMAGE="+img).CombinedOutput()
+	if err != nil {
+		t.Fatalf("make image: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { docker("image", "rm", img) })
+	return img
+}
+
+// chaosCluster is a cluster of rlnode containers on a private network the
+// test created, joined through one network alias shared by all (as
+// through a headless Service), with mutual TLS between the nodes and
+// encrypted gossip.
+type chaosCluster struct {
+	t        *testing.T
+	id       string
+	image    string
+	network  string
+	headless string // the shared alias; member names are <n>.<headless>
+	prefix   string // of the network's /24, e.g. "10.214.7."
+	pki      string // directory with node.crt, node.key, node-ca.crt
+	key      string // gossip key, base64
+	nodes    []*chaosNode
+}
+
+// chaosNode is one container. Its embedded node has the member name
+// (its DNS name), the HTTP and gRPC addresses on the container's IP and a
+// client; the process fields are unused.
+type chaosNode struct {
+	*node
+	container, ip string
+}
+
+// startChaos starts n nodes and waits until each sees all n alive.
+func startChaos(t *testing.T, n int) *chaosCluster {
+	t.Helper()
+	requireDocker(t)
+	b := make([]byte, 4)
+	crand.Read(b)
+	id := hex.EncodeToString(b)
+	c := &chaosCluster{t: t, id: id, image: chaosImage(t, id), network: "ringlimit-chaos-" + id, headless: "rl-" + id + ".chaos"}
+	c.createNetwork()
+
+	// The cluster's CA and one certificate for every member name, as the
+	// chart generates them; and a 32-byte gossip key.
+	ca := testpki.NewCA(t, "ringlimit chaos CA")
+	c.pki = t.TempDir()
+	files := ca.Issue(t, "ringlimit chaos node", "*."+c.headless).Write(t, c.pki, "node", ca)
+	for _, f := range []string{files.Cert, files.Key, files.CA} {
+		if err := os.Chmod(f, 0o644); err != nil { // readable by the image's user, 65532
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(c.pki, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	key := make([]byte, 32)
+	crand.Read(key)
+	c.key = base64.StdEncoding.EncodeToString(key)
+
+	for range n {
+		c.add()
+	}
+	c.waitMembers(chaosReady)
+	return c
+}
+
+// createNetwork creates a bridge network with a random /24 of
+// 10.214.0.0/16, so nodes have fixed addresses the host can reach, and
+// removes it when the test ends (after the containers: cleanups run last
+// in, first out).
+func (c *chaosCluster) createNetwork() {
+	var err error
+	for range 8 {
+		third := rand.IntN(256)
+		subnet := fmt.Sprintf("10.214.%d.0/24", third)
+		if _, err = docker("network", "create", "--driver", "bridge", "--subnet", subnet, c.network); err == nil {
+			c.prefix = fmt.Sprintf("10.214.%d.", third)
+			c.t.Cleanup(func() { docker("network", "rm", c.network) })
+			return
+		}
+	}
+	c.t.Fatalf("create network: %v", err)
+}
+
+// add starts one more node, n<i>.<headless>, and returns it; it is ready
+// once waitMembers says so.
+func (c *chaosCluster) add() *chaosNode {
+	t := c.t
+	i := len(c.nodes)
+	short := fmt.Sprintf("n%d", i)
+	cn := &chaosNode{
+		container: fmt.Sprintf("rl-chaos-%s-%d", c.id, i),
+		ip:        fmt.Sprintf("%s%d", c.prefix, 10+i),
+	}
+	cn.node = &node{name: short + "." + c.headless, http: cn.ip + ":8080", grpc: cn.ip + ":8081"}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs, _ := exec.Command("docker", "logs", "--tail", "30", cn.container).CombinedOutput()
+			t.Logf("docker logs %s:\n%s", cn.container, logs)
+		}
+		docker("rm", "--force", "--volumes", cn.container)
+	})
+	_, err := docker("run", "--detach", "--name", cn.container, "--hostname", short,
+		"--network", c.network, "--ip", cn.ip,
+		"--network-alias", c.headless, "--network-alias", cn.name,
+		"--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+		"--volume", c.pki+":/pki:ro",
+		"--stop-timeout", fmt.Sprint(int(chaosGrace.Seconds())+15),
+		"--env", "RLNODE_GOSSIP_KEY="+c.key,
+		c.image,
+		"--node-name", cn.name,
+		"--advertise-addr", cn.ip,
+		"--join", c.headless+":7946",
+		"--peer-tls-cert", "/pki/node.crt", "--peer-tls-key", "/pki/node.key", "--peer-tls-ca", "/pki/node-ca.crt",
+		"--shutdown-timeout", chaosGrace.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(cn.grpc)
+	if err != nil {
+		t.Fatalf("%s: gRPC client: %v", cn.name, err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	cn.client = cl
+	c.nodes = append(c.nodes, cn)
+	return cn
+}
+
+// running lists the nodes whose container runs (not killed, stopped or
+// paused by the test).
+func (c *chaosCluster) running() []*chaosNode {
+	var out []*chaosNode
+	for _, n := range c.nodes {
+		if s, err := docker("inspect", "--format", "{{.State.Status}}", n.container); err == nil && s == "running" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// waitMembers waits until every running node is ready and sees exactly
+// the running nodes alive, and returns how long that took.
+func (c *chaosCluster) waitMembers(timeout time.Duration) time.Duration {
+	c.t.Helper()
+	run := c.running()
+	var want []string
+	for _, n := range run {
+		want = append(want, n.name)
+	}
+	slices.Sort(want)
+	return poll(c.t, timeout, "membership", func() (bool, string) {
+		var status []string
+		ok := true
+		for _, n := range run {
+			code, _, err := httpGet(n.http + "/readyz")
+			ms, merr := members(n.node)
+			got := aliveNames(ms)
+			if err != nil || code != 200 || merr != nil || !slices.Equal(got, want) {
+				ok = false
+			}
+			status = append(status, fmt.Sprintf("%s ready %d (%v) sees %v (%v)", n.name, code, err, got, merr))
+		}
+		return ok, strings.Join(status, "; ")
+	})
+}
+
+// chaosLoad drives checks from the host at the nodes it is told to use,
+// as a Service sends to its ready endpoints, and counts outcomes per
+// phase and per key. Each check names one of chaosKeys keys with a limit
+// of chaosLimit an hour (SLIDING_LOG: nothing refills during a test), so
+// the exact number of checks to admit is, over keys, min(answered,
+// limit).
+type chaosLoad struct {
+	targets atomic.Pointer[[]*chaosNode]
+	phase   atomic.Int32
+	phases  []*chaosPhase
+	stopped atomic.Bool
+	wg      sync.WaitGroup
+
+	mu    sync.Mutex
+	byKey [chaosKeys]struct{ answered, admitted int }
+}
+
+// chaosPhase counts the checks sent while the load was in one phase.
+type chaosPhase struct {
+	name    string
+	tally   tally
+	slowest atomic.Int64 // nanoseconds
+}
+
+// startLoad starts chaosWorkers goroutines sending checks to targets
+// until stop, d or chaosMaxCheck checks in all. The phases are named in
+// order; next moves to the next one.
+func startLoad(t *testing.T, id string, targets []*chaosNode, d time.Duration, phases ...string) *chaosLoad {
+	l := &chaosLoad{}
+	for _, p := range phases {
+		l.phases = append(l.phases, &chaosPhase{name: p})
+	}
+	l.setTargets(targets)
+	end := time.Now().Add(d)
+	var sent atomic.Int64
+	for w := range chaosWorkers {
+		l.wg.Go(func() {
+			for i := w; !l.stopped.Load() && time.Now().Before(end) && sent.Add(1) <= chaosMaxCheck; i++ {
+				ts := *l.targets.Load()
+				k := rand.IntN(chaosKeys)
+				item := &pb.CheckItem{Name: "chaos", Key: fmt.Sprintf("%s:%d", id, k), Limit: chaosLimit,
+					DurationMs: hour, Algorithm: pb.Algorithm_SLIDING_LOG}
+				p := l.phases[l.phase.Load()]
+				start := time.Now()
+				r, err := check(ts[i%len(ts)].node, item)
+				took := int64(time.Since(start))
+				for s := p.slowest.Load(); took > s && !p.slowest.CompareAndSwap(s, took); s = p.slowest.Load() {
+				}
+				p.tally.add(r, err)
+				if err == nil {
+					l.mu.Lock()
+					l.byKey[k].answered++
+					if r.Status == pb.Status_UNDER_LIMIT {
+						l.byKey[k].admitted++
+					}
+					l.mu.Unlock()
+				}
+			}
+		})
+	}
+	t.Cleanup(l.stop)
+	return l
+}
+
+func (l *chaosLoad) setTargets(ts []*chaosNode) { l.targets.Store(&ts) }
+
+// next moves the load to its next phase.
+func (l *chaosLoad) next() { l.phase.Add(1) }
+
+// stop ends the load and waits for the checks in flight.
+func (l *chaosLoad) stop() {
+	l.stopped.Store(true)
+	l.wg.Wait()
+}
+
+// admitted returns the checks admitted and the exact number a single
+// perfect counter per key would have admitted for the same answered
+// checks.
+func (l *chaosLoad) admitted() (got, exact int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, k := range l.byKey {
+		got += k.admitted
+		exact += min(k.answered, chaosLimit)
+	}
+	return got, exact
+}
+
+// answered returns phase p's answered share of the checks sent, in [0, 1].
+func (p *chaosPhase) answered() (float64, int, int) {
+	p.tally.mu.Lock()
+	defer p.tally.mu.Unlock()
+	ok := p.tally.admitted + p.tally.refused
+	sent := ok + p.tally.errors
+	if sent == 0 {
+		return 1, 0, 0
+	}
+	return float64(ok) / float64(sent), sent, p.tally.errors
+}
+
+// table prints what the load saw, a row per phase, and the figures the
+// scenario measured (e.g. time to converge).
+func (l *chaosLoad) table(t *testing.T, title string, figures ...string) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n\n| phase | checks sent | answered | errors | answered %% | slowest check |\n|---|---|---|---|---|---|\n", title)
+	for _, p := range l.phases {
+		share, sent, errs := p.answered()
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %.3f | %v |\n", p.name, sent, sent-errs, errs, 100*share,
+			time.Duration(p.slowest.Load()).Round(time.Millisecond))
+	}
+	got, exact := l.admitted()
+	fmt.Fprintf(&b, "\nadmitted %d, exact limit %d (%+.2f%%)\n", got, exact, 100*float64(got-exact)/float64(max(exact, 1)))
+	for _, f := range figures {
+		fmt.Fprintln(&b, f)
+	}
+	t.Log("\n" + b.String())
+}
+
+// minAnswered fails the test when phase i answered less than share of
+// its checks.
+func (l *chaosLoad) minAnswered(t *testing.T, i int, share float64) {
+	t.Helper()
+	p := l.phases[i]
+	if got, sent, _ := p.answered(); got < share {
+		t.Errorf("%s: answered %.3f%% of %d checks, want >= %.3f%%: %s", p.name, 100*got, sent, 100*share, p.tally.String())
+	}
+}
+
+// within fails the test when the checks admitted differ from the exact
+// limit by more than share of it.
+func (l *chaosLoad) within(t *testing.T, share float64) {
+	t.Helper()
+	got, exact := l.admitted()
+	if d := float64(got - exact); d > share*float64(exact) || -d > share*float64(exact) {
+		t.Errorf("admitted %d, exact limit %d: off by more than %.1f%%", got, exact, 100*share)
+	}
+}

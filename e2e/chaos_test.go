@@ -1,0 +1,67 @@
+//go:build chaos
+
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestChaosKillNine kills one of five nodes with SIGKILL under load: the
+// survivors answer at least 99% of the checks sent to them while the ring
+// drops it, the ring converges within 10 s, and every check after that is
+// answered.
+func TestChaosKillNine(t *testing.T) {
+	c := startChaos(t, 5)
+	victim, survivors := c.nodes[4], c.nodes[:4]
+	l := startLoad(t, c.id, c.nodes, 30*time.Second, "before", "during (kill -9 until converged)", "after")
+	time.Sleep(5 * time.Second) // load before the event
+	l.setTargets(survivors)     // as a Service drops the endpoint
+	l.next()
+	if _, err := docker("kill", "--signal", "KILL", victim.container); err != nil {
+		t.Fatal(err)
+	}
+	converged := c.waitMembers(10 * time.Second)
+	l.next()
+	time.Sleep(8 * time.Second) // load after the event
+	l.stop()
+	l.table(t, "kill -9 one of 5 nodes", fmt.Sprintf("ring converged %v after the kill (bound 10s)", converged.Round(10*time.Millisecond)))
+	l.minAnswered(t, 1, 0.99)
+	l.minAnswered(t, 2, 1)
+}
+
+// TestChaosStopAll stops all five nodes at once, as `helm uninstall`
+// does: each leaves and hands off as far as it can, and every one exits 0
+// within 8 s, not one leave timeout per node.
+func TestChaosStopAll(t *testing.T) {
+	c := startChaos(t, 5)
+	l := startLoad(t, c.id, c.nodes, time.Minute, "load before the stop")
+	time.Sleep(5 * time.Second) // load, so that there are counters to hand off
+	l.stop()
+	start := time.Now()
+	var wg sync.WaitGroup
+	took := make([]time.Duration, len(c.nodes))
+	for i, n := range c.nodes {
+		wg.Go(func() {
+			docker("stop", "--time", fmt.Sprint(int(chaosGrace.Seconds())+15), n.container)
+			took[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	var rows []string
+	for i, n := range c.nodes {
+		code, err := docker("inspect", "--format", "{{.State.ExitCode}}", n.container)
+		rows = append(rows, fmt.Sprintf("| %s | %v | %s |", n.name, took[i].Round(10*time.Millisecond), code))
+		if err != nil || code != "0" {
+			t.Errorf("%s: exit code %q (%v), want 0", n.name, code, err)
+		}
+		if took[i] > 8*time.Second {
+			t.Errorf("%s: exited %v after the stop, want within 8s", n.name, took[i])
+		}
+	}
+	l.table(t, "all 5 nodes stopped at once (docker stop, SIGTERM)",
+		"\n| node | exited after | exit code |\n|---|---|---|\n"+strings.Join(rows, "\n"))
+}
