@@ -344,11 +344,14 @@ func (p *chaosPhase) answered() (float64, int, int) {
 // scenario measured (e.g. time to converge).
 func (l *chaosLoad) table(t *testing.T, title string, figures ...string) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n\n| phase | checks sent | answered | errors | answered %% | slowest check |\n|---|---|---|---|---|---|\n", title)
+	fmt.Fprintf(&b, "%s\n\n| phase | checks sent | answered | errors | answered %% | slowest check | decided by |\n|---|---|---|---|---|---|---|\n", title)
 	for _, p := range l.phases {
 		share, sent, errs := p.answered()
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %.3f | %v |\n", p.name, sent, sent-errs, errs, 100*share,
-			time.Duration(p.slowest.Load()).Round(time.Millisecond))
+		p.tally.mu.Lock()
+		by := fmt.Sprint(p.tally.decidedBy)
+		p.tally.mu.Unlock()
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %.3f | %v | %s |\n", p.name, sent, sent-errs, errs, 100*share,
+			time.Duration(p.slowest.Load()).Round(time.Millisecond), by)
 	}
 	got, exact := l.admitted()
 	fmt.Fprintf(&b, "\nadmitted %d, exact limit %d (%+.2f%%)\n", got, exact, 100*float64(got-exact)/float64(max(exact, 1)))

@@ -65,3 +65,41 @@ func TestChaosStopAll(t *testing.T) {
 	l.table(t, "all 5 nodes stopped at once (docker stop, SIGTERM)",
 		"\n| node | exited after | exit code |\n|---|---|---|\n"+strings.Join(rows, "\n"))
 }
+
+// forwardDeadline is peer.Config's default Timeout: no forward waits
+// longer. A check whose owner does not answer waits that long and is then
+// decided with this node's share; fallbackSlack is the time that local
+// decision and the client's own round trip may add.
+const (
+	forwardDeadline = 2 * time.Second
+	fallbackSlack   = 250 * time.Millisecond
+)
+
+// TestChaosPause freezes one of five nodes (docker pause: SIGSTOP to its
+// processes, as a long GC pause or a stalled VM) for 15 s under load sent
+// to the other four: no check waits longer than the forward deadline,
+// and once thawed the node rejoins, every node sees all five alive within
+// 15 s, and every check after that is answered.
+func TestChaosPause(t *testing.T) {
+	c := startChaos(t, 5)
+	frozen, others := c.nodes[4], c.nodes[:4]
+	l := startLoad(t, c.id, others, time.Minute, "before", "frozen for 15s", "after the thaw")
+	time.Sleep(3 * time.Second) // load before the freeze
+	l.next()
+	if _, err := docker("pause", frozen.container); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(15 * time.Second) // the freeze itself
+	if _, err := docker("unpause", frozen.container); err != nil {
+		t.Fatal(err)
+	}
+	l.next()
+	rejoined := c.waitMembers(15 * time.Second)
+	time.Sleep(5 * time.Second) // load after the thaw
+	l.stop()
+	l.table(t, "docker pause one of 5 nodes for 15s", fmt.Sprintf("all 5 alive again %v after the thaw (bound 15s)", rejoined.Round(10*time.Millisecond)))
+	if slowest := time.Duration(l.phases[1].slowest.Load()); slowest > forwardDeadline+fallbackSlack {
+		t.Errorf("slowest check while %s was frozen took %v, want at most the forward deadline %v (+%v)", frozen.name, slowest, forwardDeadline, fallbackSlack)
+	}
+	l.minAnswered(t, 2, 1)
+}
