@@ -90,9 +90,11 @@ type chaosCluster struct {
 	t        *testing.T
 	id       string
 	image    string
-	network  string
+	network  string // the nodes' network: gossip and peer traffic
+	clients  string // the network the test's load reaches the nodes on
 	headless string // the shared alias; member names are <n>.<headless>
-	prefix   string // of the network's /24, e.g. "10.214.7."
+	prefix   string // of the nodes' network's /24, e.g. "10.214.7."
+	cprefix  string // of the clients' network's /24
 	pki      string // directory with node.crt, node.key, node-ca.crt
 	key      string // gossip key, base64
 	nodes    []*chaosNode
@@ -103,7 +105,7 @@ type chaosCluster struct {
 // client; the process fields are unused.
 type chaosNode struct {
 	*node
-	container, ip string
+	container, ip string // ip on the nodes' network
 }
 
 // startChaos starts n nodes and waits until each sees all n alive.
@@ -113,8 +115,10 @@ func startChaos(t *testing.T, n int) *chaosCluster {
 	b := make([]byte, 4)
 	crand.Read(b)
 	id := hex.EncodeToString(b)
-	c := &chaosCluster{t: t, id: id, image: chaosImage(t, id), network: "ringlimit-chaos-" + id, headless: "rl-" + id + ".chaos"}
-	c.createNetwork()
+	c := &chaosCluster{t: t, id: id, image: chaosImage(t, id), network: "ringlimit-chaos-" + id,
+		clients: "ringlimit-chaos-clients-" + id, headless: "rl-" + id + ".chaos"}
+	c.prefix = c.createNetwork(c.network, 214)
+	c.cprefix = c.createNetwork(c.clients, 215)
 
 	// The cluster's CA and one certificate for every member name, as the
 	// chart generates them; and a 32-byte gossip key.
@@ -141,21 +145,20 @@ func startChaos(t *testing.T, n int) *chaosCluster {
 }
 
 // createNetwork creates a bridge network with a random /24 of
-// 10.214.0.0/16, so nodes have fixed addresses the host can reach, and
+// 10.<second>.0.0/16, so nodes have fixed addresses the host can reach,
 // removes it when the test ends (after the containers: cleanups run last
-// in, first out).
-func (c *chaosCluster) createNetwork() {
+// in, first out) and returns the /24's prefix ("10.214.7.").
+func (c *chaosCluster) createNetwork(name string, second int) string {
 	var err error
 	for range 8 {
-		third := rand.IntN(256)
-		subnet := fmt.Sprintf("10.214.%d.0/24", third)
-		if _, err = docker("network", "create", "--driver", "bridge", "--subnet", subnet, c.network); err == nil {
-			c.prefix = fmt.Sprintf("10.214.%d.", third)
-			c.t.Cleanup(func() { docker("network", "rm", c.network) })
-			return
+		prefix := fmt.Sprintf("10.%d.%d.", second, rand.IntN(256))
+		if _, err = docker("network", "create", "--driver", "bridge", "--subnet", prefix+"0/24", name); err == nil {
+			c.t.Cleanup(func() { docker("network", "rm", name) })
+			return prefix
 		}
 	}
-	c.t.Fatalf("create network: %v", err)
+	c.t.Fatalf("create network %s: %v", name, err)
+	return ""
 }
 
 // add starts one more node, n<i>.<headless>, and returns it; it is ready
@@ -168,7 +171,8 @@ func (c *chaosCluster) add() *chaosNode {
 		container: fmt.Sprintf("rl-chaos-%s-%d", c.id, i),
 		ip:        fmt.Sprintf("%s%d", c.prefix, 10+i),
 	}
-	cn.node = &node{name: short + "." + c.headless, http: cn.ip + ":8080", grpc: cn.ip + ":8081"}
+	clientIP := fmt.Sprintf("%s%d", c.cprefix, 10+i)
+	cn.node = &node{name: short + "." + c.headless, http: clientIP + ":8080", grpc: clientIP + ":8081"}
 	t.Cleanup(func() {
 		if t.Failed() {
 			logs, _ := exec.Command("docker", "logs", "--tail", "30", cn.container).CombinedOutput()
@@ -176,7 +180,10 @@ func (c *chaosCluster) add() *chaosNode {
 		}
 		docker("rm", "--force", "--volumes", cn.container)
 	})
-	_, err := docker("run", "--detach", "--name", cn.container, "--hostname", short,
+	// Created on the nodes' network, connected to the clients' one, then
+	// started: a network cut between nodes (partition) leaves the load's
+	// path to every node intact.
+	_, err := docker("create", "--name", cn.container, "--hostname", short,
 		"--network", c.network, "--ip", cn.ip,
 		"--network-alias", c.headless, "--network-alias", cn.name,
 		"--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
@@ -190,6 +197,12 @@ func (c *chaosCluster) add() *chaosNode {
 		"--peer-tls-cert", "/pki/node.crt", "--peer-tls-key", "/pki/node.key", "--peer-tls-ca", "/pki/node-ca.crt",
 		"--shutdown-timeout", chaosGrace.String())
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := docker("network", "connect", "--ip", clientIP, c.clients, cn.container); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := docker("start", cn.container); err != nil {
 		t.Fatal(err)
 	}
 	cl, err := client.New(cn.grpc)
@@ -262,6 +275,7 @@ type chaosPhase struct {
 	name    string
 	tally   tally
 	slowest atomic.Int64 // nanoseconds
+	total   atomic.Int64 // nanoseconds, of all its checks
 }
 
 // startLoad starts chaosWorkers goroutines sending checks to targets
@@ -286,6 +300,7 @@ func startLoad(t *testing.T, id string, targets []*chaosNode, d time.Duration, p
 				start := time.Now()
 				r, err := check(ts[i%len(ts)].node, item)
 				took := int64(time.Since(start))
+				p.total.Add(took)
 				for s := p.slowest.Load(); took > s && !p.slowest.CompareAndSwap(s, took); s = p.slowest.Load() {
 				}
 				p.tally.add(r, err)
@@ -344,13 +359,14 @@ func (p *chaosPhase) answered() (float64, int, int) {
 // scenario measured (e.g. time to converge).
 func (l *chaosLoad) table(t *testing.T, title string, figures ...string) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n\n| phase | checks sent | answered | errors | answered %% | slowest check | decided by |\n|---|---|---|---|---|---|---|\n", title)
+	fmt.Fprintf(&b, "%s\n\n| phase | checks sent | answered | errors | answered %% | mean check | slowest check | decided by |\n|---|---|---|---|---|---|---|---|\n", title)
 	for _, p := range l.phases {
 		share, sent, errs := p.answered()
 		p.tally.mu.Lock()
 		by := fmt.Sprint(p.tally.decidedBy)
 		p.tally.mu.Unlock()
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %.3f | %v | %s |\n", p.name, sent, sent-errs, errs, 100*share,
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %.3f | %v | %v | %s |\n", p.name, sent, sent-errs, errs, 100*share,
+			(time.Duration(p.total.Load()) / time.Duration(max(sent, 1))).Round(100*time.Microsecond),
 			time.Duration(p.slowest.Load()).Round(time.Millisecond), by)
 	}
 	got, exact := l.admitted()
@@ -378,5 +394,22 @@ func (l *chaosLoad) within(t *testing.T, share float64) {
 	got, exact := l.admitted()
 	if d := float64(got - exact); d > share*float64(exact) || -d > share*float64(exact) {
 		t.Errorf("admitted %d, exact limit %d: off by more than %.1f%%", got, exact, 100*share)
+	}
+}
+
+// cut disconnects n from the nodes' network: it keeps answering clients
+// but reaches no other node, and no other node reaches it.
+func (c *chaosCluster) cut(n *chaosNode) {
+	c.t.Helper()
+	if _, err := docker("network", "disconnect", c.network, n.container); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// heal connects n back to the nodes' network with its address and names.
+func (c *chaosCluster) heal(n *chaosNode) {
+	c.t.Helper()
+	if _, err := docker("network", "connect", "--ip", n.ip, "--alias", c.headless, "--alias", n.name, c.network, n.container); err != nil {
+		c.t.Fatal(err)
 	}
 }

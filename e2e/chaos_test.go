@@ -103,3 +103,30 @@ func TestChaosPause(t *testing.T) {
 	}
 	l.minAnswered(t, 2, 1)
 }
+
+// TestChaosPartition cuts two of five nodes off the other three for 20 s
+// (docker network disconnect) under load sent to all five, then heals the
+// network: both sides keep answering (each decides with the ring it
+// sees), and every node sees all five alive within 15 s of the heal.
+func TestChaosPartition(t *testing.T) {
+	c := startChaos(t, 5)
+	minority := c.nodes[3:]
+	l := startLoad(t, c.id, c.nodes, 2*time.Minute, "before", "partitioned 3/2 for 20s", "after the heal")
+	time.Sleep(3 * time.Second) // load before the cut
+	l.next()
+	for _, n := range minority {
+		c.cut(n)
+	}
+	time.Sleep(20 * time.Second) // the partition itself
+	for _, n := range minority {
+		c.heal(n)
+	}
+	l.next()
+	healed := c.waitMembers(15 * time.Second)
+	time.Sleep(5 * time.Second) // load after the heal
+	l.stop()
+	l.table(t, "partition 2 of 5 nodes for 20s, then heal", fmt.Sprintf("all 5 alive on every node %v after the heal (bound 15s)", healed.Round(10*time.Millisecond)))
+	for i := range l.phases {
+		l.minAnswered(t, i, 0.99)
+	}
+}
