@@ -1,5 +1,5 @@
 # The README's commands. `make test` is what CI runs.
-.PHONY: test e2e generate bench fuzz image cluster cluster-down
+.PHONY: test e2e chaos generate bench fuzz image cluster cluster-down
 
 test:
 	go test -race ./...
@@ -7,6 +7,10 @@ test:
 # The tests that run real rlnode processes (also part of `make test`).
 e2e:
 	go test -race ./e2e/
+
+# The chaos suite on containers of the image (docs/chaos.md); needs Docker.
+chaos: image
+	RINGLIMIT_IMAGE=$(IMAGE) go test -tags chaos -count=1 -v -run '^TestChaos' -timeout 15m ./e2e/
 
 generate:
 	protoc -I api/proto --go_out=api/ringlimitv1 --go_opt=paths=source_relative \
