@@ -359,13 +359,13 @@ func (p *chaosPhase) answered() (float64, int, int) {
 // scenario measured (e.g. time to converge).
 func (l *chaosLoad) table(t *testing.T, title string, figures ...string) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n\n| phase | checks sent | answered | errors | answered %% | mean check | slowest check | decided by |\n|---|---|---|---|---|---|---|---|\n", title)
+	fmt.Fprintf(&b, "%s\n\n| phase | checks sent | answered | errors | answered %% | admitted | mean check | slowest check | decided by |\n|---|---|---|---|---|---|---|---|---|\n", title)
 	for _, p := range l.phases {
 		share, sent, errs := p.answered()
 		p.tally.mu.Lock()
-		by := fmt.Sprint(p.tally.decidedBy)
+		by, admitted := fmt.Sprint(p.tally.decidedBy), p.tally.admitted
 		p.tally.mu.Unlock()
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %.3f | %v | %v | %s |\n", p.name, sent, sent-errs, errs, 100*share,
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %.3f | %d | %v | %v | %s |\n", p.name, sent, sent-errs, errs, 100*share, admitted,
 			(time.Duration(p.total.Load()) / time.Duration(max(sent, 1))).Round(100*time.Microsecond),
 			time.Duration(p.slowest.Load()).Round(time.Millisecond), by)
 	}
@@ -412,4 +412,20 @@ func (c *chaosCluster) heal(n *chaosNode) {
 	if _, err := docker("network", "connect", "--ip", n.ip, "--alias", c.headless, "--alias", n.name, c.network, n.container); err != nil {
 		c.t.Fatal(err)
 	}
+}
+
+// stop stops n with SIGTERM, as the kubelet does, waiting longer than its
+// shutdown timeout, and fails the test unless it exits 0. It returns how
+// long the stop took.
+func (c *chaosCluster) stop(n *chaosNode) time.Duration {
+	c.t.Helper()
+	start := time.Now()
+	if _, err := docker("stop", "--time", fmt.Sprint(int(chaosGrace.Seconds())+15), n.container); err != nil {
+		c.t.Fatal(err)
+	}
+	took := time.Since(start)
+	if code, err := docker("inspect", "--format", "{{.State.ExitCode}}", n.container); err != nil || code != "0" {
+		c.t.Errorf("%s: exit code %q (%v) after SIGTERM, want 0", n.name, code, err)
+	}
+	return took
 }
