@@ -429,3 +429,21 @@ func (c *chaosCluster) stop(n *chaosNode) time.Duration {
 	}
 	return took
 }
+
+// fault runs a fault of length d under l, in l's three phases: 3 s of load
+// before, the fault from begin to end, and 5 s of load after the cluster
+// has converged again (within 15 s of end). It stops l and returns how
+// long the cluster took to converge after end.
+func (c *chaosCluster) fault(l *chaosLoad, d time.Duration, begin, end func()) time.Duration {
+	c.t.Helper()
+	time.Sleep(3 * time.Second) // load before the fault
+	l.next()
+	begin()
+	time.Sleep(d) // the fault itself
+	end()
+	l.next()
+	converged := c.waitMembers(15 * time.Second)
+	time.Sleep(5 * time.Second) // load after the fault
+	l.stop()
+	return converged
+}

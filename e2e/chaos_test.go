@@ -84,19 +84,15 @@ func TestChaosPause(t *testing.T) {
 	c := startChaos(t, 5)
 	frozen, others := c.nodes[4], c.nodes[:4]
 	l := startLoad(t, c.id, others, time.Minute, "before", "frozen for 15s", "after the thaw")
-	time.Sleep(3 * time.Second) // load before the freeze
-	l.next()
-	if _, err := docker("pause", frozen.container); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(15 * time.Second) // the freeze itself
-	if _, err := docker("unpause", frozen.container); err != nil {
-		t.Fatal(err)
-	}
-	l.next()
-	rejoined := c.waitMembers(15 * time.Second)
-	time.Sleep(5 * time.Second) // load after the thaw
-	l.stop()
+	rejoined := c.fault(l, 15*time.Second, func() {
+		if _, err := docker("pause", frozen.container); err != nil {
+			t.Fatal(err)
+		}
+	}, func() {
+		if _, err := docker("unpause", frozen.container); err != nil {
+			t.Fatal(err)
+		}
+	})
 	l.table(t, "docker pause one of 5 nodes for 15s", fmt.Sprintf("all 5 alive again %v after the thaw (bound 15s)", rejoined.Round(10*time.Millisecond)))
 	if slowest := time.Duration(l.phases[1].slowest.Load()); slowest > forwardDeadline+fallbackSlack {
 		t.Errorf("slowest check while %s was frozen took %v, want at most the forward deadline %v (+%v)", frozen.name, slowest, forwardDeadline, fallbackSlack)
@@ -112,19 +108,15 @@ func TestChaosPartition(t *testing.T) {
 	c := startChaos(t, 5)
 	minority := c.nodes[3:]
 	l := startLoad(t, c.id, c.nodes, 2*time.Minute, "before", "partitioned 3/2 for 20s", "after the heal")
-	time.Sleep(3 * time.Second) // load before the cut
-	l.next()
-	for _, n := range minority {
-		c.cut(n)
-	}
-	time.Sleep(20 * time.Second) // the partition itself
-	for _, n := range minority {
-		c.heal(n)
-	}
-	l.next()
-	healed := c.waitMembers(15 * time.Second)
-	time.Sleep(5 * time.Second) // load after the heal
-	l.stop()
+	healed := c.fault(l, 20*time.Second, func() {
+		for _, n := range minority {
+			c.cut(n)
+		}
+	}, func() {
+		for _, n := range minority {
+			c.heal(n)
+		}
+	})
 	l.table(t, "partition 2 of 5 nodes for 20s, then heal", fmt.Sprintf("all 5 alive on every node %v after the heal (bound 15s)", healed.Round(10*time.Millisecond)))
 	for i := range l.phases {
 		l.minAnswered(t, i, 0.99)
