@@ -111,6 +111,7 @@ func New(conf Config) *Service {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.metrics = newMetrics(conf.Registerer)
+	s.registerSuspects(conf.Registerer)
 	s.global = global.New(global.Config{
 		Store: s.store, Cluster: s.cluster, Peers: conf.Peers,
 		Validate: func(item *pb.CheckItem, now time.Time) (limiter.Request, error) {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/peer"
 )
@@ -65,6 +67,19 @@ func (s *suspects) clear(addr string) {
 	delete(s.until, addr)
 }
 
+// count returns how many addresses are suspect at now.
+func (s *suspects) count(now time.Time) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, until := range s.until {
+		if now.Before(until) {
+			n++
+		}
+	}
+	return n
+}
+
 // list returns the addresses suspect at now, and forgets the lapsed ones,
 // so that the map holds only owners that failed in the last suspectFor.
 func (s *suspects) list(now time.Time) []string {
@@ -79,6 +94,19 @@ func (s *suspects) list(now time.Time) []string {
 		addrs = append(addrs, addr)
 	}
 	return addrs
+}
+
+// registerSuspects exports the number of suspect owners to reg, read at
+// each scrape: a non-zero value means checks for some keys are decided
+// here with this node's share.
+func (s *Service) registerSuspects(reg prometheus.Registerer) {
+	if reg == nil {
+		return
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ringlimit_suspect_owners",
+		Help: "Owners this node suspects after a forward to them timed out or found them unreachable: their keys are decided here with this node's share until a probe answers.",
+	}, func() float64 { return float64(s.suspects.count(time.Now())) }))
 }
 
 // failed reports whether err, from a forward made with ctx, means the

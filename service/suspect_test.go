@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -23,7 +24,13 @@ import (
 // probes); once the owner answers a probe, checks are forwarded again.
 func TestFrozenOwnerIsSuspectedUntilItAnswers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, svcs := newFakeCluster(3)
+		reg := prometheus.NewRegistry()
+		c, svcs := newFakeClusterWith(3, func(i int) Config {
+			if i == 0 {
+				return Config{Registerer: reg}
+			}
+			return Config{}
+		})
 		ctx, cancel := context.WithCancel(t.Context())
 		var wg sync.WaitGroup
 		wg.Go(func() { svcs[0].probe(ctx) })
@@ -53,6 +60,12 @@ func TestFrozenOwnerIsSuspectedUntilItAnswers(t *testing.T) {
 		if n := svcs[2].store.Len(); n != 0 {
 			t.Fatalf("the frozen owner holds %d counters, want 0", n)
 		}
+		if n := metricSum(t, reg, "ringlimit_suspect_owners"); n != 1 {
+			t.Errorf("ringlimit_suspect_owners = %v while the owner is frozen, want 1", n)
+		}
+		if n := metricSum(t, reg, "ringlimit_forward_fallbacks_total"); n != 41 {
+			t.Errorf("ringlimit_forward_fallbacks_total = %v after 41 fallback answers, want 41", n)
+		}
 
 		c.frozen.Delete("peer-2")
 		time.Sleep(probeEvery + probeTimeout) // one round of probes, at most, finds it answering
@@ -63,6 +76,9 @@ func TestFrozenOwnerIsSuspectedUntilItAnswers(t *testing.T) {
 		}
 		if n := svcs[2].store.Len(); n != 1 {
 			t.Fatalf("the owner holds %d counters after it answered, want 1", n)
+		}
+		if n := metricSum(t, reg, "ringlimit_suspect_owners"); n != 0 {
+			t.Errorf("ringlimit_suspect_owners = %v after the owner answered, want 0", n)
 		}
 	})
 }
