@@ -24,13 +24,21 @@ type freezeLoad struct {
 }
 
 // TestFrozenOwner stops one of three nodes with SIGSTOP (what docker pause
-// does) for 3s, less than memberlist takes to declare it dead, while each
-// survivor checks keys of every owner, one check at a time. A check for
-// the frozen node's keys waits at most the forward deadline, once per
-// survivor: after that first timeout the survivor suspects the owner and
-// answers its keys at once with its share (decided_by fallback). After
-// SIGCONT the node is a member again and checks are forwarded to it again.
+// does) while each survivor checks keys of every owner, one check at a
+// time: for 3s, less than memberlist takes to declare it dead, and for 7s,
+// more. A check for the frozen node's keys waits at most the forward
+// deadline, once per survivor: after that first timeout the survivor
+// suspects the owner and answers its keys at once with its share
+// (decided_by fallback), and later as their owner once the ring drops the
+// frozen node. After SIGCONT the node is a member again and checks are
+// forwarded to it again.
 func TestFrozenOwner(t *testing.T) {
+	for _, frozenFor := range []time.Duration{3 * time.Second, 7 * time.Second} {
+		t.Run(frozenFor.String(), func(t *testing.T) { testFrozenOwner(t, frozenFor) })
+	}
+}
+
+func testFrozenOwner(t *testing.T, frozenFor time.Duration) {
 	c := startCluster(t, 3)
 	victim, survivors := c.nodes[2], c.nodes[:2]
 	item := func(i int) *pb.CheckItem {
@@ -44,7 +52,6 @@ func TestFrozenOwner(t *testing.T) {
 		}
 	}
 
-	const frozenFor = 3 * time.Second
 	victim.signal(t, syscall.SIGSTOP)
 	thawed := false
 	defer func() {
