@@ -270,8 +270,8 @@ func every(n int) []int {
 
 // Run drives the service's background work until ctx ends: GLOBAL sync
 // rounds, hand-off of counters this node no longer owns, and probes of
-// suspect owners. Shutdown then
-// calls HandOff and FlushGlobal, in that order.
+// suspect owners. Shutdown then calls HandOff and FlushGlobal, in that
+// order.
 func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.handoff.Run(ctx) })

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,12 +40,18 @@ var errSuspect = fmt.Errorf("owner suspect after a failed forward, not tried unt
 // failed, each with the time its suspicion lapses. It is safe for
 // concurrent use.
 type suspects struct {
+	// held is len(until), so that a forward, which asks on every call,
+	// takes no lock while no owner is suspect: the normal case.
+	held  atomic.Int64
 	mu    sync.Mutex
 	until map[string]time.Time
 }
 
 // suspect reports whether addr is suspect at now.
 func (s *suspects) suspect(addr string, now time.Time) bool {
+	if s.held.Load() == 0 {
+		return false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return now.Before(s.until[addr])
@@ -58,6 +65,7 @@ func (s *suspects) mark(addr string, now time.Time) {
 		s.until = make(map[string]time.Time)
 	}
 	s.until[addr] = now.Add(suspectFor)
+	s.held.Store(int64(len(s.until)))
 }
 
 // clear ends addr's suspicion.
@@ -65,6 +73,7 @@ func (s *suspects) clear(addr string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.until, addr)
+	s.held.Store(int64(len(s.until)))
 }
 
 // count returns how many addresses are suspect at now.
@@ -93,6 +102,7 @@ func (s *suspects) list(now time.Time) []string {
 		}
 		addrs = append(addrs, addr)
 	}
+	s.held.Store(int64(len(s.until)))
 	return addrs
 }
 
