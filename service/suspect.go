@@ -45,6 +45,39 @@ type suspects struct {
 	held  atomic.Int64
 	mu    sync.Mutex
 	until map[string]time.Time
+	// watches holds, by address, a context canceled when the address
+	// becomes suspect: forwards in flight to it then stop waiting too.
+	watches sync.Map // string -> context.Context with its cancel, a watch
+}
+
+// watch is the context of one address's forwards until it is suspected.
+type watch struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// watch returns the context that is canceled when addr becomes suspect.
+func (s *suspects) watch(addr string) context.Context {
+	if w, ok := s.watches.Load(addr); ok {
+		return w.(*watch).ctx
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w, loaded := s.watches.LoadOrStore(addr, &watch{ctx, cancel})
+	if loaded {
+		cancel()
+	}
+	return w.(*watch).ctx
+}
+
+// forget drops the watches of addresses that are not in members, such as
+// nodes that left the cluster.
+func (s *suspects) forget(members map[string]bool) {
+	s.watches.Range(func(addr, _ any) bool {
+		if !members[addr.(string)] {
+			s.watches.Delete(addr)
+		}
+		return true
+	})
 }
 
 // suspect reports whether addr is suspect at now.
@@ -57,15 +90,21 @@ func (s *suspects) suspect(addr string, now time.Time) bool {
 	return now.Before(s.until[addr])
 }
 
-// mark makes addr suspect from now for suspectFor.
+// mark makes addr suspect from now for suspectFor. If it was not, the
+// forwards in flight to it are released (see watch).
 func (s *suspects) mark(addr string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.until == nil {
 		s.until = make(map[string]time.Time)
 	}
+	newly := !now.Before(s.until[addr])
 	s.until[addr] = now.Add(suspectFor)
 	s.held.Store(int64(len(s.until)))
+	if w, ok := s.watches.Load(addr); ok && newly {
+		s.watches.Delete(addr)
+		w.(*watch).cancel()
+	}
 }
 
 // clear ends addr's suspicion.
@@ -146,6 +185,7 @@ func (s *Service) probe(ctx context.Context) {
 		for _, m := range s.cluster.Ring().Members() {
 			members[m.PeerAddr] = true
 		}
+		s.suspects.forget(members)
 		var wg sync.WaitGroup
 		for _, addr := range s.suspects.list(time.Now()) {
 			if !members[addr] {

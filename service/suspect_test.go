@@ -83,6 +83,33 @@ func TestFrozenOwnerIsSuspectedUntilItAnswers(t *testing.T) {
 	})
 }
 
+// TestSuspicionReleasesForwardsInFlight: checks already waiting on a
+// frozen owner when the first forward to it times out are answered then,
+// by fallback, rather than each at its own deadline.
+func TestSuspicionReleasesForwardsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, svcs := newFakeCluster(2)
+		c.frozen.Store("peer-1", true)
+		start := time.Now()
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * 500 * time.Millisecond) // sent at 0, 0.5s, 1s and 1.5s
+				item := &pb.CheckItem{Name: "api", Key: c.keyOwnedBy(1), Limit: 30, DurationMs: 60_000, Behavior: pb.Behavior_UNBATCHED}
+				if i%2 == 1 {
+					item.Behavior = pb.Behavior_BATCHED
+				}
+				r := check(t, svcs[0], item)
+				if done := time.Since(start); done != fakeForwardDeadline || r.Metadata[MetadataDecidedBy] != routeFallback.String() {
+					t.Errorf("check %d answered %v after the first was sent, metadata %v; want with the first timeout, %v, by fallback",
+						i, done, r.Metadata, fakeForwardDeadline)
+				}
+			})
+		}
+		wg.Wait()
+	})
+}
+
 // TestSuspicionLapsesWithoutProbes: a service that does not Run sends no
 // probes, so its suspicion of an owner ends suspectFor after the last
 // failure, and the next check is forwarded again.
