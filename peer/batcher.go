@@ -106,7 +106,7 @@ type gathered struct {
 // traffic pays no batching delay. Calls that arrive while a batch is in
 // flight are gathered, and the gathered batch is sent as soon as one of
 //
-//   - a batch in flight returns (the peer has answered: it can take more),
+//   - no batch is in flight any more (the last one returned),
 //   - the batch holds b.limit items, b.maxBytes encoded bytes or
 //     MaxForwardItems requests (so that the peer server never refuses it
 //     for its size), or the next call would take it over b.limit or
@@ -116,8 +116,11 @@ type gathered struct {
 // whichever comes first. The last two send it even while other batches are
 // in flight, so up to b.inFlight batches may be in flight at once: a slow
 // peer then costs a caller at most b.wait of gathering, not a whole round
-// trip more. With b.inFlight in flight, a batch that is due waits for one
-// to return and run takes no new calls meanwhile: back-pressure.
+// trip more. A return with others still in flight sends nothing: under load
+// that would keep b.inFlight small batches in flight, and more RPCs cost
+// the CPU that load lacks. With b.inFlight in flight, a batch that is due
+// waits for one to return and run takes no new calls meanwhile:
+// back-pressure.
 //
 // Each batch is sent from a goroutine of its own, so that run keeps
 // collecting while it is on the wire. run returns when ctx ends or b is
@@ -181,8 +184,7 @@ func (b *batcher) run(ctx context.Context) error {
 			}
 			add(c)
 		case <-returned:
-			flying--
-			due = len(batch.calls) > 0 // the peer answered: send what gathered meanwhile
+			flying-- // at 0, the loop's head sends what gathered meanwhile
 		case <-timer.C:
 			due = true
 		case <-ctx.Done():

@@ -165,11 +165,12 @@ func TestBatcherTimeline(t *testing.T) {
 		arrivals: []arrival{{0, 1}, {wait / 4, 1}},
 		want:     []sent{{0, []int{1}}, {wait * 5 / 4, []int{1}}},
 	}, {
-		name:     "a return sends what gathered, though another is in flight",
+		name:     "a return with another still in flight sends nothing",
 		limit:    10,
 		latency:  2 * wait,
 		arrivals: []arrival{{0, 1}, {wait / 4, 1}, {wait * 3 / 2, 1}},
-		want:     []sent{{0, []int{1}}, {wait * 5 / 4, []int{1}}, {2 * wait, []int{1}}},
+		want:     []sent{{0, []int{1}}, {wait * 5 / 4, []int{1}}, {wait * 5 / 2, []int{1}}},
+
 	}, {
 		name:     "full batch leaves at once",
 		limit:    3,

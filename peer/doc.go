@@ -9,10 +9,10 @@
 // request and wait on a result channel of their own. Batching is adaptive:
 // a request that finds no batch to its peer in flight is sent at once, so
 // idle traffic pays no delay; requests that arrive while one is in flight
-// are gathered, and the gathered batch leaves when a batch in flight
-// returns, when it holds Config.BatchLimit items, or Config.BatchWait after
-// its first request, whichever comes first (at most a few batches per peer
-// in flight at once). The owner answers each request of the batch as if it
+// are gathered, and the gathered batch leaves when no batch is in flight
+// any more, when it holds Config.BatchLimit items, or Config.BatchWait
+// after its first request, whichever comes first (at most a few batches per
+// peer in flight at once). The owner answers each request of the batch as if it
 // had arrived alone, so batching changes latency, never decisions.
 //
 // Goroutine ownership follows the project rule: NewPool starts nothing;
