@@ -170,7 +170,6 @@ func TestBatcherTimeline(t *testing.T) {
 		latency:  2 * wait,
 		arrivals: []arrival{{0, 1}, {wait / 4, 1}, {wait * 3 / 2, 1}},
 		want:     []sent{{0, []int{1}}, {wait * 5 / 4, []int{1}}, {wait * 5 / 2, []int{1}}},
-
 	}, {
 		name:     "full batch leaves at once",
 		limit:    3,
