@@ -66,14 +66,10 @@ func TestChaosStopAll(t *testing.T) {
 		"\n| node | exited after | exit code |\n|---|---|---|\n"+strings.Join(rows, "\n"))
 }
 
-// forwardDeadline is peer.Config's default Timeout: no forward waits
-// longer. A check whose owner does not answer waits that long and is then
-// decided with this node's share; fallbackSlack is the time that local
-// decision and the client's own round trip may add.
-const (
-	forwardDeadline = 2 * time.Second
-	fallbackSlack   = 250 * time.Millisecond
-)
+// fallbackSlack is what a check whose owner does not answer may take
+// beyond forwardDeadline (freeze_test.go): the local decision with this
+// node's share and the client's own round trip.
+const fallbackSlack = 250 * time.Millisecond
 
 // TestChaosPause freezes one of five nodes (docker pause: SIGSTOP to its
 // processes, as a long GC pause or a stalled VM) for 15 s under load sent

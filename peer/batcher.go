@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
@@ -30,7 +29,8 @@ type result struct {
 // in order. It must give up when ctx ends.
 type sendFunc func(ctx context.Context, reqs []*pb.CheckRequest) ([]*pb.CheckResponse, error)
 
-// batcher gathers the requests bound for one peer into batches. Any number
+// batcher gathers the requests bound for one peer into batches (see run for
+// when a batch is sent). Any number
 // of goroutines may call do; run, started once by the batcher's owner, is
 // the only reader of in. The owner retires a batcher to make it refuse new
 // calls and make run fail the pending ones and return.
@@ -41,7 +41,7 @@ type batcher struct {
 	wait     time.Duration
 	limit    int // items
 	maxBytes int // encoded bytes
-	inFlight int // sends at once
+	inFlight int // most sends in flight at once
 	send     sendFunc
 	size     prometheus.Observer
 
@@ -95,61 +95,102 @@ func (b *batcher) do(ctx context.Context, req *pb.CheckRequest) (*pb.CheckRespon
 	}
 }
 
-// run collects calls into batches and sends each batch from a goroutine of
-// its own, at most b.inFlight at once, so that it keeps collecting while a
-// batch is on the wire. A batch is sent when it holds b.limit items, or
-// b.wait after its first call arrived, or when it holds b.maxBytes encoded
-// bytes or MaxForwardItems requests, so that the peer server never refuses
-// it for its size. A call that would take a non-empty batch over b.limit
-// items or b.maxBytes goes into the next batch instead.
+// gathered is the batch a batcher is collecting.
+type gathered struct {
+	calls        []*call
+	items, bytes int
+}
+
+// run collects calls into batches, adaptively: a call that arrives when no
+// batch to the peer is in flight is sent at once, alone, so that idle
+// traffic pays no batching delay. Calls that arrive while a batch is in
+// flight are gathered, and the gathered batch is sent as soon as one of
 //
-// run returns when ctx ends or b is retired, failing the calls still
-// collected, and only after every send it started has finished. Sends use
-// ctx, so ending ctx also ends the RPCs in flight. run always returns nil.
+//   - no batch is in flight any more (the last one returned),
+//   - the batch holds b.limit items, b.maxBytes encoded bytes or
+//     MaxForwardItems requests (so that the peer server never refuses it
+//     for its size), or the next call would take it over b.limit or
+//     b.maxBytes (that call then starts the next batch),
+//   - b.wait has passed since its first call arrived,
+//
+// whichever comes first. The last two send it even while other batches are
+// in flight, so up to b.inFlight batches may be in flight at once: a slow
+// peer then costs a caller at most b.wait of gathering, not a whole round
+// trip more. A return with others still in flight sends nothing: under load
+// that would keep b.inFlight small batches in flight, and more RPCs cost
+// the CPU that load lacks. With b.inFlight in flight, a batch that is due
+// waits for one to return and run takes no new calls meanwhile:
+// back-pressure.
+//
+// Each batch is sent from a goroutine of its own, so that run keeps
+// collecting while it is on the wire. run returns when ctx ends or b is
+// retired, failing the calls still collected, and only after every send it
+// started has finished. Sends use ctx, so ending ctx also ends the RPCs in
+// flight. run always returns nil.
 func (b *batcher) run(ctx context.Context) error {
-	var sends errgroup.Group
-	sends.SetLimit(b.inFlight) // Go blocks while that many are in flight: back-pressure
+	returned := make(chan struct{}, b.inFlight) // one value per finished send
+	flying := 0                                 // sends started and not yet returned
 	timer := time.NewTimer(b.wait)
 	timer.Stop() // since Go 1.23, a stopped timer never delivers a stale tick
-	var batch []*call
-	items, bytes := 0, 0
-	flush := func() {
-		timer.Stop()
-		if len(batch) == 0 {
-			return
+	var (
+		batch gathered
+		due   bool  // batch is full or its wait is over: send it at the first free slot
+		held  *call // the call that did not fit in batch; it starts the next
+	)
+	add := func(c *call) {
+		if len(batch.calls) == 0 {
+			timer.Reset(b.wait)
 		}
-		calls := batch
-		batch, items, bytes = nil, 0, 0
-		sends.Go(func() error {
-			b.flush(ctx, calls)
-			return nil
-		})
+		batch.calls = append(batch.calls, c)
+		batch.items += c.items
+		batch.bytes += c.bytes
+		due = batch.items >= b.limit || batch.bytes >= b.maxBytes || len(batch.calls) >= MaxForwardItems
+	}
+	stop := func(err error) error {
+		timer.Stop()
+		fail(batch.calls, err)
+		if held != nil {
+			fail([]*call{held}, err)
+		}
+		for ; flying > 0; flying-- {
+			<-returned
+		}
+		return nil
 	}
 	for {
+		for len(batch.calls) > 0 && flying < b.inFlight && (flying == 0 || due) {
+			timer.Stop()
+			calls := batch.calls
+			batch, due = gathered{}, false
+			flying++
+			go func() {
+				b.flush(ctx, calls)
+				returned <- struct{}{}
+			}()
+			if held != nil {
+				add(held)
+				held = nil
+			}
+		}
+		in := b.in
+		if due {
+			in = nil // every send slot is taken: wait for one to return
+		}
 		select {
-		case c := <-b.in:
-			if len(batch) > 0 && (items+c.items > b.limit || bytes+c.bytes > b.maxBytes) {
-				flush()
+		case c := <-in:
+			if len(batch.calls) > 0 && (batch.items+c.items > b.limit || batch.bytes+c.bytes > b.maxBytes) {
+				due, held = true, c
+				continue
 			}
-			if len(batch) == 0 {
-				timer.Reset(b.wait)
-			}
-			batch = append(batch, c)
-			items += c.items
-			bytes += c.bytes
-			if items >= b.limit || bytes >= b.maxBytes || len(batch) >= MaxForwardItems {
-				flush()
-			}
+			add(c)
+		case <-returned:
+			flying-- // at 0, the loop's head sends what gathered meanwhile
 		case <-timer.C:
-			flush()
+			due = true
 		case <-ctx.Done():
-			timer.Stop()
-			fail(batch, ErrClosed)
-			return sends.Wait()
+			return stop(ErrClosed)
 		case <-b.gone:
-			timer.Stop()
-			fail(batch, b.err)
-			return sends.Wait()
+			return stop(b.err)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,11 +49,18 @@ type sent struct {
 	items []int
 }
 
-// fakePeer records batches. If block is non-nil, sends wait for it to be
-// closed or for their ctx to end.
+// compareSent orders batches by time, then by their requests' sizes.
+func compareSent(a, b sent) int {
+	return cmp.Or(cmp.Compare(a.at, b.at), slices.Compare(a.items, b.items))
+}
+
+func sameSent(a, b sent) bool { return compareSent(a, b) == 0 }
+
+// fakePeer records batches. Each send takes latency (virtual time in a
+// bubble) before it answers, or ends with its ctx.
 type fakePeer struct {
-	t0    time.Time
-	block chan struct{}
+	t0      time.Time
+	latency time.Duration
 
 	mu      sync.Mutex
 	batches []sent
@@ -70,14 +78,12 @@ func (f *fakePeer) send(ctx context.Context, reqs []*pb.CheckRequest) ([]*pb.Che
 	f.batches = append(f.batches, s)
 	f.keys = append(f.keys, keys)
 	f.mu.Unlock()
-	if f.block != nil {
-		select {
-		case <-f.block:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	select {
+	case <-time.After(f.latency):
+		return echo(reqs), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	return echo(reqs), nil
 }
 
 func (f *fakePeer) sent() ([]sent, [][]string) {
@@ -86,10 +92,15 @@ func (f *fakePeer) sent() ([]sent, [][]string) {
 	return slices.Clone(f.batches), slices.Clone(f.keys)
 }
 
-// startBatcher runs a batcher in the current bubble until the test's cleanup.
-func startBatcher(t *testing.T, wait time.Duration, limit int, f *fakePeer) (*batcher, context.CancelFunc) {
+// newTestBatcher returns a batcher that sends to f, with the Pool's bound
+// on batches in flight.
+func newTestBatcher(wait time.Duration, limit int, f *fakePeer) *batcher {
+	return newBatcher(wait, limit, maxInFlight, f.send, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}))
+}
+
+// startBatcher runs b in the current bubble until the test's cleanup.
+func startBatcher(t *testing.T, b *batcher) context.CancelFunc {
 	t.Helper()
-	b := newBatcher(wait, limit, maxInFlight, f.send, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
 	go func() { done <- b.run(ctx) }()
@@ -99,12 +110,24 @@ func startBatcher(t *testing.T, wait time.Duration, limit int, f *fakePeer) (*ba
 			t.Errorf("run returned %v, want nil", err)
 		}
 	})
-	return b, cancel
+	return cancel
+}
+
+// ask starts a caller that sends b a request of n items with the given
+// key, and puts on errs its error, or an error if it got another's answer.
+func ask(ctx context.Context, b *batcher, key string, n int, errs chan<- error) {
+	go func() {
+		resp, err := b.do(ctx, check(key, n))
+		if err == nil && keyOf(resp) != key {
+			err = fmt.Errorf("caller %s got the answer for %s", key, keyOf(resp))
+		}
+		errs <- err
+	}()
 }
 
 // TestBatcherTimeline checks when batches leave, against a virtual clock:
 // each arrival is a caller sending a request of the given size at the given
-// time after t0.
+// time after t0, and the peer answers each batch latency after it left.
 func TestBatcherTimeline(t *testing.T) {
 	const wait = time.Millisecond
 	type arrival struct {
@@ -114,60 +137,74 @@ func TestBatcherTimeline(t *testing.T) {
 	tests := []struct {
 		name     string
 		limit    int
+		latency  time.Duration
 		arrivals []arrival
 		want     []sent
 	}{{
-		name:     "lone request waits BatchWait",
+		name:     "lone request goes at once",
 		limit:    10,
+		latency:  wait / 2,
 		arrivals: []arrival{{0, 1}},
-		want:     []sent{{wait, []int{1}}},
+		want:     []sent{{0, []int{1}}},
+	}, {
+		name:     "requests apart each go at once",
+		limit:    10,
+		latency:  wait / 4,
+		arrivals: []arrival{{0, 1}, {wait / 2, 1}},
+		want:     []sent{{0, []int{1}}, {wait / 2, []int{1}}},
+	}, {
+		name:     "requests during a flight leave together when it returns",
+		limit:    10,
+		latency:  wait / 2,
+		arrivals: []arrival{{0, 1}, {wait / 8, 1}, {wait / 4, 2}},
+		want:     []sent{{0, []int{1}}, {wait / 2, []int{1, 2}}},
+	}, {
+		name:     "batch wait sends while a batch is still in flight",
+		limit:    10,
+		latency:  2 * wait,
+		arrivals: []arrival{{0, 1}, {wait / 4, 1}},
+		want:     []sent{{0, []int{1}}, {wait * 5 / 4, []int{1}}},
+	}, {
+		name:     "a return with another still in flight sends nothing",
+		limit:    10,
+		latency:  2 * wait,
+		arrivals: []arrival{{0, 1}, {wait / 4, 1}, {wait * 3 / 2, 1}},
+		want:     []sent{{0, []int{1}}, {wait * 5 / 4, []int{1}}, {wait * 5 / 2, []int{1}}},
 	}, {
 		name:     "full batch leaves at once",
 		limit:    3,
+		latency:  wait,
 		arrivals: []arrival{{0, 1}, {0, 1}, {0, 1}, {0, 1}},
-		want:     []sent{{0, []int{1, 1, 1}}, {wait, []int{1}}},
+		want:     []sent{{0, []int{1}}, {0, []int{1, 1, 1}}},
 	}, {
 		name:     "limit counts items, not requests",
 		limit:    10,
-		arrivals: []arrival{{0, 4}, {0, 4}, {0, 4}},
-		want:     []sent{{0, []int{4, 4}}, {wait, []int{4}}},
+		latency:  wait / 2,
+		arrivals: []arrival{{0, 4}, {0, 4}, {0, 4}, {0, 4}},
+		want:     []sent{{0, []int{4}}, {0, []int{4, 4}}, {wait / 2, []int{4}}},
 	}, {
 		name:     "request over the limit goes alone and at once",
 		limit:    10,
-		arrivals: []arrival{{0, 15}},
-		want:     []sent{{0, []int{15}}},
+		latency:  wait / 2,
+		arrivals: []arrival{{0, 1}, {0, 15}},
+		want:     []sent{{0, []int{1}}, {0, []int{15}}},
 	}, {
-		name:     "timer starts with the first request",
-		limit:    10,
-		arrivals: []arrival{{0, 1}, {wait / 2, 1}},
-		want:     []sent{{wait, []int{1, 1}}},
-	}, {
-		name:     "next batch has its own timer",
-		limit:    10,
-		arrivals: []arrival{{0, 1}, {wait * 3 / 2, 1}},
-		want:     []sent{{wait, []int{1}}, {wait * 5 / 2, []int{1}}},
-	}, {
-		name:     "exact fill after a partial batch",
-		limit:    4,
-		arrivals: []arrival{{0, 2}, {wait / 4, 2}, {wait / 2, 1}},
-		want:     []sent{{wait / 4, []int{2, 2}}, {wait * 3 / 2, []int{1}}},
+		name:     "at most maxInFlight (4) batches in flight",
+		limit:    1,
+		latency:  wait,
+		arrivals: []arrival{{0, 1}, {0, 1}, {0, 1}, {0, 1}, {0, 1}, {0, 1}},
+		want:     []sent{{0, []int{1}}, {0, []int{1}}, {0, []int{1}}, {0, []int{1}}, {wait, []int{1}}, {wait, []int{1}}},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				f := &fakePeer{t0: time.Now()}
-				b, _ := startBatcher(t, wait, tt.limit, f)
+				f := &fakePeer{t0: time.Now(), latency: tt.latency}
+				b := newTestBatcher(wait, tt.limit, f)
+				startBatcher(t, b)
 				errs := make(chan error, len(tt.arrivals))
 				for i, a := range tt.arrivals {
 					time.Sleep(a.at - time.Since(f.t0))
-					key := fmt.Sprint(i)
-					go func() {
-						resp, err := b.do(t.Context(), check(key, a.items))
-						if err == nil && keyOf(resp) != key {
-							err = fmt.Errorf("caller %s got the answer for %s", key, keyOf(resp))
-						}
-						errs <- err
-					}()
+					ask(t.Context(), b, fmt.Sprint(i), a.items, errs)
 					synctest.Wait() // the caller is in the batcher, in order
 				}
 				for range tt.arrivals {
@@ -176,9 +213,11 @@ func TestBatcherTimeline(t *testing.T) {
 					}
 				}
 				got, _ := f.sent()
-				if !slices.EqualFunc(got, tt.want, func(a, b sent) bool {
-					return a.at == b.at && slices.Equal(a.items, b.items)
-				}) {
+				// Batches that leave at the same instant may reach the
+				// peer in either order.
+				slices.SortFunc(got, compareSent)
+				slices.SortFunc(tt.want, compareSent)
+				if !slices.EqualFunc(got, tt.want, sameSent) {
 					t.Errorf("batches = %v, want %v", got, tt.want)
 				}
 			})
@@ -186,17 +225,20 @@ func TestBatcherTimeline(t *testing.T) {
 	}
 }
 
+// TestBatcherCallerLeaves: a gathered caller whose context ends returns at
+// once and is not sent.
 func TestBatcherCallerLeaves(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakePeer{t0: time.Now()}
-		b, _ := startBatcher(t, time.Hour, 2, f)
+		f := &fakePeer{t0: time.Now(), latency: time.Second}
+		b := newTestBatcher(time.Hour, 2, f)
+		startBatcher(t, b)
+		errs := make(chan error, 2)
+		ask(t.Context(), b, "x", 1, errs) // in flight for a second
+		synctest.Wait()
 
 		ctx, cancel := context.WithCancel(t.Context())
 		errA := make(chan error, 1)
-		go func() {
-			_, err := b.do(ctx, check("a", 1))
-			errA <- err
-		}()
+		ask(ctx, b, "a", 1, errA) // gathered behind x
 		synctest.Wait()
 		cancel()
 		synctest.Wait()
@@ -209,31 +251,35 @@ func TestBatcherCallerLeaves(t *testing.T) {
 			t.Fatal("cancelled caller still waiting")
 		}
 
-		// b fills the batch; only b is sent, since a has left.
-		if _, err := b.do(t.Context(), check("b", 1)); err != nil {
-			t.Fatal(err)
+		// b fills the batch, which leaves at once with only b, since a has left.
+		ask(t.Context(), b, "b", 1, errs)
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
 		}
-		if _, keys := f.sent(); len(keys) != 1 || !slices.Equal(keys[0], []string{"b"}) {
-			t.Errorf("sent %v, want [[b]]", keys)
+		if _, keys := f.sent(); !slices.EqualFunc(keys, [][]string{{"x"}, {"b"}}, slices.Equal) {
+			t.Errorf("sent %v, want [[x] [b]]", keys)
 		}
 	})
 }
 
 func TestBatcherStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakePeer{t0: time.Now(), block: make(chan struct{})}
-		b, stop := startBatcher(t, time.Hour, 2, f)
-		errs := make(chan error, 3)
-		for _, key := range []string{"a", "b", "c"} { // a and b in flight, c collected
-			go func() {
-				_, err := b.do(t.Context(), check(key, 1))
-				errs <- err
-			}()
+		f := &fakePeer{t0: time.Now(), latency: time.Hour}
+		b := newTestBatcher(time.Hour, 2, f)
+		stop := startBatcher(t, b)
+		errs := make(chan error, 4)
+		for _, key := range []string{"a", "b", "c", "d"} { // a, then b and c, in flight; d gathered
+			ask(t.Context(), b, key, 1, errs)
 			synctest.Wait()
+		}
+		if got, _ := f.sent(); len(got) != 2 {
+			t.Fatalf("batches in flight = %v, want [a] and [b c]", got)
 		}
 		stop()
 		synctest.Wait()
-		for range 3 {
+		for range 4 {
 			select {
 			case err := <-errs:
 				if !errors.Is(err, ErrClosed) {
@@ -246,15 +292,17 @@ func TestBatcherStop(t *testing.T) {
 	})
 }
 
+// TestBatcherRetire: retiring fails the gathered calls and refuses later
+// ones; the batch in flight still gets its answer.
 func TestBatcherRetire(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakePeer{t0: time.Now()}
-		b, _ := startBatcher(t, time.Hour, 10, f)
-		pending := make(chan error, 1)
-		go func() {
-			_, err := b.do(t.Context(), check("a", 1))
-			pending <- err
-		}()
+		f := &fakePeer{t0: time.Now(), latency: time.Second}
+		b := newTestBatcher(time.Hour, 10, f)
+		startBatcher(t, b)
+		inFlight, pending := make(chan error, 1), make(chan error, 1)
+		ask(t.Context(), b, "x", 1, inFlight)
+		synctest.Wait()
+		ask(t.Context(), b, "a", 1, pending)
 		synctest.Wait()
 		errGone := errors.New("gone")
 		b.retire(errGone)
@@ -264,8 +312,11 @@ func TestBatcherRetire(t *testing.T) {
 		if _, err := b.do(t.Context(), check("b", 1)); !errors.Is(err, errGone) {
 			t.Errorf("later caller got %v, want %v", err, errGone)
 		}
-		if got, _ := f.sent(); len(got) != 0 {
-			t.Errorf("sent %v after retiring, want nothing", got)
+		if err := <-inFlight; err != nil {
+			t.Errorf("caller in flight got %v, want its answer", err)
+		}
+		if _, keys := f.sent(); !slices.EqualFunc(keys, [][]string{{"x"}}, slices.Equal) {
+			t.Errorf("sent %v, want only [[x]], sent before retiring", keys)
 		}
 	})
 }
@@ -279,38 +330,25 @@ func TestBatcherBytes(t *testing.T) {
 		t.Fatalf("a full batch plus one request (%d bytes) exceeds MaxMessageBytes", MaxForwardBytes+MaxRequestItems*maxItemBytes)
 	}
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakePeer{t0: time.Now()}
-		b := newBatcher(time.Hour, 100, maxInFlight, f.send, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}))
+		const latency = time.Millisecond
+		f := &fakePeer{t0: time.Now(), latency: latency}
+		b := newTestBatcher(time.Hour, 100, f)
 		b.maxBytes = 2 * proto.Size(check("0", 4))
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error)
-		go func() { done <- b.run(ctx) }()
-		errs := make(chan error, 3)
-		for i := range 3 {
-			go func() {
-				_, err := b.do(t.Context(), check(fmt.Sprint(i), 4))
-				errs <- err
-			}()
+		startBatcher(t, b)
+		errs := make(chan error, 4)
+		for i := range 4 { // 0 in flight; 1 and 2 reach the byte bound; 3 waits for 0's return
+			ask(t.Context(), b, fmt.Sprint(i), 4, errs)
 			synctest.Wait()
 		}
-		got, _ := f.sent()
-		if len(got) != 1 || !slices.Equal(got[0].items, []int{4, 4}) {
-			t.Errorf("batches = %v, want one of [4 4] sent at its byte bound", got)
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-		answered := 0
-		for range 3 {
-			if err := <-errs; err == nil {
-				answered++
-			} else if !errors.Is(err, ErrClosed) {
+		for range 4 {
+			if err := <-errs; err != nil {
 				t.Error(err)
 			}
 		}
-		if answered != 2 {
-			t.Errorf("%d callers answered, want the 2 sent", answered)
+		got, _ := f.sent()
+		want := []sent{{0, []int{4}}, {0, []int{4, 4}}, {latency, []int{4}}}
+		if !slices.EqualFunc(got, want, sameSent) {
+			t.Errorf("batches = %v, want %v", got, want)
 		}
 	})
 }

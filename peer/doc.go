@@ -6,12 +6,14 @@
 // Forwarding one RPC per check costs a round trip and a gRPC stream per
 // check, so Pool.Forward gathers concurrent checks bound for the same peer
 // into one Forward RPC. Each peer has a batcher: callers hand it their
-// request and wait on a result channel of their own; the batcher's loop
-// collects requests until the batch holds Config.BatchLimit items or
-// Config.BatchWait has passed since the batch's first request, then sends
-// the batch from a separate goroutine (at most a few per peer at once) and
-// keeps collecting. The owner answers each request of the batch as if it had
-// arrived alone, so batching changes latency, never decisions.
+// request and wait on a result channel of their own. Batching is adaptive:
+// a request that finds no batch to its peer in flight is sent at once, so
+// idle traffic pays no delay; requests that arrive while one is in flight
+// are gathered, and the gathered batch leaves when no batch is in flight
+// any more, when it holds Config.BatchLimit items, or Config.BatchWait
+// after its first request, whichever comes first (at most a few batches per
+// peer in flight at once). The owner answers each request of the batch as if it
+// had arrived alone, so batching changes latency, never decisions.
 //
 // Goroutine ownership follows the project rule: NewPool starts nothing;
 // Pool.Run owns every goroutine that flushes batches and returns only after

@@ -32,9 +32,11 @@ const maxInFlight = 4
 // Config configures a Pool. The zero value is usable: every zero field
 // means its documented default.
 type Config struct {
-	// BatchWait is the longest a batched Forward waits for company: a batch
-	// is sent BatchWait after its first request arrived, if BatchLimit did
-	// not fill it first. Zero means 500µs.
+	// BatchWait is the longest a batched Forward waits for company. A
+	// Forward that finds no batch in flight to its peer leaves at once;
+	// one gathered behind a batch in flight leaves when that returns, when
+	// BatchLimit fills its batch, or BatchWait after the batch's first
+	// request arrived, whichever comes first. Zero means 500µs.
 	BatchWait time.Duration
 	// BatchLimit is the number of check items (not requests) at which a
 	// batch is sent at once. Zero means 1000; it is capped at

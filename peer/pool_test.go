@@ -1,10 +1,12 @@
 package peer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -65,28 +67,59 @@ func forwardAll(ctx context.Context, p *Pool, addr string, n int) error {
 	return first
 }
 
-// TestForwardBatches: concurrent calls share RPCs over real gRPC. The
-// batch limit, not the wall clock, closes each batch here, so the count is
-// exact however the machine schedules the callers; how --batch-wait
-// gathers calls is timed in virtual time by TestBatcherTimeline.
+// TestForwardBatches: calls that arrive while a batch is in flight share
+// RPCs over real gRPC. The first call goes at once and blocks in the
+// handler; the next 75, with BatchLimit 25 and a BatchWait of an hour, can
+// only leave in full batches while it is in flight, so the RPCs are exact
+// however the machine schedules the callers. How batches are timed is
+// checked in virtual time by TestBatcherTimeline.
 func TestForwardBatches(t *testing.T) {
-	h := &fakeHandler{}
+	var mu sync.Mutex
+	var sizes []int // requests per RPC, in arrival order
+	h := &fakeHandler{
+		block:   make(chan struct{}),
+		entered: make(chan struct{}, maxInFlight),
+		answer: func(reqs []*pb.CheckRequest) []*pb.CheckResponse {
+			mu.Lock()
+			sizes = append(sizes, len(reqs))
+			mu.Unlock()
+			return echo(reqs)
+		},
+	}
 	addr := serve(t, h)
 	p, _ := startPool(t, Config{BatchWait: time.Hour, BatchLimit: 25, Timeout: time.Minute})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if err := forwardAll(ctx, p, addr, 100); err != nil {
+	first := make(chan error, 1)
+	go func() {
+		_, err := p.Forward(ctx, addr, check("first", 1))
+		first <- err
+	}()
+	<-h.entered
+	rest := make(chan error, 1)
+	go func() { rest <- forwardAll(ctx, p, addr, 75) }()
+	for range 3 {
+		<-h.entered
+	}
+	close(h.block)
+	if err := cmp.Or(<-first, <-rest); err != nil {
 		t.Fatal(err)
 	}
-	if n := h.forwards.Load(); n != 4 {
-		t.Errorf("100 concurrent calls with BatchLimit 25 took %d RPCs, want 4", n)
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(sizes)
+	if !slices.Equal(sizes, []int{1, 25, 25, 25}) {
+		t.Errorf("requests per RPC = %v, want the first alone, then 3 full batches [1 25 25 25]", sizes)
 	}
 }
 
-func TestForwardBatchWaitFlushesLoneRequest(t *testing.T) {
+// TestForwardLoneRequestGoesAtOnce: with nothing in flight a call does not
+// wait for company, so it is answered well within Timeout even though
+// BatchWait is an hour.
+func TestForwardLoneRequestGoesAtOnce(t *testing.T) {
 	h := &fakeHandler{}
 	addr := serve(t, h)
-	p, _ := startPool(t, Config{BatchWait: time.Millisecond})
+	p, _ := startPool(t, Config{BatchWait: time.Hour, Timeout: 5 * time.Second})
 	resp, err := p.Forward(t.Context(), addr, check("lone", 1))
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +176,7 @@ func TestUnreachable(t *testing.T) {
 }
 
 func TestForwardCallerCancels(t *testing.T) {
-	h := &fakeHandler{}
+	h := &fakeHandler{block: make(chan struct{})} // the call is in flight when its caller leaves
 	addr := serve(t, h)
 	p, _ := startPool(t, Config{BatchWait: time.Hour, Timeout: time.Hour})
 	ctx, cancel := context.WithCancel(t.Context())
@@ -159,13 +192,14 @@ func TestForwardCallerCancels(t *testing.T) {
 }
 
 func TestShutdown(t *testing.T) {
-	h := &fakeHandler{block: make(chan struct{}), entered: make(chan struct{}, 1)}
+	h := &fakeHandler{block: make(chan struct{}), entered: make(chan struct{}, 3)}
 	addr := serve(t, h)
 	ignoreServer := goleak.IgnoreCurrent() // the server's goroutines stop at cleanup
 	p, stop := startPool(t, Config{BatchWait: time.Hour, BatchLimit: 2, Timeout: time.Hour})
 
-	// Two calls fill a batch that blocks in the handler; a third waits in the
-	// next batch.
+	// The first call goes at once and blocks in the handler; the other two
+	// gather behind it, fill a batch and follow it, or are still on their
+	// way in when Run stops. Either way, all three fail with ErrClosed.
 	errs := make(chan error, 3)
 	for i := range 3 {
 		go func() {
@@ -319,27 +353,17 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestRetainFailsPending(t *testing.T) {
-	addr := serve(t, &fakeHandler{})
+	h := &fakeHandler{block: make(chan struct{}), entered: make(chan struct{}, 1)}
+	addr := serve(t, h)
 	p, _ := startPool(t, Config{BatchWait: time.Hour, Timeout: time.Hour})
 	errs := make(chan error, 1)
 	go func() {
 		_, err := p.Forward(t.Context(), addr, check("a", 1))
 		errs <- err
 	}()
-	// Wait until the call has created the peer; it then waits in the batch
-	// or to enter it, and Retain fails it either way.
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		p.mu.RLock()
-		_, ok := p.peers[addr]
-		p.mu.RUnlock()
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the peer was never created")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	// The call goes at once and blocks in the handler; dropping the peer
+	// fails it. (Retiring fails gathered calls too: TestBatcherRetire.)
+	<-h.entered
 	p.Retain(nil)
 	select {
 	case err := <-errs:

@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -20,6 +23,11 @@ type fakeCluster struct {
 	ring  *ring.Ring
 	nodes map[string]*Service // by peer address
 	down  map[string]bool     // peer addresses that do not answer
+	// frozen holds peer addresses (keys; any value) that hang, as a
+	// stopped process does, until the call's context ends or
+	// fakeForwardDeadline passes. Unlike down it may change while calls
+	// are in flight.
+	frozen sync.Map
 	// onDown, if set, is called when a call reaches a down peer, before it
 	// fails: a test can change the ring as the call is in flight.
 	onDown func(addr string)
@@ -37,9 +45,19 @@ type fakeMember struct {
 func (m fakeMember) Ring() *ring.Ring         { return m.c.ring }
 func (m fakeMember) LocalMember() ring.Member { return m.self }
 
+// fakeForwardDeadline is the fake's forward deadline, peer.Pool's default.
+const fakeForwardDeadline = 2 * time.Second
+
 func (c *fakeCluster) peer(ctx context.Context, addr string) (Owner, error) {
 	if err := ctx.Err(); err != nil {
 		return Owner{}, err
+	}
+	if _, ok := c.frozen.Load(addr); ok {
+		select {
+		case <-ctx.Done():
+		case <-time.After(fakeForwardDeadline):
+		}
+		return Owner{}, fmt.Errorf("%s: %w: %w", addr, peer.ErrUnreachable, context.DeadlineExceeded)
 	}
 	if c.down[addr] {
 		if c.onDown != nil {

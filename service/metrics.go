@@ -38,7 +38,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		}, []string{"field"}),
 		forwardErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ringlimit_forward_fallbacks_total",
-			Help: "Forwards that failed (owner unreachable), so that this node decided locally with its share of the limit.",
+			Help: "Forwards that failed (owner unreachable) or were not sent (owner suspect), so that this node decided locally with its share of the limit.",
 		}),
 	}
 	if reg != nil {

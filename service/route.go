@@ -188,11 +188,32 @@ func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup) {
 	}
 }
 
+// send forwards req to owner, unless owner is suspect: then it fails at
+// once with errSuspect rather than wait the forward deadline again. A
+// forward that finds owner unreachable makes it suspect, and so releases
+// the other forwards in flight to it, which fail with errSuspect too.
 func (s *Service) send(ctx context.Context, owner ring.Member, unbatched bool, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	if unbatched {
-		return s.peers.ForwardNow(ctx, owner.PeerAddr, req)
+	watch := s.suspects.watch(owner.PeerAddr) // before asking: a suspicion from now on releases this forward
+	if s.suspects.suspect(owner.PeerAddr, time.Now()) {
+		return nil, errSuspect
 	}
-	return s.peers.Forward(ctx, owner.PeerAddr, req)
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(watch, func() { cancel(errSuspect) })()
+	var resp *pb.CheckResponse
+	var err error
+	if unbatched {
+		resp, err = s.peers.ForwardNow(fctx, owner.PeerAddr, req)
+	} else {
+		resp, err = s.peers.Forward(fctx, owner.PeerAddr, req)
+	}
+	if err != nil && ctx.Err() == nil && context.Cause(fctx) == errSuspect {
+		return nil, errSuspect
+	}
+	if failed(ctx, err) {
+		s.suspects.mark(owner.PeerAddr, time.Now())
+	}
+	return resp, err
 }
 
 // decideFallback decides c.reqs[js] on this node with its share of each

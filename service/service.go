@@ -86,6 +86,9 @@ type Service struct {
 	// logSampler thins out the warning of an unreachable owner.
 	logSampler sampler
 	policies   Policies
+	// suspects are owners whose last forward failed: their keys are
+	// decided here until a probe finds them answering (see suspect.go).
+	suspects suspects
 }
 
 // New returns a Service. It starts nothing.
@@ -108,6 +111,7 @@ func New(conf Config) *Service {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.metrics = newMetrics(conf.Registerer)
+	s.registerSuspects(conf.Registerer)
 	s.global = global.New(global.Config{
 		Store: s.store, Cluster: s.cluster, Peers: conf.Peers,
 		Validate: func(item *pb.CheckItem, now time.Time) (limiter.Request, error) {
@@ -265,11 +269,13 @@ func every(n int) []int {
 }
 
 // Run drives the service's background work until ctx ends: GLOBAL sync
-// rounds and hand-off of counters this node no longer owns. Shutdown then
-// calls HandOff and FlushGlobal, in that order.
+// rounds, hand-off of counters this node no longer owns, and probes of
+// suspect owners. Shutdown then calls HandOff and FlushGlobal, in that
+// order.
 func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.handoff.Run(ctx) })
+	wg.Go(func() { s.probe(ctx) })
 	err := s.global.Run(ctx)
 	wg.Wait()
 	return err
