@@ -153,10 +153,7 @@ func TestHandOffAllWaitsForTheOwner(t *testing.T) {
 				delete(c.down, "peer-0")
 			}
 		}
-		minute := algorithms.Limit{Count: 10, Period: time.Minute}
-		for _, key := range c.keysOwnedBy(0, 30) {
-			svcs[1].store.Decide(&limiter.Request{Name: "api", Key: key, Limit: minute, Hits: 1, Now: t0})
-		}
+		c.spend(svcs[1], 0, 30)
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		start := time.Now()
@@ -182,10 +179,7 @@ func TestHandOffAllReportsWhatIsLeft(t *testing.T) {
 			return Config{}
 		})
 		c.down["peer-0"] = true
-		minute := algorithms.Limit{Count: 10, Period: time.Minute}
-		for _, key := range c.keysOwnedBy(0, 30) {
-			svcs[1].store.Decide(&limiter.Request{Name: "api", Key: key, Limit: minute, Hits: 1, Now: t0})
-		}
+		c.spend(svcs[1], 0, 30)
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		start := time.Now()

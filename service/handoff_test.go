@@ -27,6 +27,15 @@ func (c *fakeCluster) keysOwnedBy(i, n int) []string {
 	return keys
 }
 
+// spend charges one hit of 10 a minute on n counters whose keys node
+// owner owns, in s's store: counters for s to hand off.
+func (c *fakeCluster) spend(s *Service, owner, n int) {
+	minute := algorithms.Limit{Count: 10, Period: time.Minute}
+	for _, key := range c.keysOwnedBy(owner, n) {
+		s.store.Decide(&limiter.Request{Name: "api", Key: key, Limit: minute, Hits: 1, Now: t0})
+	}
+}
+
 // encoded returns a fixed-size state's bytes (whose encoding cannot fail).
 func encoded(s encoding.BinaryAppender) []byte {
 	b, _ := s.AppendBinary(nil)
@@ -128,10 +137,7 @@ func TestHandOffRefusalsAreKeptAndCounted(t *testing.T) {
 func TestHandOffUnreachableOwnerKeepsCounters(t *testing.T) {
 	c, svcs := newFakeCluster(2)
 	c.down["peer-0"] = true
-	minute := algorithms.Limit{Count: 10, Period: time.Minute}
-	for _, key := range c.keysOwnedBy(0, 30) {
-		svcs[1].store.Decide(&limiter.Request{Name: "api", Key: key, Limit: minute, Hits: 1, Now: t0})
-	}
+	c.spend(svcs[1], 0, 30)
 	if sent := svcs[1].HandOff(context.Background()); sent != 0 || svcs[1].store.Len() != 30 {
 		t.Errorf("HandOff to a down owner sent %d and kept %d, want 0 and 30", sent, svcs[1].store.Len())
 	}
@@ -153,11 +159,8 @@ func TestHandOffBatchesPerOwner(t *testing.T) {
 			t.Errorf("one hand-off RPC of %d counters, more than %d", len(counters), handoff.MaxBatch)
 		}
 	}
-	minute := algorithms.Limit{Count: 10, Period: time.Minute}
 	for i, n := range []int{1500, 1200} {
-		for _, key := range c.keysOwnedBy(i, n) {
-			svcs[2].store.Decide(&limiter.Request{Name: "api", Key: key, Limit: minute, Hits: 1, Now: t0})
-		}
+		c.spend(svcs[2], i, n)
 	}
 	if sent := svcs[2].HandOff(context.Background()); sent != 2700 {
 		t.Errorf("HandOff sent %d, want 2700", sent)
