@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,6 +65,10 @@ type Membership interface {
 // RESOURCE_EXHAUSTED says the batch was too large to send or receive.
 type Peers interface {
 	HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) ([]*pb.Refusal, error)
+	// HandOffDone tells the node at addr that node from has handed it
+	// every counter it held for keys the node owns in the ring whose ID is
+	// ring.
+	HandOffDone(ctx context.Context, addr, from string, ring uint64) error
 }
 
 // Config configures a Node. Store, Cluster and MaxClockSkew are required;
@@ -80,6 +85,10 @@ type Config struct {
 	// counter arrives that a check could not have made. Store.Merge then
 	// checks its state.
 	Validate func(c *limiter.Counter) error
+	// Wait is how long, at most, a check for a key this node has just come
+	// to own waits for the member that held its counter to hand it over
+	// (see Await). Zero means checks never wait.
+	Wait time.Duration
 	// Now is the clock received counters are validated against; nil means
 	// time.Now.
 	Now func() time.Time
@@ -105,24 +114,40 @@ type Node struct {
 
 	changed chan struct{} // cap 1: coalesces bursts of changes
 	mu      sync.Mutex    // one hand-off at a time
+
+	wait   time.Duration
+	waits  atomic.Pointer[waits] // of the newest ring seen
+	waitMu sync.Mutex            // guards the making of waits, and done
+	done   map[string]uint64     // member -> ID of the ring it last said it is done under
 }
 
 // New returns a Node. It starts nothing.
 func New(conf Config) *Node {
 	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, skew: conf.MaxClockSkew, validate: conf.Validate,
-		now: conf.Now, log: conf.Logger, metrics: newMetrics(conf.Registerer), changed: make(chan struct{}, 1)}
+		now: conf.Now, log: conf.Logger, metrics: newMetrics(conf.Registerer), changed: make(chan struct{}, 1),
+		wait: conf.Wait, done: map[string]uint64{}}
 	if n.now == nil {
 		n.now = time.Now
 	}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
+	// The ring at the start, to compare the first change with: a node that
+	// has seen only itself so far waits for every key it gains.
+	r := conf.Cluster.Ring()
+	n.waits.Store(&waits{ring: r, id: r.ID()})
 	return n
 }
 
 // RingChanged tells the node that the ring changed, so that Run hands off
-// the counters it no longer owns. It never blocks.
+// the counters it no longer owns, and works out which keys gained in the
+// change wait for their counter (see Await): every change is compared
+// with the one before, even if no check came in between. It does not wait
+// for the network.
 func (n *Node) RingChanged() {
+	if n.wait > 0 {
+		n.waitsFor(n.cluster.Ring())
+	}
 	select {
 	case n.changed <- struct{}{}:
 	default:
@@ -145,6 +170,18 @@ func (n *Node) Run(ctx context.Context) error {
 type tally struct {
 	sent, refused, kept int
 	unavailable         int // of refused: the owner could not take them now
+}
+
+// round is one round of hand-off in progress.
+type round struct {
+	tally
+	incomplete map[string]bool // owners that did not get every counter of theirs: not told the round is done
+}
+
+// keep notes that counters of owner stay here for now.
+func (rd *round) keep(owner string, counters int) {
+	rd.kept += counters
+	rd.incomplete[owner] = true
 }
 
 // batch is counters bound for one owner, with their records.
@@ -172,8 +209,9 @@ func (b *batch) fits(n int) bool {
 // here, and are offered again at the next ring change.
 func (n *Node) HandOff(ctx context.Context) int { return n.handOff(ctx).sent }
 
-// HandOffAll is a step of shutdown, after this node left the ring, so
-// that every counter it holds belongs to another node: it hands off until
+// HandOffAll is a step of shutdown, once this node routes by the ring
+// without itself (service.Service.Leave), so that every counter it holds
+// belongs to another node: it hands off until
 // every counter is taken, or none is left that trying again could
 // deliver (owners refused them as invalid), or ctx ends, waiting a little
 // longer between rounds. It returns how many counters the owners took and
@@ -227,7 +265,7 @@ func (n *Node) handOff(ctx context.Context) tally {
 	r := n.cluster.Ring()
 	self := n.cluster.LocalMember().Name
 	start := time.Now()
-	var t tally
+	t := round{incomplete: map[string]bool{}}
 	batches := map[string]*batch{}
 	failed := map[string]bool{}
 	var keep []limiter.Counter
@@ -235,11 +273,12 @@ func (n *Node) handOff(ctx context.Context) tally {
 		owner, ok := r.Owner(key)
 		return ok && owner.Name != self
 	}) {
+		owner, _ := r.Owner(c.Key)
 		if ctx.Err() != nil {
 			keep = append(keep, c) // what Extract has not reached stays in the store
+			t.incomplete[owner.Name] = true
 			break
 		}
-		owner, _ := r.Owner(c.Key)
 		if failed[owner.Name] {
 			keep = append(keep, c)
 			continue
@@ -271,22 +310,47 @@ func (n *Node) handOff(ctx context.Context) tally {
 	if len(keep) > 0 {
 		n.store.Restore(keep)
 		t.kept += len(keep)
+		for name := range failed {
+			t.incomplete[name] = true
+		}
 	}
 	n.metrics.pending.Set(float64(t.refused + t.kept))
-	if t != (tally{}) {
+	if t.tally != (tally{}) {
 		n.log.Info("handed off counters", "sent", t.sent, "refused", t.refused, "kept", t.kept, "took", time.Since(start))
 	}
-	return t
+	n.sayDone(ctx, r, t.incomplete)
+	return t.tally
+}
+
+// sayDone tells every other member of r that this node has handed it all
+// it holds for it under r, but those in incomplete, concurrently, so that
+// the keys they gained wait no longer than they must (see Await). A member
+// that does not hear it waits out Config.Wait.
+func (n *Node) sayDone(ctx context.Context, r *ring.Ring, incomplete map[string]bool) {
+	self := n.cluster.LocalMember().Name
+	id := r.ID()
+	var wg sync.WaitGroup
+	for _, m := range r.Members() {
+		if m.Name == self || incomplete[m.Name] {
+			continue
+		}
+		wg.Go(func() {
+			if err := n.peers.HandOffDone(ctx, m.PeerAddr, self, id); err != nil {
+				n.log.Debug("hand-off: telling a member this round is done", "member", m.Name, "err", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // send sends b to its owner and puts back into the store whatever the
 // owner did not take. A batch refused for its size is split in half, and
 // each half sent on its own. It reports false if the owner could not be
 // asked (and then keeps the counters it did not send).
-func (n *Node) send(ctx context.Context, b *batch, t *tally) bool {
+func (n *Node) send(ctx context.Context, b *batch, t *round) bool {
 	if ctx.Err() != nil {
 		n.store.Restore(b.counters)
-		t.kept += len(b.counters)
+		t.keep(b.owner.Name, len(b.counters))
 		return false
 	}
 	refusals, err := n.peers.HandOff(ctx, b.owner.PeerAddr, n.cluster.LocalMember().Name, b.records)
@@ -297,7 +361,7 @@ func (n *Node) send(ctx context.Context, b *batch, t *tally) bool {
 		first, second := b.split(half)
 		if !n.send(ctx, first, t) {
 			n.store.Restore(second.counters)
-			t.kept += len(second.counters)
+			t.keep(b.owner.Name, len(second.counters))
 			return false
 		}
 		return n.send(ctx, second, t)
@@ -305,7 +369,7 @@ func (n *Node) send(ctx context.Context, b *batch, t *tally) bool {
 	if err != nil {
 		n.log.Warn("hand-off failed; keeping the counters", "owner", b.owner.Name, "counters", len(b.counters), "err", err)
 		n.store.Restore(b.counters)
-		t.kept += len(b.counters)
+		t.keep(b.owner.Name, len(b.counters))
 		return false
 	}
 	if len(refusals) > 0 {
@@ -317,6 +381,7 @@ func (n *Node) send(ctx context.Context, b *batch, t *tally) bool {
 			reasons[reason]++
 			if r.GetReason() == pb.Refusal_UNAVAILABLE {
 				t.unavailable++
+				t.incomplete[b.owner.Name] = true
 			}
 			n.metrics.refused.WithLabelValues("sent", reason).Inc()
 		}
@@ -413,6 +478,7 @@ type metrics struct {
 	counters *prometheus.CounterVec
 	refused  *prometheus.CounterVec
 	pending  prometheus.Gauge
+	waits    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
@@ -429,15 +495,22 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Name: "ringlimit_handoff_pending_counters",
 			Help: "Counters this node holds for other owners after its last hand-off: refused, or not delivered. After the hand-off at shutdown, the counters lost when the node exits.",
 		}),
+		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringlimit_handoff_waits_total",
+			Help: "Checks for a key this node had just come to own that waited for the key's previous owner to hand its counter over, by how the wait ended: done (the counter is here), expired (--handoff-wait passed; decided without it) or canceled (the caller gave up).",
+		}, []string{"outcome"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.counters, m.refused, m.pending)
+		reg.MustRegister(m.counters, m.refused, m.pending, m.waits)
 	}
 	for _, direction := range []string{"sent", "received"} {
 		m.counters.WithLabelValues(direction) // exported as 0 before the first hand-off
 		for _, reason := range []pb.Refusal_Reason{pb.Refusal_UNKNOWN_VERSION, pb.Refusal_INVALID, pb.Refusal_UNAVAILABLE} {
 			m.refused.WithLabelValues(direction, reasonLabel(reason))
 		}
+	}
+	for _, outcome := range []string{"done", "expired", "canceled"} {
+		m.waits.WithLabelValues(outcome)
 	}
 	return m
 }

@@ -43,8 +43,21 @@ func (p *Pool) forward(ctx context.Context, addr string, req *pb.CheckRequest) (
 // ForwardNow is Forward without batching: one RPC for this request alone. It
 // does not need Run.
 func (p *Pool) ForwardNow(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	return p.forwardNow(ctx, addr, &pb.ForwardRequest{Requests: []*pb.CheckRequest{req}})
+}
+
+// Relay is ForwardNow for a node that is leaving the cluster: it passes a
+// check forwarded to it on to the key's owner after its own hand-off, and
+// the owner decides it there, never passing it on again, so that two
+// nodes leaving at once cannot pass a check back and forth.
+func (p *Pool) Relay(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	return p.forwardNow(ctx, addr, &pb.ForwardRequest{Requests: []*pb.CheckRequest{req}, Relayed: true})
+}
+
+// forwardNow sends fwd, of one request, in an RPC of its own.
+func (p *Pool) forwardNow(ctx context.Context, addr string, fwd *pb.ForwardRequest) (*pb.CheckResponse, error) {
 	start := time.Now()
-	resp, err := unary(ctx, p, "forward", addr, pb.PeerClient.Forward, &pb.ForwardRequest{Requests: []*pb.CheckRequest{req}})
+	resp, err := unary(ctx, p, "forward", addr, pb.PeerClient.Forward, fwd)
 	if err == nil && len(resp.GetResponses()) != 1 {
 		err = fmt.Errorf("forward to %s: peer answered %d responses to 1 request", addr, len(resp.GetResponses()))
 	}
@@ -88,6 +101,13 @@ func (p *Pool) HandOff(ctx context.Context, addr, from string, counters []*pb.Co
 		return nil, fmt.Errorf("hand off to %s: peer accepted %d of %d counters but refused %d", addr, resp.GetAccepted(), len(counters), len(refused))
 	}
 	return refused, nil
+}
+
+// HandOffDone tells the node at addr that node from has handed it every
+// counter it held for keys the node owns in the ring whose ID is ring.
+func (p *Pool) HandOffDone(ctx context.Context, addr, from string, ring uint64) error {
+	_, err := unary(ctx, p, "hand off", addr, pb.PeerClient.HandOff, &pb.HandOffRequest{From: from, Done: ring})
+	return err
 }
 
 // rpc is a method of pb.PeerClient, as a method expression.

@@ -27,6 +27,10 @@ func (owner) Forwarded(_ context.Context, reqs []*pb.CheckRequest) []*pb.CheckRe
 func (owner) AddGlobalHits(context.Context, string, []*pb.GlobalReport) error   { return nil }
 func (owner) UpdateGlobals(context.Context, string, []*pb.GlobalState) error    { return nil }
 func (owner) HandOff(context.Context, string, []*pb.CounterState) []*pb.Refusal { return nil }
+func (o owner) Relayed(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
+	return o.Forwarded(ctx, reqs)
+}
+func (owner) HandOffDone(context.Context, string, uint64) {}
 
 // Example wires an owner's Server and a forwarding node's Pool over loopback.
 func Example() {

@@ -43,7 +43,7 @@ type Config struct {
 	// MaxForwardItems.
 	BatchLimit int
 	// Timeout bounds every RPC, and a batched Forward from call to answer,
-	// unless the caller's context ends sooner. Zero means 2s.
+	// unless the caller's context ends sooner. Zero means DefaultTimeout.
 	Timeout time.Duration
 	// Registerer receives the Pool's metrics. Nil means they are not
 	// exported.
@@ -55,6 +55,10 @@ type Config struct {
 	DialOptions []grpc.DialOption
 }
 
+// DefaultTimeout is the forward deadline: how long a node waits for an
+// owner's answer before it decides with its own share.
+const DefaultTimeout = 2 * time.Second
+
 func (c Config) withDefaults() Config {
 	if c.BatchWait <= 0 {
 		c.BatchWait = 500 * time.Microsecond
@@ -64,7 +68,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.BatchLimit = min(c.BatchLimit, MaxForwardItems)
 	if c.Timeout <= 0 {
-		c.Timeout = 2 * time.Second
+		c.Timeout = DefaultTimeout
 	}
 	if c.DialOptions == nil {
 		c.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}

@@ -301,11 +301,21 @@ func TestUnaryCalls(t *testing.T) {
 	if err != nil || len(refused) != 1 || refused[0].GetIndex() != 1 || refused[0].GetReason() != pb.Refusal_INVALID {
 		t.Fatalf("HandOff = %v, %v; want counter 1 refused as INVALID", refused, err)
 	}
+	if err := p.HandOffDone(t.Context(), addr, "me", 42); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = p.Relay(t.Context(), addr, check("relayed", 1))
+	if err != nil || keyOf(resp) != "relayed" || h.relays.Load() != 1 {
+		t.Fatalf("Relay = %v, %v with %d relays; want the answer for relayed, one relay", resp, err, h.relays.Load())
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.hits) != 1 || h.hits[0].GetItem().GetKey() != "g" || h.hits[0].GetAdmitted() != 4 || h.reportedBy != "me" ||
 		len(h.states) != 1 || h.states[0].GetRemaining() != 3 || h.updatedBy != "owner" || h.handedBy != "me" {
 		t.Errorf("handler saw hits %v from %q, states %v from %q, hand-off from %q", h.hits, h.reportedBy, h.states, h.updatedBy, h.handedBy)
+	}
+	if !slices.Equal(h.done, []string{"me:42"}) {
+		t.Errorf("handler saw HandOffDone %v, want [me:42]", h.done)
 	}
 }
 

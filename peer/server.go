@@ -68,6 +68,9 @@ type Handler interface {
 	// Forwarded decides reqs as their owner and returns one response per
 	// request, in the same order.
 	Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse
+	// Relayed is Forwarded for checks a leaving node passed on (see
+	// Pool.Relay): it must decide them here, never pass them on again.
+	Relayed(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse
 	// AddGlobalHits takes node from's reports of the GLOBAL counters it
 	// tracks: hits admitted, grants wanted or released. It returns an
 	// error, and takes nothing, when it refuses the request because of its
@@ -82,6 +85,11 @@ type Handler interface {
 	// one Refusal, naming the counter by its index in counters, for each it
 	// did not take; every other counter was taken.
 	HandOff(ctx context.Context, from string, counters []*pb.CounterState) []*pb.Refusal
+	// HandOffDone takes node from's word that it has handed this node
+	// every counter it held for keys this node owns in the ring whose ID
+	// is ring (see HandOffRequest.done). Server calls it after HandOff, for
+	// a request that carries both.
+	HandOffDone(ctx context.Context, from string, ring uint64)
 }
 
 // Server is the gRPC Peer service. It checks the bounds of each RPC,
@@ -140,7 +148,11 @@ func (s *Server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Forwa
 	if items > MaxForwardItems {
 		return nil, s.refuse("forward", "too_many_items", codes.InvalidArgument, "requests: a forward of %d items, more than %d", items, MaxForwardItems)
 	}
-	resps := s.h.Forwarded(ctx, reqs)
+	decide := s.h.Forwarded
+	if req.GetRelayed() {
+		decide = s.h.Relayed
+	}
+	resps := decide(ctx, reqs)
 	if len(resps) != len(reqs) {
 		return nil, status.Errorf(codes.Internal, "handler answered %d of %d forwarded requests", len(resps), len(reqs))
 	}
@@ -178,7 +190,8 @@ func (s *Server) UpdateGlobals(ctx context.Context, req *pb.GlobalUpdateRequest)
 }
 
 // HandOff passes handed-off counters to the Handler and reports which it
-// refused, and why, and how many it accepted. It refuses, with
+// refused, and why, and how many it accepted; then the sender's word that
+// it is done, if the request carries it. It refuses, with
 // codes.InvalidArgument, a malformed sender's name and more than
 // MaxHandOffCounters counters, and reports a Handler that refuses a counter
 // it was not given with codes.Internal.
@@ -190,9 +203,15 @@ func (s *Server) HandOff(ctx context.Context, req *pb.HandOffRequest) (*pb.HandO
 	if len(counters) > MaxHandOffCounters {
 		return nil, s.refuse("handoff", "too_many_counters", codes.InvalidArgument, "counters: %d, more than %d", len(counters), MaxHandOffCounters)
 	}
-	refused := s.h.HandOff(ctx, req.GetFrom(), counters)
-	if err := checkRefusals(refused, len(counters)); err != nil {
-		return nil, status.Errorf(codes.Internal, "handler %v", err)
+	var refused []*pb.Refusal
+	if len(counters) > 0 {
+		refused = s.h.HandOff(ctx, req.GetFrom(), counters)
+		if err := checkRefusals(refused, len(counters)); err != nil {
+			return nil, status.Errorf(codes.Internal, "handler %v", err)
+		}
+	}
+	if done := req.GetDone(); done != 0 {
+		s.h.HandOffDone(ctx, req.GetFrom(), done)
 	}
 	return &pb.HandOffResponse{Accepted: int64(len(counters) - len(refused)), Refused: refused}, nil
 }

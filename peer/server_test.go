@@ -25,6 +25,7 @@ type fakeHandler struct {
 	block    chan struct{}
 	entered  chan struct{} // if non-nil, gets a value each time Forwarded starts
 	forwards atomic.Int64
+	relays   atomic.Int64                                 // of forwards: those relayed
 	answer   func([]*pb.CheckRequest) []*pb.CheckResponse // nil means echo
 	refusals []*pb.Refusal                                // if non-nil, HandOff's answer
 
@@ -34,7 +35,8 @@ type fakeHandler struct {
 	states     []*pb.GlobalState
 	updatedBy  string
 	handedBy   string
-	stranger   string // if set, AddGlobalHits and UpdateGlobals refuse it
+	done       []string // "from:ring" of each HandOffDone, in order
+	stranger   string   // if set, AddGlobalHits and UpdateGlobals refuse it
 }
 
 func (h *fakeHandler) Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
@@ -52,6 +54,11 @@ func (h *fakeHandler) Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []
 		return h.answer(reqs)
 	}
 	return echo(reqs)
+}
+
+func (h *fakeHandler) Relayed(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
+	h.relays.Add(1)
+	return h.Forwarded(ctx, reqs)
 }
 
 func (h *fakeHandler) AddGlobalHits(_ context.Context, from string, reports []*pb.GlobalReport) error {
@@ -92,6 +99,12 @@ func (h *fakeHandler) HandOff(_ context.Context, from string, counters []*pb.Cou
 		}
 	}
 	return refused
+}
+
+func (h *fakeHandler) HandOffDone(_ context.Context, from string, ring uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.done = append(h.done, fmt.Sprintf("%s:%d", from, ring))
 }
 
 // serve starts a Peer server for h on a loopback port and returns its

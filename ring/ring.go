@@ -17,6 +17,7 @@ package ring
 
 import (
 	"cmp"
+	"encoding/binary"
 	"slices"
 
 	"github.com/buraksezer/consistent"
@@ -112,10 +113,59 @@ func (r *Ring) Owner(key string) (Member, bool) {
 	if r == nil || len(r.owners) == 0 {
 		return Member{}, false
 	}
+	return r.members[r.owners[Partition(key)]], true
+}
+
+// Partition returns the partition key hashes to, 0 to PartitionCount-1:
+// the same for every ring, so it names the set of keys that always move
+// together when the ring changes. It does not allocate.
+func Partition(key string) int {
 	// The same partition as consistent's FindPartitionID, without the
 	// []byte(key) conversion that makes LocateKey allocate.
-	p := xxhash.Sum64String(key) % PartitionCount
+	return int(xxhash.Sum64String(key) % PartitionCount)
+}
+
+// PartitionOwner returns the member that owns partition p, which must be
+// in [0, PartitionCount). It reports false when the ring is empty.
+func (r *Ring) PartitionOwner(p int) (Member, bool) {
+	if r == nil || len(r.owners) == 0 {
+		return Member{}, false
+	}
 	return r.members[r.owners[p]], true
+}
+
+// ID identifies the ring by its members' names, which alone decide every
+// key's owner: two rings with the same ID place every key alike, whichever
+// node built them and whatever addresses the members have. Nodes exchange
+// it to say which ring they acted on. The empty ring's ID is 0.
+func (r *Ring) ID() uint64 {
+	if r == nil || len(r.members) == 0 {
+		return 0
+	}
+	d := xxhash.New()
+	var n [8]byte
+	for _, m := range r.members {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(m.Name))) // length first: names are unambiguous whatever they hold
+		d.Write(n[:])
+		d.WriteString(m.Name)
+	}
+	return d.Sum64()
+}
+
+// Without returns the ring of r's members but the one named name, e.g. the
+// ring a leaving node hands its counters over by. It builds a new ring, so
+// it costs as much as New.
+func (r *Ring) Without(name string) *Ring {
+	return New(slices.DeleteFunc(r.Members(), func(m Member) bool { return m.Name == name })...)
+}
+
+// Has reports whether a member named name is in the ring.
+func (r *Ring) Has(name string) bool {
+	if r == nil {
+		return false
+	}
+	_, ok := slices.BinarySearchFunc(r.members, name, func(m Member, n string) int { return cmp.Compare(m.Name, n) })
+	return ok
 }
 
 // Members returns a copy of the ring's members, sorted by Name.

@@ -238,3 +238,62 @@ func BenchmarkNew(b *testing.B) {
 		})
 	}
 }
+
+func TestPartitionAndPartitionOwner(t *testing.T) {
+	r := New(Member{Name: "a"}, Member{Name: "b"}, Member{Name: "c"})
+	for i := range 1000 {
+		key := fmt.Sprintf("k%d", i)
+		p := Partition(key)
+		if p < 0 || p >= PartitionCount {
+			t.Fatalf("Partition(%q) = %d, outside [0, %d)", key, p, PartitionCount)
+		}
+		byKey, _ := r.Owner(key)
+		byPartition, ok := r.PartitionOwner(p)
+		if !ok || byKey != byPartition {
+			t.Fatalf("key %q: Owner %v, PartitionOwner(%d) %v %v", key, byKey, p, byPartition, ok)
+		}
+	}
+	if _, ok := New().PartitionOwner(0); ok {
+		t.Error("an empty ring owns partition 0")
+	}
+}
+
+func TestID(t *testing.T) {
+	abc := New(Member{Name: "a", PeerAddr: "x:1"}, Member{Name: "b"}, Member{Name: "c"})
+	cases := []struct {
+		name string
+		r    *Ring
+		same bool
+	}{
+		{"same names, other order and addresses", New(Member{Name: "c"}, Member{Name: "a", PeerAddr: "y:2"}, Member{Name: "b"}), true},
+		{"one member fewer", New(Member{Name: "a"}, Member{Name: "b"}), false},
+		{"other names", New(Member{Name: "a"}, Member{Name: "b"}, Member{Name: "d"}), false},
+		{"names joined otherwise", New(Member{Name: "ab"}, Member{Name: "c"}), false},
+		{"Without", New(Member{Name: "a"}, Member{Name: "b"}, Member{Name: "c"}, Member{Name: "d"}).Without("d"), true},
+	}
+	for _, tc := range cases {
+		if got := tc.r.ID() == abc.ID(); got != tc.same {
+			t.Errorf("%s: same ID = %v, want %v", tc.name, got, tc.same)
+		}
+	}
+	if New().ID() != 0 || (*Ring)(nil).ID() != 0 {
+		t.Error("the empty ring's ID is not 0")
+	}
+}
+
+func TestWithoutAndHas(t *testing.T) {
+	r := New(Member{Name: "a"}, Member{Name: "b"}, Member{Name: "c"})
+	w := r.Without("b")
+	if w.Len() != 2 || w.Has("b") || !w.Has("a") || !w.Has("c") {
+		t.Fatalf("Without(b) = %v", w.Members())
+	}
+	if !r.Has("b") || r.Len() != 3 {
+		t.Fatal("Without changed the ring it was called on")
+	}
+	if r.Without("z").ID() != r.ID() {
+		t.Error("Without a non-member changed the members")
+	}
+	if (*Ring)(nil).Has("a") {
+		t.Error("the nil ring has a member")
+	}
+}

@@ -20,7 +20,10 @@ import (
 // instead of gRPC, so that protocol tests are deterministic. Real gRPC and
 // memberlist are exercised by the tests in cmd/rlnode and e2e.
 type fakeCluster struct {
-	ring  *ring.Ring
+	ring *ring.Ring
+	// views holds, by node name, a ring that node sees instead of ring,
+	// as a node does before gossip tells it of a change.
+	views sync.Map
 	nodes map[string]*Service // by peer address
 	down  map[string]bool     // peer addresses that do not answer
 	// frozen holds peer addresses (keys; any value) that hang, as a
@@ -42,7 +45,12 @@ type fakeMember struct {
 	self ring.Member
 }
 
-func (m fakeMember) Ring() *ring.Ring         { return m.c.ring }
+func (m fakeMember) Ring() *ring.Ring {
+	if r, ok := m.c.views.Load(m.self.Name); ok {
+		return r.(*ring.Ring)
+	}
+	return m.c.ring
+}
 func (m fakeMember) LocalMember() ring.Member { return m.self }
 
 // fakeForwardDeadline is the fake's forward deadline, peer.Pool's default.
@@ -80,6 +88,14 @@ func (c *fakeCluster) ForwardNow(ctx context.Context, addr string, req *pb.Check
 	return c.Forward(ctx, addr, req)
 }
 
+func (c *fakeCluster) Relay(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	o, err := c.peer(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return o.Relayed(ctx, []*pb.CheckRequest{req})[0], nil
+}
+
 func (c *fakeCluster) AddGlobalHits(ctx context.Context, addr, from string, reports []*pb.GlobalReport) error {
 	o, err := c.peer(ctx, addr)
 	if err != nil {
@@ -108,6 +124,15 @@ func (c *fakeCluster) HandOff(ctx context.Context, addr, from string, counters [
 		c.onHandOff(counters)
 	}
 	return o.HandOff(ctx, from, counters), nil
+}
+
+func (c *fakeCluster) HandOffDone(ctx context.Context, addr, from string, ring uint64) error {
+	o, err := c.peer(ctx, addr)
+	if err != nil {
+		return err
+	}
+	o.HandOffDone(ctx, from, ring)
+	return nil
 }
 
 // newFakeCluster returns n services named node-0.. on a fixed clock.

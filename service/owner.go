@@ -17,12 +17,28 @@ func (s *Service) Owner() Owner { return Owner{s} }
 // Forwarded decides requests another node forwarded here. The sender chose
 // this node as the owner, so they are decided here whatever this node's
 // ring says (forwarding again could loop while rings disagree): by the
-// same switch as any check, with this node as every key's owner.
+// same switch as any check, with this node as every key's owner. But a
+// node that is leaving (Service.Leave) has handed its counters over, or is
+// handing them over: it relays each check to the key's owner in the ring
+// without itself, once.
 func (o Owner) Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
+	return o.s.forwarded(ctx, reqs, o.s.leaving.Load() != nil)
+}
+
+// Relayed decides requests a leaving node relayed here: as Forwarded, but
+// never relaying them again, even if this node is leaving too.
+func (o Owner) Relayed(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
+	return o.s.forwarded(ctx, reqs, false)
+}
+
+// forwarded decides requests forwarded here, as their owner or, with
+// relay, by relaying them to their owner in the ring this node routes by.
+func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, relay bool) []*pb.CheckResponse {
 	out := make([]*pb.CheckResponse, len(reqs))
-	self := o.s.cluster.LocalMember()
+	self := s.cluster.LocalMember()
+	r := s.ring()
 	for i, req := range reqs {
-		c, err := o.s.prepare(req)
+		c, err := s.prepare(req)
 		if err != nil {
 			out[i] = &pb.CheckResponse{Responses: make([]*pb.CheckResult, len(req.GetRequests()))}
 			for k := range out[i].Responses {
@@ -30,10 +46,14 @@ func (o Owner) Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.Che
 			}
 			continue
 		}
+		c.ring, c.relay = r, relay
 		for j := range c.owners {
 			c.owners[j] = self
+			if relay {
+				c.owners[j], _ = r.Owner(c.reqs[j].Key) // the last node of the cluster has none: it decides
+			}
 		}
-		o.s.decide(ctx, c, every(len(c.reqs)))
+		s.decide(ctx, c, every(len(c.reqs)))
 		out[i] = &pb.CheckResponse{Responses: c.results}
 	}
 	return out
@@ -58,4 +78,11 @@ func (o Owner) UpdateGlobals(_ context.Context, from string, states []*pb.Global
 // not take.
 func (o Owner) HandOff(_ context.Context, from string, counters []*pb.CounterState) []*pb.Refusal {
 	return o.s.handoff.Receive(from, counters)
+}
+
+// HandOffDone takes node from's word that it has handed this node every
+// counter it held for keys this node owns in the ring whose ID is ring
+// (see handoff.Node.HandOffDone).
+func (o Owner) HandOffDone(_ context.Context, from string, ring uint64) {
+	o.s.handoff.HandOffDone(from, ring)
 }

@@ -81,6 +81,11 @@ func (s *Service) decide(ctx context.Context, c *call, js []int) {
 			remote = append(remote, j)
 		}
 	}
+	for _, j := range store {
+		if c.items[c.pos[j]].Behavior != pb.Behavior_LOCAL {
+			s.handoff.Await(ctx, c.ring, c.reqs[j].Key) // its counter may be on its way here
+		}
+	}
 	s.decideLocal(c, store, routeLocal)
 	s.forward(ctx, c, s.groupByOwner(c, remote))
 }
@@ -106,7 +111,7 @@ func (s *Service) groupByOwner(c *call, js []int) []*remoteGroup {
 	var groups []*remoteGroup
 	for _, j := range js {
 		owner := c.owners[j]
-		unbatched := c.items[c.pos[j]].Behavior == pb.Behavior_UNBATCHED
+		unbatched := c.items[c.pos[j]].Behavior == pb.Behavior_UNBATCHED || c.relay
 		g := byOwner[owner.Name]
 		if g == nil || (unbatched && !c.all) {
 			g = &remoteGroup{owner: owner, unbatched: unbatched}
@@ -141,13 +146,13 @@ func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup) {
 	for k, j := range g.js {
 		req.Requests[k] = c.items[c.pos[j]]
 	}
-	resp, err := s.send(ctx, g.owner, g.unbatched, req)
+	resp, err := s.send(ctx, g.owner, g.unbatched, c.relay, req)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		// The ring may have changed while the request was in flight: try
 		// the key's new owner once. (The group's keys shared an owner, and
 		// keep sharing one: a ring maps equal keys alike, and a group of
 		// several keys is retried as a whole with the first key's owner.)
-		if owner, ok := s.cluster.Ring().Owner(c.reqs[g.js[0]].Key); ok && owner.Name != g.owner.Name {
+		if owner, ok := s.ring().Owner(c.reqs[g.js[0]].Key); ok && owner.Name != g.owner.Name {
 			for _, j := range g.js {
 				c.owners[j] = owner
 			}
@@ -156,7 +161,7 @@ func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup) {
 				return
 			}
 			g.owner = owner
-			resp, err = s.send(ctx, owner, g.unbatched, req)
+			resp, err = s.send(ctx, owner, g.unbatched, c.relay, req)
 		}
 	}
 	if err == nil && len(resp.GetResponses()) != len(g.js) {
@@ -192,7 +197,7 @@ func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup) {
 // once with errSuspect rather than wait the forward deadline again. A
 // forward that finds owner unreachable makes it suspect, and so releases
 // the other forwards in flight to it, which fail with errSuspect too.
-func (s *Service) send(ctx context.Context, owner ring.Member, unbatched bool, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+func (s *Service) send(ctx context.Context, owner ring.Member, unbatched, relay bool, req *pb.CheckRequest) (*pb.CheckResponse, error) {
 	watch := s.suspects.watch(owner.PeerAddr) // before asking: a suspicion from now on releases this forward
 	if s.suspects.suspect(owner.PeerAddr, time.Now()) {
 		return nil, errSuspect
@@ -202,9 +207,12 @@ func (s *Service) send(ctx context.Context, owner ring.Member, unbatched bool, r
 	defer context.AfterFunc(watch, func() { cancel(errSuspect) })()
 	var resp *pb.CheckResponse
 	var err error
-	if unbatched {
+	switch {
+	case relay:
+		resp, err = s.peers.Relay(fctx, owner.PeerAddr, req)
+	case unbatched:
 		resp, err = s.peers.ForwardNow(fctx, owner.PeerAddr, req)
-	} else {
+	default:
 		resp, err = s.peers.Forward(fctx, owner.PeerAddr, req)
 	}
 	if err != nil && ctx.Err() == nil && context.Cause(fctx) == errSuspect {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,6 +42,9 @@ type Peers interface {
 	// Forward sends req to the owner at addr in a batch; ForwardNow alone.
 	Forward(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
 	ForwardNow(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
+	// Relay is ForwardNow for a leaving node, passing on a check forwarded
+	// to it: the owner decides it and never passes it on again.
+	Relay(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
 	global.Peers
 	handoff.Peers
 }
@@ -59,6 +63,10 @@ type Config struct {
 	// GlobalSync is how often GLOBAL hits go to owners and owners
 	// broadcast; zero means global.DefaultInterval.
 	GlobalSync time.Duration
+	// HandOffWait is how long, at most, a check for a key this node has
+	// just come to own waits for the key's previous owner to hand its
+	// counter over (see handoff.Node.Await); zero means checks never wait.
+	HandOffWait time.Duration
 	// Now is the server clock; nil means time.Now.
 	Now func() time.Time
 	// Logger receives the service's logs; nil discards them.
@@ -89,6 +97,10 @@ type Service struct {
 	// suspects are owners whose last forward failed: their keys are
 	// decided here until a probe finds them answering (see suspect.go).
 	suspects suspects
+	// leaving, once Leave is called, is the ring this node routes by: the
+	// cluster's without this node (see ring).
+	leaving atomic.Pointer[leavingRing]
+	leaveMu sync.Mutex // serializes the building of leaving rings
 }
 
 // New returns a Service. It starts nothing.
@@ -120,7 +132,7 @@ func New(conf Config) *Service {
 		Interval: conf.GlobalSync, MaxClockSkew: s.skew, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
 	})
 	s.handoff = handoff.New(handoff.Config{
-		Store: s.store, Cluster: s.cluster, Peers: conf.Peers, MaxClockSkew: s.skew,
+		Store: s.store, Cluster: routing{s}, Peers: conf.Peers, MaxClockSkew: s.skew, Wait: conf.HandOffWait,
 		Validate: s.validateCounter, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
 	})
 	return s
@@ -135,9 +147,64 @@ func newAlone() alone { return alone{ring.New(alone{}.LocalMember())} }
 func (a alone) Ring() *ring.Ring       { return a.ring }
 func (alone) LocalMember() ring.Member { return ring.Member{Name: "self"} }
 
+// leavingRing is the ring a leaving node routes by: base, the cluster's
+// ring, without this node.
+type leavingRing struct{ base, without *ring.Ring }
+
+// ring returns the ring this node routes checks and hands off counters
+// by: the cluster's, or once Leave is called, the cluster's without this
+// node.
+func (s *Service) ring() *ring.Ring {
+	r := s.cluster.Ring()
+	lv := s.leaving.Load()
+	if lv == nil || lv.base == r {
+		if lv != nil {
+			return lv.without
+		}
+		return r
+	}
+	self := s.cluster.LocalMember().Name
+	if !r.Has(self) {
+		return r // gossip has left too
+	}
+	s.leaveMu.Lock()
+	defer s.leaveMu.Unlock()
+	if lv = s.leaving.Load(); lv.base != r {
+		lv = &leavingRing{base: r, without: r.Without(self)}
+		s.leaving.Store(lv)
+	}
+	return lv.without
+}
+
+// routing is the Service's view of the cluster as package handoff needs
+// it: the ring it routes by.
+type routing struct{ s *Service }
+
+func (v routing) Ring() *ring.Ring         { return v.s.ring() }
+func (v routing) LocalMember() ring.Member { return v.s.cluster.LocalMember() }
+
+// Leave is the first step of this node's leaving the cluster, before
+// HandOffAll and before it leaves gossip: from now on it routes every
+// check as if it had left, and so hands every counter off, while the
+// others still forward to it. It passes checks forwarded to it on to the
+// keys' new owners (see Owner.Forwarded), which hold the counters by then.
+// So no key is ever decided on an empty counter while its counter is on
+// its way: the others' rings drop this node only once its counters are
+// with their owners.
+func (s *Service) Leave() {
+	s.leaveMu.Lock()
+	defer s.leaveMu.Unlock()
+	if s.leaving.Load() == nil {
+		r := s.cluster.Ring()
+		s.leaving.Store(&leavingRing{base: r, without: r.Without(s.cluster.LocalMember().Name)})
+	}
+}
+
 // call is one Check in progress: the items that passed validation, in the
 // store's form, each with its owner, and where their results go.
 type call struct {
+	ring    *ring.Ring // the ring owners were looked up in
+	relay   bool       // a leaving node passing on forwarded checks: forwards are relays
 	items   []*pb.CheckItem
 	all     bool
 	reqs    []limiter.Request
@@ -155,7 +222,8 @@ func (s *Service) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckRes
 	if err != nil {
 		return nil, err
 	}
-	r := s.cluster.Ring()
+	r := s.ring()
+	c.ring = r
 	for j := range c.reqs {
 		c.owners[j], _ = r.Owner(c.reqs[j].Key) // no owner (an empty ring): the zero Member, decided here
 	}
@@ -287,11 +355,10 @@ func (s *Service) RingChanged() { s.handoff.RingChanged() }
 
 // HandOff sends every counter this node holds but does not own to its
 // owner now, and returns how many were taken (see handoff.Node.HandOff).
-// It is a step of shutdown, after the node left the cluster.
 func (s *Service) HandOff(ctx context.Context) int { return s.handoff.HandOff(ctx) }
 
-// HandOffAll is the hand-off step of shutdown, after the node left the
-// cluster: it hands off until every counter is taken or ctx ends, and
+// HandOffAll is the hand-off step of shutdown, after Leave: it hands off
+// until every counter is taken or ctx ends, and
 // returns how many were taken and how many are left, to be lost (see
 // handoff.Node.HandOffAll).
 func (s *Service) HandOffAll(ctx context.Context) (sent, left int) { return s.handoff.HandOffAll(ctx) }

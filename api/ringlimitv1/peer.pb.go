@@ -82,8 +82,12 @@ func (Refusal_Reason) EnumDescriptor() ([]byte, []int) {
 }
 
 type ForwardRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Requests      []*CheckRequest        `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Requests []*CheckRequest        `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	// relayed says a leaving node passed these checks on, having handed the
+	// keys' counters to the receiver: it decides them as their owner and
+	// never passes them on again.
+	Relayed       bool `protobuf:"varint,2,opt,name=relayed,proto3" json:"relayed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -123,6 +127,13 @@ func (x *ForwardRequest) GetRequests() []*CheckRequest {
 		return x.Requests
 	}
 	return nil
+}
+
+func (x *ForwardRequest) GetRelayed() bool {
+	if x != nil {
+		return x.Relayed
+	}
+	return false
 }
 
 type ForwardResponse struct {
@@ -660,9 +671,15 @@ func (x *CounterState) GetCounter() []byte {
 }
 
 type HandOffRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
-	Counters      []*CounterState        `protobuf:"bytes,2,rep,name=counters,proto3" json:"counters,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	From     string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	Counters []*CounterState        `protobuf:"bytes,2,rep,name=counters,proto3" json:"counters,omitempty"`
+	// done, when not 0, is the ID (ring.Ring.ID) of the ring the sender has
+	// finished a round of hand-off under: it has handed this node every
+	// counter it held for keys this node owns in that ring. A node that has
+	// just come to own keys the sender held waits for it before deciding
+	// them (see package handoff).
+	Done          uint64 `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -709,6 +726,13 @@ func (x *HandOffRequest) GetCounters() []*CounterState {
 		return x.Counters
 	}
 	return nil
+}
+
+func (x *HandOffRequest) GetDone() uint64 {
+	if x != nil {
+		return x.Done
+	}
+	return 0
 }
 
 // Refusal says why the receiver did not take one handed-off counter. The
@@ -835,9 +859,10 @@ var File_peer_proto protoreflect.FileDescriptor
 const file_peer_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"peer.proto\x12\fringlimit.v1\x1a\x0fringlimit.proto\"H\n" +
+	"peer.proto\x12\fringlimit.v1\x1a\x0fringlimit.proto\"b\n" +
 	"\x0eForwardRequest\x126\n" +
-	"\brequests\x18\x01 \x03(\v2\x1a.ringlimit.v1.CheckRequestR\brequests\"L\n" +
+	"\brequests\x18\x01 \x03(\v2\x1a.ringlimit.v1.CheckRequestR\brequests\x12\x18\n" +
+	"\arelayed\x18\x02 \x01(\bR\arelayed\"L\n" +
 	"\x0fForwardResponse\x129\n" +
 	"\tresponses\x18\x01 \x03(\v2\x1b.ringlimit.v1.CheckResponseR\tresponses\"\xb1\x01\n" +
 	"\fGlobalReport\x12+\n" +
@@ -870,10 +895,11 @@ const file_peer_proto_rawDesc = "" +
 	"\x14GlobalUpdateResponse\"\x89\x01\n" +
 	"\fCounterState\x12\x18\n" +
 	"\acounter\x18\b \x01(\fR\acounterJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03J\x04\b\x03\x10\x04J\x04\b\x04\x10\x05J\x04\b\x05\x10\x06J\x04\b\x06\x10\aJ\x04\b\a\x10\bR\x04nameR\x03keyR\talgorithmR\x05wordsR\n" +
-	"full_at_nsR\x03logR\alast_ns\"\\\n" +
+	"full_at_nsR\x03logR\alast_ns\"p\n" +
 	"\x0eHandOffRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x126\n" +
-	"\bcounters\x18\x02 \x03(\v2\x1a.ringlimit.v1.CounterStateR\bcounters\"\xc2\x01\n" +
+	"\bcounters\x18\x02 \x03(\v2\x1a.ringlimit.v1.CounterStateR\bcounters\x12\x12\n" +
+	"\x04done\x18\x03 \x01(\x04R\x04done\"\xc2\x01\n" +
 	"\aRefusal\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x124\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x1c.ringlimit.v1.Refusal.ReasonR\x06reason\x12\x16\n" +

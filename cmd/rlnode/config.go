@@ -14,6 +14,7 @@ import (
 	"github.com/ringlimit/ringlimit/internal/admit"
 	"github.com/ringlimit/ringlimit/internal/tlsfiles"
 	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/service"
 )
 
@@ -35,6 +36,7 @@ type Config struct {
 	PolicyFile      string
 	MaxClockSkew    time.Duration
 	ShutdownTimeout time.Duration
+	HandOffWait     time.Duration
 	LogLevel        string
 	MaxInflight     int
 	MaxConns        int
@@ -71,6 +73,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&c.PolicyFile, "policy-file", "", "YAML policies in the envoyproxy/ratelimit format; reloaded on change")
 	fs.DurationVar(&c.MaxClockSkew, "max-clock-skew", service.DefaultMaxClockSkew, "bound on created_at_ms distance from the server clock")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "time to leave, hand off and drain before exit")
+	fs.DurationVar(&c.HandOffWait, "handoff-wait", time.Second, "longest a check for a key this node has just come to own waits for the key's previous owner to hand its counter over (0: never wait, decide on what is here); under the forward deadline, 2s")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.IntVar(&c.MaxConns, "max-conns", defaultMaxConns, "connections open at once on each of the HTTP, gRPC and peer listeners; beyond it new ones wait to be accepted")
 	fs.StringVar(&c.MemoryLimit, "memory-limit", "", "the Go runtime's soft memory limit, e.g. 512MiB (default: 90% of the container's memory limit, unless GOMEMLIMIT is set)")
@@ -132,6 +135,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("--global-sync: must be positive, got %v", c.GlobalSync)
 	case c.MaxClockSkew < 0:
 		return fmt.Errorf("--max-clock-skew: must not be negative, got %v", c.MaxClockSkew)
+	case c.HandOffWait < 0 || c.HandOffWait >= peer.DefaultTimeout:
+		return fmt.Errorf("--handoff-wait: must be at least 0 and under the forward deadline (%v), so that a forwarded check is answered before its sender gives up; got %v", peer.DefaultTimeout, c.HandOffWait)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("--shutdown-timeout: must be positive, got %v", c.ShutdownTimeout)
 	case c.MaxLogEntries < algorithms.MaxSlidingLogLimit:

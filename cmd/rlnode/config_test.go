@@ -51,6 +51,8 @@ func TestParseConfigErrorsNameTheSetting(t *testing.T) {
 		{[]string{"--global-sync", "0s"}, nil, "--global-sync"},
 		{[]string{"--batch-limit", "-1"}, nil, "--batch-limit"},
 		{[]string{"--shutdown-timeout", "0s"}, nil, "--shutdown-timeout"},
+		{[]string{"--handoff-wait", "-1s"}, nil, "--handoff-wait"},
+		{[]string{"--handoff-wait", "2s"}, nil, "--handoff-wait"},
 		{[]string{"stray"}, nil, "stray"},
 	}
 	for _, c := range cases {

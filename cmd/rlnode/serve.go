@@ -93,7 +93,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	}
 	svc := service.New(service.Config{
 		Store: store, Cluster: members, Peers: pool,
-		MaxClockSkew: conf.MaxClockSkew, GlobalSync: conf.GlobalSync,
+		MaxClockSkew: conf.MaxClockSkew, GlobalSync: conf.GlobalSync, HandOffWait: conf.HandOffWait,
 		Logger: log, Registerer: reg, Policies: policies,
 	})
 	gate := admit.New(admit.Config{Max: conf.MaxInflight, Registerer: reg})
@@ -166,16 +166,19 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 			stopGRPC(ctx, grpcSrv)
 			return httpSrv.Shutdown(ctx)
 		}},
+		// Counters go before gossip does, so that no key's new owner
+		// decides it before its counter is there: until the others see
+		// this node leave, it relays what they forward to it to the new
+		// owners (see service.Service.Leave).
+		{"hand off counters", func(ctx context.Context) error {
+			svc.Leave()
+			return handOffAll(ctx, svc, log)
+		}},
 		{"leave the cluster", func(ctx context.Context) error {
 			return gossip.stop(ctx) // others stop routing to this node
 		}},
-		{"hand off counters", func(ctx context.Context) error {
-			sent, left := svc.HandOffAll(ctx)
-			log.Info("handed off counters", "counters", sent, "left", left)
-			if left > 0 {
-				return fmt.Errorf("%d counters not handed off", left)
-			}
-			return nil
+		{"hand off counters that arrived meanwhile", func(ctx context.Context) error {
+			return handOffAll(ctx, svc, log) // from others' hand-offs, before they saw this node leave
 		}},
 		{"flush GLOBAL hits", func(ctx context.Context) error {
 			err := loops.stop(ctx)
@@ -195,6 +198,17 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 		return runSteps(ctx, log, shutdownSteps)
 	})
 	return g.Wait()
+}
+
+// handOffAll is a step of shutdown: it hands off every counter this node
+// holds and reports those it could not.
+func handOffAll(ctx context.Context, svc *service.Service, log *slog.Logger) error {
+	sent, left := svc.HandOffAll(ctx)
+	log.Info("handed off counters", "counters", sent, "left", left)
+	if left > 0 {
+		return fmt.Errorf("%d counters not handed off", left)
+	}
+	return nil
 }
 
 // step is one step of an orderly shutdown.

@@ -1,0 +1,213 @@
+package handoff
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// Waiting for counters on their way.
+//
+// When the ring changes, a node can come to own keys whose counters another
+// member still holds: the key's owner in the previous ring, which hands
+// them over once it sees the change itself, a moment later. A check
+// decided meanwhile would start from an empty counter and could admit up to
+// a whole limit more, which merging the counter when it arrives cannot take
+// back: merging keeps the more charged state, it does not un-admit. So a
+// node that gains keys from a member still in the ring decides their
+// checks only once that member has said it is done (HandOffDone with the
+// new ring's ID, sent after each of its rounds of hand-off), or Config.Wait
+// has passed, whichever comes first. Keys gained from a member that has
+// gone are not waited for: a member that leaves gracefully hands its
+// counters over before it leaves (see cmd/rlnode's shutdown), and a
+// crashed one has nothing to send.
+//
+// Which member held a key is the key's owner in the previous ring this node
+// saw. A node that had seen only itself (it has just started, or was
+// alone) takes the ring without itself as the previous one: a node that
+// restarts under its name finds its keys with whoever held them meanwhile.
+
+// waits are the keys of one ring this node waits for, by partition. A
+// newer ring's waits replace them, and release them.
+type waits struct {
+	ring   *ring.Ring
+	id     uint64
+	parts  []*source          // by partition: the member it waits for, or nil; nil when it waits for none
+	byName map[string]*source // the members it waits for
+	open   atomic.Int32       // sources not released yet
+}
+
+// source is a member this node waits for. Its channel is closed once: when
+// the member says it is done, when the wait expires, or when a newer ring
+// replaces the waits.
+type source struct {
+	name    string
+	done    chan struct{}
+	once    sync.Once
+	expired atomic.Bool
+}
+
+// release closes s's channel, once, and counts it in w, s's waits;
+// expired says the wait ran out rather than ended.
+func (s *source) release(w *waits, expired bool) {
+	s.once.Do(func() {
+		s.expired.Store(expired)
+		close(s.done)
+		w.open.Add(-1)
+	})
+}
+
+func (s *source) released() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// maxDoneSenders bounds the memory of members' "done" messages received
+// ahead of this node's ring: far more members than a cluster has.
+const maxDoneSenders = 4096
+
+// Await returns once key's counter is here, as far as this node can tell:
+// at once unless, in ring r, this node owns key and waits for the member
+// that held it (see the comment on waits), then when that member is done,
+// Config.Wait has passed, or ctx ends. r is the ring the caller routed key
+// by; a ring older than the cluster's current one waits as the current one
+// does.
+func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) {
+	if n.wait <= 0 {
+		return
+	}
+	p := -1
+	for {
+		w := n.waits.Load()
+		if w.ring != r {
+			w = n.waitsFor(r)
+		}
+		if w.open.Load() == 0 {
+			return
+		}
+		if p < 0 {
+			p = ring.Partition(key)
+		}
+		s := w.parts[p]
+		if s == nil || s.released() {
+			return
+		}
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			n.metrics.waits.WithLabelValues("canceled").Inc()
+			return
+		}
+		if next := n.waits.Load(); next != w {
+			r = next.ring // a newer ring released the wait: wait as it says
+			continue
+		}
+		if s.expired.Load() {
+			n.metrics.waits.WithLabelValues("expired").Inc()
+		} else {
+			n.metrics.waits.WithLabelValues("done").Inc()
+		}
+		return
+	}
+}
+
+// HandOffDone takes member from's word that it has handed this node every
+// counter it held for keys this node owns in the ring whose ID is id:
+// checks waiting for those go ahead. A word for a ring this node has not
+// seen yet is kept until it does.
+func (n *Node) HandOffDone(from string, id uint64) {
+	n.waitMu.Lock()
+	defer n.waitMu.Unlock()
+	if len(n.done) >= maxDoneSenders {
+		clear(n.done) // only forged senders get here; a real sender says it again after its next round
+	}
+	n.done[from] = id
+	if w := n.waits.Load(); w != nil && w.id == id {
+		if s := w.byName[from]; s != nil {
+			s.release(w, false)
+		}
+	}
+}
+
+// waitsFor returns the waits of ring r, working them out if r is the
+// cluster's current ring and they are not known yet.
+func (n *Node) waitsFor(r *ring.Ring) *waits {
+	n.waitMu.Lock()
+	defer n.waitMu.Unlock()
+	old := n.waits.Load()
+	if old.ring == r {
+		return old
+	}
+	if r != n.cluster.Ring() {
+		return old // r is older than the waits this node has
+	}
+	w := n.newWaits(old, r)
+	n.waits.Store(w)
+	for _, s := range old.byName {
+		s.release(old, false) // after the Store: its waiters look again, at w
+	}
+	return w
+}
+
+// newWaits works out the waits of ring r, which follows old's ring. A key
+// r gains from
+// a member old was still waiting for, and that r still has, is waited for
+// again.
+func (n *Node) newWaits(old *waits, r *ring.Ring) *waits {
+	self := n.cluster.LocalMember().Name
+	id := r.ID()
+	for name, got := range n.done {
+		if got != id {
+			delete(n.done, name) // said of another ring: should this node's ring return to that one, it must be said again
+		}
+	}
+	w := &waits{ring: r, id: id, byName: map[string]*source{}}
+	prev := old.ring
+	if prev.Len() == 0 || (prev.Len() == 1 && prev.Has(self)) {
+		prev = r.Without(self)
+	}
+	for p := range ring.PartitionCount {
+		if owner, _ := r.PartitionOwner(p); owner.Name != self {
+			continue
+		}
+		from := ""
+		if held, ok := prev.PartitionOwner(p); ok && held.Name != self && r.Has(held.Name) {
+			from = held.Name
+		} else if old.parts != nil && old.parts[p] != nil && !old.parts[p].released() && r.Has(old.parts[p].name) {
+			from = old.parts[p].name // still on its way under the ring before
+		}
+		if from == "" || n.done[from] == id {
+			continue
+		}
+		s := w.byName[from]
+		if s == nil {
+			s = &source{name: from, done: make(chan struct{})}
+			w.byName[from] = s
+		}
+		if w.parts == nil {
+			w.parts = make([]*source, ring.PartitionCount)
+		}
+		w.parts[p] = s
+	}
+	w.open.Store(int32(len(w.byName)))
+	if len(w.byName) > 0 {
+		n.log.Info("waiting for counters from the keys' previous owners", "members", len(w.byName), "for_at_most", n.wait)
+		time.AfterFunc(n.wait, func() {
+			for _, s := range w.byName {
+				if !s.released() {
+					n.log.Warn("hand-off wait expired: deciding keys without the counters their previous owner may hold",
+						"owner", s.name)
+				}
+				s.release(w, true)
+			}
+		})
+	}
+	return w
+}

@@ -1,0 +1,310 @@
+package handoff
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ringlimit/ringlimit/algorithms"
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// members is a Membership whose ring a test sets.
+type members struct {
+	self string
+	ring atomic.Pointer[ring.Ring]
+}
+
+func newMembers(self string, names ...string) *members {
+	m := &members{self: self}
+	m.set(names...)
+	return m
+}
+
+func (m *members) set(names ...string) *ring.Ring {
+	var ms []ring.Member
+	for _, n := range names {
+		ms = append(ms, ring.Member{Name: n, PeerAddr: n})
+	}
+	r := ring.New(ms...)
+	m.ring.Store(r)
+	return r
+}
+
+func (m *members) Ring() *ring.Ring         { return m.ring.Load() }
+func (m *members) LocalMember() ring.Member { return ring.Member{Name: m.self, PeerAddr: m.self} }
+
+// peers records what a Node sends; the peers named in down fail.
+type peers struct {
+	mu       sync.Mutex
+	down     map[string]bool
+	counters map[string]int // by address: counters taken
+	done     []string       // "addr:ring ID", in order
+}
+
+func (p *peers) HandOff(_ context.Context, addr, _ string, counters []*pb.CounterState) ([]*pb.Refusal, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down[addr] {
+		return nil, fmt.Errorf("%s: down", addr)
+	}
+	if p.counters == nil {
+		p.counters = map[string]int{}
+	}
+	p.counters[addr] += len(counters)
+	return nil, nil
+}
+
+func (p *peers) HandOffDone(_ context.Context, addr, _ string, id uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down[addr] {
+		return fmt.Errorf("%s: down", addr)
+	}
+	p.done = append(p.done, fmt.Sprintf("%s:%d", addr, id))
+	return nil
+}
+
+// keyOf returns a key that r gives to owner and prev gave to prevOwner.
+func keyOf(t *testing.T, r *ring.Ring, owner string, prev *ring.Ring, prevOwner string) string {
+	t.Helper()
+	for i := range 100_000 {
+		key := fmt.Sprint("k", i)
+		o, _ := r.Owner(key)
+		p, _ := prev.Owner(key)
+		if o.Name == owner && p.Name == prevOwner {
+			return key
+		}
+	}
+	t.Fatalf("no key owned by %s, before by %s", owner, prevOwner)
+	return ""
+}
+
+// awaitNode returns a Node for member self, waiting at most a minute, that
+// started alone and has just joined the ring of names.
+func awaitNode(self string, names ...string) (*Node, *members, *prometheus.Registry) {
+	m := newMembers(self, self)
+	reg := prometheus.NewRegistry()
+	n := New(Config{Store: limiter.New(limiter.Config{}), Cluster: m, Peers: &peers{}, MaxClockSkew: time.Second,
+		Wait: time.Minute, Registerer: reg})
+	m.set(names...)
+	n.RingChanged()
+	return n, m, reg
+}
+
+// awaiting starts Await for key in r and returns a channel closed when it
+// returns.
+func awaiting(ctx context.Context, n *Node, r *ring.Ring, key string) chan struct{} {
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		n.Await(ctx, r, key)
+	}()
+	return returned
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// A node that has just joined waits, for a key it gained, until the key's
+// previous owner says it is done under the new ring; then at once.
+func TestAwaitWaitsForThePreviousOwner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, m, reg := awaitNode("c", "a", "b", "c")
+		r := m.Ring()
+		gained := keyOf(t, r, "c", r.Without("c"), "a")
+		returned := awaiting(t.Context(), n, r, gained)
+		synctest.Wait()
+		if isClosed(returned) {
+			t.Fatal("Await returned before the previous owner said it was done")
+		}
+		n.HandOffDone("b", r.ID()) // b held none of these
+		n.HandOffDone("a", r.Without("z").ID()+1)
+		synctest.Wait()
+		if isClosed(returned) {
+			t.Fatal("Await returned on another member's word, or on a word for another ring")
+		}
+		n.HandOffDone("a", r.ID())
+		synctest.Wait()
+		if !isClosed(returned) {
+			t.Fatal("Await still waits after the previous owner said it was done")
+		}
+		if got := testutil.ToFloat64(n.metrics.waits.WithLabelValues("done")); got != 1 {
+			t.Errorf("waits done = %v, want 1", got)
+		}
+		n.Await(t.Context(), r, gained) // at once now
+		if testutil.CollectAndCount(reg, "ringlimit_handoff_waits_total") != 3 {
+			t.Error("ringlimit_handoff_waits_total is not exported with its three outcomes")
+		}
+	})
+}
+
+// Keys this node kept, and keys whose previous owner has gone, do not wait.
+func TestAwaitDoesNotWaitForWhatIsNotOnItsWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, m, _ := awaitNode("b", "a", "b", "c")
+		first := m.Ring()
+		kept := keyOf(t, first, "b", first, "b")
+		n.Await(t.Context(), first, keyOf(t, first, "a", first, "a")) // not ours: returns at once
+		n.HandOffDone("a", first.ID())
+		n.HandOffDone("c", first.ID())
+		n.Await(t.Context(), first, kept)
+
+		second := m.set("a", "b") // c crashed: its keys have no one to wait for
+		fromGone := keyOf(t, second, "b", first, "c")
+		n.Await(t.Context(), second, fromGone)
+		n.Await(t.Context(), second, kept)
+	})
+}
+
+func TestAwaitExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, m, _ := awaitNode("c", "a", "b", "c")
+		r := m.Ring()
+		key := keyOf(t, r, "c", r.Without("c"), "b")
+		start := time.Now()
+		n.Await(t.Context(), r, key)
+		if waited := time.Since(start); waited != time.Minute {
+			t.Errorf("waited %v, want the configured minute", waited)
+		}
+		if got := testutil.ToFloat64(n.metrics.waits.WithLabelValues("expired")); got != 1 {
+			t.Errorf("waits expired = %v, want 1", got)
+		}
+		n.Await(t.Context(), r, key) // expired: at once
+		if time.Since(start) != time.Minute {
+			t.Error("a second check waited again after the wait expired")
+		}
+	})
+}
+
+func TestAwaitReturnsWhenTheCallerGivesUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, m, _ := awaitNode("c", "a", "b", "c")
+		r := m.Ring()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		start := time.Now()
+		n.Await(ctx, r, keyOf(t, r, "c", r.Without("c"), "a"))
+		if time.Since(start) != time.Second {
+			t.Errorf("returned after %v, want when the caller's context ended (1s)", time.Since(start))
+		}
+		if got := testutil.ToFloat64(n.metrics.waits.WithLabelValues("canceled")); got != 1 {
+			t.Errorf("waits canceled = %v, want 1", got)
+		}
+	})
+}
+
+// A member's word that arrives before this node sees the ring it speaks of
+// counts once it does; a word for another ring does not.
+func TestAwaitKeepsWordsAheadOfTheRing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, m, _ := awaitNode("c", "c")
+		n.Await(t.Context(), m.Ring(), "any") // alone: nothing to wait for
+		joined := ring.New(ring.Member{Name: "a", PeerAddr: "a"}, ring.Member{Name: "c", PeerAddr: "c"})
+		n.HandOffDone("a", joined.ID()) // a saw c join first
+		m.ring.Store(joined)
+		n.Await(t.Context(), joined, keyOf(t, joined, "c", joined.Without("c"), "a")) // at once, or the test times out
+
+		n, m, _ = awaitNode("c", "a", "c")
+		r := m.Ring()
+		n.HandOffDone("a", ring.New(ring.Member{Name: "a"}, ring.Member{Name: "b"}, ring.Member{Name: "c"}).ID())
+		returned := awaiting(t.Context(), n, r, keyOf(t, r, "c", r.Without("c"), "a"))
+		synctest.Wait()
+		if isClosed(returned) {
+			t.Fatal("a word for another ring released a key")
+		}
+		n.HandOffDone("a", r.ID())
+		synctest.Wait()
+		if !isClosed(returned) {
+			t.Fatal("a's word for the current ring did not release the key")
+		}
+	})
+}
+
+// Checks waiting under one ring wait as the next ring says when it comes:
+// a key still on its way from a member that is still there keeps waiting.
+func TestAwaitFollowsANewerRing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, m, _ := awaitNode("d", "a", "b", "c", "d")
+		first := m.Ring()
+		fromA := keyOf(t, first, "d", first.Without("d"), "a")
+		fromC := keyOf(t, first, "d", first.Without("d"), "c")
+		waitA := awaiting(t.Context(), n, first, fromA)
+		waitC := awaiting(t.Context(), n, first, fromC)
+		synctest.Wait()
+		second := m.set("a", "b", "d") // c crashed while d waited for it
+		n.Await(t.Context(), second, "any")
+		synctest.Wait()
+		if o, _ := second.Owner(fromC); o.Name == "d" && !isClosed(waitC) {
+			t.Error("a key from a crashed member still waits")
+		}
+		if o, _ := second.Owner(fromA); o.Name == "d" {
+			if isClosed(waitA) {
+				t.Fatal("a key still on its way from a stopped waiting when the ring changed")
+			}
+			n.HandOffDone("a", second.ID())
+			synctest.Wait()
+		}
+		if !isClosed(waitA) {
+			t.Error("a's word for the current ring did not release its key")
+		}
+	})
+}
+
+func TestAwaitWithoutWait(t *testing.T) {
+	m := newMembers("c", "a", "b", "c")
+	n := New(Config{Store: limiter.New(limiter.Config{}), Cluster: m, MaxClockSkew: time.Second})
+	r := m.Ring()
+	n.Await(t.Context(), r, keyOf(t, r, "c", r.Without("c"), "a")) // returns at once, or the test times out
+}
+
+// A round of hand-off tells each member it is done under the ring, but
+// those it could not give their counters to.
+func TestHandOffSaysDone(t *testing.T) {
+	store := limiter.New(limiter.Config{})
+	m := newMembers("a", "a", "b", "c")
+	p := &peers{down: map[string]bool{"c": true}}
+	n := New(Config{Store: store, Cluster: m, Peers: p, MaxClockSkew: time.Second})
+	r := m.Ring()
+	now := time.Now()
+	for _, owner := range []string{"b", "c"} {
+		req := limiter.Request{Name: "api", Key: keyOf(t, r, owner, r, owner), Algorithm: limiter.TokenBucket, Hits: 1,
+			Limit: algorithms.Limit{Count: 10, Period: time.Minute}, Now: now}
+		store.Decide(&req)
+	}
+	if sent := n.HandOff(t.Context()); sent != 1 {
+		t.Fatalf("handed off %d counters, want 1 (to b; c is down)", sent)
+	}
+	want := []string{fmt.Sprintf("b:%d", r.ID())}
+	if !slices.Equal(p.done, want) {
+		t.Errorf("said done to %v, want %v", p.done, want)
+	}
+}
+
+// A member that joins has no counters: the members already there do not
+// wait for it, whichever ring they compare with.
+func TestAwaitDoesNotWaitForANewMember(t *testing.T) {
+	n, m, _ := awaitNode("c", "a", "c")
+	n.HandOffDone("a", m.Ring().ID())
+	m.set("a", "b", "c")
+	n.RingChanged()
+	if w := n.waits.Load(); w.byName["b"] != nil {
+		t.Error("c waits for b, which has just joined")
+	}
+}

@@ -1,0 +1,165 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// keyMovingTo returns a key that full gives to node to and before gives to
+// another node, and that node's index.
+func keyMovingTo(t *testing.T, full, before *ring.Ring, to string) (string, int) {
+	t.Helper()
+	for k := range 100_000 {
+		key := fmt.Sprint("key-", k)
+		o, _ := full.Owner(key)
+		p, _ := before.Owner(key)
+		if o.Name == to && p.Name != to {
+			var i int
+			fmt.Sscanf(p.Name, "node-%d", &i)
+			return key, i
+		}
+	}
+	t.Fatalf("no key moves to %s", to)
+	return "", 0
+}
+
+// startAlone makes node i of c as a node that has just started: it sees
+// only itself, until the test changes c's ring.
+func startAlone(c *fakeCluster, s *Service, i int) {
+	name := fmt.Sprint("node-", i)
+	c.views.Store(name, ring.New(ring.Member{Name: name, PeerAddr: fmt.Sprint("peer-", i)}))
+	s.RingChanged()
+	c.views.Delete(name)
+}
+
+// spendAll charges item's whole limit through s, checking each is admitted.
+func spendAll(t *testing.T, s *Service, item *pb.CheckItem) {
+	t.Helper()
+	for i := range item.Limit {
+		if r := check(t, s, item); r.Status != pb.Status_UNDER_LIMIT {
+			t.Fatalf("hit %d of %d refused: %v", i+1, item.Limit, r)
+		}
+	}
+}
+
+// TestJoinedOwnerWaitsForTheCounter: when a node joins, checks for the
+// keys it takes over wait for their previous owner to hand the counter
+// over, rather than start again from an empty one: a key spent before the
+// join stays spent, with no hit admitted in between.
+func TestJoinedOwnerWaitsForTheCounter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, svcs := newFakeClusterWith(3, func(int) Config { return Config{HandOffWait: time.Minute} })
+		full := c.ring
+		c.ring = full.Without("node-2")
+		startAlone(c, svcs[2], 2)
+		key, prev := keyMovingTo(t, full, c.ring, "node-2")
+		item := &pb.CheckItem{Name: "api", Key: key, Limit: 5, DurationMs: 3_600_000}
+		spendAll(t, svcs[0], item)
+
+		c.ring = full // node-2 joins; every node sees it at once (node-2 first, in truth)
+		result := make(chan *pb.CheckResponse, 1)
+		go func() {
+			resp, _ := svcs[0].Check(context.Background(), &pb.CheckRequest{Requests: []*pb.CheckItem{item}})
+			result <- resp
+		}()
+		synctest.Wait()
+		select {
+		case resp := <-result:
+			t.Fatalf("node-2 decided %v before node-%d handed the counter over", resp.GetResponses(), prev)
+		default:
+		}
+		if sent := svcs[prev].HandOff(t.Context()); sent != 1 {
+			t.Fatalf("node-%d handed off %d counters, want 1", prev, sent)
+		}
+		if r := (<-result).GetResponses()[0]; r.GetStatus() != pb.Status_OVER_LIMIT {
+			t.Errorf("the key spent before the join got %v after it, want OVER_LIMIT", r)
+		}
+		start := time.Now()
+		check(t, svcs[1], item) // the wait is over: at once
+		if time.Since(start) != 0 {
+			t.Error("a check after the hand-off waited")
+		}
+	})
+}
+
+// TestJoinedOwnerWaitsNoLongerThanHandOffWait: a previous owner that never
+// says it is done holds the keys' checks for HandOffWait, then they are
+// decided on what is here.
+func TestJoinedOwnerWaitsNoLongerThanHandOffWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, svcs := newFakeClusterWith(3, func(int) Config { return Config{HandOffWait: 2 * time.Second} })
+		full := c.ring
+		c.ring = full.Without("node-2")
+		startAlone(c, svcs[2], 2)
+		key, _ := keyMovingTo(t, full, c.ring, "node-2")
+		c.ring = full
+		start := time.Now()
+		r := check(t, svcs[0], &pb.CheckItem{Name: "api", Key: key, Limit: 5, DurationMs: 3_600_000})
+		if waited := time.Since(start); waited != 2*time.Second || r.Status != pb.Status_UNDER_LIMIT {
+			t.Errorf("check waited %v and got %v; want 2s (HandOffWait), then decided", waited, r.Status)
+		}
+	})
+}
+
+// TestLeavingNodeHandsOffBeforeOthersSeeItGo: a node that leaves hands its
+// counters over while the others still route to it, and relays what they
+// forward meanwhile to the new owner, which holds the counter by then. No
+// check is decided on an empty counter, before or after the others see
+// it go.
+func TestLeavingNodeHandsOffBeforeOthersSeeItGo(t *testing.T) {
+	c, svcs := newFakeCluster(3)
+	after := c.ring.Without("node-2")
+	key, heir := keyMovingTo(t, c.ring, after, "node-2")
+	item := &pb.CheckItem{Name: "api", Key: key, Limit: 5, DurationMs: 3_600_000}
+	spendAll(t, svcs[0], item)
+
+	svcs[2].Leave()
+	if sent, left := svcs[2].HandOffAll(t.Context()); sent != 1 || left != 0 {
+		t.Fatalf("HandOffAll = %d sent, %d left; want 1, 0", sent, left)
+	}
+	if r := check(t, svcs[0], item); r.Status != pb.Status_OVER_LIMIT {
+		t.Errorf("forwarded to the leaving node after its hand-off: %v, want OVER_LIMIT", r.Status)
+	}
+	if n := svcs[2].store.Len(); n != 0 {
+		t.Errorf("the leaving node holds %d counters after relaying, want 0", n)
+	}
+	if n := svcs[heir].store.Len(); n != 1 {
+		t.Errorf("the heir holds %d counters, want 1", n)
+	}
+	c.ring = after
+	if r := check(t, svcs[0], item); r.Status != pb.Status_OVER_LIMIT {
+		t.Errorf("after the others saw node-2 go: %v, want OVER_LIMIT", r.Status)
+	}
+}
+
+// TestRelayedChecksAreNotRelayedAgain: two nodes leaving at once, each
+// routing by a ring without itself only, could pass a check back and forth;
+// a relayed check is decided where it lands.
+func TestRelayedChecksAreNotRelayedAgain(t *testing.T) {
+	c, svcs := newFakeCluster(3)
+	var key string
+	for k := 0; key == ""; k++ {
+		candidate := fmt.Sprint("key-", k)
+		o, _ := c.ring.Owner(candidate)
+		heir, _ := c.ring.Without("node-2").Owner(candidate)
+		if o.Name == "node-2" && heir.Name == "node-1" {
+			key = candidate
+		}
+	}
+	item := &pb.CheckItem{Name: "api", Key: key, Limit: 5, DurationMs: 3_600_000}
+	spendAll(t, svcs[0], item)
+	svcs[1].Leave()
+	svcs[2].Leave()
+	if sent, _ := svcs[2].HandOffAll(t.Context()); sent != 1 {
+		t.Fatalf("node-2 handed off %d counters, want 1 (to node-1)", sent)
+	}
+	if r := check(t, svcs[0], item); r.Status != pb.Status_OVER_LIMIT {
+		t.Errorf("relayed from node-2 to node-1, both leaving: %v, want OVER_LIMIT from node-1's counter", r.Status)
+	}
+}
