@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,7 +72,7 @@ func (c *testCluster) routingClient(t *testing.T, opts ...client.Option) *client
 
 // waitForRing polls until cl routes by a ring of want members, checking
 // now and then, as a client in use does.
-func waitForRing(t *testing.T, cl *client.Client, want int) {
+func waitForRing(t testing.TB, cl *client.Client, want int) {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); cl.Ring().Len() != want; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -206,5 +207,50 @@ func TestRoutingClientOverTLS(t *testing.T) {
 	exactTwice(t, cl, "tls:", 100)
 	if n := c.forwarded(t, https) - before; n != 0 {
 		t.Errorf("nodes forwarded %d checks of the routing client over TLS, want 0", n)
+	}
+}
+
+// BenchmarkClientRouting measures Allow from 64 concurrent callers of one
+// client against a 3-node loopback cluster: a client of node 0 without
+// batching (as clients were before they batched), one with, both of whose
+// checks node 0 forwards to their owners (two thirds of them), and a
+// client that routes each check to its owner. Client and nodes share this
+// process and its cores.
+func BenchmarkClientRouting(b *testing.B) {
+	c := startCluster(b, 3)
+	keys := make([]string, 10_000)
+	for i := range keys {
+		keys[i] = fmt.Sprint("user:", i)
+	}
+	routing, err := client.Open([]string{c.nodes[0].grpcAddr, c.nodes[1].grpcAddr, c.nodes[2].grpcAddr})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer routing.Close()
+	waitForRing(b, routing, 3)
+	unbatched, err := client.Open([]string{c.nodes[0].grpcAddr}, client.WithoutBatching())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer unbatched.Close()
+	for _, tc := range []struct {
+		name string
+		cl   *client.Client
+	}{{"node0/unbatched", unbatched}, {"node0", c.clients[0]}, {"routing", routing}} {
+		b.Run(tc.name, func(b *testing.B) {
+			l := client.Limit{Name: "bench", Count: 1_000_000_000, Period: time.Second}
+			b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					i++
+					if ok, err := tc.cl.Allow(context.Background(), l, keys[i%len(keys)]); !ok || err != nil {
+						b.Error(ok, err)
+						return
+					}
+				}
+			})
+		})
 	}
 }
