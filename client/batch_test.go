@@ -414,3 +414,48 @@ func TestBatchOfWrongLengthFails(t *testing.T) {
 	wg.Wait()
 	<-first
 }
+
+// crowd is a node that claims a ring of more members than a client
+// believes, and answers checks as a one-node service.
+type crowd struct {
+	pb.UnimplementedRateLimiterServer
+	svc *service.Service
+}
+
+func (c crowd) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	return c.svc.Check(ctx, req)
+}
+
+func (crowd) Members(context.Context, *pb.MembersRequest) (*pb.MembersResponse, error) {
+	resp := &pb.MembersResponse{Ring: 1}
+	for i := range maxMembers + 1 {
+		resp.Members = append(resp.Members, &pb.Member{Name: fmt.Sprint("n", i), GrpcAddr: fmt.Sprintf("127.0.0.1:%d", 10000+i)})
+	}
+	return resp, nil
+}
+
+// TestTooManyMembersAreNotBelieved: a ring of more than maxMembers is not
+// built (it would take long and much memory): the client keeps sending to
+// the address it was given.
+func TestTooManyMembersAreNotBelieved(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pb.RegisterRateLimiterServer(srv, crowd{svc: service.New(service.Config{})})
+	go srv.Serve(lis)
+	defer srv.Stop()
+	c, err := Open([]string{lis.Addr().String()}, WithCluster())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if ok, err := c.Allow(context.Background(), Limit{Name: "c", Count: 1, Period: time.Minute}, "k"); !ok || err != nil {
+		t.Fatalf("Allow = %v, %v", ok, err)
+	}
+	c.router.wg.Wait() // the refresh the first check started
+	if c.router.lastTry.Load() == 0 || c.Ring() != nil {
+		t.Errorf("after a refresh (started: %v), the client routes by %v, want no ring", c.router.lastTry.Load() != 0, c.Ring())
+	}
+}

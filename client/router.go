@@ -32,6 +32,10 @@ const (
 	// retireAfter is how long a node that left the ring keeps its
 	// connection, for the batches still in flight to it.
 	retireAfter = time.Minute
+	// maxMembers bounds the ring a client builds, far above the largest
+	// cluster planned for (50 nodes): building a ring takes time and
+	// memory in proportion to its members.
+	maxMembers = 1000
 )
 
 // router sends each check straight to its key's owner, by a copy of the
@@ -232,8 +236,12 @@ func (r *router) learn(hint *node) {
 
 // adopt routes by the ring of resp from now on; old is the view resp
 // was asked under. Members without a name or an address are left out:
-// their keys go to the first seed, which forwards them.
+// their keys go to the first seed, which forwards them. An answer of more
+// than maxMembers is not believed, and changes nothing.
 func (r *router) adopt(old *view, resp *pb.MembersResponse) {
+	if len(resp.GetMembers()) > maxMembers {
+		return
+	}
 	now := time.Now()
 	if old.ring != nil && resp.GetRing() == old.sum {
 		v := *old
