@@ -270,7 +270,7 @@ func (n *node) check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckRespon
 	var header metadata.MD
 	resp, err := n.rl.Check(metadata.AppendToOutgoingContext(ctx, ringHeader, ours), req, grpc.Header(&header))
 	if theirs := header.Get(ringHeader); len(theirs) > 0 && theirs[0] != ours {
-		n.router.stale(n)
+		n.router.ask(n) // n first: a ring that differs is most often the newer
 	}
 	return resp, err
 }

@@ -153,9 +153,6 @@ func (r *router) place(v *view, it *pb.CheckItem) *node {
 	return r.seeds[0]
 }
 
-// stale is told by node n that its ring differs from the client's.
-func (r *router) stale(n *node) { r.ask(n) }
-
 // reroute sends p, which failed with err, to another node (see other),
 // when err says p's node was unreachable and p was not rerouted already;
 // then the node it reaches forwards it. It asks for the ring too, which has likely
