@@ -2,14 +2,12 @@ package api
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
@@ -44,21 +42,8 @@ func TestFallbackIsMarked(t *testing.T) {
 		t.Errorf("HTTP header %s = %q, want fallback", DecidedByHeader, got)
 	}
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	s.RegisterGRPC(g)
-	go g.Serve(lis)
-	defer g.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	var trailer metadata.MD
-	if _, err := pb.NewRateLimiterClient(conn).Check(context.Background(),
+	if _, err := pb.NewRateLimiterClient(serveGRPC(t, s)).Check(context.Background(),
 		&pb.CheckRequest{Requests: []*pb.CheckItem{{Name: "a", Key: "k", Limit: 1, DurationMs: 1000}}}, grpc.Trailer(&trailer)); err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ type grpcServer struct {
 
 func (g grpcServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
 	defer g.s.observe("grpc", time.Now())
+	g.s.tellStaleRing(ctx)
 	resp, err := g.s.conf.Checker.Check(ctx, req)
 	if err != nil {
 		return nil, toStatus(err)

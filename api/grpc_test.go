@@ -16,20 +16,28 @@ import (
 	"github.com/ringlimit/ringlimit/service"
 )
 
-func TestGRPC(t *testing.T) {
+// serveGRPC serves s's gRPC faces on loopback until the test ends, and
+// returns a connection to them.
+func serveGRPC(t *testing.T, s *Server) *grpc.ClientConn {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	New(Config{Checker: service.New(service.Config{})}).RegisterGRPC(srv)
+	s.RegisterGRPC(srv)
 	go srv.Serve(lis)
-	defer srv.Stop()
+	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func TestGRPC(t *testing.T) {
+	conn := serveGRPC(t, New(Config{Checker: service.New(service.Config{})}))
 	ctx := context.Background()
 
 	rl := pb.NewRateLimiterClient(conn)

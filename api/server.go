@@ -3,11 +3,13 @@ package api
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/service"
 )
 
@@ -41,6 +43,10 @@ type Config struct {
 	// Members lists the cluster for GET /v1/members; nil means the route
 	// answers an empty list.
 	Members func() []Member
+	// Ring returns the ring this node routes checks by, for the Members
+	// RPC and RingHeader; nil means an empty ring, so that clients send
+	// checks anywhere and the node decides them.
+	Ring func() *ring.Ring
 	// Registerer receives the faces' metrics and Gatherer serves
 	// GET /metrics; nil means no metrics.
 	Registerer prometheus.Registerer
@@ -56,6 +62,7 @@ type Config struct {
 type Server struct {
 	conf    Config
 	latency *prometheus.HistogramVec
+	ring    atomic.Pointer[ringID] // the last ring seen, with its fingerprint
 }
 
 // New returns a Server. It starts nothing: the caller registers it on a

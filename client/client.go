@@ -11,8 +11,12 @@
 // admission: Allow and Take fail closed.
 //
 // A Client does not care how checks travel: New talks gRPC to one node,
-// Wrap takes any Checker (an in-process service in tests, or a batching,
-// owner-routing transport), and callers of Allow and Take do not change.
+// Open to several, sending each check straight to its key's owner, and
+// Wrap takes any Checker (an in-process service in tests); callers of
+// Allow and Take do not change.
+//
+// Clients made by New and Open batch: concurrent checks bound for one node
+// share an RPC, without waiting when the node is idle (see Open).
 package client
 
 import (
@@ -22,9 +26,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // Checker sends one request of checks and returns their results in order:
@@ -37,31 +41,21 @@ type Checker interface {
 // concurrent use; one Client should serve a whole process.
 type Client struct {
 	checker Checker
-	conn    *grpc.ClientConn // nil when wrapped
+	close   func() error // nil when wrapped
+	router  *router      // nil unless the client routes
 }
 
 // New returns a client of the node at addr (host:port), or of a load
-// balancer in front of several. It connects lazily. With no options it
-// uses plaintext, as nodes serve by default.
+// balancer in front of several, dialled with opts. It connects lazily.
+// With no options it uses plaintext, as nodes serve by default. It is
+// Open with one address and WithDialOptions(opts...): it batches, and
+// does not route.
 func New(addr string, opts ...grpc.DialOption) (*Client, error) {
-	if len(opts) == 0 {
-		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	}
-	conn, err := grpc.NewClient(addr, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", addr, err)
-	}
-	return &Client{checker: rpc{pb.NewRateLimiterClient(conn)}, conn: conn}, nil
+	return Open([]string{addr}, WithDialOptions(opts...))
 }
 
-// rpc is a Checker over gRPC, with the call options left at their defaults.
-type rpc struct{ rl pb.RateLimiterClient }
-
-func (r rpc) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	return r.rl.Check(ctx, req)
-}
-
-// Wrap returns a client whose checks go to ch. Close does not close ch.
+// Wrap returns a client whose checks go to ch, as they are: it neither
+// batches nor routes. Close does not close ch.
 func Wrap(ch Checker) *Client { return &Client{checker: ch} }
 
 // Algorithm and Behavior are the wire's enums, so that a Limit needs no
@@ -179,7 +173,9 @@ func DecisionOf(r *pb.CheckResult) (Decision, error) {
 
 // Check sends one request of one or more checks, as the wire does: a check
 // that could not be decided has its error in its result. Use DecisionOf
-// to read each result.
+// to read each result. A client of New or Open may send the request in an
+// RPC shared with other callers', and one that routes splits it by owner;
+// the answers are the request's own, in order (see Open).
 func (c *Client) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
 	return c.checker.Check(ctx, req)
 }
@@ -209,10 +205,20 @@ func (c *Client) Allow(ctx context.Context, l Limit, key string) (bool, error) {
 	return d.Allowed, err
 }
 
-// Close closes the connection New opened; it does nothing for Wrap.
-func (c *Client) Close() error {
-	if c.conn == nil {
+// Ring returns the ring the client routes checks by: nil unless it routes
+// (see Open), and until it has learned the ring from a node.
+func (c *Client) Ring() *ring.Ring {
+	if c.router == nil {
 		return nil
 	}
-	return c.conn.Close()
+	return c.router.view.Load().ring
+}
+
+// Close closes the connections New or Open opened, and ends the RPCs in
+// flight on them; it does nothing for Wrap.
+func (c *Client) Close() error {
+	if c.close == nil {
+		return nil
+	}
+	return c.close()
 }

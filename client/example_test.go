@@ -62,3 +62,38 @@ func ExampleErrInvalid() {
 	// true
 	// check api: invalid check: key: must not be empty
 }
+
+// A client of several nodes sends each check straight to its key's owner,
+// saving the hop through a node that would forward it. It learns the
+// members and their ring from the nodes, and follows the ring as it
+// changes. (Not run: it needs a cluster.)
+func ExampleOpen() {
+	c, err := client.Open([]string{"ringlimit-0:8081", "ringlimit-1:8081", "ringlimit-2:8081"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	ok, err := c.Allow(context.Background(), perUser, "user:42")
+	fmt.Println(ok, err)
+}
+
+// Behind a single address, such as a Kubernetes Service, WithCluster makes
+// the client learn the members through it and route to them directly.
+// Every node is then dialled with the options given: over TLS, each node's
+// certificate must be valid for the name checked, here the Service's.
+func ExampleWithCluster() {
+	tls, err := client.TLS{CA: "/etc/ringlimit/ca.crt"}.DialOption("ringlimit:8081")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	c, err := client.Open([]string{"ringlimit:8081"}, client.WithCluster(), client.WithDialOptions(tls))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	d, err := c.Take(context.Background(), perUser, "user:42", 1)
+	fmt.Println(d.Allowed, err)
+}

@@ -595,6 +595,151 @@ func (x *CheckResponse) GetResponses() []*CheckResult {
 	return nil
 }
 
+type MembersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MembersRequest) Reset() {
+	*x = MembersRequest{}
+	mi := &file_ringlimit_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembersRequest) ProtoMessage() {}
+
+func (x *MembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
+func (*MembersRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_proto_rawDescGZIP(), []int{4}
+}
+
+type MembersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// members are the members of this node's ring, sorted by name.
+	Members []*Member `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// ring is a fingerprint of members: nodes whose rings have the same
+	// members (names and addresses) report the same fingerprint.
+	Ring          uint64 `protobuf:"fixed64,2,opt,name=ring,proto3" json:"ring,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MembersResponse) Reset() {
+	*x = MembersResponse{}
+	mi := &file_ringlimit_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembersResponse) ProtoMessage() {}
+
+func (x *MembersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
+func (*MembersResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *MembersResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *MembersResponse) GetRing() uint64 {
+	if x != nil {
+		return x.Ring
+	}
+	return 0
+}
+
+// Member is one node of the ring, as a client needs it.
+type Member struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// grpc_addr is the host:port of the member's client gRPC listener.
+	GrpcAddr      string `protobuf:"bytes,2,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Member) Reset() {
+	*x = Member{}
+	mi := &file_ringlimit_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Member) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Member) ProtoMessage() {}
+
+func (x *Member) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Member.ProtoReflect.Descriptor instead.
+func (*Member) Descriptor() ([]byte, []int) {
+	return file_ringlimit_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Member) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Member) GetGrpcAddr() string {
+	if x != nil {
+		return x.GrpcAddr
+	}
+	return ""
+}
+
 var File_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_proto_rawDesc = "" +
@@ -634,7 +779,14 @@ const file_ringlimit_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
 	"\rCheckResponse\x127\n" +
-	"\tresponses\x18\x01 \x03(\v2\x19.ringlimit.v1.CheckResultR\tresponses*p\n" +
+	"\tresponses\x18\x01 \x03(\v2\x19.ringlimit.v1.CheckResultR\tresponses\"\x10\n" +
+	"\x0eMembersRequest\"U\n" +
+	"\x0fMembersResponse\x12.\n" +
+	"\amembers\x18\x01 \x03(\v2\x14.ringlimit.v1.MemberR\amembers\x12\x12\n" +
+	"\x04ring\x18\x02 \x01(\x06R\x04ring\"9\n" +
+	"\x06Member\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr*p\n" +
 	"\tAlgorithm\x12\x10\n" +
 	"\fTOKEN_BUCKET\x10\x00\x12\b\n" +
 	"\x04GCRA\x10\x01\x12\x10\n" +
@@ -656,9 +808,10 @@ const file_ringlimit_proto_rawDesc = "" +
 	"\x02OK\x10\x00\x12\x14\n" +
 	"\x10INVALID_ARGUMENT\x10\x01\x12\x0f\n" +
 	"\vUNAVAILABLE\x10\x02\x12\f\n" +
-	"\bINTERNAL\x10\x032O\n" +
+	"\bINTERNAL\x10\x032\x97\x01\n" +
 	"\vRateLimiter\x12@\n" +
-	"\x05Check\x12\x1a.ringlimit.v1.CheckRequest\x1a\x1b.ringlimit.v1.CheckResponseB<Z:github.com/ringlimit/ringlimit/api/ringlimitv1;ringlimitv1b\x06proto3"
+	"\x05Check\x12\x1a.ringlimit.v1.CheckRequest\x1a\x1b.ringlimit.v1.CheckResponse\x12F\n" +
+	"\aMembers\x12\x1c.ringlimit.v1.MembersRequest\x1a\x1d.ringlimit.v1.MembersResponseB<Z:github.com/ringlimit/ringlimit/api/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
 	file_ringlimit_proto_rawDescOnce sync.Once
@@ -673,33 +826,39 @@ func file_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_ringlimit_proto_goTypes = []any{
-	(Algorithm)(0),        // 0: ringlimit.v1.Algorithm
-	(Behavior)(0),         // 1: ringlimit.v1.Behavior
-	(Status)(0),           // 2: ringlimit.v1.Status
-	(ErrorCode)(0),        // 3: ringlimit.v1.ErrorCode
-	(*CheckItem)(nil),     // 4: ringlimit.v1.CheckItem
-	(*CheckRequest)(nil),  // 5: ringlimit.v1.CheckRequest
-	(*CheckResult)(nil),   // 6: ringlimit.v1.CheckResult
-	(*CheckResponse)(nil), // 7: ringlimit.v1.CheckResponse
-	nil,                   // 8: ringlimit.v1.CheckResult.MetadataEntry
+	(Algorithm)(0),          // 0: ringlimit.v1.Algorithm
+	(Behavior)(0),           // 1: ringlimit.v1.Behavior
+	(Status)(0),             // 2: ringlimit.v1.Status
+	(ErrorCode)(0),          // 3: ringlimit.v1.ErrorCode
+	(*CheckItem)(nil),       // 4: ringlimit.v1.CheckItem
+	(*CheckRequest)(nil),    // 5: ringlimit.v1.CheckRequest
+	(*CheckResult)(nil),     // 6: ringlimit.v1.CheckResult
+	(*CheckResponse)(nil),   // 7: ringlimit.v1.CheckResponse
+	(*MembersRequest)(nil),  // 8: ringlimit.v1.MembersRequest
+	(*MembersResponse)(nil), // 9: ringlimit.v1.MembersResponse
+	(*Member)(nil),          // 10: ringlimit.v1.Member
+	nil,                     // 11: ringlimit.v1.CheckResult.MetadataEntry
 }
 var file_ringlimit_proto_depIdxs = []int32{
-	0, // 0: ringlimit.v1.CheckItem.algorithm:type_name -> ringlimit.v1.Algorithm
-	1, // 1: ringlimit.v1.CheckItem.behavior:type_name -> ringlimit.v1.Behavior
-	4, // 2: ringlimit.v1.CheckRequest.requests:type_name -> ringlimit.v1.CheckItem
-	2, // 3: ringlimit.v1.CheckResult.status:type_name -> ringlimit.v1.Status
-	3, // 4: ringlimit.v1.CheckResult.error_code:type_name -> ringlimit.v1.ErrorCode
-	8, // 5: ringlimit.v1.CheckResult.metadata:type_name -> ringlimit.v1.CheckResult.MetadataEntry
-	6, // 6: ringlimit.v1.CheckResponse.responses:type_name -> ringlimit.v1.CheckResult
-	5, // 7: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
-	7, // 8: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
-	8, // [8:9] is the sub-list for method output_type
-	7, // [7:8] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	0,  // 0: ringlimit.v1.CheckItem.algorithm:type_name -> ringlimit.v1.Algorithm
+	1,  // 1: ringlimit.v1.CheckItem.behavior:type_name -> ringlimit.v1.Behavior
+	4,  // 2: ringlimit.v1.CheckRequest.requests:type_name -> ringlimit.v1.CheckItem
+	2,  // 3: ringlimit.v1.CheckResult.status:type_name -> ringlimit.v1.Status
+	3,  // 4: ringlimit.v1.CheckResult.error_code:type_name -> ringlimit.v1.ErrorCode
+	11, // 5: ringlimit.v1.CheckResult.metadata:type_name -> ringlimit.v1.CheckResult.MetadataEntry
+	6,  // 6: ringlimit.v1.CheckResponse.responses:type_name -> ringlimit.v1.CheckResult
+	10, // 7: ringlimit.v1.MembersResponse.members:type_name -> ringlimit.v1.Member
+	5,  // 8: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
+	8,  // 9: ringlimit.v1.RateLimiter.Members:input_type -> ringlimit.v1.MembersRequest
+	7,  // 10: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
+	9,  // 11: ringlimit.v1.RateLimiter.Members:output_type -> ringlimit.v1.MembersResponse
+	10, // [10:12] is the sub-list for method output_type
+	8,  // [8:10] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_proto_init() }
@@ -714,7 +873,7 @@ func file_ringlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_proto_rawDesc), len(file_ringlimit_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   5,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

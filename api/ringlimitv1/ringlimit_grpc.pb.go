@@ -21,7 +21,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RateLimiter_Check_FullMethodName = "/ringlimit.v1.RateLimiter/Check"
+	RateLimiter_Check_FullMethodName   = "/ringlimit.v1.RateLimiter/Check"
+	RateLimiter_Members_FullMethodName = "/ringlimit.v1.RateLimiter/Members"
 )
 
 // RateLimiterClient is the client API for RateLimiter service.
@@ -34,6 +35,13 @@ type RateLimiterClient interface {
 	// Check decides every item of the request. Invalid items get their own
 	// error; the other items are still answered.
 	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
+	// Members returns the ring this node routes checks by. A client that
+	// sends each check straight to its key's owner (package client) builds
+	// the same ring from it: the ring places keys by member name alone. A
+	// client that sends the ring's fingerprint in the ringlimit-ring header
+	// of a Check learns that its copy is stale when the node answers with
+	// its own fingerprint in the same response header.
+	Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error)
 }
 
 type rateLimiterClient struct {
@@ -54,6 +62,16 @@ func (c *rateLimiterClient) Check(ctx context.Context, in *CheckRequest, opts ..
 	return out, nil
 }
 
+func (c *rateLimiterClient) Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MembersResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Members_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RateLimiterServer is the server API for RateLimiter service.
 // All implementations must embed UnimplementedRateLimiterServer
 // for forward compatibility.
@@ -64,6 +82,13 @@ type RateLimiterServer interface {
 	// Check decides every item of the request. Invalid items get their own
 	// error; the other items are still answered.
 	Check(context.Context, *CheckRequest) (*CheckResponse, error)
+	// Members returns the ring this node routes checks by. A client that
+	// sends each check straight to its key's owner (package client) builds
+	// the same ring from it: the ring places keys by member name alone. A
+	// client that sends the ring's fingerprint in the ringlimit-ring header
+	// of a Check learns that its copy is stale when the node answers with
+	// its own fingerprint in the same response header.
+	Members(context.Context, *MembersRequest) (*MembersResponse, error)
 	mustEmbedUnimplementedRateLimiterServer()
 }
 
@@ -76,6 +101,9 @@ type UnimplementedRateLimiterServer struct{}
 
 func (UnimplementedRateLimiterServer) Check(context.Context, *CheckRequest) (*CheckResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Check not implemented")
+}
+func (UnimplementedRateLimiterServer) Members(context.Context, *MembersRequest) (*MembersResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Members not implemented")
 }
 func (UnimplementedRateLimiterServer) mustEmbedUnimplementedRateLimiterServer() {}
 func (UnimplementedRateLimiterServer) testEmbeddedByValue()                     {}
@@ -116,6 +144,24 @@ func _RateLimiter_Check_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimiter_Members_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MembersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Members(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Members_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Members(ctx, req.(*MembersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RateLimiter_ServiceDesc is the grpc.ServiceDesc for RateLimiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -126,6 +172,10 @@ var RateLimiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Check",
 			Handler:    _RateLimiter_Check_Handler,
+		},
+		{
+			MethodName: "Members",
+			Handler:    _RateLimiter_Members_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

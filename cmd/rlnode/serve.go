@@ -101,6 +101,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 		Checker: svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP,
 		Ready: members.Ready, ReadyNote: tr.insecure(conf),
 		Members: func() []api.Member { return apiMembers(members) },
+		Ring:    members.Ring,
 	})
 
 	// Stream workers reuse goroutines whose stacks have grown already,

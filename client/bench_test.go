@@ -1,0 +1,78 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/client"
+)
+
+// benchAllow runs b.N Allow calls from callers concurrent goroutines (1:
+// one after another), each on a key of its own among 10,000.
+func benchAllow(b *testing.B, c *client.Client, callers int) {
+	l := client.Limit{Name: "bench", Count: 1_000_000_000, Period: time.Second}
+	keys := make([]string, 10_000)
+	for i := range keys {
+		keys[i] = fmt.Sprint("user:", i)
+	}
+	b.ReportAllocs()
+	if callers == 1 {
+		i := 0
+		for b.Loop() {
+			i++
+			if ok, err := c.Allow(context.Background(), l, keys[i%len(keys)]); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+		}
+		return
+	}
+	b.SetParallelism(max(1, callers/runtime.GOMAXPROCS(0)))
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			i++
+			if ok, err := c.Allow(context.Background(), l, keys[i%len(keys)]); !ok || err != nil {
+				b.Error(ok, err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkAllow measures the client's hot path against one node on
+// loopback, the node sharing this process and its cores: Allow one call
+// after another (batching cannot help, and must not cost) and from 64
+// concurrent callers, batched and not.
+func BenchmarkAllow(b *testing.B) {
+	addr := client.ServeForTest(b)
+	for _, callers := range []int{1, 64} {
+		for _, batched := range []bool{true, false} {
+			name := fmt.Sprintf("callers=%d/batched=%v", callers, batched)
+			b.Run(name, func(b *testing.B) {
+				var opts []client.Option
+				if !batched {
+					opts = append(opts, client.WithoutBatching())
+				}
+				c, err := client.Open([]string{addr}, opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				benchAllow(b, c, callers)
+			})
+		}
+	}
+}
+
+// BenchmarkAllowRouted measures a routing client of three nodes on
+// loopback (which never forward: see staticCluster), from 64 concurrent
+// callers: each Allow goes, batched, to its key's owner.
+func BenchmarkAllowRouted(b *testing.B) {
+	sc := newStaticCluster(b, 3)
+	c := sc.routingClient(b)
+	sc.unrecorded.Store(true)
+	benchAllow(b, c, 64)
+}

@@ -1,0 +1,4 @@
+package client
+
+// ServeForTest is serve, for the package's external tests and benchmarks.
+var ServeForTest = serve

@@ -1,0 +1,285 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+)
+
+// maxFlying is the most batches in flight to one node. The second and
+// later go only when full: a node answers concurrent batches on several
+// cores, while batches of a few checks each would cost more RPCs than
+// they save.
+const maxFlying = 4
+
+// node is one ringlimit node (or balancer) the client sends checks to, and
+// the batching of the checks bound for it. It is safe for concurrent use.
+//
+// Batching is adaptive, as between nodes (package peer): a part that
+// finds no batch in flight to the node goes at once, alone, so that idle
+// traffic waits for nothing. Parts that arrive while a batch is in flight
+// are gathered, and the gathered batch goes when the batches in flight
+// have returned, or at once when it is full (maxBatchItems items or
+// maxBatchBytes bytes) and fewer than maxFlying batches are in flight.
+// There is no timer: a gathered part waits for at most the batch ahead of
+// it, about one round trip. A caller whose check goes at once sends it
+// from its own goroutine; gathered batches go from a goroutine started
+// for them, which sends the batches that become due while it waits, and
+// ends when none is.
+type node struct {
+	addr     string
+	conn     *grpc.ClientConn
+	rl       pb.RateLimiterClient
+	base     context.Context // ends when the client closes: RPCs of batches
+	batching bool
+	router   *router // nil when the client does not route
+
+	mu     sync.Mutex
+	flying int      // batches in flight
+	queue  []*batch // gathered, oldest first; only the last takes more parts
+}
+
+// nodeConfig is what the nodes of one client share.
+type nodeConfig struct {
+	dial     []grpc.DialOption
+	batching bool
+	base     context.Context // ends when the client closes
+	router   *router         // nil when the client does not route
+}
+
+// newNode returns the node at addr. It connects lazily.
+func newNode(addr string, conf nodeConfig) (*node, error) {
+	conn, err := grpc.NewClient(addr, conf.dial...)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	return &node{addr: addr, conn: conn, rl: pb.NewRateLimiterClient(conn), base: conf.base, batching: conf.batching, router: conf.router}, nil
+}
+
+// batch is parts gathered into one request.
+type batch struct {
+	parts        []*part
+	items, bytes int
+}
+
+// fits reports whether p may join b.
+func (b *batch) fits(p *part) bool {
+	if b.items+len(p.items) > maxBatchItems {
+		return false
+	}
+	bytes := b.bytes
+	for _, it := range p.items {
+		bytes += itemBytes(it)
+	}
+	return bytes <= maxBatchBytes
+}
+
+func (b *batch) add(p *part) {
+	b.parts = append(b.parts, p)
+	b.items += len(p.items)
+	for _, it := range p.items {
+		b.bytes += itemBytes(it)
+	}
+}
+
+// Check sends req to n and returns the node's answer. It is the whole
+// client when the client does not route.
+func (n *node) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	c := newCall(ctx, req)
+	n.submit(c.whole(n), true)
+	return c.wait()
+}
+
+// submit sends p to n, batched with others unless it must go alone; the
+// answer goes to p's call. With wait, p is its caller's only part, and
+// when p goes at once, alone, it goes from this goroutine: an idle check
+// costs no goroutine and no hand-over. Otherwise submit does not wait.
+func (n *node) submit(p *part, wait bool) {
+	if !n.batching || p.alone() {
+		if wait {
+			n.flush([]*part{p})
+		} else {
+			go n.flush([]*part{p})
+		}
+		return
+	}
+	n.mu.Lock()
+	if k := len(n.queue); k == 0 || !n.queue[k-1].fits(p) {
+		n.queue = append(n.queue, &batch{})
+	}
+	n.queue[len(n.queue)-1].add(p)
+	due := n.due()
+	n.mu.Unlock()
+	var mine *batch
+	for _, b := range due {
+		if wait && len(b.parts) == 1 && b.parts[0] == p {
+			mine = b
+			continue
+		}
+		go n.fly(b)
+	}
+	if mine != nil {
+		n.flush(mine.parts)
+		n.land(false)
+	}
+}
+
+// due takes the batches that may go now off n's queue, counting them in
+// flight: the oldest when none is in flight, and full ones while fewer
+// than maxFlying are. A batch that is not the last is full: the part
+// after it did not fit. The caller holds n.mu.
+func (n *node) due() []*batch {
+	var out []*batch
+	for len(n.queue) > 0 && n.flying < maxFlying {
+		b := n.queue[0]
+		full := len(n.queue) > 1 || b.items >= maxBatchItems || b.bytes >= maxBatchBytes
+		if n.flying > 0 && !full {
+			break
+		}
+		n.queue[0] = nil
+		n.queue = n.queue[1:]
+		n.flying++
+		out = append(out, b)
+	}
+	if len(n.queue) == 0 {
+		n.queue = nil // let the backing array go
+	}
+	return out
+}
+
+// fly sends b, and then the batches that became due meanwhile, the first
+// of them from this goroutine.
+func (n *node) fly(b *batch) {
+	for b != nil {
+		n.flush(b.parts)
+		b = n.land(true)
+	}
+}
+
+// land counts a batch back from flight and sends the batches now due,
+// each from a goroutine of its own, except that with keep it returns the
+// first, for the caller to send; it returns nil otherwise.
+func (n *node) land(keep bool) *batch {
+	n.mu.Lock()
+	n.flying--
+	due := n.due()
+	n.mu.Unlock()
+	if len(due) == 0 {
+		return nil
+	}
+	var first *batch
+	if keep {
+		first, due = due[0], due[1:]
+	}
+	for _, b := range due {
+		go n.fly(b)
+	}
+	return first
+}
+
+// flush sends parts as one request and answers each. A part whose caller
+// has gone is not sent: its checks are charged nothing. A single part
+// goes under its caller's context, as without batching; several go under
+// a context that ends with the client or at the latest of their
+// deadlines (none if one has none), since each caller stops waiting at
+// its own.
+func (n *node) flush(parts []*part) {
+	live := parts[:0] // parts is this flush's own
+	items := 0
+	for _, p := range parts {
+		if err := p.c.ctx.Err(); err != nil {
+			p.answer(nil, err)
+			continue
+		}
+		live = append(live, p)
+		items += len(p.items)
+	}
+	var (
+		ctx = n.base
+		req *pb.CheckRequest
+	)
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		p := live[0]
+		ctx = p.c.ctx
+		req = p.c.req
+		if p.pos != nil {
+			req = &pb.CheckRequest{Requests: p.items, All: p.c.req.GetAll()}
+		}
+	default:
+		// One request has one all flag, false here: a part whose own flag
+		// matters (it repeats a key) travels alone.
+		req = &pb.CheckRequest{Requests: make([]*pb.CheckItem, 0, items)}
+		for _, p := range live {
+			req.Requests = append(req.Requests, p.items...)
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = batchContext(n.base, live)
+		defer cancel()
+	}
+	resp, err := n.check(ctx, req)
+	if err == nil && len(resp.GetResponses()) != items {
+		err = fmt.Errorf("%w: node %s answered %d results for %d checks", ErrInternal, n.addr, len(resp.GetResponses()), items)
+	}
+	off := 0
+	for _, p := range live {
+		if err != nil {
+			n.fail(p, err)
+			continue
+		}
+		k := len(p.items)
+		p.answer(resp.Responses[off:off+k:off+k], nil) // capped: appending to one caller's results must not touch the next's
+		off += k
+	}
+}
+
+// batchContext is the context of a batch of parts: base, ending at the
+// latest of the parts' deadlines, if each has one.
+func batchContext(base context.Context, parts []*part) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, p := range parts {
+		d, ok := p.c.ctx.Deadline()
+		if !ok {
+			return context.WithCancel(base)
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(base, latest)
+}
+
+// check sends req to n. A routing client says which ring it routed req by
+// and learns from the answer whether the node's ring differs.
+func (n *node) check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	if n.router == nil {
+		return n.rl.Check(ctx, req)
+	}
+	ours := n.router.view.Load().hex
+	if ours == "" { // no ring learned: the node routes
+		return n.rl.Check(ctx, req)
+	}
+	var header metadata.MD
+	resp, err := n.rl.Check(metadata.AppendToOutgoingContext(ctx, ringHeader, ours), req, grpc.Header(&header))
+	if theirs := header.Get(ringHeader); len(theirs) > 0 && theirs[0] != ours {
+		n.router.ask(n) // n first: a ring that differs is most often the newer
+	}
+	return resp, err
+}
+
+// fail answers p with err, unless the client routes and sends p to
+// another node instead.
+func (n *node) fail(p *part, err error) {
+	if n.router != nil && n.router.reroute(p, err) {
+		return
+	}
+	p.answer(nil, err)
+}
