@@ -381,7 +381,9 @@ func (m *cpuMeter) stop(ctx context.Context) []nodeCPU {
 			out[i].Error = err.Error()
 			continue
 		}
-		used := after - m.before[i]
+		// Rounded to the µs: the counter is coarser (10ms on Linux), and
+		// the subtraction leaves float noise in the last digits.
+		used := math.Round((after-m.before[i])*1e6) / 1e6
 		out[i].CPUSeconds = &used
 	}
 	return out

@@ -182,11 +182,18 @@ func printBench(w io.Writer, rep benchReport) error {
 	row("refused", count(rep.Refused), "")
 	row("errors", count(rep.Errors), "")
 	row("elapsed", fmt.Sprintf("%.2fs", rep.Seconds), "")
-	row("latency p50", us(rep.LatencyUs.P50), "")
-	row("latency p90", us(rep.LatencyUs.P90), "")
-	row("latency p99", us(rep.LatencyUs.P99), "")
-	row("latency p99.9", us(rep.LatencyUs.P999), "")
-	row("latency max", us(rep.LatencyUs.Max), "")
+	// Latencies read best in ms from 1ms up; CPU per check stays in µs.
+	lat := func(v float64) string {
+		if v >= 1000 {
+			return strconv.FormatFloat(v/1000, 'f', 2, 64) + "ms"
+		}
+		return us(v)
+	}
+	row("latency p50", lat(rep.LatencyUs.P50), "")
+	row("latency p90", lat(rep.LatencyUs.P90), "")
+	row("latency p99", lat(rep.LatencyUs.P99), "")
+	row("latency p99.9", lat(rep.LatencyUs.P999), "")
+	row("latency max", lat(rep.LatencyUs.Max), "")
 	if rep.FirstError != "" {
 		row("first error", "", rep.FirstError)
 	}
