@@ -16,6 +16,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/client"
@@ -290,16 +293,26 @@ func newCheckers(o benchOptions, closers *[]func()) ([]checker, error) {
 			if err != nil {
 				return nil, err
 			}
-			c, err := client.New(a, opts...)
-			if err != nil {
-				return nil, err
-			}
-			*closers = append(*closers, func() { c.Close() })
 			if o.Client {
+				c, err := client.New(a, opts...)
+				if err != nil {
+					return nil, err
+				}
+				*closers = append(*closers, func() { c.Close() })
 				checkers[i] = allowChecker{c: c, l: o.limit()}
-			} else {
-				checkers[i] = grpcChecker{c: c, l: o.limit()}
+				continue
 			}
+			// Raw requests go on a bare connection, so that each is one
+			// RPC, whatever the Go client does to its callers' checks.
+			if opts == nil {
+				opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+			}
+			conn, err := grpc.NewClient(a, opts...)
+			if err != nil {
+				return nil, fmt.Errorf("dial %s: %w", a, err)
+			}
+			*closers = append(*closers, func() { conn.Close() })
+			checkers[i] = grpcChecker{rl: pb.NewRateLimiterClient(conn), l: o.limit()}
 		}
 	case "http":
 		base := http.DefaultTransport.(*http.Transport).Clone()

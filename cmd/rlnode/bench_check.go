@@ -48,11 +48,11 @@ func itemError(text string) error {
 	return fmt.Errorf("item: %s", text)
 }
 
-// grpcChecker sends Check requests over one shared gRPC connection per
-// node.
+// grpcChecker sends Check requests, one RPC each, over one shared gRPC
+// connection per node.
 type grpcChecker struct {
-	c *client.Client
-	l client.Limit
+	rl pb.RateLimiterClient
+	l  client.Limit
 }
 
 func (g grpcChecker) check(ctx context.Context, keys []int) (under, over int64, err error) {
@@ -60,7 +60,7 @@ func (g grpcChecker) check(ctx context.Context, keys []int) (under, over int64, 
 	for i, k := range keys {
 		req.Requests[i] = g.l.Item("bench:"+strconv.Itoa(k), 1)
 	}
-	resp, err := g.c.Check(ctx, req)
+	resp, err := g.rl.Check(ctx, req)
 	if err != nil {
 		return 0, 0, err
 	}
