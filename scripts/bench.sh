@@ -15,7 +15,7 @@ echo "== Envoy's rate limit service vs the native check of the same work"
 go test -run '^$' -bench 'RLSVersusNative' -benchmem -count 5 ./rls
 echo "== ring lookup"
 go test -run '^$' -bench 'Owner' -benchmem ./ring
-echo "== one node over loopback: rlnode bench, 64 clients, 10s each"
+echo "== one node over loopback: rlnode bench, 64 clients, 10s each, with the node's CPU per check"
 bin=$(mktemp -d)/rlnode
 go build -o "$bin" ./cmd/rlnode
 "$bin" --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:18081 --peer-addr 127.0.0.1:18082 \
@@ -27,9 +27,12 @@ for proto in grpc http; do
 	port=18081; [ $proto = http ] && port=18080
 	for items in 1 100; do
 		echo "-- $proto, $items check(s) a request"
-		"$bin" bench --addr 127.0.0.1:$port --protocol $proto --items $items --concurrency 64 --duration 10s
+		"$bin" bench --addr 127.0.0.1:$port --protocol $proto --items $items --concurrency 64 --duration 10s \
+			--metrics 127.0.0.1:18080
 	done
 done
+echo "-- grpc through the Go client's Allow, 64 goroutines"
+"$bin" bench --addr 127.0.0.1:18081 --client --concurrency 64 --duration 10s --metrics 127.0.0.1:18080
 kill $node; wait $node 2>/dev/null || true
 echo "== 3-node loopback cluster (in one process): forwarded checks, hot key"
 go test -run '^$' -bench 'Forwarded|HotKey' -benchtime 3s -benchmem ./cmd/rlnode

@@ -1,20 +1,23 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
@@ -27,18 +30,27 @@ import (
 type benchOptions struct {
 	Addrs       []string // nodes; worker i talks to Addrs[i%len(Addrs)]
 	Protocol    string   // "grpc" or "http"
+	Client      bool     // call client.Allow, one item a call, instead of sending Check requests
 	Items       int      // items per request, 1..service.MaxItems
 	Concurrency int      // workers, each with one request in flight
 	Duration    time.Duration
-	Count       int64 // requests in total; the run stops at Count or Duration, whichever comes first
-	Keys        int   // distinct keys bench:0 .. bench:<Keys-1>
+	Count       int64    // requests in total; the run stops at Count or Duration, whichever comes first
+	Keys        int      // distinct keys bench:0 .. bench:<Keys-1>
+	KeysDist    string   // "uniform", or "zipf": bench:0 the most frequent
+	ZipfS       float64  // the Zipf exponent s > 1, with KeysDist "zipf"
+	Metrics     []string // HTTP addresses of the nodes whose CPU is measured; none: unknown
 	Name        string
 	Behavior    pb.Behavior
 	Algorithm   pb.Algorithm
 	Limit       int64
 	Period      time.Duration
-	Timeout     time.Duration // per request
+	Timeout     time.Duration // per request, and per read of a node's metrics
 	TLS         *client.TLS   // nil: plaintext
+
+	// Progress, if not nil, is where the run reports its progress as it
+	// goes, as showProgress does; TTY says whether it is a terminal.
+	Progress io.Writer
+	TTY      bool
 }
 
 // validate reports the first invalid option, naming its flag.
@@ -48,8 +60,12 @@ func (o benchOptions) validate() error {
 		return errors.New("--addr: no address")
 	case o.Protocol != "grpc" && o.Protocol != "http":
 		return fmt.Errorf("--protocol: %q, want grpc or http", o.Protocol)
+	case o.Client && o.Protocol != "grpc":
+		return fmt.Errorf("--client: the Go client speaks grpc, not --protocol %s", o.Protocol)
 	case o.Items < 1 || o.Items > service.MaxItems:
 		return fmt.Errorf("--items: %d, want 1 to %d", o.Items, service.MaxItems)
+	case o.Client && o.Items != 1:
+		return fmt.Errorf("--items: %d, want 1 with --client, which checks one item per Allow call", o.Items)
 	case o.Concurrency <= 0:
 		return fmt.Errorf("--concurrency: %d, want > 0", o.Concurrency)
 	case o.Duration <= 0:
@@ -58,67 +74,81 @@ func (o benchOptions) validate() error {
 		return fmt.Errorf("--count: %d, want > 0", o.Count)
 	case o.Keys <= 0:
 		return fmt.Errorf("--keys: %d, want > 0", o.Keys)
+	case o.KeysDist != "uniform" && o.KeysDist != "zipf":
+		return fmt.Errorf("--keys-dist: %q, want uniform or zipf", o.KeysDist)
+	case o.KeysDist == "zipf" && !(o.ZipfS > 1 && !math.IsInf(o.ZipfS, 1)):
+		return fmt.Errorf("--zipf-s: %v, want a number > 1", o.ZipfS)
 	case o.Limit <= 0:
 		return fmt.Errorf("--limit: %d, want > 0", o.Limit)
 	case o.Period < time.Millisecond:
 		return fmt.Errorf("--period: %v, want at least 1ms", o.Period)
 	case o.Timeout <= 0:
 		return fmt.Errorf("--timeout: %v, want > 0", o.Timeout)
-	}
-	for _, a := range o.Addrs {
-		if a == "" {
-			return errors.New("--addrs: empty address")
-		}
+	case slices.Contains(o.Addrs, ""):
+		return errors.New("--addrs: empty address")
+	case slices.Contains(o.Metrics, ""):
+		return errors.New("--metrics: empty address")
 	}
 	return nil
 }
 
-// benchReport is what a run measured. Its JSON keys are stable.
-type benchReport struct {
-	Requests       int64   `json:"requests"` // completed, failed ones included
-	Checks         int64   `json:"checks"`   // items in those requests
-	Errors         int64   `json:"errors"`   // requests that failed, or had an item with an error
-	Seconds        float64 `json:"seconds"`
-	RequestsPerSec float64 `json:"requests_per_sec"`
-	ChecksPerSec   float64 `json:"checks_per_sec"`
-	P50Ms          float64 `json:"p50_ms"`
-	P99Ms          float64 `json:"p99_ms"`
-	P999Ms         float64 `json:"p999_ms"`
-	MaxMs          float64 `json:"max_ms"`
-	UnderLimit     int64   `json:"under_limit"` // items admitted
-	OverLimit      int64   `json:"over_limit"`  // items refused
-	FirstError     string  `json:"first_error,omitempty"`
+// limit is the limit every check of the run asks for.
+func (o benchOptions) limit() client.Limit {
+	return client.Limit{Name: o.Name, Count: o.Limit, Period: o.Period, Algorithm: o.Algorithm, Behavior: o.Behavior}
 }
 
 // runBench is `rlnode bench`: a bounded load generator against one or
-// more nodes, reporting throughput and latency.
+// more nodes, reporting throughput, latency and the nodes' CPU per check.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rlnode bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	withUsage(fs, `Usage: rlnode bench [--addr HOST:PORT | --addrs A,B,C] [flags]
+	withUsage(fs, `Usage: rlnode bench [--addr HOST:PORT | --addrs A,B,C] [--metrics H1,H2] [flags]
 
 A bounded load generator: --concurrency workers send checks over --protocol
 until --count requests or --duration, whichever comes first, then it
-prints requests and checks per second and latency percentiles. It exits 2
-if any request or check failed.
+prints checks per second, latency percentiles (p50, p90, p99, p99.9), and
+the server CPU that a check cost. It exits 2 if any request or check failed.
+
+Server CPU: before and after the run, bench reads process_cpu_seconds_total
+from GET /metrics at each HTTP address in --metrics, and divides the sum of
+the increases by the checks answered. List every node of a cluster (a
+forwarded check costs CPU on two); bench asks the first for /v1/members and
+warns if it lists more alive members. --metrics defaults to the target
+addresses with --protocol http, to localhost:8080 when no address is given,
+and is otherwise empty. Where a node serves no such metric, CPU is unknown.
+
+--client drives the load through the Go client's Allow, one check a call,
+from --concurrency goroutines, as an application does, instead of Check
+requests of --items items.
+
+Keys are bench:0 .. bench:<keys-1>, drawn uniformly, or with --keys-dist
+zipf from a Zipf distribution (bench:0 the hottest; a larger --zipf-s is
+more skewed).
+
+Progress goes to stderr: on a terminal, one line updated every second;
+otherwise a line every 10s. --json prints one JSON object (see the README).
 
 Flags:
 `)
 	addr := fs.String("addr", "", "address of a node (default localhost:8081 for grpc, localhost:8080 for http)")
 	addrs := fs.String("addrs", "", "comma-separated node addresses; workers are spread over them round-robin (overrides --addr)")
 	protocol := fs.String("protocol", "grpc", "grpc or http")
+	useClient := fs.Bool("client", false, "call the Go client's Allow, one check a call, instead of sending Check requests (grpc only)")
+	metrics := fs.String("metrics", "", "comma-separated HTTP addresses of the nodes whose CPU is measured (default: see above)")
 	items := fs.Int("items", 1, fmt.Sprintf("items per request (1 to %d)", service.MaxItems))
 	concurrency := fs.Int("concurrency", 64, "workers, each with one request in flight")
 	duration := fs.Duration("duration", 10*time.Second, "stop after this long")
 	count := fs.Int64("count", 1_000_000, "stop after this many requests in total")
 	keys := fs.Int("keys", 10_000, "distinct keys, bench:0 .. bench:<keys-1>")
+	keysDist := fs.String("keys-dist", "uniform", "how keys are drawn: uniform or zipf")
+	zipfS := fs.Float64("zipf-s", 1.1, "the Zipf exponent s > 1 with --keys-dist zipf: key k is drawn in proportion to (k+1)^-s")
 	name := fs.String("name", "bench", "limit name")
 	behavior := fs.String("behavior", "BATCHED", "BATCHED, UNBATCHED, GLOBAL or LOCAL")
 	algorithm := fs.String("algorithm", "TOKEN_BUCKET", "TOKEN_BUCKET, GCRA, LEAKY_BUCKET, FIXED_WINDOW, SLIDING_WINDOW or SLIDING_LOG")
 	limit := fs.Int64("limit", 1_000_000, "requests allowed per --period (high, so the load measures the path, not refusals)")
 	period := fs.Duration("period", time.Second, "the limit's period")
-	timeout := fs.Duration("timeout", 5*time.Second, "give up on one request after this long")
-	asJSON := fs.Bool("json", false, "print the result as JSON")
+	timeout := fs.Duration("timeout", 5*time.Second, "give up on one request, or one read of a node's metrics, after this long")
+	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	tlsFlags := addClientTLS(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -127,15 +157,13 @@ Flags:
 		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
 	}
 	opts := benchOptions{
-		Protocol: *protocol, Items: *items, Concurrency: *concurrency, Duration: *duration,
-		Count: *count, Keys: *keys, Name: *name, Limit: *limit, Period: *period, Timeout: *timeout,
-		TLS: tlsFlags.config(),
+		Protocol: *protocol, Client: *useClient, Items: *items, Concurrency: *concurrency, Duration: *duration,
+		Count: *count, Keys: *keys, KeysDist: *keysDist, ZipfS: *zipfS, Name: *name, Limit: *limit,
+		Period: *period, Timeout: *timeout, TLS: tlsFlags.config(), Progress: stderr, TTY: isTerminal(stderr),
 	}
 	switch {
 	case *addrs != "":
-		for a := range strings.SplitSeq(*addrs, ",") {
-			opts.Addrs = append(opts.Addrs, strings.TrimSpace(a))
-		}
+		opts.Addrs = splitList(*addrs)
 	case *addr != "":
 		opts.Addrs = []string{*addr}
 	case *protocol == "http":
@@ -143,6 +171,15 @@ Flags:
 	default:
 		opts.Addrs = []string{"localhost:8081"}
 	}
+	switch {
+	case *metrics != "":
+		opts.Metrics = splitList(*metrics)
+	case *protocol == "http":
+		opts.Metrics = opts.Addrs
+	case *addrs == "" && *addr == "":
+		opts.Metrics = []string{"localhost:8080"} // the node on the default ports
+	}
+	opts.Metrics = distinct(opts.Metrics) // a node listed twice would count twice
 	b, ok := pb.Behavior_value[strings.ToUpper(*behavior)]
 	if !ok {
 		return fmt.Errorf("--behavior: unknown behavior %q (want BATCHED, UNBATCHED, GLOBAL or LOCAL)", *behavior)
@@ -158,11 +195,15 @@ Flags:
 	if err != nil {
 		return err
 	}
+	if rep.Members > len(rep.Nodes) {
+		fmt.Fprintf(stderr, "rlnode bench: --metrics measured %d node(s), but %s lists %d alive members: cpu/check leaves the others out\n",
+			len(rep.Nodes), rep.Nodes[0].Addr, rep.Members)
+	}
 	if *asJSON {
 		if err := json.NewEncoder(stdout).Encode(rep); err != nil {
 			return err
 		}
-	} else if err := printBench(stdout, opts, rep); err != nil {
+	} else if err := printBench(stdout, rep); err != nil {
 		return err
 	}
 	if rep.Errors > 0 {
@@ -171,61 +212,107 @@ Flags:
 	return nil
 }
 
-// printBench writes rep as a table a person reads.
-func printBench(w io.Writer, o benchOptions, rep benchReport) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s to %s: %d workers, %d item(s)/request, %d keys, %s %s %d/%v\n",
-		o.Protocol, strings.Join(o.Addrs, ","), o.Concurrency, o.Items, o.Keys, o.Behavior, o.Algorithm, o.Limit, o.Period)
-	row := func(label, value, rate string) {
-		line := fmt.Sprintf("  %-14s %12s  %s", label, value, rate)
-		b.WriteString(strings.TrimRight(line, " ") + "\n")
+// splitList splits a comma-separated flag value, trimming spaces.
+func splitList(s string) []string {
+	var out []string
+	for a := range strings.SplitSeq(s, ",") {
+		out = append(out, strings.TrimSpace(a))
 	}
-	row("requests", strconv.FormatInt(rep.Requests, 10), fmt.Sprintf("%.0f/s", rep.RequestsPerSec))
-	row("checks", strconv.FormatInt(rep.Checks, 10), fmt.Sprintf("%.0f/s", rep.ChecksPerSec))
-	row("errors", strconv.FormatInt(rep.Errors, 10), "")
-	row("elapsed", fmt.Sprintf("%.2fs", rep.Seconds), "")
-	row("under limit", strconv.FormatInt(rep.UnderLimit, 10), "")
-	row("over limit", strconv.FormatInt(rep.OverLimit, 10), "")
-	row("latency p50", fmt.Sprintf("%.3fms", rep.P50Ms), "")
-	row("latency p99", fmt.Sprintf("%.3fms", rep.P99Ms), "")
-	row("latency p99.9", fmt.Sprintf("%.3fms", rep.P999Ms), "")
-	row("latency max", fmt.Sprintf("%.3fms", rep.MaxMs), "")
-	if rep.FirstError != "" {
-		row("first error", "", rep.FirstError)
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	return out
 }
 
-// checker sends one request of the worker's items and returns how many
-// were admitted and refused. An error means the request, or one of its
-// items, failed.
-type checker interface {
-	check(ctx context.Context, keys []int) (under, over int64, err error)
+// distinct returns list without its repeats, in order.
+func distinct(list []string) []string {
+	var out []string
+	for _, a := range list {
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // bench runs opts.Concurrency workers until opts.Count requests have been
 // sent in total, opts.Duration has passed, or ctx is cancelled, and
 // reports what they measured. Requests in flight when the duration ends
 // are allowed to finish; those cut off by ctx are left out of the report.
+// A node in opts.Metrics that cannot be read before the run is an error.
 func bench(ctx context.Context, o benchOptions) (benchReport, error) {
 	if err := o.validate(); err != nil {
 		return benchReport{}, err
 	}
+	var closers []func()
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+	}()
+	checkers, err := newCheckers(o, &closers)
+	if err != nil {
+		return benchReport{}, err
+	}
+	meter, err := newCPUMeter(o, &closers)
+	if err != nil {
+		return benchReport{}, err
+	}
+	members, err := meter.start(ctx)
+	if err != nil {
+		return benchReport{}, err
+	}
+
+	var issued atomic.Int64
+	results := make([]workerResult, o.Concurrency)
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(o.Duration)
+	for w := range o.Concurrency {
+		wg.Go(func() {
+			runWorker(ctx, o, checkers[w%len(checkers)], uint64(w), deadline, &issued, &results[w])
+		})
+	}
+	done := make(chan struct{})
+	var shown sync.WaitGroup
+	if o.Progress != nil {
+		shown.Go(func() { showProgress(o.Progress, o.TTY, start, done, func() tally { return sum(results) }) })
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(done)
+	shown.Wait()
+	return summarise(o, start, elapsed, results, meter.stop(ctx), members), nil
+}
+
+// newCheckers returns a checker per address in o.Addrs, and adds to
+// closers what releases them.
+func newCheckers(o benchOptions, closers *[]func()) ([]checker, error) {
 	checkers := make([]checker, len(o.Addrs))
 	switch o.Protocol {
 	case "grpc":
 		for i, a := range o.Addrs {
 			opts, err := dialOptions(o.TLS, a)
 			if err != nil {
-				return benchReport{}, err
+				return nil, err
 			}
-			c, err := client.New(a, opts...)
+			if o.Client {
+				c, err := client.New(a, opts...)
+				if err != nil {
+					return nil, err
+				}
+				*closers = append(*closers, func() { c.Close() })
+				checkers[i] = allowChecker{c: c, l: o.limit()}
+				continue
+			}
+			// Raw requests go on a bare connection, so that each is one
+			// RPC, whatever the Go client does to its callers' checks.
+			if opts == nil {
+				opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+			}
+			conn, err := grpc.NewClient(a, opts...)
 			if err != nil {
-				return benchReport{}, err
+				return nil, fmt.Errorf("dial %s: %w", a, err)
 			}
-			defer c.Close()
-			checkers[i] = &grpcChecker{c: c, o: o}
+			*closers = append(*closers, func() { conn.Close() })
+			checkers[i] = grpcChecker{rl: pb.NewRateLimiterClient(conn), l: o.limit()}
 		}
 	case "http":
 		base := http.DefaultTransport.(*http.Transport).Clone()
@@ -235,70 +322,112 @@ func bench(ctx context.Context, o benchOptions) (benchReport, error) {
 			// A transport per node: each verifies its own node's name.
 			url, tr, err := httpBase(o.TLS, a, base)
 			if err != nil {
-				return benchReport{}, err
+				return nil, err
 			}
-			defer tr.CloseIdleConnections()
+			*closers = append(*closers, tr.CloseIdleConnections)
 			checkers[i] = &httpChecker{hc: &http.Client{Transport: tr}, url: url + "/v1/check", o: o}
 		}
 	}
-
-	var issued atomic.Int64
-	deadline := time.Now().Add(o.Duration)
-	results := make([]workerResult, o.Concurrency)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for w := range o.Concurrency {
-		wg.Go(func() {
-			results[w] = runWorker(ctx, o, checkers[w%len(checkers)], uint64(w), deadline, &issued)
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-
-	var rep benchReport
-	var h latency.Histogram
-	for i := range results {
-		r := &results[i]
-		rep.Requests += r.requests
-		rep.Errors += r.errors
-		rep.UnderLimit += r.under
-		rep.OverLimit += r.over
-		if rep.FirstError == "" && r.firstErr != nil {
-			rep.FirstError = r.firstErr.Error()
-		}
-		h.Merge(&r.latency)
-	}
-	rep.Checks = rep.Requests * int64(o.Items)
-	rep.Seconds = elapsed.Seconds()
-	if rep.Seconds > 0 {
-		rep.RequestsPerSec = float64(rep.Requests) / rep.Seconds
-		rep.ChecksPerSec = float64(rep.Checks) / rep.Seconds
-	}
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	rep.P50Ms = ms(h.Quantile(0.50))
-	rep.P99Ms = ms(h.Quantile(0.99))
-	rep.P999Ms = ms(h.Quantile(0.999))
-	rep.MaxMs = ms(h.Max())
-	return rep, nil
+	return checkers, nil
 }
 
-// workerResult is one worker's tally; only that worker writes it.
+// cpuMeter measures the CPU that the nodes in --metrics use during a run.
+type cpuMeter struct {
+	nodes   []nodeHTTP
+	before  []float64
+	unknown []error // why a node's CPU is unknown; nil where it is known
+	timeout time.Duration
+}
+
+// newCPUMeter returns a meter of o.Metrics, and adds to closers what
+// releases its connections.
+func newCPUMeter(o benchOptions, closers *[]func()) (*cpuMeter, error) {
+	m := &cpuMeter{
+		before: make([]float64, len(o.Metrics)), unknown: make([]error, len(o.Metrics)), timeout: o.Timeout,
+	}
+	for _, a := range o.Metrics {
+		base, tr, err := httpBase(o.TLS, a, http.DefaultTransport.(*http.Transport))
+		if err != nil {
+			return nil, err
+		}
+		*closers = append(*closers, tr.CloseIdleConnections)
+		m.nodes = append(m.nodes, nodeHTTP{addr: a, base: base, hc: &http.Client{Transport: tr}})
+	}
+	return m, nil
+}
+
+// start reads each node's CPU time so far, and returns how many alive
+// members the first node lists (0 if it does not say). A node that does
+// not answer is an error, naming --metrics: the run has not begun, and the
+// address is likely wrong. One that answers without the figure is not.
+func (m *cpuMeter) start(ctx context.Context) (members int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	for i, n := range m.nodes {
+		m.before[i], m.unknown[i] = n.cpu(ctx)
+		if err := m.unknown[i]; err != nil && !errors.Is(err, errCPUUnknown) {
+			return 0, fmt.Errorf("--metrics: %w", err)
+		}
+	}
+	if len(m.nodes) > 0 {
+		if ms, err := m.nodes[0].members(ctx); err == nil {
+			members = aliveMembers(ms)
+		}
+	}
+	return members, nil
+}
+
+// stop reads each node's CPU time again and returns what it used since
+// start. It reads even if ctx was cancelled, so that an interrupted run
+// still reports its CPU.
+func (m *cpuMeter) stop(ctx context.Context) []nodeCPU {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.timeout)
+	defer cancel()
+	out := make([]nodeCPU, len(m.nodes))
+	for i, n := range m.nodes {
+		out[i].Addr = n.addr
+		after, err := n.cpu(ctx)
+		if err == nil {
+			err = m.unknown[i]
+		}
+		if err != nil {
+			out[i].Error = err.Error()
+			continue
+		}
+		// Rounded to the µs: the counter is coarser (10ms on Linux), and
+		// the subtraction leaves float noise in the last digits.
+		used := math.Round((after-m.before[i])*1e6) / 1e6
+		out[i].CPUSeconds = &used
+	}
+	return out
+}
+
+// workerResult is one worker's tally. Only that worker writes it; its
+// counts may be read while it runs, the rest once it has returned.
 type workerResult struct {
-	requests, errors, under, over int64
+	requests, errors, under, over atomic.Int64
 	firstErr                      error
 	latency                       latency.Histogram
 }
 
+// sum is what the workers have counted so far.
+func sum(results []workerResult) tally {
+	var t tally
+	for i := range results {
+		t.answered += results[i].under.Load() + results[i].over.Load()
+		t.errors += results[i].errors.Load()
+	}
+	return t
+}
+
 // runWorker sends requests one after another until the shared count is
-// spent, the deadline passes or ctx is cancelled. Its keys come from a PCG
-// seeded by the worker's id, so runs are repeatable.
-func runWorker(ctx context.Context, o benchOptions, c checker, id uint64, deadline time.Time, issued *atomic.Int64) workerResult {
-	var res workerResult
-	rng := rand.New(rand.NewPCG(id, 0x72696e676c696d74))
+// spent, the deadline passes or ctx is cancelled, and counts them in res.
+func runWorker(ctx context.Context, o benchOptions, c checker, id uint64, deadline time.Time, issued *atomic.Int64, res *workerResult) {
+	next := keySource(o, id)
 	keys := make([]int, o.Items)
 	for ctx.Err() == nil && time.Now().Before(deadline) && issued.Add(1) <= o.Count {
 		for i := range keys {
-			keys[i] = rng.IntN(o.Keys)
+			keys[i] = next()
 		}
 		rctx, cancel := context.WithTimeout(ctx, o.Timeout)
 		t0 := time.Now()
@@ -308,121 +437,26 @@ func runWorker(ctx context.Context, o benchOptions, c checker, id uint64, deadli
 		if err != nil && ctx.Err() != nil {
 			break // cut off by the caller, not a failure of the node
 		}
-		res.requests++
+		res.requests.Add(1)
 		res.latency.Record(took)
-		res.under += under
-		res.over += over
+		res.under.Add(under)
+		res.over.Add(over)
 		if err != nil {
-			res.errors++
+			res.errors.Add(1)
 			if res.firstErr == nil {
 				res.firstErr = err
 			}
 		}
 	}
-	return res
 }
 
-// grpcChecker sends requests over one shared gRPC connection per node.
-type grpcChecker struct {
-	c *client.Client
-	o benchOptions
-}
-
-func (g *grpcChecker) check(ctx context.Context, keys []int) (under, over int64, err error) {
-	req := &pb.CheckRequest{Requests: make([]*pb.CheckItem, len(keys))}
-	for i, k := range keys {
-		req.Requests[i] = &pb.CheckItem{
-			Name: g.o.Name, Key: "bench:" + strconv.Itoa(k), Limit: g.o.Limit,
-			DurationMs: g.o.Period.Milliseconds(), Algorithm: g.o.Algorithm, Behavior: g.o.Behavior,
-		}
+// keySource returns worker id's draw of key numbers, 0 .. o.Keys-1, from
+// o.KeysDist. It comes from a PCG seeded by the id, so runs are repeatable.
+func keySource(o benchOptions, id uint64) func() int {
+	rng := rand.New(rand.NewPCG(id, 0x72696e676c696d74))
+	if o.KeysDist == "zipf" {
+		z := rand.NewZipf(rng, o.ZipfS, 1, uint64(o.Keys-1))
+		return func() int { return int(z.Uint64()) }
 	}
-	resp, err := g.c.Check(ctx, req)
-	if err != nil {
-		return 0, 0, err
-	}
-	if len(resp.Responses) != len(keys) {
-		return 0, 0, fmt.Errorf("%d results for %d items", len(resp.Responses), len(keys))
-	}
-	for _, r := range resp.Responses {
-		if r.Error != "" && err == nil {
-			err = fmt.Errorf("item: %s", r.Error)
-		}
-		if r.Status == pb.Status_UNDER_LIMIT {
-			under++
-		} else {
-			over++
-		}
-	}
-	return under, over, err
-}
-
-// httpChecker sends requests as POST /v1/check through a shared client.
-type httpChecker struct {
-	hc  *http.Client
-	url string
-	o   benchOptions
-}
-
-func (h *httpChecker) check(ctx context.Context, keys []int) (under, over int64, err error) {
-	body := make([]byte, 0, 64+len(keys)*(128+len(h.o.Name)))
-	body = append(body, `{"requests":[`...)
-	for i, k := range keys {
-		if i > 0 {
-			body = append(body, ',')
-		}
-		body = append(body, `{"name":`...)
-		body = strconv.AppendQuote(body, h.o.Name)
-		body = append(body, `,"key":"bench:`...)
-		body = strconv.AppendInt(body, int64(k), 10)
-		body = append(body, `","limit":`...)
-		body = strconv.AppendInt(body, h.o.Limit, 10)
-		body = append(body, `,"duration_ms":`...)
-		body = strconv.AppendInt(body, h.o.Period.Milliseconds(), 10)
-		body = append(body, `,"algorithm":"`...)
-		body = append(body, h.o.Algorithm.String()...)
-		body = append(body, `","behavior":"`...)
-		body = append(body, h.o.Behavior.String()...)
-		body = append(body, `"}`...)
-	}
-	body = append(body, `]}`...)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
-	if err != nil {
-		return 0, 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := h.hc.Do(req)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, 0, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(data))
-	}
-	var out struct {
-		Responses []struct {
-			Status string `json:"status"`
-			Error  string `json:"error"`
-		} `json:"responses"`
-	}
-	if err := json.Unmarshal(data, &out); err != nil {
-		return 0, 0, fmt.Errorf("response: %w", err)
-	}
-	if len(out.Responses) != len(keys) {
-		return 0, 0, fmt.Errorf("%d results for %d items", len(out.Responses), len(keys))
-	}
-	for _, r := range out.Responses {
-		if r.Error != "" && err == nil {
-			err = fmt.Errorf("item: %s", r.Error)
-		}
-		if r.Status == "UNDER_LIMIT" {
-			under++
-		} else {
-			over++
-		}
-	}
-	return under, over, err
+	return func() int { return rng.IntN(o.Keys) }
 }

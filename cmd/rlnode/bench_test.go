@@ -5,10 +5,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/ringlimit/ringlimit/api"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 )
 
@@ -17,7 +27,7 @@ import (
 func benchOpts(protocol, addr string) benchOptions {
 	return benchOptions{
 		Addrs: []string{addr}, Protocol: protocol, Items: 1, Concurrency: 8,
-		Duration: 30 * time.Second, Count: 2000, Keys: 100, Name: "bench",
+		Duration: 30 * time.Second, Count: 2000, Keys: 100, KeysDist: "uniform", Name: "bench",
 		Behavior: pb.Behavior_BATCHED, Algorithm: pb.Algorithm_TOKEN_BUCKET,
 		Limit: 1_000_000, Period: time.Second, Timeout: 5 * time.Second,
 	}
@@ -29,12 +39,12 @@ func checkReport(t *testing.T, rep benchReport, count int64, items int) {
 		t.Errorf("requests %d, errors %d, checks %d; want %d, 0, %d (first error: %s)",
 			rep.Requests, rep.Errors, rep.Checks, count, count*int64(items), rep.FirstError)
 	}
-	if rep.UnderLimit != rep.Checks || rep.OverLimit != 0 {
-		t.Errorf("under %d, over %d; want %d, 0", rep.UnderLimit, rep.OverLimit, rep.Checks)
+	if rep.Answered != rep.Checks || rep.Admitted != rep.Checks || rep.Refused != 0 {
+		t.Errorf("answered %d, admitted %d, refused %d; want %d, %d, 0", rep.Answered, rep.Admitted, rep.Refused, rep.Checks, rep.Checks)
 	}
-	if !(0 < rep.P50Ms && rep.P50Ms <= rep.P99Ms && rep.P99Ms <= rep.P999Ms && rep.P999Ms <= rep.MaxMs) {
-		t.Errorf("latencies p50 %v, p99 %v, p99.9 %v, max %v ms: want 0 < p50 <= p99 <= p99.9 <= max",
-			rep.P50Ms, rep.P99Ms, rep.P999Ms, rep.MaxMs)
+	l := rep.LatencyUs
+	if !(0 < l.P50 && l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max) {
+		t.Errorf("latencies %+v µs: want 0 < p50 <= p90 <= p99 <= p99.9 <= max", l)
 	}
 	if rep.Seconds <= 0 || rep.RequestsPerSec <= 0 || rep.ChecksPerSec <= 0 {
 		t.Errorf("seconds %v, requests/s %v, checks/s %v: want > 0", rep.Seconds, rep.RequestsPerSec, rep.ChecksPerSec)
@@ -130,12 +140,35 @@ func TestBenchStopsOnCancel(t *testing.T) {
 	}
 }
 
+// benchJSONKeys are the keys of `rlnode bench --json`, at each level, as
+// the README documents them: programs that plot runs rely on them.
+var benchJSONKeys = map[string][]string{
+	"": {"schema", "started", "options", "seconds", "requests", "checks", "answered", "admitted", "refused",
+		"errors", "requests_per_sec", "checks_per_sec", "latency_us", "cpu_us_per_check", "nodes", "members", "first_error"},
+	"options": {"mode", "protocol", "addrs", "metrics", "items", "concurrency", "duration_s", "count", "keys",
+		"keys_dist", "zipf_s", "name", "behavior", "algorithm", "limit", "period_ms", "timeout_ms", "tls"},
+	"latency_us": {"p50", "p90", "p99", "p999", "max"},
+	"nodes[0]":   {"addr", "cpu_seconds", "error"},
+}
+
+// checkKeys fails unless object m has exactly the keys want.
+func checkKeys(t *testing.T, where string, m map[string]any, want []string) {
+	t.Helper()
+	got := slices.Sorted(maps.Keys(m))
+	if !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+		t.Errorf("--json %s has keys %v, want %v", where, got, want)
+	}
+}
+
+// TestBenchCommand: rlnode bench --json against a real node over HTTP, whose
+// metrics (the same address, by default) give its CPU per check.
 func TestBenchCommand(t *testing.T) {
 	httpAddr, _, stop := startNode(t)
 	defer stop()
 	var out strings.Builder
 	err := run(context.Background(), []string{"bench", "--protocol", "http", "--addr", httpAddr,
-		"--count", "300", "--concurrency", "4", "--items", "3", "--json"}, env(nil), &out, io.Discard)
+		"--count", "300", "--concurrency", "4", "--items", "3", "--keys-dist", "zipf", "--zipf-s", "1.5", "--json"},
+		env(nil), &out, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,14 +176,33 @@ func TestBenchCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(out.String()), &got); err != nil {
 		t.Fatalf("--json printed %q: %v", out.String(), err)
 	}
-	for _, k := range []string{"requests", "checks", "errors", "seconds", "requests_per_sec", "checks_per_sec",
-		"p50_ms", "p99_ms", "p999_ms", "max_ms", "under_limit", "over_limit"} {
-		if _, ok := got[k]; !ok {
-			t.Errorf("--json output lacks %q: %s", k, out.String())
-		}
+	checkKeys(t, "", got, benchJSONKeys[""])
+	opts, _ := got["options"].(map[string]any)
+	checkKeys(t, "options", opts, benchJSONKeys["options"])
+	lat, _ := got["latency_us"].(map[string]any)
+	checkKeys(t, "latency_us", lat, benchJSONKeys["latency_us"])
+	nodes, _ := got["nodes"].([]any)
+	if len(nodes) != 1 {
+		t.Fatalf("nodes %v, want the one node", got["nodes"])
 	}
-	if got["requests"] != 300.0 || got["checks"] != 900.0 {
-		t.Errorf("requests %v, checks %v; want 300, 900", got["requests"], got["checks"])
+	node, _ := nodes[0].(map[string]any)
+	checkKeys(t, "nodes[0]", node, benchJSONKeys["nodes[0]"])
+
+	if got["schema"] != 1.0 || got["requests"] != 300.0 || got["checks"] != 900.0 || got["answered"] != 900.0 || got["members"] != 1.0 {
+		t.Errorf("schema %v, requests %v, checks %v, answered %v, members %v; want 1, 300, 900, 900, 1",
+			got["schema"], got["requests"], got["checks"], got["answered"], got["members"])
+	}
+	if opts["mode"] != "rpc" || opts["keys_dist"] != "zipf" || opts["zipf_s"] != 1.5 || opts["items"] != 3.0 ||
+		!reflect.DeepEqual(opts["metrics"], []any{httpAddr}) {
+		t.Errorf("options %v: want mode rpc, zipf s=1.5, 3 items, metrics [%s]", opts, httpAddr)
+	}
+	// The node runs in this test process, so its CPU includes the load
+	// generator's: enough to show that the figure is read and divided.
+	if cpu, ok := got["cpu_us_per_check"].(float64); !ok || cpu <= 0 {
+		t.Errorf("cpu_us_per_check %v, want > 0 (node: %v)", got["cpu_us_per_check"], node)
+	}
+	if s, ok := node["cpu_seconds"].(float64); !ok || s <= 0 || node["addr"] != httpAddr || node["error"] != "" {
+		t.Errorf("node %v, want %s with cpu_seconds > 0 and no error", node, httpAddr)
 	}
 
 	out.Reset()
@@ -159,7 +211,8 @@ func TestBenchCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"requests", "checks", "errors", "latency p99.9", "under limit"} {
+	for _, want := range []string{"requests", "checks", "answered", "checks/s", "cpu/check", "server CPU of " + httpAddr,
+		"errors", "latency p90", "latency p99.9", "admitted", "10000 keys (uniform)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
@@ -182,6 +235,10 @@ func TestBenchReportsErrors(t *testing.T) {
 	if rep.Requests != 20 || rep.Errors != 20 || rep.FirstError == "" {
 		t.Errorf("requests %d, errors %d, first error %q; want 20, 20, the item's error", rep.Requests, rep.Errors, rep.FirstError)
 	}
+	if rep.Checks != 20 || rep.Answered != 0 || rep.Admitted != 0 || rep.Refused != 0 {
+		t.Errorf("checks %d, answered %d, admitted %d, refused %d; want 20, 0, 0, 0: a failed item is no answer",
+			rep.Checks, rep.Answered, rep.Admitted, rep.Refused)
+	}
 }
 
 func TestBenchFlags(t *testing.T) {
@@ -200,6 +257,14 @@ func TestBenchFlags(t *testing.T) {
 		{[]string{"--protocol", "udp"}, "--protocol"},
 		{[]string{"--behavior", "SOMETIMES"}, "--behavior"},
 		{[]string{"--algorithm", "DICE"}, "--algorithm"},
+		{[]string{"--keys-dist", "normal"}, "--keys-dist"},
+		{[]string{"--keys-dist", "zipf", "--zipf-s", "1"}, "--zipf-s"},
+		{[]string{"--keys-dist", "zipf", "--zipf-s", "NaN"}, "--zipf-s"},
+		{[]string{"--keys-dist", "zipf", "--zipf-s", "+Inf"}, "--zipf-s"},
+		{[]string{"--client", "--protocol", "http"}, "--client"},
+		{[]string{"--client", "--items", "2"}, "--items"},
+		{[]string{"--metrics", "127.0.0.1:1,,127.0.0.1:2"}, "--metrics"},
+		{[]string{"--addrs", "127.0.0.1:1,"}, "--addrs"},
 	} {
 		t.Run(strings.Join(tc.args, "="), func(t *testing.T) {
 			// The address is unreachable: validation must fail before any I/O.
@@ -208,6 +273,239 @@ func TestBenchFlags(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.flag) {
 				t.Errorf("rlnode %s: error %v, want one naming %s", strings.Join(args, " "), err, tc.flag)
 			}
+		})
+	}
+}
+
+// fakeNode serves GET /metrics with a CPU time that grows by step at each
+// read, from first, and GET /v1/members with members alive; metrics ""
+// serves no CPU time at all.
+func fakeNode(t *testing.T, metrics string, first, step float64, members int) string {
+	t.Helper()
+	var reads atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "# TYPE go_goroutines gauge\ngo_goroutines 7")
+		if metrics != "" {
+			fmt.Fprintf(w, "# TYPE %s counter\n%s %g\n", metrics, metrics, first+step*float64(reads.Add(1)-1))
+		}
+	})
+	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) {
+		var ms []api.Member
+		for i := range members {
+			ms = append(ms, api.Member{Name: fmt.Sprintf("n%d", i), State: "alive"})
+		}
+		ms = append(ms, api.Member{Name: "gone", State: "dead"})
+		json.NewEncoder(w).Encode(map[string]any{"members": ms})
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// TestBenchCPUFromMetrics: CPU per check is the sum over the --metrics
+// nodes of what their process_cpu_seconds_total grew by, over the checks
+// answered; a cluster with more members than were measured is reported.
+func TestBenchCPUFromMetrics(t *testing.T) {
+	_, grpcAddr, stop := startNode(t)
+	defer stop()
+	a := fakeNode(t, cpuMetric, 10, 0.25, 3) // 0.25 s during the run
+	b := fakeNode(t, cpuMetric, 100, 1.5, 3) // 1.5 s
+	o := benchOpts("grpc", grpcAddr)
+	o.Items = 4
+	o.Count = 500
+	o.Metrics = []string{a, b}
+	rep, err := bench(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReport(t, rep, o.Count, o.Items)
+	want := 1.75 * 1e6 / 2000
+	if rep.CPUUsPerCheck == nil || math.Abs(*rep.CPUUsPerCheck-want) > 1e-9 {
+		t.Errorf("cpu_us_per_check %v, want %v", ptrString(rep.CPUUsPerCheck), want)
+	}
+	if len(rep.Nodes) != 2 || rep.Nodes[0].Addr != a || rep.Nodes[1].Addr != b ||
+		ptrString(rep.Nodes[0].CPUSeconds) != "0.25" || ptrString(rep.Nodes[1].CPUSeconds) != "1.5" {
+		t.Errorf("nodes %+v, want %s 0.25s and %s 1.5s", rep.Nodes, a, b)
+	}
+	if rep.Members != 3 {
+		t.Errorf("members %d, want the 3 alive ones", rep.Members)
+	}
+	var out strings.Builder
+	if err := printBench(&out, rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"875.0µs", "only 2 of 3 alive members measured"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func ptrString(p *float64) string {
+	if p == nil {
+		return "nil"
+	}
+	return strconv.FormatFloat(*p, 'g', -1, 64)
+}
+
+// TestBenchCPUUnknown: a node that serves metrics without its CPU time
+// leaves CPU per check unknown, and the run measured as usual.
+func TestBenchCPUUnknown(t *testing.T) {
+	_, grpcAddr, stop := startNode(t)
+	defer stop()
+	o := benchOpts("grpc", grpcAddr)
+	o.Count = 100
+	o.Metrics = []string{fakeNode(t, cpuMetric, 1, 1, 1), fakeNode(t, "", 0, 0, 1)}
+	rep, err := bench(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReport(t, rep, o.Count, o.Items)
+	if rep.CPUUsPerCheck != nil || rep.Nodes[1].CPUSeconds != nil || !strings.Contains(rep.Nodes[1].Error, "not served") {
+		t.Errorf("cpu_us_per_check %s, nodes %+v; want unknown, for the second node's metric is not served",
+			ptrString(rep.CPUUsPerCheck), rep.Nodes)
+	}
+	var out strings.Builder
+	if err := printBench(&out, rep); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "unknown") || !strings.Contains(out.String(), "not served") {
+		t.Errorf("table does not say why CPU is unknown:\n%s", out.String())
+	}
+
+	o.Metrics = nil
+	rep, err = bench(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.CPUUsPerCheck != nil || len(rep.Nodes) != 0 || rep.Members != 0 {
+		t.Errorf("without --metrics: cpu %s, nodes %v, members %d; want unknown, none, 0",
+			ptrString(rep.CPUUsPerCheck), rep.Nodes, rep.Members)
+	}
+}
+
+// TestBenchMetricsUnreachable: a --metrics address that does not answer
+// fails the run before it starts, naming the flag.
+func TestBenchMetricsUnreachable(t *testing.T) {
+	_, grpcAddr, stop := startNode(t)
+	defer stop()
+	o := benchOpts("grpc", grpcAddr)
+	o.Metrics = []string{"127.0.0.1:1"}
+	rep, err := bench(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), "--metrics") || rep.Requests != 0 {
+		t.Errorf("bench = %d requests, %v; want none and an error naming --metrics", rep.Requests, err)
+	}
+	// A gRPC port is no metrics address either.
+	o.Metrics = []string{grpcAddr}
+	if _, err := bench(context.Background(), o); err == nil || !strings.Contains(err.Error(), "--metrics") {
+		t.Errorf("bench with --metrics at the gRPC port: %v, want an error naming --metrics", err)
+	}
+}
+
+// TestBenchClient: with --client, the load goes through client.Allow, one
+// check per call, and a node's refusals are counted as such: one key of
+// limit 100 admits exactly 100 of 300 calls.
+func TestBenchClient(t *testing.T) {
+	httpAddr, grpcAddr, stop := startNode(t)
+	defer stop()
+	o := benchOpts("grpc", grpcAddr)
+	o.Client = true
+	o.Count = 300
+	o.Keys = 1
+	o.Limit = 100
+	o.Period = time.Hour
+	o.Metrics = []string{httpAddr}
+	rep, err := bench(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Requests != 300 || rep.Checks != 300 || rep.Answered != 300 || rep.Admitted != 100 || rep.Refused != 200 || rep.Errors != 0 {
+		t.Errorf("requests %d, checks %d, answered %d, admitted %d, refused %d, errors %d; want 300, 300, 300, 100, 200, 0 (first error: %s)",
+			rep.Requests, rep.Checks, rep.Answered, rep.Admitted, rep.Refused, rep.Errors, rep.FirstError)
+	}
+	if rep.Options.Mode != "client" || rep.CPUUsPerCheck == nil || *rep.CPUUsPerCheck <= 0 {
+		t.Errorf("mode %q, cpu_us_per_check %s; want client, > 0", rep.Options.Mode, ptrString(rep.CPUUsPerCheck))
+	}
+}
+
+// TestKeySource: keys stay in range; Zipf keys favour the low numbers, so
+// that bench:0 is the hottest key, while uniform ones do not.
+func TestKeySource(t *testing.T) {
+	const keys, draws = 1000, 20_000
+	for _, tc := range []struct {
+		dist     string
+		s        float64
+		hotShare float64 // of draws that are key 0: at least for zipf, at most for uniform
+	}{
+		{"uniform", 0, 0.01}, // expected 1/1000
+		{"zipf", 1.1, 0.1},   // 1/ζ-ish: about 1/(1+Σ(k+1)^-1.1) ≈ 0.14 over 1000 keys
+		{"zipf", 2, 0.5},     // about 0.61
+	} {
+		t.Run(fmt.Sprintf("%s/%v", tc.dist, tc.s), func(t *testing.T) {
+			next := keySource(benchOptions{Keys: keys, KeysDist: tc.dist, ZipfS: tc.s}, 7)
+			hot := 0
+			for range draws {
+				k := next()
+				if k < 0 || k >= keys {
+					t.Fatalf("key %d, want 0 to %d", k, keys-1)
+				}
+				if k == 0 {
+					hot++
+				}
+			}
+			share := float64(hot) / draws
+			if tc.dist == "uniform" && share > tc.hotShare || tc.dist == "zipf" && share < tc.hotShare {
+				t.Errorf("key 0 drawn %.3f of the time; want %s %v", share, map[bool]string{true: "at most", false: "at least"}[tc.dist == "uniform"], tc.hotShare)
+			}
+		})
+	}
+	next := keySource(benchOptions{Keys: 1, KeysDist: "zipf", ZipfS: 1.5}, 1)
+	for range 100 {
+		if k := next(); k != 0 {
+			t.Fatalf("one Zipf key: drew %d", k)
+		}
+	}
+}
+
+// TestShowProgress: on a terminal, one line rewritten each second and
+// erased at the end; elsewhere, a plain line every 10 seconds.
+func TestShowProgress(t *testing.T) {
+	for _, tc := range []struct {
+		tty  bool
+		want string
+	}{
+		{true, "\r\x1b[K     1s  100 checks  100 checks/s  0 errors" +
+			"\r\x1b[K     2s  300 checks  200 checks/s  1 errors" +
+			"\r\x1b[K     3s  600 checks  300 checks/s  2 errors\r\x1b[K"},
+		{false, "    10s  1000 checks  100 checks/s  0 errors\n" +
+			"    20s  3000 checks  200 checks/s  1 errors\n" +
+			"    30s  6000 checks  300 checks/s  2 errors\n"},
+	} {
+		t.Run(fmt.Sprintf("tty=%v", tc.tty), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				every := plainEvery
+				if tc.tty {
+					every = ttyEvery
+				}
+				var out strings.Builder
+				var reads int64
+				done := make(chan struct{})
+				finished := make(chan struct{})
+				go func() {
+					showProgress(&out, tc.tty, time.Now(), done, func() tally {
+						reads++ // read by showProgress only
+						return tally{answered: reads * (reads + 1) / 2 * 100 * int64(every/time.Second), errors: reads - 1}
+					})
+					close(finished)
+				}()
+				time.Sleep(3*every + every/2)
+				close(done)
+				<-finished
+				if out.String() != tc.want {
+					t.Errorf("progress wrote\n%q\nwant\n%q", out.String(), tc.want)
+				}
+			})
 		})
 	}
 }

@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"text/tabwriter"
 	"time"
-
-	"github.com/ringlimit/ringlimit/api"
 )
 
 // runMembers is `rlnode members`: a node's view of the cluster as a table.
@@ -37,27 +34,13 @@ Flags:
 		return err
 	}
 	defer tr.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/members", nil)
+	ms, err := nodeHTTP{addr: *addr, base: base, hc: &http.Client{Transport: tr}}.members(ctx)
 	if err != nil {
-		return fmt.Errorf("--addr: %w", err)
-	}
-	resp, err := (&http.Client{Transport: tr}).Do(req)
-	if err != nil {
-		return fmt.Errorf("members: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("members: %s", resp.Status)
-	}
-	var body struct {
-		Members []api.Member `json:"members"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
 		return fmt.Errorf("members: %w", err)
 	}
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "NAME\tSTATE\tGRPC\tGOSSIP\tSHARE")
-	for _, m := range body.Members {
+	for _, m := range ms {
 		name := m.Name
 		if m.Self {
 			name += " (self)"
