@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -13,12 +14,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/internal/latency"
 )
 
 // startRedis runs a redis-server of its own on a free loopback port, with
-// persistence off, until the benchmark ends.
-func startRedis(b *testing.B) string {
+// persistence off, until the benchmark ends, and returns its address and
+// process ID.
+func startRedis(b *testing.B) (string, int) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		b.Skip("the Redis baseline needs redis-server (apt-get install redis-server)")
@@ -36,18 +39,23 @@ func startRedis(b *testing.B) string {
 		err := rdb.Ping(context.Background()).Err()
 		return err == nil, fmt.Sprint(err)
 	})
-	return addr
+	return addr, cmd.Process.Pid
 }
 
 // BenchmarkVersusRedis runs one workload against one rlnode and against a
 // Redis+Lua limiter (go-redis/redis_rate: GCRA in a Lua script, the usual
-// way to rate-limit with Redis) on the same machine, in one run: 64
-// concurrent clients, one check per request, over 10,000 keys, limits high
+// way to rate-limit with Redis) on the same machine, in one run: 50
+// concurrent callers, one check per call, over 10,000 keys, limits high
 // enough that every check is admitted. Each gets the same CPUs; the
-// ratio of the checks/s figures is the comparison. A third run sends 100
-// checks a request, which ringlimit's API allows and redis_rate's does not.
+// ratio of the checks/s figures is the comparison, and server-cpu-µs/check
+// is the server process's user+system CPU over the run (rlnode, or
+// redis-server) divided by the checks answered. ringlimit runs three
+// ways: the Go client's Allow, which batches concurrent calls into one
+// RPC (what an application calling client.Allow gets); one RPC per check
+// (the client WithoutBatching); and 100 checks a request, which
+// ringlimit's API allows and redis_rate's does not.
 func BenchmarkVersusRedis(b *testing.B) {
-	redisAddr := startRedis(b)
+	redisAddr, redisPID := startRedis(b)
 	c := startCluster(b, 1)
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: 64})
 	b.Cleanup(func() { rdb.Close() })
@@ -57,31 +65,49 @@ func BenchmarkVersusRedis(b *testing.B) {
 		keys[i] = fmt.Sprint("bench:", i)
 	}
 	n := c.nodes[0]
-	ringlimit := func(ctx context.Context, keys []string) (bool, error) {
-		req := &pb.CheckRequest{Requests: make([]*pb.CheckItem, len(keys))}
-		for i, key := range keys {
-			req.Requests[i] = &pb.CheckItem{Name: "bench", Key: key, Limit: 1_000_000, DurationMs: 1000, Algorithm: pb.Algorithm_GCRA}
+	unbatched, err := client.Open([]string{n.grpc}, client.WithoutBatching())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { unbatched.Close() })
+	batching, err := client.New(n.grpc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { batching.Close() })
+	limit := client.Limit{Name: "bench", Count: 1_000_000, Period: time.Second, Algorithm: pb.Algorithm_GCRA}
+	checks := func(cl *client.Client) func(ctx context.Context, keys []string) (bool, error) {
+		return func(ctx context.Context, keys []string) (bool, error) {
+			req := &pb.CheckRequest{Requests: make([]*pb.CheckItem, len(keys))}
+			for i, key := range keys {
+				req.Requests[i] = limit.Item(key, 1)
+			}
+			resp, err := cl.Check(ctx, req)
+			return err == nil && resp.Responses[0].Status == pb.Status_UNDER_LIMIT, err
 		}
-		resp, err := n.client.Check(ctx, req)
-		return err == nil && resp.Responses[0].Status == pb.Status_UNDER_LIMIT, err
 	}
 	limiters := []struct {
 		name  string
-		batch int // checks per request
+		pid   int // the server process
+		batch int // checks per call
 		allow func(ctx context.Context, keys []string) (bool, error)
 	}{
-		{"redis_rate", 1, func(ctx context.Context, keys []string) (bool, error) {
+		{"redis_rate", redisPID, 1, func(ctx context.Context, keys []string) (bool, error) {
 			res, err := lim.Allow(ctx, keys[0], redis_rate.Limit{Rate: 1_000_000, Burst: 1_000_000, Period: time.Second})
 			return err == nil && res.Allowed > 0, err
 		}},
-		{"ringlimit-grpc", 1, ringlimit},
+		{"ringlimit-client-allow", n.cmd.Process.Pid, 1, func(ctx context.Context, keys []string) (bool, error) {
+			return batching.Allow(ctx, limit, keys[0])
+		}},
+		{"ringlimit-grpc-unbatched", n.cmd.Process.Pid, 1, checks(unbatched)},
 		// redis_rate has no multi-key call: batching is ringlimit's own.
-		{"ringlimit-grpc-100-per-request", 100, ringlimit},
+		{"ringlimit-grpc-100-per-request", n.cmd.Process.Pid, 100, checks(unbatched)},
 	}
 	for _, l := range limiters {
 		b.Run(l.name, func(b *testing.B) {
 			var lat latency.Recorder
-			b.SetParallelism(32) // 64 clients on 2 cores
+			b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0))) // 50 callers on 2 cores
+			cpu0, cpuErr := processCPU(l.pid)
 			start := time.Now()
 			var workers atomic.Int64
 			b.RunParallel(func(p *testing.PB) {
@@ -101,7 +127,12 @@ func BenchmarkVersusRedis(b *testing.B) {
 				}
 				lat.Add(mine)
 			})
-			lat.Report(b, time.Since(start), l.batch)
+			elapsed := time.Since(start)
+			cpu1, err := processCPU(l.pid)
+			if cpuErr == nil && err == nil {
+				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N*l.batch), "server-cpu-µs/check")
+			}
+			lat.Report(b, elapsed, l.batch)
 		})
 	}
 }
