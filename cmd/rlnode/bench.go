@@ -31,6 +31,7 @@ type benchOptions struct {
 	Addrs       []string // nodes; worker i talks to Addrs[i%len(Addrs)]
 	Protocol    string   // "grpc" or "http"
 	Client      bool     // call client.Allow, one item a call, instead of sending Check requests
+	Route       bool     // with Client: one client over all Addrs, sending each check to its key's owner
 	Items       int      // items per request, 1..service.MaxItems
 	Concurrency int      // workers, each with one request in flight
 	Duration    time.Duration
@@ -64,6 +65,8 @@ func (o benchOptions) validate() error {
 		return fmt.Errorf("--client: the Go client speaks grpc, not --protocol %s", o.Protocol)
 	case o.Items < 1 || o.Items > service.MaxItems:
 		return fmt.Errorf("--items: %d, want 1 to %d", o.Items, service.MaxItems)
+	case o.Route && !o.Client:
+		return errors.New("--route: routes the Go client's checks; add --client")
 	case o.Client && o.Items != 1:
 		return fmt.Errorf("--items: %d, want 1 with --client, which checks one item per Allow call", o.Items)
 	case o.Concurrency <= 0:
@@ -134,6 +137,7 @@ Flags:
 	addrs := fs.String("addrs", "", "comma-separated node addresses; workers are spread over them round-robin (overrides --addr)")
 	protocol := fs.String("protocol", "grpc", "grpc or http")
 	useClient := fs.Bool("client", false, "call the Go client's Allow, one check a call, instead of sending Check requests (grpc only)")
+	route := fs.Bool("route", false, "with --client: one client that learns the cluster's ring through the addresses and sends each check straight to its key's owner")
 	metrics := fs.String("metrics", "", "comma-separated HTTP addresses of the nodes whose CPU is measured (default: see above)")
 	items := fs.Int("items", 1, fmt.Sprintf("items per request (1 to %d)", service.MaxItems))
 	concurrency := fs.Int("concurrency", 64, "workers, each with one request in flight")
@@ -157,7 +161,7 @@ Flags:
 		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
 	}
 	opts := benchOptions{
-		Protocol: *protocol, Client: *useClient, Items: *items, Concurrency: *concurrency, Duration: *duration,
+		Protocol: *protocol, Client: *useClient, Route: *route, Items: *items, Concurrency: *concurrency, Duration: *duration,
 		Count: *count, Keys: *keys, KeysDist: *keysDist, ZipfS: *zipfS, Name: *name, Limit: *limit,
 		Period: *period, Timeout: *timeout, TLS: tlsFlags.config(), Progress: stderr, TTY: isTerminal(stderr),
 	}
@@ -286,8 +290,25 @@ func bench(ctx context.Context, o benchOptions) (benchReport, error) {
 // closers what releases them.
 func newCheckers(o benchOptions, closers *[]func()) ([]checker, error) {
 	checkers := make([]checker, len(o.Addrs))
-	switch o.Protocol {
-	case "grpc":
+	switch {
+	case o.Route:
+		opts, err := dialOptions(o.TLS, o.Addrs[0])
+		if err != nil {
+			return nil, err
+		}
+		copts := []client.Option{client.WithCluster()}
+		if opts != nil {
+			copts = append(copts, client.WithDialOptions(opts...))
+		}
+		c, err := client.Open(o.Addrs, copts...)
+		if err != nil {
+			return nil, err
+		}
+		*closers = append(*closers, func() { c.Close() })
+		for i := range checkers {
+			checkers[i] = allowChecker{c: c, l: o.limit()}
+		}
+	case o.Protocol == "grpc":
 		for i, a := range o.Addrs {
 			opts, err := dialOptions(o.TLS, a)
 			if err != nil {
@@ -314,7 +335,7 @@ func newCheckers(o benchOptions, closers *[]func()) ([]checker, error) {
 			*closers = append(*closers, func() { conn.Close() })
 			checkers[i] = grpcChecker{rl: pb.NewRateLimiterClient(conn), l: o.limit()}
 		}
-	case "http":
+	case o.Protocol == "http":
 		base := http.DefaultTransport.(*http.Transport).Clone()
 		base.MaxIdleConns = o.Concurrency + len(o.Addrs)
 		base.MaxIdleConnsPerHost = o.Concurrency

@@ -42,7 +42,7 @@ type benchReport struct {
 
 // benchSetup is the options of a run, as its report states them.
 type benchSetup struct {
-	Mode        string   `json:"mode"` // "rpc": Check requests; "client": client.Allow calls
+	Mode        string   `json:"mode"` // "rpc": Check requests; "client": client.Allow calls; "client-routed": the same, to owners
 	Protocol    string   `json:"protocol"`
 	Addrs       []string `json:"addrs"`
 	Metrics     []string `json:"metrics"`
@@ -85,7 +85,10 @@ func (o benchOptions) setup() benchSetup {
 		KeysDist: o.KeysDist, Name: o.Name, Behavior: o.Behavior.String(), Algorithm: o.Algorithm.String(),
 		Limit: o.Limit, PeriodMs: o.Period.Milliseconds(), TimeoutMs: o.Timeout.Milliseconds(), TLS: o.TLS != nil,
 	}
-	if o.Client {
+	switch {
+	case o.Route:
+		s.Mode = "client-routed"
+	case o.Client:
 		s.Mode = "client"
 	}
 	if o.KeysDist == "zipf" {
@@ -155,8 +158,11 @@ func printBench(w io.Writer, rep benchReport) error {
 	var b strings.Builder
 	o := rep.Options
 	what, workers := fmt.Sprintf("%s, %d item(s)/request", o.Protocol, o.Items), "workers"
-	if o.Mode == "client" {
+	switch o.Mode {
+	case "client":
 		what, workers = "client.Allow over grpc", "goroutines"
+	case "client-routed":
+		what, workers = "client.Allow over grpc, to each key's owner", "goroutines"
 	}
 	keys := o.KeysDist
 	if keys == "zipf" {

@@ -263,6 +263,7 @@ func TestBenchFlags(t *testing.T) {
 		{[]string{"--keys-dist", "zipf", "--zipf-s", "+Inf"}, "--zipf-s"},
 		{[]string{"--client", "--protocol", "http"}, "--client"},
 		{[]string{"--client", "--items", "2"}, "--items"},
+		{[]string{"--route"}, "--route"},
 		{[]string{"--metrics", "127.0.0.1:1,,127.0.0.1:2"}, "--metrics"},
 		{[]string{"--addrs", "127.0.0.1:1,"}, "--addrs"},
 	} {
@@ -426,6 +427,25 @@ func TestBenchClient(t *testing.T) {
 	}
 	if rep.Options.Mode != "client" || rep.CPUUsPerCheck == nil || *rep.CPUUsPerCheck <= 0 {
 		t.Errorf("mode %q, cpu_us_per_check %s; want client, > 0", rep.Options.Mode, ptrString(rep.CPUUsPerCheck))
+	}
+}
+
+// TestBenchClientRoutes: with --route the client learns the cluster (one
+// node here) and its checks are answered as without.
+func TestBenchClientRoutes(t *testing.T) {
+	httpAddr, grpcAddr, stop := startNode(t)
+	defer stop()
+	o := benchOpts("grpc", grpcAddr)
+	o.Client, o.Route = true, true
+	o.Count, o.Keys, o.Limit, o.Period = 300, 1, 100, time.Hour
+	o.Metrics = []string{httpAddr}
+	rep, err := bench(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Answered != 300 || rep.Admitted != 100 || rep.Errors != 0 || rep.Options.Mode != "client-routed" {
+		t.Errorf("answered %d, admitted %d, errors %d, mode %q; want 300, 100, 0, client-routed (first error: %s)",
+			rep.Answered, rep.Admitted, rep.Errors, rep.Options.Mode, rep.FirstError)
 	}
 }
 
