@@ -34,6 +34,25 @@ done
 echo "-- grpc through the Go client's Allow, 64 goroutines"
 "$bin" bench --addr 127.0.0.1:18081 --client --concurrency 64 --duration 10s --metrics 127.0.0.1:18080
 kill $node; wait $node 2>/dev/null || true
+echo "== three rlnode processes over loopback: server CPU per check summed over the nodes, 50 callers"
+nodes=()
+trap 'kill "${nodes[@]}" 2>/dev/null || true' EXIT
+for i in 0 1 2; do
+	join=(); [ $i -gt 0 ] && join=(--join 127.0.0.1:27946)
+	"$bin" --http-addr 127.0.0.1:2${i}080 --grpc-addr 127.0.0.1:2${i}081 --peer-addr 127.0.0.1:2${i}082 \
+		--gossip-addr 127.0.0.1:2$((7 + i))946 --node-name bench-$i --log-level warn "${join[@]}" &
+	nodes+=($!)
+done
+for i in 0 1 2; do for _ in $(seq 100); do curl -sf 127.0.0.1:2${i}080/readyz >/dev/null && break; sleep 0.1; done; done
+sleep 2 # let the ring converge on every node
+metrics=127.0.0.1:20080,127.0.0.1:21080,127.0.0.1:22080
+echo "-- 10 checks a request, all into one node"
+"$bin" bench --addr 127.0.0.1:20081 --items 10 --concurrency 50 --duration 10s --metrics $metrics
+echo "-- the Go client's Allow, all into one node"
+"$bin" bench --addr 127.0.0.1:20081 --client --concurrency 50 --duration 10s --metrics $metrics
+echo "-- the Go client's Allow, routed to each key's owner"
+"$bin" bench --addrs 127.0.0.1:20081,127.0.0.1:21081,127.0.0.1:22081 --client --route --concurrency 50 --duration 10s --metrics $metrics
+kill "${nodes[@]}"; wait "${nodes[@]}" 2>/dev/null || true
 echo "== 3-node loopback cluster (in one process): forwarded checks, hot key"
 go test -run '^$' -bench 'Forwarded|HotKey' -benchtime 3s -benchmem ./cmd/rlnode
 echo "== one rlnode vs a Redis+Lua limiter (go-redis/redis_rate)"
