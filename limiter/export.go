@@ -201,3 +201,18 @@ func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter) error {
 	store.evictedLogs(t.settle(idx, before))
 	return nil
 }
+
+// Holds reports whether the store has a counter for r's name, key and
+// algorithm, without creating, charging or touching it. A node asked to
+// decide a key its ring gives to another uses it to tell whether the
+// counter is here (see service.Owner.Forwarded).
+func (s *Store) Holds(r *Request) bool {
+	if !r.Algorithm.Valid() {
+		return false
+	}
+	sh := s.shard(r.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	id, hash := sh.counterID(r)
+	return sh.tables[r.Algorithm].find(id, hash) >= 0
+}

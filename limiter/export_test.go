@@ -274,3 +274,31 @@ func TestMergedIdleCounterIsDropped(t *testing.T) {
 		}
 	}
 }
+
+// TestHolds: a counter is held by name, key and algorithm, and asking
+// neither creates nor charges one.
+func TestHolds(t *testing.T) {
+	s := New(Config{})
+	fill(s)
+	held := Request{Name: "api", Key: "k3", Algorithm: SlidingLog, Now: t0}
+	for _, tc := range []struct {
+		r    Request
+		want bool
+	}{
+		{held, true},
+		{Request{Name: "api", Key: "k20", Algorithm: SlidingLog}, false},
+		{Request{Name: "other", Key: "k3", Algorithm: SlidingLog}, false},
+		{Request{Name: "api", Key: "k3", Algorithm: NumAlgorithms}, false},
+	} {
+		if got := s.Holds(&tc.r); got != tc.want {
+			t.Errorf("Holds(%s/%s, %v) = %v, want %v", tc.r.Name, tc.r.Key, tc.r.Algorithm, got, tc.want)
+		}
+	}
+	if n := s.Len(); n != 20*int(NumAlgorithms) {
+		t.Errorf("store holds %d counters after Holds, want %d", n, 20*NumAlgorithms)
+	}
+	held.Limit, held.Hits = algorithms.Limit{Count: 10, Period: time.Minute}, 6
+	if d := s.Decide(&held); !d.Allowed || d.Remaining != 0 {
+		t.Errorf("the counter after Holds: %+v; want its 4 hits kept, 6 more admitted to 0 remaining", d)
+	}
+}

@@ -46,10 +46,10 @@ func (p *Pool) ForwardNow(ctx context.Context, addr string, req *pb.CheckRequest
 	return p.forwardNow(ctx, addr, &pb.ForwardRequest{Requests: []*pb.CheckRequest{req}})
 }
 
-// Relay is ForwardNow for a node that is leaving the cluster: it passes a
-// check forwarded to it on to the key's owner after its own hand-off, and
-// the owner decides it there, never passing it on again, so that two
-// nodes leaving at once cannot pass a check back and forth.
+// Relay is ForwardNow for a check forwarded to this node whose counter is
+// elsewhere (this node is leaving, or its ring gives the key to addr): the
+// owner at addr decides it there, never passing it on again, so that two
+// nodes whose rings disagree cannot pass a check back and forth.
 func (p *Pool) Relay(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error) {
 	return p.forwardNow(ctx, addr, &pb.ForwardRequest{Requests: []*pb.CheckRequest{req}, Relayed: true})
 }

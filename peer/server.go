@@ -68,7 +68,7 @@ type Handler interface {
 	// Forwarded decides reqs as their owner and returns one response per
 	// request, in the same order.
 	Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse
-	// Relayed is Forwarded for checks a leaving node passed on (see
+	// Relayed is Forwarded for checks another node passed on (see
 	// Pool.Relay): it must decide them here, never pass them on again.
 	Relayed(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse
 	// AddGlobalHits takes node from's reports of the GLOBAL counters it

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // Owner is the service's side of peer traffic: what other nodes ask of
@@ -14,29 +15,34 @@ type Owner struct{ s *Service }
 // Owner returns the service's side of peer traffic.
 func (s *Service) Owner() Owner { return Owner{s} }
 
-// Forwarded decides requests another node forwarded here. The sender chose
-// this node as the owner, so they are decided here whatever this node's
-// ring says (forwarding again could loop while rings disagree): by the
-// same switch as any check, with this node as every key's owner. But a
-// node that is leaving (Service.Leave) has handed its counters over, or is
-// handing them over: it relays each check to the key's owner in the ring
-// without itself, once.
+// Forwarded decides requests another node forwarded here, as their owner:
+// by the same switch as any check, with this node as every key's owner,
+// and never forwarding them again as such (while rings disagree that could
+// loop). But when this node's ring gives a key to another node and this
+// node holds no counter for it, the counter is elsewhere: this node handed
+// it off already (the sender's ring lags), or it has not come yet (this
+// node's lags) and the other node still has it. Then the check is relayed,
+// once, to the owner in this node's ring, which decides it where it lands
+// (Relayed). A node that is leaving (Service.Leave) relays every check the
+// same way: it has handed its counters over, or is handing them over.
 func (o Owner) Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
-	return o.s.forwarded(ctx, reqs, o.s.leaving.Load() != nil)
+	return o.s.forwarded(ctx, reqs, true)
 }
 
-// Relayed decides requests a leaving node relayed here: as Forwarded, but
-// never relaying them again, even if this node is leaving too.
+// Relayed decides requests another node relayed here (see Forwarded): as
+// their owner, never relaying them again, even if this node is leaving
+// too or its ring disagrees.
 func (o Owner) Relayed(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
 	return o.s.forwarded(ctx, reqs, false)
 }
 
-// forwarded decides requests forwarded here, as their owner or, with
-// relay, by relaying them to their owner in the ring this node routes by.
-func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, relay bool) []*pb.CheckResponse {
+// forwarded decides requests forwarded here, as their owner or, if
+// mayRelay, by relaying those whose counter is elsewhere (see Forwarded).
+func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, mayRelay bool) []*pb.CheckResponse {
 	out := make([]*pb.CheckResponse, len(reqs))
 	self := s.cluster.LocalMember()
 	r := s.ring()
+	leaving := s.leaving.Load() != nil
 	for i, req := range reqs {
 		c, err := s.prepare(req)
 		if err != nil {
@@ -46,17 +52,33 @@ func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, relay 
 			}
 			continue
 		}
-		c.ring, c.relay = r, relay
+		c.ring = r
 		for j := range c.owners {
 			c.owners[j] = self
-			if relay {
+			if mayRelay && (leaving || s.elsewhere(c, j, r, self.Name)) {
 				c.owners[j], _ = r.Owner(c.reqs[j].Key) // the last node of the cluster has none: it decides
+				c.relay = true
 			}
 		}
 		s.decide(ctx, c, every(len(c.reqs)))
 		out[i] = &pb.CheckResponse{Responses: c.results}
 	}
 	return out
+}
+
+// elsewhere reports whether the counter of c.reqs[j], forwarded here, is
+// on another node: r gives its key to another node and this node holds no
+// counter for it. LOCAL and GLOBAL checks are decided here as ever, and so
+// is a check of an all-or-nothing request, which must stay whole.
+func (s *Service) elsewhere(c *call, j int, r *ring.Ring, self string) bool {
+	if c.all {
+		return false
+	}
+	if b := c.items[c.pos[j]].Behavior; b == pb.Behavior_LOCAL || b == pb.Behavior_GLOBAL {
+		return false
+	}
+	owner, ok := r.Owner(c.reqs[j].Key)
+	return ok && owner.Name != self && !s.store.Holds(&c.reqs[j])
 }
 
 // AddGlobalHits takes node from's reports of GLOBAL counters this node

@@ -163,3 +163,37 @@ func TestRelayedChecksAreNotRelayedAgain(t *testing.T) {
 		t.Errorf("relayed from node-2 to node-1, both leaving: %v, want OVER_LIMIT from node-1's counter", r.Status)
 	}
 }
+
+// TestForwardedToAFormerOwnerIsRelayed: a node whose ring lags forwards a
+// key to its former owner, which has handed the counter to the new owner
+// already: the former owner relays the check there instead of deciding it
+// on an empty counter.
+func TestForwardedToAFormerOwnerIsRelayed(t *testing.T) {
+	c, svcs := newFakeCluster(3)
+	full := c.ring
+	c.ring = full.Without("node-2")
+	var key string
+	for k := 0; key == ""; k++ { // a key node-2 takes from node-1, so that node-0 can lag
+		o, _ := full.Owner(fmt.Sprint("key-", k))
+		p, _ := c.ring.Owner(fmt.Sprint("key-", k))
+		if o.Name == "node-2" && p.Name == "node-1" {
+			key = fmt.Sprint("key-", k)
+		}
+	}
+	const prev = 1
+	item := &pb.CheckItem{Name: "api", Key: key, Limit: 5, DurationMs: 3_600_000}
+	spendAll(t, svcs[0], item)
+
+	for _, name := range []string{"node-1", "node-2"} {
+		c.views.Store(name, full) // node-2 joined; node-0 has not heard yet
+	}
+	if sent := svcs[prev].HandOff(t.Context()); sent != 1 {
+		t.Fatalf("node-%d handed off %d counters, want 1", prev, sent)
+	}
+	if r := check(t, svcs[0], item); r.Status != pb.Status_OVER_LIMIT {
+		t.Errorf("forwarded by a lagging ring to the former owner: %v, want OVER_LIMIT from the new owner's counter", r.Status)
+	}
+	if n := svcs[prev].store.Len(); n != 0 {
+		t.Errorf("the former owner holds %d counters after relaying, want 0", n)
+	}
+}

@@ -42,8 +42,8 @@ type Peers interface {
 	// Forward sends req to the owner at addr in a batch; ForwardNow alone.
 	Forward(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
 	ForwardNow(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
-	// Relay is ForwardNow for a leaving node, passing on a check forwarded
-	// to it: the owner decides it and never passes it on again.
+	// Relay is ForwardNow for a check forwarded here whose counter is
+	// elsewhere: the owner decides it and never passes it on again.
 	Relay(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
 	global.Peers
 	handoff.Peers
@@ -204,7 +204,7 @@ func (s *Service) Leave() {
 // store's form, each with its owner, and where their results go.
 type call struct {
 	ring    *ring.Ring // the ring owners were looked up in
-	relay   bool       // a leaving node passing on forwarded checks: forwards are relays
+	relay   bool       // forwards are relays: passed on once, decided where they land (see Owner.Forwarded)
 	items   []*pb.CheckItem
 	all     bool
 	reqs    []limiter.Request

@@ -84,9 +84,10 @@ func (Refusal_Reason) EnumDescriptor() ([]byte, []int) {
 type ForwardRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Requests []*CheckRequest        `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
-	// relayed says a leaving node passed these checks on, having handed the
-	// keys' counters to the receiver: it decides them as their owner and
-	// never passes them on again.
+	// relayed says the sender passed these checks on, once, because it does
+	// not hold their counters although they were forwarded to it: it is
+	// leaving, or its ring gives the keys to the receiver. The receiver
+	// decides them as their owner and never passes them on again.
 	Relayed       bool `protobuf:"varint,2,opt,name=relayed,proto3" json:"relayed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
