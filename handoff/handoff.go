@@ -379,7 +379,7 @@ func (n *Node) send(ctx context.Context, b *Batch, t *round) bool {
 		reasons := map[string]int{}
 		for i, r := range refusals {
 			kept[i] = b.Counters[r.GetIndex()] // peer.Pool checked the indexes
-			reason := reasonLabel(r.GetReason())
+			reason := ReasonLabel(r.GetReason())
 			reasons[reason]++
 			if r.GetReason() == pb.Refusal_UNAVAILABLE {
 				t.unavailable++
@@ -417,7 +417,7 @@ func (b *Batch) split(i int) (*Batch, *Batch) {
 func (n *Node) Receive(from string, counters []*pb.CounterState) []*pb.Refusal {
 	refused := n.intake.Merge(n.store, counters, n.now())
 	for _, r := range refused {
-		n.metrics.refused.WithLabelValues("received", reasonLabel(r.GetReason())).Inc()
+		n.metrics.refused.WithLabelValues("received", ReasonLabel(r.GetReason())).Inc()
 	}
 	if len(refused) > 0 {
 		n.log.Warn("hand-off: counters refused", "from", from, "refused", len(refused), "of", len(counters),
@@ -503,8 +503,8 @@ func (in Intake) untilNow(c limiter.Counter, now time.Time) (limiter.Counter, ti
 	return c, skew, nil
 }
 
-// reasonLabel is a refusal reason as a metric label, e.g. "invalid".
-func reasonLabel(r pb.Refusal_Reason) string { return strings.ToLower(r.String()) }
+// ReasonLabel is a refusal reason as a metric label, e.g. "invalid".
+func ReasonLabel(r pb.Refusal_Reason) string { return strings.ToLower(r.String()) }
 
 type metrics struct {
 	counters *prometheus.CounterVec
@@ -538,7 +538,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 	for _, direction := range []string{"sent", "received"} {
 		m.counters.WithLabelValues(direction) // exported as 0 before the first hand-off
 		for _, reason := range []pb.Refusal_Reason{pb.Refusal_UNKNOWN_VERSION, pb.Refusal_INVALID, pb.Refusal_UNAVAILABLE} {
-			m.refused.WithLabelValues(direction, reasonLabel(reason))
+			m.refused.WithLabelValues(direction, ReasonLabel(reason))
 		}
 	}
 	for _, outcome := range []string{"done", "expired", "canceled"} {
