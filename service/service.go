@@ -103,6 +103,9 @@ type Service struct {
 	global  *global.Node
 	handoff *handoff.Node
 	replica *replica.Node
+	// replicas are the copies this node keeps of other owners' counters;
+	// no check is decided from them (see package replica).
+	replicas *limiter.Store
 	// logSampler thins out the warning of an unreachable owner.
 	logSampler sampler
 	policies   Policies
@@ -147,12 +150,12 @@ func New(conf Config) *Service {
 		Store: s.store, Cluster: routing{s}, Peers: conf.Peers, MaxClockSkew: s.skew, Wait: conf.HandOffWait,
 		Validate: s.validateCounter, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
 	})
-	replicas := conf.Replicas
-	if replicas == nil {
-		replicas = limiter.New(limiter.Config{})
+	s.replicas = conf.Replicas
+	if s.replicas == nil {
+		s.replicas = limiter.New(limiter.Config{})
 	}
 	s.replica = replica.New(replica.Config{
-		Store: s.store, Replicas: replicas, Cluster: routing{s}, Peers: conf.Peers, Interval: conf.ReplicateInterval,
+		Store: s.store, Replicas: s.replicas, Cluster: routing{s}, Peers: conf.Peers, Interval: conf.ReplicateInterval,
 		Intake: handoff.Intake{MaxClockSkew: s.skew, Validate: s.validateCounter}, Now: s.now, Logger: s.log,
 		Registerer: conf.Registerer,
 	})
