@@ -34,15 +34,16 @@ func (s *Store) Changed() iter.Seq[Counter] {
 	}, s.Restore)
 }
 
-// MarkChanged marks every counter as changed, so that the next Changed
-// walk yields them all: replication does this when the ring changes,
-// since every counter may then have a new would-be heir.
-func (s *Store) MarkChanged() {
+// MarkChanged marks every counter whose key match accepts as changed, so
+// that the next Changed walk yields it: replication does this when the
+// ring changes, for the keys whose would-be heir changed. match is called
+// once per counter, under its shard's lock.
+func (s *Store) MarkChanged(match func(key string) bool) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for _, t := range sh.tables {
-			t.markChanged()
+			t.markChanged(match)
 		}
 		sh.mu.Unlock()
 	}
@@ -174,9 +175,12 @@ func (t *table[S, P]) changed(a Algorithm, out []Counter) []Counter {
 	return out
 }
 
-func (t *table[S, P]) markChanged() {
+func (t *table[S, P]) markChanged(match func(key string) bool) {
 	for idx := t.head; idx >= 0; idx = t.entries[idx].next {
-		t.entries[idx].changed = true
+		e := &t.entries[idx]
+		if _, key, _ := strings.Cut(e.id, "\x00"); match(key) {
+			e.changed = true
+		}
 	}
 }
 

@@ -276,7 +276,7 @@ type counters interface {
 	settle(idx int32, before int64) (evicted int)
 	snapshot(a Algorithm, out []Counter) []Counter
 	changed(a Algorithm, out []Counter) []Counter
-	markChanged()
+	markChanged(match func(key string) bool)
 	extract(a Algorithm, move func(key string) bool, out []Counter) []Counter
 	validate(c *Counter, now time.Time, skew time.Duration) error
 	merge(store *Store, sh *shard, c *Counter) error

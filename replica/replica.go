@@ -27,8 +27,9 @@
 // here. Promoting merges, and merging never refills, so promoting is safe
 // whatever the reason the key moved: a node that leaves gracefully hands
 // its counters over before it leaves the ring, and those are at least as
-// charged as their replicas. Every owner then sends all its counters
-// again (MarkChanged), since their heirs may have changed.
+// charged as their replicas. Every owner then sends again the counters
+// whose heir changed (limiter.Store.MarkChanged of their partitions), so
+// that replicas follow their keys to their new heir.
 //
 // What is lost when an owner crashes is what it admitted since its last
 // round: at most one interval of hits, plus the time for a round to reach
@@ -115,12 +116,13 @@ type Node struct {
 	promoted  atomic.Pointer[ring.Ring] // the ring whose replicas were promoted last
 	promoteMu sync.Mutex                // one promotion at a time
 
-	heirs  heirs        // used by Run only
+	heirs  heirs        // of the ring of the last round; used by Replicate only
 	synced atomic.Int64 // Unix ns at which the last round that delivered every batch began
 }
 
 // heirs is the ring without this node, by which its keys' heirs are found,
-// for the ring it was built from.
+// for the ring it was built from. The zero value is of no ring, with no
+// heirs.
 type heirs struct {
 	of, without *ring.Ring
 }
@@ -141,9 +143,9 @@ func New(conf Config) *Node {
 }
 
 // RingChanged tells the node that the ring changed, so that Run promotes
-// the replicas of keys this node now owns (if no check did first) and
-// sends every counter again to its heir, which may have changed. It never
-// blocks.
+// the replicas of keys this node now owns (if no check did first). (The
+// next round finds the ring changed, and sends again the counters whose
+// heir changed.) It never blocks.
 func (n *Node) RingChanged() {
 	select {
 	case n.changed <- struct{}{}:
@@ -167,9 +169,6 @@ func (n *Node) Run(ctx context.Context) error {
 			return nil
 		case <-n.changed:
 			n.Promote(n.cluster.Ring())
-			if n.interval > 0 {
-				n.store.MarkChanged()
-			}
 		case <-tick:
 			n.Replicate(ctx)
 		}
@@ -177,7 +176,8 @@ func (n *Node) Run(ctx context.Context) error {
 }
 
 // Replicate is one round: it sends every counter of this node's own keys
-// that changed since the last round to the key's heir, in batches of at
+// that changed since the last round, or whose heir changed with the ring
+// (see follow), to the key's heir, in batches of at
 // most handoff.MaxBatch counters and handoff.MaxBatchBytes, and returns
 // how many the heirs took. Counters whose batch could not be delivered are
 // marked changed again (limiter.Store.Restore), so that the next round
@@ -188,9 +188,7 @@ func (n *Node) Replicate(ctx context.Context) int {
 	start := n.now()
 	r := n.cluster.Ring()
 	self := n.cluster.LocalMember().Name
-	if n.heirs.of != r {
-		n.heirs = heirs{of: r, without: r.Without(self)}
-	}
+	n.follow(r, self)
 	batches := map[string]*handoff.Batch{}
 	failed := map[string]bool{}
 	var retry []limiter.Counter
@@ -233,6 +231,27 @@ func (n *Node) Replicate(ctx context.Context) int {
 		n.synced.Store(start.UnixNano())
 	}
 	return sent
+}
+
+// follow makes r the ring whose heirs Replicate sends to, if it is not
+// already, and marks changed every counter whose key's heir differs from
+// its heir under the ring before, so that this round sends it to its new
+// heir. (Counters that come to this node with the keys it gains are
+// marked already: hand-off and promotion merge them.) It costs a ring
+// build per ring change.
+func (n *Node) follow(r *ring.Ring, self string) {
+	if n.heirs.of == r {
+		return
+	}
+	old := n.heirs
+	n.heirs = heirs{of: r, without: r.Without(self)}
+	moved := make([]bool, ring.PartitionCount)
+	for p := range moved {
+		was, _ := old.without.PartitionOwner(p)
+		now, _ := n.heirs.without.PartitionOwner(p)
+		moved[p] = was.Name != now.Name
+	}
+	n.store.MarkChanged(func(key string) bool { return moved[ring.Partition(key)] })
 }
 
 // send sends b to its heir and returns how many counters it took. A batch
