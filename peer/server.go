@@ -200,19 +200,10 @@ func (s *Server) UpdateGlobals(ctx context.Context, req *pb.GlobalUpdateRequest)
 // MaxHandOffCounters counters, and reports a Handler that refuses a counter
 // it was not given with codes.Internal.
 func (s *Server) HandOff(ctx context.Context, req *pb.HandOffRequest) (*pb.HandOffResponse, error) {
-	if err := s.checkSender("handoff", req.GetFrom()); err != nil {
-		return nil, err
-	}
 	counters := req.GetCounters()
-	if len(counters) > MaxHandOffCounters {
-		return nil, s.refuse("handoff", "too_many_counters", codes.InvalidArgument, "counters: %d, more than %d", len(counters), MaxHandOffCounters)
-	}
-	var refused []*pb.Refusal
-	if len(counters) > 0 {
-		refused = s.h.HandOff(ctx, req.GetFrom(), counters)
-		if err := checkRefusals(refused, len(counters)); err != nil {
-			return nil, status.Errorf(codes.Internal, "handler %v", err)
-		}
+	refused, err := s.takeCounters(ctx, "handoff", req.GetFrom(), counters, s.h.HandOff)
+	if err != nil {
+		return nil, err
 	}
 	if done := req.GetDone(); done != 0 {
 		s.h.HandOffDone(ctx, req.GetFrom(), done)
@@ -225,21 +216,34 @@ func (s *Server) HandOff(ctx context.Context, req *pb.HandOffRequest) (*pb.HandO
 // name, more than MaxHandOffCounters counters, and a Handler that refuses
 // a counter it was not given (codes.Internal).
 func (s *Server) Replicate(ctx context.Context, req *pb.ReplicateRequest) (*pb.ReplicateResponse, error) {
-	if err := s.checkSender("replicate", req.GetFrom()); err != nil {
+	counters := req.GetCounters()
+	refused, err := s.takeCounters(ctx, "replicate", req.GetFrom(), counters, s.h.Replicate)
+	if err != nil {
 		return nil, err
 	}
-	counters := req.GetCounters()
-	if len(counters) > MaxHandOffCounters {
-		return nil, s.refuse("replicate", "too_many_counters", codes.InvalidArgument, "counters: %d, more than %d", len(counters), MaxHandOffCounters)
-	}
-	var refused []*pb.Refusal
-	if len(counters) > 0 {
-		refused = s.h.Replicate(ctx, req.GetFrom(), counters)
-		if err := checkRefusals(refused, len(counters)); err != nil {
-			return nil, status.Errorf(codes.Internal, "handler %v", err)
-		}
-	}
 	return &pb.ReplicateResponse{Accepted: int64(len(counters) - len(refused)), Refused: refused}, nil
+}
+
+// takeCounters is the part HandOff and Replicate (rpc) share: it checks
+// the sender's name and the number of counters, passes them (if any) to
+// handle, and checks that the refusals name distinct counters of those
+// given.
+func (s *Server) takeCounters(ctx context.Context, rpc, from string, counters []*pb.CounterState,
+	handle func(ctx context.Context, from string, counters []*pb.CounterState) []*pb.Refusal) ([]*pb.Refusal, error) {
+	if err := s.checkSender(rpc, from); err != nil {
+		return nil, err
+	}
+	if len(counters) > MaxHandOffCounters {
+		return nil, s.refuse(rpc, "too_many_counters", codes.InvalidArgument, "counters: %d, more than %d", len(counters), MaxHandOffCounters)
+	}
+	if len(counters) == 0 {
+		return nil, nil
+	}
+	refused := handle(ctx, from, counters)
+	if err := checkRefusals(refused, len(counters)); err != nil {
+		return nil, status.Errorf(codes.Internal, "handler %v", err)
+	}
+	return refused, nil
 }
 
 // checkSender refuses a sender's name that no node has: empty, longer than
