@@ -443,3 +443,36 @@ func TestZeroIntervalSendsNothing(t *testing.T) {
 		<-done
 	})
 }
+
+// TestIdleReplicasAreDropped: a replica whose counter is full again by
+// now carries nothing, and goes as idle counters do, when new replicas
+// arrive.
+func TestIdleReplicasAreDropped(t *testing.T) {
+	c := newCluster(2, DefaultInterval)
+	heir := c.nodes[1]
+	heir.replicas = limiter.New(limiter.Config{MaxKeys: 1000}) // one shard, so that new replicas meet the idle ones
+	now := t0
+	heir.now = func() time.Time { return now }
+	keys := c.keysOf(0, 10)
+	for _, k := range keys[:5] {
+		c.spend(0, k, 1)
+	}
+	c.nodes[0].Replicate(t.Context())
+	if got := heir.replicas.Len(); got != 5 {
+		t.Fatalf("%d replicas, want 5", got)
+	}
+	// Two hours later the hour-long buckets are full again; new replicas
+	// push the idle ones out.
+	now = t0.Add(2 * time.Hour)
+	later := limiter.New(limiter.Config{})
+	for _, k := range keys[5:] {
+		r := limiter.Request{Name: "api", Key: k, Algorithm: limiter.TokenBucket, Limit: limit, Hits: 1, Now: now}
+		later.Decide(&r)
+	}
+	if refused := heir.Receive("n0", records(t, later)); len(refused) != 0 {
+		t.Fatalf("refused %v", refused)
+	}
+	if got := heir.replicas.Len(); got != 5 {
+		t.Errorf("%d replicas after 5 new ones arrived two hours later, want the 5 new ones only", got)
+	}
+}
