@@ -99,7 +99,7 @@ type Config struct {
 // Node is one node's side of replication: sending its changed counters to
 // their heirs (Run), keeping the replicas others send (Receive) and
 // promoting them when their owner leaves the ring (Promote). It is safe
-// for concurrent use; Run is the only sender.
+// for concurrent use, but for Replicate, which only Run calls.
 type Node struct {
 	store    *limiter.Store
 	replicas *limiter.Store
@@ -177,13 +177,14 @@ func (n *Node) Run(ctx context.Context) error {
 
 // Replicate is one round: it sends every counter of this node's own keys
 // that changed since the last round, or whose heir changed with the ring
-// (see follow), to the key's heir, in batches of at
-// most handoff.MaxBatch counters and handoff.MaxBatchBytes, and returns
-// how many the heirs took. Counters whose batch could not be delivered are
+// (see follow), to the key's heir, in batches of at most
+// handoff.MaxBatch counters and handoff.MaxBatchBytes, and returns how
+// many the heirs took. Counters whose batch could not be delivered are
 // marked changed again (limiter.Store.Restore), so that the next round
 // sends them; those of an heir that failed are not sent to it again this
 // round. Counters this node holds for keys it does not own are hand-off's,
-// not replicated. Run calls it; it is exported for tests.
+// not replicated. Run calls it every interval; a test may call it instead
+// of Run, never while Run runs.
 func (n *Node) Replicate(ctx context.Context) int {
 	start := n.now()
 	r := n.cluster.Ring()
