@@ -123,8 +123,8 @@ type Node struct {
 // New returns a Node. It starts nothing.
 func New(conf Config) *Node {
 	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers,
-		intake: Intake{MaxClockSkew: conf.MaxClockSkew, Validate: conf.Validate}, now: conf.Now, log: conf.Logger, metrics: newMetrics(conf.Registerer), changed: make(chan struct{}, 1),
-		wait: conf.Wait, done: map[string]uint64{}}
+		intake: Intake{MaxClockSkew: conf.MaxClockSkew, Validate: conf.Validate}, now: conf.Now, log: conf.Logger,
+		metrics: newMetrics(conf.Registerer), changed: make(chan struct{}, 1), wait: conf.Wait, done: map[string]uint64{}}
 	if n.now == nil {
 		n.now = time.Now
 	}
