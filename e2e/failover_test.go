@@ -25,6 +25,9 @@ func replicated(t *testing.T, n *node) {
 		}
 		return held > 0 && sent >= held, fmt.Sprintf("holds %v counters, replicated %v", held, sent)
 	})
+	bytes, _ := metric(n, "ringlimit_replication_sent_bytes_total")
+	batches, _ := metric(n, "ringlimit_replication_batches_total", `outcome="sent"`)
+	t.Logf("%s replicated its counters in %v batches, %v bytes", n.name, batches, bytes)
 }
 
 // TestCrashedOwnersCountersSurvive: three nodes, 600 counters half spent;
