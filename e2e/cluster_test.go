@@ -303,7 +303,11 @@ func spend(t *testing.T, n *node) {
 
 // kept peeks at every counter through n and returns how many still have
 // exactly counterLimit-counterSpent remaining, and a summary.
-func kept(n *node) (int, string) {
+func kept(n *node) (int, string) { return keptAt(n, counterLimit-counterSpent) }
+
+// keptAt peeks at every counter through n and returns how many have
+// exactly want remaining, and a summary.
+func keptAt(n *node, want int64) (int, string) {
 	k := 0
 	remaining := map[int64]int{}
 	errs := 0
@@ -322,7 +326,7 @@ func kept(n *node) (int, string) {
 				continue
 			}
 			remaining[r.Remaining]++
-			if r.Remaining == counterLimit-counterSpent {
+			if r.Remaining == want {
 				k++
 			}
 		}
@@ -334,10 +338,16 @@ func kept(n *node) (int, string) {
 // through each of nodes in turn, and returns how long that took.
 func pollKept(t *testing.T, when string, nodes ...*node) time.Duration {
 	t.Helper()
+	return pollKeptAt(t, when, counterLimit-counterSpent, nodes...)
+}
+
+// pollKeptAt is pollKept for counters with want remaining.
+func pollKeptAt(t *testing.T, when string, want int64, nodes ...*node) time.Duration {
+	t.Helper()
 	return poll(t, keepTimeout, when+": >= 99% of counters keep their state", func() (bool, string) {
 		var status []string
 		for _, n := range nodes {
-			k, s := kept(n)
+			k, s := keptAt(n, want)
 			status = append(status, s)
 			if k*100 < counters*99 {
 				return false, fmt.Sprint(status)

@@ -103,14 +103,13 @@ type Config struct {
 // receiving those it now owns. It is safe for concurrent use; Run hands
 // off after every ring change.
 type Node struct {
-	store    Store
-	cluster  Membership
-	peers    Peers
-	skew     time.Duration
-	validate func(c *limiter.Counter) error
-	now      func() time.Time
-	log      *slog.Logger
-	metrics  metrics
+	store   Store
+	cluster Membership
+	peers   Peers
+	intake  Intake
+	now     func() time.Time
+	log     *slog.Logger
+	metrics metrics
 
 	changed chan struct{} // cap 1: coalesces bursts of changes
 	mu      sync.Mutex    // one hand-off at a time
@@ -123,9 +122,9 @@ type Node struct {
 
 // New returns a Node. It starts nothing.
 func New(conf Config) *Node {
-	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, skew: conf.MaxClockSkew, validate: conf.Validate,
-		now: conf.Now, log: conf.Logger, metrics: newMetrics(conf.Registerer), changed: make(chan struct{}, 1),
-		wait: conf.Wait, done: map[string]uint64{}}
+	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers,
+		intake: Intake{MaxClockSkew: conf.MaxClockSkew, Validate: conf.Validate}, now: conf.Now, log: conf.Logger,
+		metrics: newMetrics(conf.Registerer), changed: make(chan struct{}, 1), wait: conf.Wait, done: map[string]uint64{}}
 	if n.now == nil {
 		n.now = time.Now
 	}
@@ -184,23 +183,26 @@ func (rd *round) keep(owner string, counters int) {
 	rd.incomplete[owner] = true
 }
 
-// batch is counters bound for one owner, with their records.
-type batch struct {
-	owner    ring.Member
-	counters []limiter.Counter
-	records  []*pb.CounterState
-	bytes    int
+// Batch is counters bound for one member, with their records: one RPC's
+// worth, within MaxBatch and MaxBatchBytes. Hand-off and replication
+// (package replica) batch alike.
+type Batch struct {
+	To       ring.Member
+	Counters []limiter.Counter
+	Records  []*pb.CounterState
+	Bytes    int // of Records
 }
 
-func (b *batch) add(c limiter.Counter, record []byte) {
-	b.counters = append(b.counters, c)
-	b.records = append(b.records, &pb.CounterState{Counter: record})
-	b.bytes += len(record)
+// Add adds c, whose record is record.
+func (b *Batch) Add(c limiter.Counter, record []byte) {
+	b.Counters = append(b.Counters, c)
+	b.Records = append(b.Records, &pb.CounterState{Counter: record})
+	b.Bytes += len(record)
 }
 
-// fits reports whether b can take a record of n more bytes.
-func (b *batch) fits(n int) bool {
-	return len(b.counters) < MaxBatch && b.bytes+n <= MaxBatchBytes
+// Fits reports whether b can take a record of n more bytes.
+func (b *Batch) Fits(n int) bool {
+	return len(b.Counters) < MaxBatch && b.Bytes+n <= MaxBatchBytes
 }
 
 // HandOff sends every counter this node holds but does not own under the
@@ -266,7 +268,7 @@ func (n *Node) handOff(ctx context.Context) tally {
 	self := n.cluster.LocalMember().Name
 	start := time.Now()
 	t := round{incomplete: map[string]bool{}}
-	batches := map[string]*batch{}
+	batches := map[string]*Batch{}
 	failed := map[string]bool{}
 	var keep []limiter.Counter
 	for c := range n.store.Extract(func(key string) bool {
@@ -287,7 +289,7 @@ func (n *Node) handOff(ctx context.Context) tally {
 		// an empty record would come back refused, and be kept.
 		record, _ := c.AppendBinary(nil)
 		b := batches[owner.Name]
-		if b != nil && !b.fits(len(record)) {
+		if b != nil && !b.Fits(len(record)) {
 			delete(batches, owner.Name)
 			if !n.send(ctx, b, &t) {
 				failed[owner.Name] = true
@@ -299,10 +301,10 @@ func (n *Node) handOff(ctx context.Context) tally {
 			continue
 		}
 		if b == nil {
-			b = &batch{owner: owner}
+			b = &Batch{To: owner}
 			batches[owner.Name] = b
 		}
-		b.add(c, record)
+		b.Add(c, record)
 	}
 	for _, b := range batches {
 		n.send(ctx, b, &t)
@@ -347,63 +349,63 @@ func (n *Node) sayDone(ctx context.Context, r *ring.Ring, incomplete map[string]
 // owner did not take. A batch refused for its size is split in half, and
 // each half sent on its own. It reports false if the owner could not be
 // asked (and then keeps the counters it did not send).
-func (n *Node) send(ctx context.Context, b *batch, t *round) bool {
+func (n *Node) send(ctx context.Context, b *Batch, t *round) bool {
 	if ctx.Err() != nil {
-		n.store.Restore(b.counters)
-		t.keep(b.owner.Name, len(b.counters))
+		n.store.Restore(b.Counters)
+		t.keep(b.To.Name, len(b.Counters))
 		return false
 	}
-	refusals, err := n.peers.HandOff(ctx, b.owner.PeerAddr, n.cluster.LocalMember().Name, b.records)
-	if status.Code(err) == codes.ResourceExhausted && len(b.counters) > 1 {
-		half := len(b.counters) / 2
-		n.log.Info("hand-off batch too large for the owner; splitting it", "owner", b.owner.Name,
-			"counters", len(b.counters), "bytes", b.bytes)
+	refusals, err := n.peers.HandOff(ctx, b.To.PeerAddr, n.cluster.LocalMember().Name, b.Records)
+	if status.Code(err) == codes.ResourceExhausted && len(b.Counters) > 1 {
+		half := len(b.Counters) / 2
+		n.log.Info("hand-off batch too large for the owner; splitting it", "owner", b.To.Name,
+			"counters", len(b.Counters), "bytes", b.Bytes)
 		first, second := b.split(half)
 		if !n.send(ctx, first, t) {
-			n.store.Restore(second.counters)
-			t.keep(b.owner.Name, len(second.counters))
+			n.store.Restore(second.Counters)
+			t.keep(b.To.Name, len(second.Counters))
 			return false
 		}
 		return n.send(ctx, second, t)
 	}
 	if err != nil {
-		n.log.Warn("hand-off failed; keeping the counters", "owner", b.owner.Name, "counters", len(b.counters), "err", err)
-		n.store.Restore(b.counters)
-		t.keep(b.owner.Name, len(b.counters))
+		n.log.Warn("hand-off failed; keeping the counters", "owner", b.To.Name, "counters", len(b.Counters), "err", err)
+		n.store.Restore(b.Counters)
+		t.keep(b.To.Name, len(b.Counters))
 		return false
 	}
 	if len(refusals) > 0 {
 		kept := make([]limiter.Counter, len(refusals))
 		reasons := map[string]int{}
 		for i, r := range refusals {
-			kept[i] = b.counters[r.GetIndex()] // peer.Pool checked the indexes
-			reason := reasonLabel(r.GetReason())
+			kept[i] = b.Counters[r.GetIndex()] // peer.Pool checked the indexes
+			reason := ReasonLabel(r.GetReason())
 			reasons[reason]++
 			if r.GetReason() == pb.Refusal_UNAVAILABLE {
 				t.unavailable++
-				t.incomplete[b.owner.Name] = true
+				t.incomplete[b.To.Name] = true
 			}
 			n.metrics.refused.WithLabelValues("sent", reason).Inc()
 		}
 		n.store.Restore(kept)
-		n.log.Warn("hand-off: the new owner refused counters; keeping them", "owner", b.owner.Name,
-			"refused", len(refusals), "of", len(b.counters), "reasons", reasons, "first", refusals[0].GetDetail())
+		n.log.Warn("hand-off: the new owner refused counters; keeping them", "owner", b.To.Name,
+			"refused", len(refusals), "of", len(b.Counters), "reasons", reasons, "first", refusals[0].GetDetail())
 		t.refused += len(refusals)
 	}
-	accepted := len(b.counters) - len(refusals)
+	accepted := len(b.Counters) - len(refusals)
 	t.sent += accepted
 	n.metrics.counters.WithLabelValues("sent").Add(float64(accepted))
 	return true
 }
 
 // split returns b's first i counters and the rest as two batches.
-func (b *batch) split(i int) (*batch, *batch) {
-	first := &batch{owner: b.owner, counters: b.counters[:i:i], records: b.records[:i:i]}
-	second := &batch{owner: b.owner, counters: b.counters[i:], records: b.records[i:]}
-	for _, r := range first.records {
-		first.bytes += len(r.GetCounter())
+func (b *Batch) split(i int) (*Batch, *Batch) {
+	first := &Batch{To: b.To, Counters: b.Counters[:i:i], Records: b.Records[:i:i]}
+	second := &Batch{To: b.To, Counters: b.Counters[i:], Records: b.Records[i:]}
+	for _, r := range first.Records {
+		first.Bytes += len(r.GetCounter())
 	}
-	second.bytes = b.bytes - first.bytes
+	second.Bytes = b.Bytes - first.Bytes
 	return first, second
 }
 
@@ -413,21 +415,57 @@ func (b *batch) split(i int) (*batch, *batch) {
 // unknown version, or one that does not decode or is impossible for its
 // limit. Refusals are logged (once per call) and counted.
 func (n *Node) Receive(from string, counters []*pb.CounterState) []*pb.Refusal {
-	now := n.now()
+	refused := n.intake.Merge(n.store, counters, n.now())
+	for _, r := range refused {
+		n.metrics.refused.WithLabelValues("received", ReasonLabel(r.GetReason())).Inc()
+	}
+	if len(refused) > 0 {
+		n.log.Warn("hand-off: counters refused", "from", from, "refused", len(refused), "of", len(counters),
+			"first", refused[0].GetDetail())
+	}
+	n.metrics.counters.WithLabelValues("received").Add(float64(len(counters) - len(refused)))
+	return refused
+}
+
+// Intake takes counters that arrive from other nodes into a store, as
+// strictly as the public API takes a check: hand-off (Node.Receive) and
+// replication (package replica) both take counters through it.
+type Intake struct {
+	// MaxClockSkew bounds how far past this node's clock a received
+	// counter's times may lie.
+	MaxClockSkew time.Duration
+	// Validate, if not nil, checks a received counter's name, key,
+	// algorithm and limit as the public API checks a check's (see
+	// Config.Validate).
+	Validate func(c *limiter.Counter) error
+}
+
+// Merger is what Intake merges into: a *limiter.Store.
+type Merger interface {
+	Merge(c limiter.Counter, now time.Time, skew time.Duration) error
+}
+
+// Merge decodes each record, validates it (Validate, then untilNow's
+// bounds on time, then the store's own checks of its state) and merges it
+// into m at now. It returns a Refusal, naming the record by its index, for
+// each it did not take: UNKNOWN_VERSION for a record or state of a version
+// this build does not know, INVALID for one that does not decode or is
+// impossible, UNAVAILABLE otherwise. A refused record changes nothing.
+func (in Intake) Merge(m Merger, records []*pb.CounterState, now time.Time) []*pb.Refusal {
 	var refused []*pb.Refusal
-	for i, cs := range counters {
+	for i, cs := range records {
 		var c limiter.Counter
 		err := c.UnmarshalBinary(cs.GetCounter())
-		if err == nil && n.validate != nil {
-			if verr := n.validate(&c); verr != nil {
+		if err == nil && in.Validate != nil {
+			if verr := in.Validate(&c); verr != nil {
 				err = fmt.Errorf("counter %s/%s: %w: %w", c.Name, c.Key, limiter.ErrBadCounter, verr)
 			}
 		}
 		if err == nil {
-			c, skew, uerr := n.untilNow(c, now)
+			c, skew, uerr := in.untilNow(c, now)
 			err = uerr
 			if err == nil {
-				err = n.store.Merge(c, now, skew)
+				err = m.Merge(c, now, skew)
 			}
 		}
 		if err != nil {
@@ -438,15 +476,9 @@ func (n *Node) Receive(from string, counters []*pb.CounterState) []*pb.Refusal {
 			case errors.Is(err, limiter.ErrBadCounter):
 				r.Reason = pb.Refusal_INVALID
 			}
-			n.metrics.refused.WithLabelValues("received", reasonLabel(r.Reason)).Inc()
 			refused = append(refused, r)
 		}
 	}
-	if len(refused) > 0 {
-		n.log.Warn("hand-off: counters refused", "from", from, "refused", len(refused), "of", len(counters),
-			"first", refused[0].GetDetail())
-	}
-	n.metrics.counters.WithLabelValues("received").Add(float64(len(counters) - len(refused)))
 	return refused
 }
 
@@ -459,20 +491,20 @@ func (n *Node) Receive(from string, counters []*pb.CounterState) []*pb.Refusal {
 // sliding) must have begun by now (no skew allowed), else Merge refuses it
 // and it stays with its sender, which offers it again later. Other states
 // keep the allowed skew.
-func (n *Node) untilNow(c limiter.Counter, now time.Time) (limiter.Counter, time.Duration, error) {
-	if ahead := time.Duration(c.Last - now.UnixNano()); ahead > n.skew {
-		return c, 0, fmt.Errorf("counter %s/%s: last evaluated %v after now, more than the clock skew %v: %w", c.Name, c.Key, ahead, n.skew, limiter.ErrBadCounter)
+func (in Intake) untilNow(c limiter.Counter, now time.Time) (limiter.Counter, time.Duration, error) {
+	if ahead := time.Duration(c.Last - now.UnixNano()); ahead > in.MaxClockSkew {
+		return c, 0, fmt.Errorf("counter %s/%s: last evaluated %v after now, more than the clock skew %v: %w", c.Name, c.Key, ahead, in.MaxClockSkew, limiter.ErrBadCounter)
 	}
 	c.Last = min(c.Last, now.UnixNano())
-	skew := n.skew
+	skew := in.MaxClockSkew
 	if c.Algorithm == limiter.FixedWindow || c.Algorithm == limiter.SlidingWindow {
 		skew = 0
 	}
 	return c, skew, nil
 }
 
-// reasonLabel is a refusal reason as a metric label, e.g. "invalid".
-func reasonLabel(r pb.Refusal_Reason) string { return strings.ToLower(r.String()) }
+// ReasonLabel is a refusal reason as a metric label, e.g. "invalid".
+func ReasonLabel(r pb.Refusal_Reason) string { return strings.ToLower(r.String()) }
 
 type metrics struct {
 	counters *prometheus.CounterVec
@@ -506,7 +538,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 	for _, direction := range []string{"sent", "received"} {
 		m.counters.WithLabelValues(direction) // exported as 0 before the first hand-off
 		for _, reason := range []pb.Refusal_Reason{pb.Refusal_UNKNOWN_VERSION, pb.Refusal_INVALID, pb.Refusal_UNAVAILABLE} {
-			m.refused.WithLabelValues(direction, reasonLabel(reason))
+			m.refused.WithLabelValues(direction, ReasonLabel(reason))
 		}
 	}
 	for _, outcome := range []string{"done", "expired", "canceled"} {

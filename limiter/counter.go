@@ -36,8 +36,8 @@ var (
 
 // Counter is one counter's whole state as a value: the form in which
 // counters leave the store (Counters, Extract), cross the network on
-// hand-off and come back in (Merge). Replicas and snapshots will use it
-// too. Its binary form is versioned (see AppendBinary).
+// hand-off and replication and come back in (Merge). Snapshots will use
+// it too. Its binary form is versioned (see AppendBinary).
 type Counter struct {
 	Name, Key string
 	Algorithm Algorithm

@@ -14,15 +14,39 @@ import (
 // any: it copies one shard's counters under that shard's lock, then yields
 // them with no lock held, so a slow consumer delays no check. Counters
 // changed or added after their shard was copied may be missed or seen as
-// they were; it suits replication and snapshots, which run again.
-//
-// This is where replication (the durability issue) will read "changed
-// since the last replication": a per-entry mark (see entry) that this walk
-// reads and clears under the shard's lock.
+// they were; it suits snapshots, which run again.
 func (s *Store) Counters() iter.Seq[Counter] {
 	return s.walk(func(a Algorithm, t counters, out []Counter) []Counter {
 		return t.snapshot(a, out)
 	}, nil)
+}
+
+// Changed yields a copy of every counter charged or merged since the last
+// Changed walk (or MarkChanged), and clears that mark, shard by shard as
+// Counters does: it is how replication sends only what changed. A counter
+// changed again after its shard was walked is marked again, and yielded by
+// the next walk. A consumer that cannot deliver what it was yielded gives
+// it back with Restore, which marks it again. If the consumer stops early,
+// the counters of the current shard not yet yielded are marked again.
+func (s *Store) Changed() iter.Seq[Counter] {
+	return s.walk(func(a Algorithm, t counters, out []Counter) []Counter {
+		return t.changed(a, out)
+	}, s.Restore)
+}
+
+// MarkChanged marks every counter whose key match accepts as changed, so
+// that the next Changed walk yields it: replication does this when the
+// ring changes, for the keys whose would-be heir changed. match is called
+// once per counter, under its shard's lock.
+func (s *Store) MarkChanged(match func(key string) bool) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, t := range sh.tables {
+			t.markChanged(match)
+		}
+		sh.mu.Unlock()
+	}
 }
 
 // Extract yields, and removes from the store, every counter whose key move
@@ -137,6 +161,29 @@ func (t *table[S, P]) snapshot(a Algorithm, out []Counter) []Counter {
 	return out
 }
 
+// changed appends to out the counters marked changed, and clears their
+// marks. A counter that cannot be encoded is skipped, and stays marked.
+func (t *table[S, P]) changed(a Algorithm, out []Counter) []Counter {
+	for idx := t.head; idx >= 0; idx = t.entries[idx].next {
+		if e := &t.entries[idx]; e.changed {
+			if c, err := t.counter(a, idx); err == nil {
+				out = append(out, c)
+				e.changed = false
+			}
+		}
+	}
+	return out
+}
+
+func (t *table[S, P]) markChanged(match func(key string) bool) {
+	for idx := t.head; idx >= 0; idx = t.entries[idx].next {
+		e := &t.entries[idx]
+		if _, key, _ := strings.Cut(e.id, "\x00"); match(key) {
+			e.changed = true
+		}
+	}
+}
+
 // extract appends to out, and removes, the counters whose key move
 // accepts. A counter that cannot be encoded stays.
 func (t *table[S, P]) extract(a Algorithm, move func(key string) bool, out []Counter) []Counter {
@@ -198,6 +245,7 @@ func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter) error {
 	if twoLimits {
 		P(&e.state).Clamp(time.Unix(0, e.last), e.limit)
 	}
+	e.changed = true
 	store.evictedLogs(t.settle(idx, before))
 	return nil
 }

@@ -275,6 +275,8 @@ type counters interface {
 	footprint(idx int32) int64
 	settle(idx int32, before int64) (evicted int)
 	snapshot(a Algorithm, out []Counter) []Counter
+	changed(a Algorithm, out []Counter) []Counter
+	markChanged(match func(key string) bool)
 	extract(a Algorithm, move func(key string) bool, out []Counter) []Counter
 	validate(c *Counter, now time.Time, skew time.Duration) error
 	merge(store *Store, sh *shard, c *Counter) error
@@ -290,6 +292,7 @@ func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit,
 	e.last = now
 	follow[S, P](e, now, l)
 	d := takeOrAdd[S, P](&e.state, time.Unix(0, now), l, n, chargeRefused)
+	e.changed = true
 	t.touch(idx)
 	return d
 }

@@ -28,16 +28,18 @@ type state[S any] interface {
 // saves a word per counter and means a merged state's is never taken on
 // trust.
 //
-// Replication (the durability issue) will track here whether the counter
-// changed since it was last replicated: a field set by take and merge and
-// cleared by whoever copies the counter out (see Store.Counters).
+// changed says the counter was charged or merged since replication last
+// copied it out (see Store.Changed): take and merge set it, Changed clears
+// it. With padding it costs 8 bytes a counter (a token bucket's entry is
+// 80 bytes rather than 72).
 type entry[S any] struct {
-	id    string // name + "\x00" + key
-	state S
-	limit algorithms.Limit // the limit of the latest evaluation, which state is valid under (see follow)
-	last  int64            // latest evaluation time (Unix ns): time never runs backwards for a counter
-	prev  int32            // towards the most recently used; -1 at the head
-	next  int32            // towards the least recently used; -1 at the tail
+	id      string // name + "\x00" + key
+	state   S
+	limit   algorithms.Limit // the limit of the latest evaluation, which state is valid under (see follow)
+	last    int64            // latest evaluation time (Unix ns): time never runs backwards for a counter
+	prev    int32            // towards the most recently used; -1 at the head
+	next    int32            // towards the least recently used; -1 at the tail
+	changed bool
 }
 
 // table maps counter ids to the counters of one algorithm, in one shard.

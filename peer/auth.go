@@ -39,8 +39,8 @@ type GuardConfig struct {
 }
 
 // Guard checks who makes each peer call, before the Server sees it:
-// reports (AddGlobalHits), GLOBAL states (UpdateGlobals) and hand-offs
-// (HandOff) are taken only from current members under their own names. A
+// reports (AddGlobalHits), GLOBAL states (UpdateGlobals), hand-offs
+// (HandOff) and replicas (Replicate) are taken only from current members under their own names. A
 // refused call fails with codes.PermissionDenied (codes.Unauthenticated
 // without a certificate) and reaches no handler. Forward carries no name:
 // with mutual TLS, the certificate the handshake verified is its
@@ -99,6 +99,8 @@ func (g *Guard) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	case *pb.HandOffRequest:
 		from = r.GetFrom()
 	case *pb.GlobalUpdateRequest:
+		from = r.GetFrom()
+	case *pb.ReplicateRequest:
 		from = r.GetFrom()
 	default:
 		return handler(ctx, req) // no peer method else; nothing to check

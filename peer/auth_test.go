@@ -100,13 +100,14 @@ func TestGuardBindsNamesToCertificates(t *testing.T) {
 		"HandOff":       second(asB.HandOff(t.Context(), &pb.HandOffRequest{From: "c", Counters: []*pb.CounterState{{Counter: []byte{1}}}})),
 		"AddGlobalHits": second(asB.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: "c", Reports: []*pb.GlobalReport{{Admitted: 1e9}}})),
 		"UpdateGlobals": second(asB.UpdateGlobals(t.Context(), &pb.GlobalUpdateRequest{From: "c", States: []*pb.GlobalState{{Key: "c:1", Remaining: 1e9}}})),
+		"Replicate":     second(asB.Replicate(t.Context(), &pb.ReplicateRequest{From: "c", Counters: []*pb.CounterState{{Counter: []byte{1}}}})),
 	} {
 		if status.Code(err) != codes.PermissionDenied {
 			t.Errorf("%s from c with b's certificate: %v, want PermissionDenied", rpc, err)
 		}
 	}
-	if got := refusals(t, reg, refusedWrongName); got != 3 {
-		t.Errorf("wrong_name refusals = %v, want 3", got)
+	if got := refusals(t, reg, refusedWrongName); got != 4 {
+		t.Errorf("wrong_name refusals = %v, want 4", got)
 	}
 
 	// A certificate of the cluster CA for a name that is not a member.
@@ -120,8 +121,8 @@ func TestGuardBindsNamesToCertificates(t *testing.T) {
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.handedBy != "" || len(h.hits) != 0 || len(h.states) != 0 {
-		t.Errorf("refused calls reached the handler: hand-off from %q, %d reports, %d states", h.handedBy, len(h.hits), len(h.states))
+	if h.handedBy != "" || h.replicaOf != "" || len(h.hits) != 0 || len(h.states) != 0 {
+		t.Errorf("refused calls reached the handler: hand-off from %q, replicas from %q, %d reports, %d states", h.handedBy, h.replicaOf, len(h.hits), len(h.states))
 	}
 }
 
@@ -136,6 +137,7 @@ func TestGuardWithoutTLS(t *testing.T) {
 	c := dialAs(t, addr, nil, "")
 	for rpc, err := range map[string]error{
 		"HandOff":       second(c.HandOff(t.Context(), &pb.HandOffRequest{From: "ghost", Counters: []*pb.CounterState{{Counter: []byte{1}}}})),
+		"Replicate":     second(c.Replicate(t.Context(), &pb.ReplicateRequest{From: "ghost", Counters: []*pb.CounterState{{Counter: []byte{1}}}})),
 		"AddGlobalHits": second(c.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: "ghost", Reports: []*pb.GlobalReport{{Admitted: 1e9}}})),
 		"UpdateGlobals": second(c.UpdateGlobals(t.Context(), &pb.GlobalUpdateRequest{States: []*pb.GlobalState{{Key: "a:1", Remaining: 1e9}}})),
 	} {
@@ -143,8 +145,8 @@ func TestGuardWithoutTLS(t *testing.T) {
 			t.Errorf("%s from a non-member: %v, want PermissionDenied", rpc, err)
 		}
 	}
-	if got := refusals(t, reg, refusedNotMember); got != 3 {
-		t.Errorf("not_member refusals = %v, want 3", got)
+	if got := refusals(t, reg, refusedNotMember); got != 4 {
+		t.Errorf("not_member refusals = %v, want 4", got)
 	}
 	if _, err := c.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: "b", Reports: []*pb.GlobalReport{{Admitted: 1}}}); err != nil {
 		t.Errorf("report from member b: %v", err)

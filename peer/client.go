@@ -93,14 +93,7 @@ func (p *Pool) HandOff(ctx context.Context, addr, from string, counters []*pb.Co
 	if err != nil {
 		return nil, err
 	}
-	refused := resp.GetRefused()
-	if err := checkRefusals(refused, len(counters)); err != nil {
-		return nil, fmt.Errorf("hand off to %s: peer %w", addr, err)
-	}
-	if want := int64(len(counters) - len(refused)); resp.GetAccepted() != want {
-		return nil, fmt.Errorf("hand off to %s: peer accepted %d of %d counters but refused %d", addr, resp.GetAccepted(), len(counters), len(refused))
-	}
-	return refused, nil
+	return checkAnswer("hand off", addr, resp, len(counters))
 }
 
 // HandOffDone tells the node at addr that node from has handed it every
@@ -108,6 +101,38 @@ func (p *Pool) HandOff(ctx context.Context, addr, from string, counters []*pb.Co
 func (p *Pool) HandOffDone(ctx context.Context, addr, from string, ring uint64) error {
 	_, err := unary(ctx, p, "hand off", addr, pb.PeerClient.HandOff, &pb.HandOffRequest{From: from, Done: ring})
 	return err
+}
+
+// Replicate gives copies of counters that node from owns to the node at
+// addr, which would own them were from gone, and returns its refusals as
+// HandOff does: an answer that does not add up is an error.
+func (p *Pool) Replicate(ctx context.Context, addr, from string, counters []*pb.CounterState) ([]*pb.Refusal, error) {
+	resp, err := unary(ctx, p, "replicate", addr, pb.PeerClient.Replicate, &pb.ReplicateRequest{From: from, Counters: counters})
+	if err != nil {
+		return nil, err
+	}
+	return checkAnswer("replicate", addr, resp, len(counters))
+}
+
+// answer is a peer's answer about counters sent to it: HandOffResponse or
+// ReplicateResponse.
+type answer interface {
+	GetAccepted() int64
+	GetRefused() []*pb.Refusal
+}
+
+// checkAnswer returns a's refusals of n counters sent by op to addr,
+// unless they do not name distinct counters or disagree with a's
+// accepted count: then the caller cannot know what was taken.
+func checkAnswer(op, addr string, a answer, n int) ([]*pb.Refusal, error) {
+	refused := a.GetRefused()
+	if err := checkRefusals(refused, n); err != nil {
+		return nil, fmt.Errorf("%s to %s: peer %w", op, addr, err)
+	}
+	if want := int64(n - len(refused)); a.GetAccepted() != want {
+		return nil, fmt.Errorf("%s to %s: peer accepted %d of %d counters but refused %d", op, addr, a.GetAccepted(), n, len(refused))
+	}
+	return refused, nil
 }
 
 // rpc is a method of pb.PeerClient, as a method expression.

@@ -30,7 +30,8 @@ func (owner) HandOff(context.Context, string, []*pb.CounterState) []*pb.Refusal 
 func (o owner) Relayed(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
 	return o.Forwarded(ctx, reqs)
 }
-func (owner) HandOffDone(context.Context, string, uint64) {}
+func (owner) HandOffDone(context.Context, string, uint64)                         {}
+func (owner) Replicate(context.Context, string, []*pb.CounterState) []*pb.Refusal { return nil }
 
 // Example wires an owner's Server and a forwarding node's Pool over loopback.
 func Example() {

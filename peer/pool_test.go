@@ -304,6 +304,10 @@ func TestUnaryCalls(t *testing.T) {
 	if err := p.HandOffDone(t.Context(), addr, "me", 42); err != nil {
 		t.Fatal(err)
 	}
+	refused, err = p.Replicate(t.Context(), addr, "me", []*pb.CounterState{{}, {Counter: []byte{1}}})
+	if err != nil || len(refused) != 1 || refused[0].GetIndex() != 0 || refused[0].GetReason() != pb.Refusal_INVALID {
+		t.Fatalf("Replicate = %v, %v; want counter 0 refused as INVALID", refused, err)
+	}
 	resp, err = p.Relay(t.Context(), addr, check("relayed", 1))
 	if err != nil || keyOf(resp) != "relayed" || h.relays.Load() != 1 {
 		t.Fatalf("Relay = %v, %v with %d relays; want the answer for relayed, one relay", resp, err, h.relays.Load())
@@ -311,7 +315,7 @@ func TestUnaryCalls(t *testing.T) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.hits) != 1 || h.hits[0].GetItem().GetKey() != "g" || h.hits[0].GetAdmitted() != 4 || h.reportedBy != "me" ||
-		len(h.states) != 1 || h.states[0].GetRemaining() != 3 || h.updatedBy != "owner" || h.handedBy != "me" {
+		len(h.states) != 1 || h.states[0].GetRemaining() != 3 || h.updatedBy != "owner" || h.handedBy != "me" || h.replicaOf != "me" {
 		t.Errorf("handler saw hits %v from %q, states %v from %q, hand-off from %q", h.hits, h.reportedBy, h.states, h.updatedBy, h.handedBy)
 	}
 	if !slices.Equal(h.done, []string{"me:42"}) {

@@ -90,6 +90,10 @@ type Handler interface {
 	// is ring (see HandOffRequest.done). Server calls it after HandOff, for
 	// a request that carries both.
 	HandOffDone(ctx context.Context, from string, ring uint64)
+	// Replicate keeps copies of counters that node from owns, to take over
+	// should from crash, and returns one Refusal, naming the counter by
+	// its index in counters, for each it did not keep.
+	Replicate(ctx context.Context, from string, counters []*pb.CounterState) []*pb.Refusal
 }
 
 // Server is the gRPC Peer service. It checks the bounds of each RPC,
@@ -107,7 +111,7 @@ type Server struct {
 func NewServer(h Handler, reg prometheus.Registerer) *Server {
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ringlimit_peer_refused_rpcs_total",
-		Help: "Peer RPCs refused whole, before any of their content was used, by rpc (forward, global_report, global_state, handoff) and reason.",
+		Help: "Peer RPCs refused whole, before any of their content was used, by rpc (forward, global_report, global_state, handoff, replicate) and reason.",
 	}, []string{"rpc", "reason"})
 	if reg != nil {
 		reg.MustRegister(refused)
@@ -196,24 +200,50 @@ func (s *Server) UpdateGlobals(ctx context.Context, req *pb.GlobalUpdateRequest)
 // MaxHandOffCounters counters, and reports a Handler that refuses a counter
 // it was not given with codes.Internal.
 func (s *Server) HandOff(ctx context.Context, req *pb.HandOffRequest) (*pb.HandOffResponse, error) {
-	if err := s.checkSender("handoff", req.GetFrom()); err != nil {
-		return nil, err
-	}
 	counters := req.GetCounters()
-	if len(counters) > MaxHandOffCounters {
-		return nil, s.refuse("handoff", "too_many_counters", codes.InvalidArgument, "counters: %d, more than %d", len(counters), MaxHandOffCounters)
-	}
-	var refused []*pb.Refusal
-	if len(counters) > 0 {
-		refused = s.h.HandOff(ctx, req.GetFrom(), counters)
-		if err := checkRefusals(refused, len(counters)); err != nil {
-			return nil, status.Errorf(codes.Internal, "handler %v", err)
-		}
+	refused, err := s.takeCounters(ctx, "handoff", req.GetFrom(), counters, s.h.HandOff)
+	if err != nil {
+		return nil, err
 	}
 	if done := req.GetDone(); done != 0 {
 		s.h.HandOffDone(ctx, req.GetFrom(), done)
 	}
 	return &pb.HandOffResponse{Accepted: int64(len(counters) - len(refused)), Refused: refused}, nil
+}
+
+// Replicate passes replicated counters to the Handler and reports which
+// it refused. It refuses the RPC as HandOff does: a malformed sender's
+// name, more than MaxHandOffCounters counters, and a Handler that refuses
+// a counter it was not given (codes.Internal).
+func (s *Server) Replicate(ctx context.Context, req *pb.ReplicateRequest) (*pb.ReplicateResponse, error) {
+	counters := req.GetCounters()
+	refused, err := s.takeCounters(ctx, "replicate", req.GetFrom(), counters, s.h.Replicate)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.ReplicateResponse{Accepted: int64(len(counters) - len(refused)), Refused: refused}, nil
+}
+
+// takeCounters is the part HandOff and Replicate (rpc) share: it checks
+// the sender's name and the number of counters, passes them (if any) to
+// handle, and checks that the refusals name distinct counters of those
+// given.
+func (s *Server) takeCounters(ctx context.Context, rpc, from string, counters []*pb.CounterState,
+	handle func(ctx context.Context, from string, counters []*pb.CounterState) []*pb.Refusal) ([]*pb.Refusal, error) {
+	if err := s.checkSender(rpc, from); err != nil {
+		return nil, err
+	}
+	if len(counters) > MaxHandOffCounters {
+		return nil, s.refuse(rpc, "too_many_counters", codes.InvalidArgument, "counters: %d, more than %d", len(counters), MaxHandOffCounters)
+	}
+	if len(counters) == 0 {
+		return nil, nil
+	}
+	refused := handle(ctx, from, counters)
+	if err := checkRefusals(refused, len(counters)); err != nil {
+		return nil, status.Errorf(codes.Internal, "handler %v", err)
+	}
+	return refused, nil
 }
 
 // checkSender refuses a sender's name that no node has: empty, longer than

@@ -35,6 +35,7 @@ type fakeHandler struct {
 	states     []*pb.GlobalState
 	updatedBy  string
 	handedBy   string
+	replicaOf  string   // sender of the last Replicate
 	done       []string // "from:ring" of each HandOffDone, in order
 	stranger   string   // if set, AddGlobalHits and UpdateGlobals refuse it
 }
@@ -92,6 +93,11 @@ func (h *fakeHandler) HandOff(_ context.Context, from string, counters []*pb.Cou
 	if h.refusals != nil {
 		return h.refusals
 	}
+	return emptyRefused(counters)
+}
+
+// emptyRefused refuses, as INVALID, every counter with an empty record.
+func emptyRefused(counters []*pb.CounterState) []*pb.Refusal {
 	var refused []*pb.Refusal
 	for i, c := range counters {
 		if len(c.GetCounter()) == 0 {
@@ -99,6 +105,14 @@ func (h *fakeHandler) HandOff(_ context.Context, from string, counters []*pb.Cou
 		}
 	}
 	return refused
+}
+
+// Replicate refuses counters as HandOff does.
+func (h *fakeHandler) Replicate(_ context.Context, from string, counters []*pb.CounterState) []*pb.Refusal {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.replicaOf = from
+	return emptyRefused(counters)
 }
 
 func (h *fakeHandler) HandOffDone(_ context.Context, from string, ring uint64) {
@@ -224,6 +238,10 @@ func TestServerRefusesBadSenders(t *testing.T) {
 			_, err := client.HandOff(t.Context(), &pb.HandOffRequest{From: from, Counters: []*pb.CounterState{{Counter: []byte{1}}}})
 			return err
 		},
+		"replicate": func(from string) error {
+			_, err := client.Replicate(t.Context(), &pb.ReplicateRequest{From: from, Counters: []*pb.CounterState{{Counter: []byte{1}}}})
+			return err
+		},
 	}
 	for rpc, call := range calls {
 		for _, tt := range []struct {
@@ -236,8 +254,8 @@ func TestServerRefusesBadSenders(t *testing.T) {
 			{strings.Repeat("n", MaxNodeNameLen+1), codes.InvalidArgument, "bad_sender"},
 			{"mallory", codes.PermissionDenied, "unknown_sender"},
 		} {
-			if rpc == "handoff" && tt.from == "mallory" {
-				continue // hand-off's records are validated one by one; the sender may have left the ring already
+			if (rpc == "handoff" || rpc == "replicate") && tt.from == "mallory" {
+				continue // their records are validated one by one (membership is the Guard's)
 			}
 			if got := status.Code(call(tt.from)); got != tt.want {
 				t.Errorf("%s from %.20q: code %v, want %v", rpc, tt.from, got, tt.want)
@@ -249,8 +267,8 @@ func TestServerRefusesBadSenders(t *testing.T) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.hits) != 0 || len(h.states) != 0 || h.handedBy != "" {
-		t.Errorf("the handler took hits %v, states %v, a hand-off from %q; want nothing", h.hits, h.states, h.handedBy)
+	if len(h.hits) != 0 || len(h.states) != 0 || h.handedBy != "" || h.replicaOf != "" {
+		t.Errorf("the handler took hits %v, states %v, a hand-off from %q, replicas from %q; want nothing", h.hits, h.states, h.handedBy, h.replicaOf)
 	}
 	if got := refusedRPCs(t, reg, "global_report", "unknown_sender") + refusedRPCs(t, reg, "global_state", "unknown_sender"); got != 2 {
 		t.Errorf("refused as unknown_sender %v times, want 2", got)
@@ -270,8 +288,12 @@ func TestServerHandOffBounds(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("HandOff of %d counters: %v, want InvalidArgument", len(counters), err)
 	}
-	if h.handedBy != "" {
-		t.Error("the handler saw a refused hand-off")
+	_, err = client.Replicate(t.Context(), &pb.ReplicateRequest{From: "a", Counters: counters})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Replicate of %d counters: %v, want InvalidArgument", len(counters), err)
+	}
+	if h.handedBy != "" || h.replicaOf != "" {
+		t.Error("the handler saw a refused hand-off or replication")
 	}
 }
 

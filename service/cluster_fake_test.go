@@ -135,6 +135,14 @@ func (c *fakeCluster) HandOffDone(ctx context.Context, addr, from string, ring u
 	return nil
 }
 
+func (c *fakeCluster) Replicate(ctx context.Context, addr, from string, counters []*pb.CounterState) ([]*pb.Refusal, error) {
+	o, err := c.peer(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return o.Replicate(ctx, from, counters), nil
+}
+
 // newFakeCluster returns n services named node-0.. on a fixed clock.
 func newFakeCluster(n int) (*fakeCluster, []*Service) {
 	return newFakeClusterWith(n, func(int) Config { return Config{} })

@@ -108,3 +108,10 @@ func (o Owner) HandOff(_ context.Context, from string, counters []*pb.CounterSta
 func (o Owner) HandOffDone(_ context.Context, from string, ring uint64) {
 	o.s.handoff.HandOffDone(from, ring)
 }
+
+// Replicate keeps copies of counters that node from owns, to take over
+// should from crash (see replica.Node.Receive), and returns a Refusal for
+// each it did not keep.
+func (o Owner) Replicate(_ context.Context, from string, counters []*pb.CounterState) []*pb.Refusal {
+	return o.s.replica.Receive(from, counters)
+}

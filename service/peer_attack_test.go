@@ -309,10 +309,41 @@ func record(alg limiter.Algorithm, name, key string, l algorithms.Limit, last in
 	return append(b, state...)
 }
 
+// sendCounters sends counters to client by hand-off or replication, the
+// two RPCs that carry counters, and returns the answer's accepted count
+// and refusals.
+type sendCounters func(t *testing.T, client pb.PeerClient, from string, counters []*pb.CounterState) (int64, []*pb.Refusal)
+
+// counterRPCs are the RPCs that carry counters; the same attacks apply to
+// both.
+var counterRPCs = map[string]sendCounters{
+	"HandOff": func(t *testing.T, client pb.PeerClient, from string, counters []*pb.CounterState) (int64, []*pb.Refusal) {
+		resp, err := client.HandOff(t.Context(), &pb.HandOffRequest{From: from, Counters: counters})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetAccepted(), resp.GetRefused()
+	},
+	"Replicate": func(t *testing.T, client pb.PeerClient, from string, counters []*pb.CounterState) (int64, []*pb.Refusal) {
+		resp, err := client.Replicate(t.Context(), &pb.ReplicateRequest{From: from, Counters: counters})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetAccepted(), resp.GetRefused()
+	},
+}
+
 // TestPeerAttackCraftedHandOff: crafted counters (out-of-bounds names and
-// keys, a bucket locked for a year, times in the future) are refused one
-// by one as INVALID and change nothing on the receiver.
+// keys, a bucket locked for a year, times in the future), handed off or
+// replicated, are refused one by one as INVALID and change nothing on the
+// receiver: neither its counters nor its replicas.
 func TestPeerAttackCraftedHandOff(t *testing.T) {
+	for rpc, send := range counterRPCs {
+		t.Run(rpc, func(t *testing.T) { testCraftedCounters(t, send) })
+	}
+}
+
+func testCraftedCounters(t *testing.T, send sendCounters) {
 	c, svcs := newFakeCluster(2)
 	client := servePeer(t, svcs[0], nil)
 	key := c.keyOwnedBy(0)
@@ -338,20 +369,46 @@ func TestPeerAttackCraftedHandOff(t *testing.T) {
 	for i, r := range records {
 		counters[i] = &pb.CounterState{Counter: r}
 	}
-	resp, err := client.HandOff(t.Context(), &pb.HandOffRequest{From: "node-1", Counters: counters})
-	if err != nil {
-		t.Fatal(err)
+	accepted, refused := send(t, client, "node-1", counters)
+	if accepted != 0 || len(refused) != len(records) {
+		t.Fatalf("accepted %d, refused %d of %d crafted counters; want all refused", accepted, len(refused), len(records))
 	}
-	if resp.GetAccepted() != 0 || len(resp.GetRefused()) != len(records) {
-		t.Fatalf("accepted %d, refused %d of %d crafted counters; want all refused", resp.GetAccepted(), len(resp.GetRefused()), len(records))
-	}
-	for _, r := range resp.GetRefused() {
+	for _, r := range refused {
 		if r.GetReason() != pb.Refusal_INVALID || r.GetDetail() == "" {
 			t.Errorf("counter %d refused as %v (%q), want INVALID with a reason", r.GetIndex(), r.GetReason(), r.GetDetail())
 		}
 	}
-	if n := svcs[0].store.Len(); n != 0 {
-		t.Errorf("the receiver holds %d counters, want 0", n)
+	if n, m := svcs[0].store.Len(), svcs[0].replicas.Len(); n != 0 || m != 0 {
+		t.Errorf("the receiver holds %d counters and %d replicas, want none", n, m)
+	}
+}
+
+// TestPeerAttackReplicaDecidesNothing: a member that replicates a key's
+// counter as spent to a node that does not own the key changes none of
+// the answers for the key, however often: replicas are never decided
+// from, and the owner decides on its own counter. Were the owner to
+// crash, the replica would be merged, which never refills: a peer can
+// make a counter more charged, as a hand-off or any client of the key
+// could, never less.
+func TestPeerAttackReplicaDecidesNothing(t *testing.T) {
+	c, svcs := newFakeCluster(2)
+	client := servePeer(t, svcs[0], nil)
+	key := c.keyOwnedBy(1)
+	spent := []*pb.CounterState{{Counter: record(limiter.TokenBucket, "api", key, algorithms.Limit{Count: 10, Period: time.Minute},
+		t0.UnixNano(), encoded(&algorithms.TokenBucket{Full: t0.Add(time.Minute).UnixNano()}))}}
+	for range 3 {
+		if accepted, refused := counterRPCs["Replicate"](t, client, "node-1", spent); accepted != 1 || len(refused) != 0 {
+			t.Fatalf("a valid replica: accepted %d, refused %v", accepted, refused)
+		}
+	}
+	item := &pb.CheckItem{Name: "api", Key: key, Limit: 10, DurationMs: 60_000}
+	for i := range 10 {
+		if r := check(t, svcs[0], item); r.Status != pb.Status_UNDER_LIMIT || r.Remaining != int64(9-i) {
+			t.Fatalf("check %d of a key with a spent replica on the node asked: %v; want decided on the owner's counter", i, r)
+		}
+	}
+	if n, m := svcs[0].store.Len(), svcs[0].replicas.Len(); n != 0 || m != 1 {
+		t.Errorf("the heir holds %d counters and %d replicas, want the replica alone", n, m)
 	}
 }
 
@@ -396,7 +453,7 @@ func TestPeerAttackHandOffRefill(t *testing.T) {
 // FuzzPeerHandlers feeds arbitrary bytes, decoded as each peer request,
 // to a node's peer server (in process, as gRPC would after decoding): it
 // must never panic, must answer a forward in full, and must hold no
-// counter afterwards that a public check could not have made.
+// counter or replica afterwards that a public check could not have made.
 func FuzzPeerHandlers(f *testing.F) {
 	item := &pb.CheckItem{Name: "api", Key: "user:1", Limit: 10, DurationMs: 60_000, Behavior: pb.Behavior_GLOBAL}
 	rec := record(limiter.TokenBucket, "api", "user:1", algorithms.Limit{Count: 10, Period: time.Minute}, t0.UnixNano(),
@@ -407,6 +464,7 @@ func FuzzPeerHandlers(f *testing.F) {
 		&pb.GlobalUpdateRequest{From: "node-1", States: []*pb.GlobalState{{Name: "api", Key: "user:1", Limit: 10, Remaining: 4,
 			ResetTimeMs: t0.UnixMilli(), Grants: []*pb.GlobalGrant{{Node: "node-0", Granted: 3, Epoch: 2}}}}},
 		&pb.HandOffRequest{From: "node-1", Counters: []*pb.CounterState{{Counter: rec}, {Counter: []byte{1, 2}}}, Done: 7},
+		&pb.ReplicateRequest{From: "node-1", Counters: []*pb.CounterState{{Counter: rec}, {Counter: []byte{1, 2}}}},
 	} {
 		b, err := proto.Marshal(m)
 		if err != nil {
@@ -418,7 +476,7 @@ func FuzzPeerHandlers(f *testing.F) {
 	srv := peer.NewServer(svcs[0].Owner(), nil)
 	f.Fuzz(func(t *testing.T, rpc byte, data []byte) {
 		ctx := t.Context()
-		switch rpc % 4 {
+		switch rpc % 5 {
 		case 0:
 			var req pb.ForwardRequest
 			if proto.Unmarshal(data, &req) != nil {
@@ -443,10 +501,17 @@ func FuzzPeerHandlers(f *testing.F) {
 			if proto.Unmarshal(data, &req) == nil {
 				_, _ = srv.HandOff(ctx, &req)
 			}
+		case 4:
+			var req pb.ReplicateRequest
+			if proto.Unmarshal(data, &req) == nil {
+				_, _ = srv.Replicate(ctx, &req)
+			}
 		}
-		for c := range svcs[0].store.Counters() {
-			if err := svcs[0].validateCounter(&c); err != nil {
-				t.Fatalf("the node holds a counter no check could make: %v", err)
+		for _, s := range []*limiter.Store{svcs[0].store, svcs[0].replicas} {
+			for c := range s.Counters() {
+				if err := svcs[0].validateCounter(&c); err != nil {
+					t.Fatalf("the node holds a counter (or replica) no check could make: %v", err)
+				}
 			}
 		}
 	})

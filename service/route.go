@@ -58,7 +58,11 @@ func pathOf(b pb.Behavior, owned bool) path {
 // decide decides c.reqs[js], each by the part its behaviour and owner
 // (c.owners) call for. The zero Member (a ring with no members) counts as
 // this node.
+//
+// The replicas of keys this node has just inherited (their owner left the
+// ring) become its counters first, so that none is decided without them.
 func (s *Service) decide(ctx context.Context, c *call, js []int) {
+	s.replica.Promote(c.ring)
 	self := s.cluster.LocalMember().Name
 	var store, remote []int
 	for _, j := range js {

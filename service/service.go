@@ -22,6 +22,7 @@ import (
 	"github.com/ringlimit/ringlimit/global"
 	"github.com/ringlimit/ringlimit/handoff"
 	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/replica"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -37,7 +38,8 @@ type Membership interface {
 }
 
 // Peers is what the service needs of the other nodes: package peer's Pool.
-// The service forwards checks; GLOBAL sync and hand-off use the rest.
+// The service forwards checks; GLOBAL sync, hand-off and replication use
+// the rest.
 type Peers interface {
 	// Forward sends req to the owner at addr in a batch; ForwardNow alone.
 	Forward(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
@@ -47,6 +49,7 @@ type Peers interface {
 	Relay(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
 	global.Peers
 	handoff.Peers
+	replica.Peers
 }
 
 // Config configures a Service. The zero value is a single node with a
@@ -67,6 +70,13 @@ type Config struct {
 	// just come to own waits for the key's previous owner to hand its
 	// counter over (see handoff.Node.Await); zero means checks never wait.
 	HandOffWait time.Duration
+	// Replicas holds the replicas this node keeps of other owners'
+	// counters (see package replica); nil means a store with defaults.
+	Replicas *limiter.Store
+	// ReplicateInterval is how often this node sends the counters that
+	// changed to the nodes that would inherit them; zero means it sends
+	// none (it still keeps and promotes the replicas others send).
+	ReplicateInterval time.Duration
 	// Now is the server clock; nil means time.Now.
 	Now func() time.Time
 	// Logger receives the service's logs; nil discards them.
@@ -79,8 +89,9 @@ type Config struct {
 }
 
 // Service decides checks. It is safe for concurrent use. Run drives its
-// background work (GLOBAL sync and hand-off); Check works without it,
-// except that GLOBAL hits then stay on this node.
+// background work (GLOBAL sync, hand-off and replication); Check works
+// without it, except that GLOBAL hits then stay on this node and no
+// counter is replicated.
 type Service struct {
 	store   *limiter.Store
 	cluster Membership
@@ -91,6 +102,10 @@ type Service struct {
 	metrics metrics
 	global  *global.Node
 	handoff *handoff.Node
+	replica *replica.Node
+	// replicas are the copies this node keeps of other owners' counters;
+	// no check is decided from them (see package replica).
+	replicas *limiter.Store
 	// logSampler thins out the warning of an unreachable owner.
 	logSampler sampler
 	policies   Policies
@@ -134,6 +149,15 @@ func New(conf Config) *Service {
 	s.handoff = handoff.New(handoff.Config{
 		Store: s.store, Cluster: routing{s}, Peers: conf.Peers, MaxClockSkew: s.skew, Wait: conf.HandOffWait,
 		Validate: s.validateCounter, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
+	})
+	s.replicas = conf.Replicas
+	if s.replicas == nil {
+		s.replicas = limiter.New(limiter.Config{})
+	}
+	s.replica = replica.New(replica.Config{
+		Store: s.store, Replicas: s.replicas, Cluster: routing{s}, Peers: conf.Peers, Interval: conf.ReplicateInterval,
+		Intake: handoff.Intake{MaxClockSkew: s.skew, Validate: s.validateCounter}, Now: s.now, Logger: s.log,
+		Registerer: conf.Registerer,
 	})
 	return s
 }
@@ -337,12 +361,13 @@ func every(n int) []int {
 }
 
 // Run drives the service's background work until ctx ends: GLOBAL sync
-// rounds, hand-off of counters this node no longer owns, and probes of
-// suspect owners. Shutdown then calls HandOff and FlushGlobal, in that
+// rounds, hand-off of counters this node no longer owns, replication of
+// changed counters to their heirs, and probes of suspect owners. Shutdown then calls HandOff and FlushGlobal, in that
 // order.
 func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.handoff.Run(ctx) })
+	wg.Go(func() { s.replica.Run(ctx) })
 	wg.Go(func() { s.probe(ctx) })
 	err := s.global.Run(ctx)
 	wg.Wait()
@@ -350,8 +375,13 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // RingChanged tells the service that the ring changed, so that it hands
-// off the counters it no longer owns. It never blocks.
-func (s *Service) RingChanged() { s.handoff.RingChanged() }
+// off the counters it no longer owns, promotes the replicas of keys it
+// now owns and replicates every counter to its heir again. It never
+// blocks.
+func (s *Service) RingChanged() {
+	s.handoff.RingChanged()
+	s.replica.RingChanged()
+}
 
 // HandOff sends every counter this node holds but does not own to its
 // owner now, and returns how many were taken (see handoff.Node.HandOff).

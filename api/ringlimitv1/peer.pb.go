@@ -736,11 +736,12 @@ func (x *HandOffRequest) GetDone() uint64 {
 	return 0
 }
 
-// Refusal says why the receiver did not take one handed-off counter. The
-// sender keeps it.
+// Refusal says why the receiver did not take one handed-off (or
+// replicated) counter. A hand-off's sender keeps it.
 type Refusal struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// index is the counter's position in HandOffRequest.counters.
+	// index is the counter's position in HandOffRequest.counters (or
+	// ReplicateRequest.counters).
 	Index  int32          `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
 	Reason Refusal_Reason `protobuf:"varint,2,opt,name=reason,proto3,enum=ringlimit.v1.Refusal_Reason" json:"reason,omitempty"`
 	// detail says what is wrong, for logs.
@@ -855,6 +856,115 @@ func (x *HandOffResponse) GetRefused() []*Refusal {
 	return nil
 }
 
+type ReplicateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// from is the sending node's name: the counters' owner.
+	From string `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	// counters are the counters' full states, as in a hand-off, never
+	// increments: a batch lost or received twice does no harm.
+	Counters      []*CounterState `protobuf:"bytes,2,rep,name=counters,proto3" json:"counters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicateRequest) Reset() {
+	*x = ReplicateRequest{}
+	mi := &file_peer_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicateRequest) ProtoMessage() {}
+
+func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
+func (*ReplicateRequest) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ReplicateRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *ReplicateRequest) GetCounters() []*CounterState {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+type ReplicateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// accepted is how many counters were kept as replicas.
+	Accepted int64 `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	// refused lists the counters not kept, each with its reason.
+	Refused       []*Refusal `protobuf:"bytes,2,rep,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicateResponse) Reset() {
+	*x = ReplicateResponse{}
+	mi := &file_peer_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicateResponse) ProtoMessage() {}
+
+func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
+func (*ReplicateResponse) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ReplicateResponse) GetAccepted() int64 {
+	if x != nil {
+		return x.Accepted
+	}
+	return 0
+}
+
+func (x *ReplicateResponse) GetRefused() []*Refusal {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
+}
+
 var File_peer_proto protoreflect.FileDescriptor
 
 const file_peer_proto_rawDesc = "" +
@@ -912,12 +1022,19 @@ const file_peer_proto_rawDesc = "" +
 	"\vUNAVAILABLE\x10\x03\"^\n" +
 	"\x0fHandOffResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\x03R\baccepted\x12/\n" +
-	"\arefused\x18\x02 \x03(\v2\x15.ringlimit.v1.RefusalR\arefused2\xc2\x02\n" +
+	"\arefused\x18\x02 \x03(\v2\x15.ringlimit.v1.RefusalR\arefused\"^\n" +
+	"\x10ReplicateRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x126\n" +
+	"\bcounters\x18\x02 \x03(\v2\x1a.ringlimit.v1.CounterStateR\bcounters\"`\n" +
+	"\x11ReplicateResponse\x12\x1a\n" +
+	"\baccepted\x18\x01 \x01(\x03R\baccepted\x12/\n" +
+	"\arefused\x18\x02 \x03(\v2\x15.ringlimit.v1.RefusalR\arefused2\x90\x03\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12R\n" +
 	"\rAddGlobalHits\x12\x1f.ringlimit.v1.GlobalHitsRequest\x1a .ringlimit.v1.GlobalHitsResponse\x12V\n" +
 	"\rUpdateGlobals\x12!.ringlimit.v1.GlobalUpdateRequest\x1a\".ringlimit.v1.GlobalUpdateResponse\x12F\n" +
-	"\aHandOff\x12\x1c.ringlimit.v1.HandOffRequest\x1a\x1d.ringlimit.v1.HandOffResponseB<Z:github.com/ringlimit/ringlimit/api/ringlimitv1;ringlimitv1b\x06proto3"
+	"\aHandOff\x12\x1c.ringlimit.v1.HandOffRequest\x1a\x1d.ringlimit.v1.HandOffResponse\x12L\n" +
+	"\tReplicate\x12\x1e.ringlimit.v1.ReplicateRequest\x1a\x1f.ringlimit.v1.ReplicateResponseB<Z:github.com/ringlimit/ringlimit/api/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
 	file_peer_proto_rawDescOnce sync.Once
@@ -932,7 +1049,7 @@ func file_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_peer_proto_goTypes = []any{
 	(Refusal_Reason)(0),          // 0: ringlimit.v1.Refusal.Reason
 	(*ForwardRequest)(nil),       // 1: ringlimit.v1.ForwardRequest
@@ -948,33 +1065,39 @@ var file_peer_proto_goTypes = []any{
 	(*HandOffRequest)(nil),       // 11: ringlimit.v1.HandOffRequest
 	(*Refusal)(nil),              // 12: ringlimit.v1.Refusal
 	(*HandOffResponse)(nil),      // 13: ringlimit.v1.HandOffResponse
-	(*CheckRequest)(nil),         // 14: ringlimit.v1.CheckRequest
-	(*CheckResponse)(nil),        // 15: ringlimit.v1.CheckResponse
-	(*CheckItem)(nil),            // 16: ringlimit.v1.CheckItem
+	(*ReplicateRequest)(nil),     // 14: ringlimit.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),    // 15: ringlimit.v1.ReplicateResponse
+	(*CheckRequest)(nil),         // 16: ringlimit.v1.CheckRequest
+	(*CheckResponse)(nil),        // 17: ringlimit.v1.CheckResponse
+	(*CheckItem)(nil),            // 18: ringlimit.v1.CheckItem
 }
 var file_peer_proto_depIdxs = []int32{
-	14, // 0: ringlimit.v1.ForwardRequest.requests:type_name -> ringlimit.v1.CheckRequest
-	15, // 1: ringlimit.v1.ForwardResponse.responses:type_name -> ringlimit.v1.CheckResponse
-	16, // 2: ringlimit.v1.GlobalReport.item:type_name -> ringlimit.v1.CheckItem
+	16, // 0: ringlimit.v1.ForwardRequest.requests:type_name -> ringlimit.v1.CheckRequest
+	17, // 1: ringlimit.v1.ForwardResponse.responses:type_name -> ringlimit.v1.CheckResponse
+	18, // 2: ringlimit.v1.GlobalReport.item:type_name -> ringlimit.v1.CheckItem
 	3,  // 3: ringlimit.v1.GlobalHitsRequest.reports:type_name -> ringlimit.v1.GlobalReport
 	7,  // 4: ringlimit.v1.GlobalState.grants:type_name -> ringlimit.v1.GlobalGrant
 	6,  // 5: ringlimit.v1.GlobalUpdateRequest.states:type_name -> ringlimit.v1.GlobalState
 	10, // 6: ringlimit.v1.HandOffRequest.counters:type_name -> ringlimit.v1.CounterState
 	0,  // 7: ringlimit.v1.Refusal.reason:type_name -> ringlimit.v1.Refusal.Reason
 	12, // 8: ringlimit.v1.HandOffResponse.refused:type_name -> ringlimit.v1.Refusal
-	1,  // 9: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	4,  // 10: ringlimit.v1.Peer.AddGlobalHits:input_type -> ringlimit.v1.GlobalHitsRequest
-	8,  // 11: ringlimit.v1.Peer.UpdateGlobals:input_type -> ringlimit.v1.GlobalUpdateRequest
-	11, // 12: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.HandOffRequest
-	2,  // 13: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	5,  // 14: ringlimit.v1.Peer.AddGlobalHits:output_type -> ringlimit.v1.GlobalHitsResponse
-	9,  // 15: ringlimit.v1.Peer.UpdateGlobals:output_type -> ringlimit.v1.GlobalUpdateResponse
-	13, // 16: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.HandOffResponse
-	13, // [13:17] is the sub-list for method output_type
-	9,  // [9:13] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	10, // 9: ringlimit.v1.ReplicateRequest.counters:type_name -> ringlimit.v1.CounterState
+	12, // 10: ringlimit.v1.ReplicateResponse.refused:type_name -> ringlimit.v1.Refusal
+	1,  // 11: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	4,  // 12: ringlimit.v1.Peer.AddGlobalHits:input_type -> ringlimit.v1.GlobalHitsRequest
+	8,  // 13: ringlimit.v1.Peer.UpdateGlobals:input_type -> ringlimit.v1.GlobalUpdateRequest
+	11, // 14: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.HandOffRequest
+	14, // 15: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.ReplicateRequest
+	2,  // 16: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	5,  // 17: ringlimit.v1.Peer.AddGlobalHits:output_type -> ringlimit.v1.GlobalHitsResponse
+	9,  // 18: ringlimit.v1.Peer.UpdateGlobals:output_type -> ringlimit.v1.GlobalUpdateResponse
+	13, // 19: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.HandOffResponse
+	15, // 20: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.ReplicateResponse
+	16, // [16:21] is the sub-list for method output_type
+	11, // [11:16] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_peer_proto_init() }
@@ -989,7 +1112,7 @@ func file_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_proto_rawDesc), len(file_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

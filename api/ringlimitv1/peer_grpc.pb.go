@@ -26,6 +26,7 @@ const (
 	Peer_AddGlobalHits_FullMethodName = "/ringlimit.v1.Peer/AddGlobalHits"
 	Peer_UpdateGlobals_FullMethodName = "/ringlimit.v1.Peer/UpdateGlobals"
 	Peer_HandOff_FullMethodName       = "/ringlimit.v1.Peer/HandOff"
+	Peer_Replicate_FullMethodName     = "/ringlimit.v1.Peer/Replicate"
 )
 
 // PeerClient is the client API for Peer service.
@@ -42,6 +43,10 @@ type PeerClient interface {
 	UpdateGlobals(ctx context.Context, in *GlobalUpdateRequest, opts ...grpc.CallOption) (*GlobalUpdateResponse, error)
 	// HandOff gives the new owner the counters the sender no longer owns.
 	HandOff(ctx context.Context, in *HandOffRequest, opts ...grpc.CallOption) (*HandOffResponse, error)
+	// Replicate gives the node that would own the counters if the sender
+	// were gone a copy of the counters that changed on the sender, to keep
+	// apart and take over should the sender crash.
+	Replicate(ctx context.Context, in *ReplicateRequest, opts ...grpc.CallOption) (*ReplicateResponse, error)
 }
 
 type peerClient struct {
@@ -92,6 +97,16 @@ func (c *peerClient) HandOff(ctx context.Context, in *HandOffRequest, opts ...gr
 	return out, nil
 }
 
+func (c *peerClient) Replicate(ctx context.Context, in *ReplicateRequest, opts ...grpc.CallOption) (*ReplicateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplicateResponse)
+	err := c.cc.Invoke(ctx, Peer_Replicate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -106,6 +121,10 @@ type PeerServer interface {
 	UpdateGlobals(context.Context, *GlobalUpdateRequest) (*GlobalUpdateResponse, error)
 	// HandOff gives the new owner the counters the sender no longer owns.
 	HandOff(context.Context, *HandOffRequest) (*HandOffResponse, error)
+	// Replicate gives the node that would own the counters if the sender
+	// were gone a copy of the counters that changed on the sender, to keep
+	// apart and take over should the sender crash.
+	Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -127,6 +146,9 @@ func (UnimplementedPeerServer) UpdateGlobals(context.Context, *GlobalUpdateReque
 }
 func (UnimplementedPeerServer) HandOff(context.Context, *HandOffRequest) (*HandOffResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method HandOff not implemented")
+}
+func (UnimplementedPeerServer) Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Replicate not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -221,6 +243,24 @@ func _Peer_HandOff_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Replicate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplicateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Replicate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Replicate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Replicate(ctx, req.(*ReplicateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -243,6 +283,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "HandOff",
 			Handler:    _Peer_HandOff_Handler,
+		},
+		{
+			MethodName: "Replicate",
+			Handler:    _Peer_Replicate_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

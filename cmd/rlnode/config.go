@@ -15,6 +15,7 @@ import (
 	"github.com/ringlimit/ringlimit/internal/tlsfiles"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/replica"
 	"github.com/ringlimit/ringlimit/service"
 )
 
@@ -22,26 +23,27 @@ import (
 // when the flag is not given, an RLNODE_* environment variable named after
 // it (--http-addr is RLNODE_HTTP_ADDR).
 type Config struct {
-	HTTPAddr        string
-	GRPCAddr        string
-	PeerAddr        string
-	GossipAddr      string
-	AdvertiseAddr   string
-	Join            []string
-	NodeName        string
-	MaxKeys         int
-	BatchWait       time.Duration
-	BatchLimit      int
-	GlobalSync      time.Duration
-	PolicyFile      string
-	MaxClockSkew    time.Duration
-	ShutdownTimeout time.Duration
-	HandOffWait     time.Duration
-	LogLevel        string
-	MaxInflight     int
-	MaxConns        int
-	MemoryLimit     string
-	MaxLogEntries   int
+	HTTPAddr          string
+	GRPCAddr          string
+	PeerAddr          string
+	GossipAddr        string
+	AdvertiseAddr     string
+	Join              []string
+	NodeName          string
+	MaxKeys           int
+	BatchWait         time.Duration
+	BatchLimit        int
+	GlobalSync        time.Duration
+	PolicyFile        string
+	MaxClockSkew      time.Duration
+	ShutdownTimeout   time.Duration
+	HandOffWait       time.Duration
+	ReplicateInterval time.Duration
+	LogLevel          string
+	MaxInflight       int
+	MaxConns          int
+	MemoryLimit       string
+	MaxLogEntries     int
 	// PeerTLS is mutual TLS on the peer port; TLS is TLS on the HTTP and
 	// gRPC ports. Empty files mean plaintext.
 	PeerTLS tlsfiles.Files
@@ -74,6 +76,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&c.MaxClockSkew, "max-clock-skew", service.DefaultMaxClockSkew, "bound on created_at_ms distance from the server clock")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "time to leave, hand off and drain before exit")
 	fs.DurationVar(&c.HandOffWait, "handoff-wait", time.Second, "longest a check for a key this node has just come to own waits for the key's previous owner to hand its counter over (0: never wait, decide on what is here); under the forward deadline, 2s")
+	fs.DurationVar(&c.ReplicateInterval, "replicate-interval", replica.DefaultInterval, "how often each node sends the counters that changed to the node that would inherit them, which takes them over should it crash: the hits of one interval are what a crash loses (0: no replication)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.IntVar(&c.MaxConns, "max-conns", defaultMaxConns, "connections open at once on each of the HTTP, gRPC and peer listeners; beyond it new ones wait to be accepted")
 	fs.StringVar(&c.MemoryLimit, "memory-limit", "", "the Go runtime's soft memory limit, e.g. 512MiB (default: 90% of the container's memory limit, unless GOMEMLIMIT is set)")
@@ -137,6 +140,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("--max-clock-skew: must not be negative, got %v", c.MaxClockSkew)
 	case c.HandOffWait < 0 || c.HandOffWait >= peer.DefaultTimeout:
 		return fmt.Errorf("--handoff-wait: must be at least 0 and under the forward deadline (%v), so that a forwarded check is answered before its sender gives up; got %v", peer.DefaultTimeout, c.HandOffWait)
+	case c.ReplicateInterval < 0:
+		return fmt.Errorf("--replicate-interval: must not be negative (0 turns replication off), got %v", c.ReplicateInterval)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("--shutdown-timeout: must be positive, got %v", c.ShutdownTimeout)
 	case c.MaxLogEntries < algorithms.MaxSlidingLogLimit:

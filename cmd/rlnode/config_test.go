@@ -17,7 +17,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	if c.HTTPAddr != ":8080" || c.GRPCAddr != ":8081" || c.PeerAddr != ":8082" || c.GossipAddr != ":7946" ||
 		c.MaxKeys != 1_000_000 || c.BatchWait != 500*time.Microsecond || c.BatchLimit != 1000 ||
 		c.GlobalSync != 100*time.Millisecond || c.MaxClockSkew != 10*time.Minute || c.ShutdownTimeout != 30*time.Second ||
-		len(c.Join) != 0 {
+		c.ReplicateInterval != 100*time.Millisecond || len(c.Join) != 0 {
 		t.Errorf("defaults: %+v", c)
 	}
 }
@@ -53,6 +53,7 @@ func TestParseConfigErrorsNameTheSetting(t *testing.T) {
 		{[]string{"--shutdown-timeout", "0s"}, nil, "--shutdown-timeout"},
 		{[]string{"--handoff-wait", "-1s"}, nil, "--handoff-wait"},
 		{[]string{"--handoff-wait", "2s"}, nil, "--handoff-wait"},
+		{[]string{"--replicate-interval", "-1ms"}, nil, "--replicate-interval"},
 		{[]string{"stray"}, nil, "stray"},
 	}
 	for _, c := range cases {

@@ -66,6 +66,9 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 		return err
 	}
 	store := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries, Registerer: reg})
+	// Replicas of other owners' counters are kept apart, under the same
+	// bounds (package replica exports their metrics).
+	replicas := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries})
 	pool := peer.NewPool(peer.Config{BatchWait: conf.BatchWait, BatchLimit: conf.BatchLimit, Registerer: reg, DialOptions: tr.peerDial})
 	defer pool.Close()
 	// Ring changes only signal ringChanged; the loop below reacts to them,
@@ -92,9 +95,10 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 		return err
 	}
 	svc := service.New(service.Config{
-		Store: store, Cluster: members, Peers: pool,
+		Store: store, Replicas: replicas, Cluster: members, Peers: pool,
 		MaxClockSkew: conf.MaxClockSkew, GlobalSync: conf.GlobalSync, HandOffWait: conf.HandOffWait,
-		Logger: log, Registerer: reg, Policies: policies,
+		ReplicateInterval: conf.ReplicateInterval,
+		Logger:            log, Registerer: reg, Policies: policies,
 	})
 	gate := admit.New(admit.Config{Max: conf.MaxInflight, Registerer: reg})
 	faces := api.New(api.Config{
