@@ -366,8 +366,10 @@ func TestCheckJSONAllocs(t *testing.T) {
 			t.Fatalf("decode: %d items, %v", len(d.req.GetRequests()), err)
 		}
 	}
-	if n := testing.AllocsPerRun(100, decode); n > 100+30 { // 124 with Go 1.26
-		t.Errorf("decoding 100 items of distinct keys allocates %v times, want at most 130: one a key, a few a request", n)
+	// 124 with Go 1.26, 134 under the race detector: a second allocation
+	// an item would make it 224.
+	if n := testing.AllocsPerRun(100, decode); n > 100+50 {
+		t.Errorf("decoding 100 items of distinct keys allocates %v times, want at most 150: one a key, a few a request", n)
 	}
 	d, _ := decodeCheckRequest(bytes.NewReader(body))
 	buf := appendCheckResponse(nil, d, resp)
