@@ -144,24 +144,30 @@ func kindOf(c byte) string {
 	return "number"
 }
 
-// open consumes the opening delimiter want ('{' or '[') of the value at l.
-func (s *scanner) open(l loc, want byte) error {
+// enter consumes the opening delimiter open ('{' or '[') of the value at
+// l, and its closing delimiter close too if nothing comes between them,
+// reporting whether it did.
+func (s *scanner) enter(l loc, open, close byte) (empty bool, err error) {
 	c, err := s.next(l)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if c != want {
+	if c != open {
 		if !startsValue(c) && c != '}' && c != ']' {
-			return s.syntaxError(l, s.pos, "looking for beginning of value")
+			return false, s.syntaxError(l, s.pos, "looking for beginning of value")
 		}
 		what := "an object"
-		if want == '[' {
+		if open == '[' {
 			what = "an array"
 		}
-		return fmt.Errorf("%s: want %s, got %s", l, what, kindOf(c))
+		return false, fmt.Errorf("%s: want %s, got %s", l, what, kindOf(c))
 	}
 	s.pos++
-	return nil
+	if c, err = s.next(l); err != nil || c != close {
+		return false, err
+	}
+	s.pos++
+	return true, nil
 }
 
 func startsValue(c byte) bool {
@@ -191,14 +197,8 @@ func (s *scanner) after(l loc, close byte, context string) (done bool, err error
 // spelled exactly, and appear once (known has at most 32 names); value
 // reads the value of known[i].
 func (s *scanner) object(l loc, known []string, value func(i int) error) error {
-	if err := s.open(l, '{'); err != nil {
+	if empty, err := s.enter(l, '{', '}'); empty || err != nil {
 		return err
-	}
-	if c, err := s.next(l); err != nil {
-		return err
-	} else if c == '}' {
-		s.pos++
-		return nil
 	}
 	var seen uint32
 	for {
@@ -260,14 +260,8 @@ func unknownField(l loc, known []string) error {
 // array reads the array at l; elem reads its ith element, and is called
 // before anything of it is read.
 func (s *scanner) array(l loc, elem func(i int) error) error {
-	if err := s.open(l, '['); err != nil {
+	if empty, err := s.enter(l, '[', ']'); empty || err != nil {
 		return err
-	}
-	if c, err := s.next(l); err != nil {
-		return err
-	} else if c == ']' {
-		s.pos++
-		return nil
 	}
 	for i := 0; ; i++ {
 		if err := elem(i); err != nil {
