@@ -2,7 +2,7 @@ package api
 
 import (
 	"bytes"
-	"encoding/json"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -12,224 +12,263 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/service"
 )
 
-// decodeCheckRequest reads a POST /v1/check body from r, one token at a
-// time: it holds one item's bytes beyond what it has decoded, and refuses
-// the 1,001st item before reading it, so a body of many small items costs
-// no more than a body of a thousand. It is as strict as protobuf on the
-// gRPC side, where encoding/json is not: a repeated field, a field name in
-// another case ("Key"), invalid UTF-8 or an escaped lone UTF-16 surrogate
-// is an error. Malformed JSON, a wrong type, an unknown field or too many
-// items is an error naming the field; an unknown enum name is the item's
-// own error. An error of r (such as *http.MaxBytesError) is wrapped.
+// decodeCheckRequest reads a POST /v1/check body from r as it arrives,
+// straight into protobuf items: it holds one token beyond what it has
+// decoded (see scanner), and refuses the 1,001st item before reading it,
+// so a body of many small items costs no more than a body of a thousand.
+// It is as strict as protobuf on the gRPC side, where encoding/json is
+// not: a repeated field, a field name in another case ("Key"), invalid
+// UTF-8 or an escaped lone UTF-16 surrogate is an error. Malformed JSON, a
+// wrong type, an unknown field or too many items is an error naming the
+// field; an unknown enum name is the item's own error. An error of r (such
+// as *http.MaxBytesError) is wrapped.
 func decodeCheckRequest(r io.Reader) (decodedRequest, error) {
-	dec := &decoder{Decoder: json.NewDecoder(r)}
-	dec.UseNumber()
-	d := decodedRequest{req: &pb.CheckRequest{}}
-	err := readObject(dec, "", []string{"requests", "all"}, func(name string) error {
-		if name == "all" {
-			return readValue(dec, "", "all", &d.req.All, parseBool)
+	s := newScanner(r)
+	top := loc{item: -1}
+	if _, err := s.next(top); err != nil {
+		if s.err == io.EOF {
+			return decodedRequest{}, errors.New("body: empty, want a JSON object")
 		}
-		return d.readItems(dec)
+		return decodedRequest{}, err
+	}
+	d := decodedRequest{req: &pb.CheckRequest{}}
+	err := s.object(top, bodyFields, func(i int) error {
+		if bodyFields[i] == "all" {
+			return readBool(s, top.at("all"), &d.req.All)
+		}
+		return d.readItems(s)
 	})
 	if err != nil {
 		return decodedRequest{}, err
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	if _, err := s.next(top); err == nil {
 		return decodedRequest{}, errors.New("body: unexpected data after the JSON value")
+	} else if s.err != io.EOF {
+		return decodedRequest{}, err
 	}
 	return d, nil
 }
 
+// bodyFields and itemFields are the field names of a request body and of
+// one of its items, exactly as they must be spelled.
+var (
+	bodyFields = []string{"requests", "all"}
+	itemFields = []string{"name", "key", "hits", "limit", "duration_ms", "algorithm", "burst",
+		"behavior", "reset", "created_at_ms", "charge_refused", "policy"}
+)
+
 // decodedRequest is a parsed body: the items that parsed, and for those
-// that parse as JSON but name an unknown enum, their errors by position.
+// that parse as JSON but name an unknown enum, their errors, in body
+// order.
 type decodedRequest struct {
 	req     *pb.CheckRequest
-	itemErr map[int]error // position in the body -> error
-	pos     []int         // position in the body of each item of req
+	itemErr []itemError
+	pos     []int // position in the body of each item of req
 }
 
-func (d *decodedRequest) readItems(dec *decoder) error {
-	if err := readDelim(dec, "requests", '['); err != nil {
-		return err
-	}
-	for i := 0; dec.More(); i++ {
+// itemError is the error of the item at position pos in the body.
+type itemError struct {
+	pos int
+	err error
+}
+
+func (d *decodedRequest) readItems(s *scanner) error {
+	var (
+		// Items are allocated a slab at a time (8, then as many as
+		// there are so far), not one by one; one that outlives the
+		// request (a forward in flight) keeps its slab alive meanwhile.
+		free         []pb.CheckItem
+		name, policy string // the last ones read, shared by the items that repeat them
+	)
+	return s.array(loc{item: -1, field: "requests"}, func(i int) error {
 		if i == service.MaxItems {
 			return fmt.Errorf("requests: more than %d items", service.MaxItems)
 		}
-		path := "requests[" + strconv.Itoa(i) + "]"
-		var it checkItemJSON
-		if err := readObject(dec, path, itemFields, func(name string) error { return it.read(dec, path, name) }); err != nil {
+		if len(free) == 0 {
+			free = make([]pb.CheckItem, min(max(i, 8), service.MaxItems-i))
+			d.req.Requests = slices.Grow(d.req.Requests, len(free))
+			d.pos = slices.Grow(d.pos, len(free))
+		}
+		item := &free[0]
+		r := itemReader{s: s, item: item, name: &name, policy: &policy}
+		l := loc{item: i}
+		if err := s.object(l, itemFields, func(f int) error { return r.read(l.at(itemFields[f]), f) }); err != nil {
 			return err
 		}
-		item, err := it.toProto()
-		if err != nil {
-			if d.itemErr == nil {
-				d.itemErr = make(map[int]error)
-			}
-			d.itemErr[i] = err
-			continue
+		free = free[1:]
+		if err := cmp.Or(r.algorithmErr, r.behaviorErr); err != nil {
+			d.itemErr = append(d.itemErr, itemError{i, err})
+			return nil
 		}
 		d.req.Requests = append(d.req.Requests, item)
 		d.pos = append(d.pos, i)
-	}
-	return readDelim(dec, "requests", ']')
+		return nil
+	})
 }
 
-// read reads the value of the item's field name; path is the item's.
-func (it *checkItemJSON) read(dec *decoder, path, name string) error {
-	switch name {
+// itemReader reads the fields of one item into item. An unknown enum name
+// is kept aside, for the item's own error once the item is read: it is not
+// an error of the body.
+type itemReader struct {
+	s                         *scanner
+	item                      *pb.CheckItem
+	name, policy              *string
+	algorithmErr, behaviorErr error
+}
+
+// read reads the value at l of the item's field itemFields[f].
+func (r *itemReader) read(l loc, f int) error {
+	s, it := r.s, r.item
+	switch itemFields[f] {
 	case "name":
-		return readValue(dec, path, name, &it.Name, parseString)
+		return readString(s, l, &it.Name, r.name)
 	case "key":
-		return readValue(dec, path, name, &it.Key, parseString)
-	case "hits":
-		return readValue(dec, path, name, &it.Hits, parseOptionalInt)
-	case "limit":
-		return readValue(dec, path, name, &it.Limit, parseInt)
-	case "duration_ms":
-		return readValue(dec, path, name, &it.DurationMs, parseInt)
-	case "algorithm":
-		return readValue(dec, path, name, &it.Algorithm, parseString)
-	case "burst":
-		return readValue(dec, path, name, &it.Burst, parseInt)
-	case "behavior":
-		return readValue(dec, path, name, &it.Behavior, parseString)
-	case "reset":
-		return readValue(dec, path, name, &it.Reset, parseBool)
-	case "created_at_ms":
-		return readValue(dec, path, name, &it.CreatedAtMs, parseInt)
-	case "charge_refused":
-		return readValue(dec, path, name, &it.ChargeRefused, parseBool)
+		return readString(s, l, &it.Key, nil)
 	case "policy":
-		return readValue(dec, path, name, &it.Policy, parseString)
-	}
-	return fmt.Errorf("%s: unknown field", joinPath(path, name)) // readObject lets only itemFields through
-}
-
-// readObject reads a JSON object, calling field for each of its names,
-// which must be one of known, spelled exactly, and appear once; field reads
-// the value.
-func readObject(dec *decoder, path string, known []string, field func(name string) error) error {
-	if err := readDelim(dec, path, '{'); err != nil {
-		return err
-	}
-	var seen []string
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return jsonError(path, err)
-		}
-		name, _ := tok.(string) // the decoder returns an object's names as strings
-		switch {
-		case !slices.Contains(known, name):
-			for _, k := range known {
-				if strings.EqualFold(k, name) {
-					return fmt.Errorf("%s: unknown field (names are case-sensitive: %q)", joinPath(path, name), k)
-				}
-			}
-			return fmt.Errorf("%s: unknown field", joinPath(path, name))
-		case slices.Contains(seen, name):
-			return fmt.Errorf("%s: repeated field", joinPath(path, name))
-		}
-		seen = append(seen, name)
-		if err := field(name); err != nil {
+		return readString(s, l, &it.Policy, r.policy)
+	case "hits":
+		var n int64
+		if isNull, err := readInt(s, l, &n); err != nil || isNull {
 			return err
 		}
-	}
-	return readDelim(dec, path, '}')
-}
-
-// readDelim reads the next token, which must be want.
-func readDelim(dec *decoder, path string, want json.Delim) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return jsonError(path, err)
-	}
-	if tok != want {
-		kinds := map[json.Delim]string{'{': "an object", '[': "an array", '}': "the object's end", ']': "the array's end"}
-		return fmt.Errorf("%s: want %s, got %s", joinPath(path, ""), kinds[want], tokenKind(tok))
-	}
-	return nil
-}
-
-// decoder is a json.Decoder with a buffer for one value, reused from
-// value to value.
-type decoder struct {
-	*json.Decoder
-	raw json.RawMessage
-}
-
-// readValue reads the value of the field name of the object at path and
-// parses it into dst; null leaves dst as it is, as encoding/json does.
-func readValue[T any](dec *decoder, path, name string, dst *T, parse func(raw []byte, dst *T) error) error {
-	if err := dec.Decode(&dec.raw); err != nil {
-		return jsonError(joinPath(path, name), err)
-	}
-	if string(dec.raw) == "null" {
+		it.Hits = &n
+		return nil
+	case "limit":
+		_, err := readInt(s, l, &it.Limit)
+		return err
+	case "duration_ms":
+		_, err := readInt(s, l, &it.DurationMs)
+		return err
+	case "burst":
+		_, err := readInt(s, l, &it.Burst)
+		return err
+	case "created_at_ms":
+		_, err := readInt(s, l, &it.CreatedAtMs)
+		return err
+	case "reset":
+		return readBool(s, l, &it.Reset_)
+	case "charge_refused":
+		return readBool(s, l, &it.ChargeRefused)
+	case "algorithm":
+		text, err := readText(s, l)
+		if err != nil || len(text) == 0 {
+			return err
+		}
+		a, ok := pb.Algorithm_value[string(text)]
+		if !ok { // not spelled as the enum: ParseKind ignores case
+			k, err := algorithms.ParseKind(string(text))
+			if err != nil {
+				r.algorithmErr = &service.FieldError{Field: "algorithm", Reason: err.Error()}
+				return nil
+			}
+			a = int32(k)
+		}
+		it.Algorithm = pb.Algorithm(a)
+		return nil
+	case "behavior":
+		text, err := readText(s, l)
+		if err != nil || len(text) == 0 {
+			return err
+		}
+		b, ok := pb.Behavior_value[string(text)]
+		if !ok {
+			if b, ok = pb.Behavior_value[strings.ToUpper(string(text))]; !ok {
+				r.behaviorErr = &service.FieldError{Field: "behavior", Reason: fmt.Sprintf("unknown behavior %q (want BATCHED, UNBATCHED, GLOBAL or LOCAL)", text)}
+				return nil
+			}
+		}
+		it.Behavior = pb.Behavior(b)
 		return nil
 	}
-	if err := parse(dec.raw, dst); err != nil {
-		return fmt.Errorf("%s: %w", joinPath(path, name), err)
+	return fmt.Errorf("%s: unknown field", l) // object lets only itemFields through
+}
+
+// readText reads the string at l, decoded and checked; it is valid until
+// the next read, and nil for null.
+func readText(s *scanner, l loc) ([]byte, error) {
+	kind, text, err := s.scalar(l)
+	switch {
+	case err != nil:
+		return nil, err
+	case kind == 'n':
+		return nil, nil
+	case kind != '"':
+		return nil, fmt.Errorf("%s: want string, got %s", l, kindOf(kind))
+	}
+	if text, err = decodeText(text); err != nil {
+		return nil, fmt.Errorf("%s: %w", l, err)
+	}
+	return text, nil
+}
+
+// readString reads the string at l into dst; null leaves dst as it is, as
+// encoding/json does. If last is not nil, it is the string read last into
+// this field of another item, which dst shares if it is the same.
+func readString(s *scanner, l loc, dst, last *string) error {
+	text, err := readText(s, l)
+	switch {
+	case err != nil || text == nil:
+		return err
+	case last != nil && string(text) == *last:
+		*dst = *last
+	default:
+		*dst = string(text)
+		if last != nil {
+			*last = *dst
+		}
 	}
 	return nil
 }
 
-func parseInt(raw []byte, dst *int64) error {
-	if kind := rawKind(raw); kind != "number" {
-		return fmt.Errorf("want int64, got %s", kind)
+// readInt reads the integer at l into dst, and reports whether it was
+// null, which leaves dst as it is.
+func readInt(s *scanner, l loc, dst *int64) (isNull bool, err error) {
+	kind, text, err := s.scalar(l)
+	switch {
+	case err != nil:
+		return false, err
+	case kind == 'n':
+		return true, nil
+	case kind == '"' || kind == '{' || kind == '[' || kind == 't' || kind == 'f':
+		return false, fmt.Errorf("%s: want int64, got %s", l, kindOf(kind))
 	}
-	n, err := strconv.ParseInt(string(raw), 10, 64)
+	n, err := strconv.ParseInt(string(text), 10, 64)
 	if err != nil {
-		return fmt.Errorf("want int64, got number %.40s", raw)
+		return false, fmt.Errorf("%s: want int64, got number %.40s", l, text)
 	}
 	*dst = n
-	return nil
+	return false, nil
 }
 
-func parseOptionalInt(raw []byte, dst **int64) error {
-	n := new(int64)
-	if err := parseInt(raw, n); err != nil {
+// readBool reads the bool at l into dst; null leaves dst as it is.
+func readBool(s *scanner, l loc, dst *bool) error {
+	kind, _, err := s.scalar(l)
+	switch {
+	case err != nil || kind == 'n':
 		return err
+	case kind != 't' && kind != 'f':
+		return fmt.Errorf("%s: want bool, got %s", l, kindOf(kind))
 	}
-	*dst = n
+	*dst = kind == 't'
 	return nil
 }
 
-func parseBool(raw []byte, dst *bool) error {
-	if kind := rawKind(raw); kind != "bool" {
-		return fmt.Errorf("want bool, got %s", kind)
-	}
-	*dst = raw[0] == 't'
-	return nil
-}
-
-func parseString(raw []byte, dst *string) error {
-	if kind := rawKind(raw); kind != "string" {
-		return fmt.Errorf("want string, got %s", kind)
-	}
-	s, err := unquote(raw)
-	if err != nil {
-		return err
-	}
-	*dst = s
-	return nil
-}
-
-// unquote decodes a JSON string whose syntax the decoder has checked.
-// encoding/json would replace invalid UTF-8 and escaped lone surrogates
-// with U+FFFD, so that two different keys could name one counter; unquote
-// refuses them, as protobuf refuses invalid UTF-8.
-func unquote(raw []byte) (string, error) {
-	s := raw[1 : len(raw)-1]
+// decodeText decodes the contents s of a JSON string, whose syntax the
+// scanner has checked: s itself if it holds no escapes, a new slice if it
+// does. encoding/json would replace invalid UTF-8 and escaped lone
+// surrogates with U+FFFD, so that two different keys could name one
+// counter; decodeText refuses them, as protobuf refuses invalid UTF-8.
+func decodeText(s []byte) ([]byte, error) {
 	if !utf8.Valid(s) {
-		return "", errors.New("invalid UTF-8")
+		return nil, errors.New("invalid UTF-8")
 	}
 	if bytes.IndexByte(s, '\\') < 0 {
-		return string(s), nil
+		return s, nil
 	}
 	b := make([]byte, 0, len(s))
 	for i := 0; i < len(s); {
@@ -247,16 +286,16 @@ func unquote(raw []byte) (string, error) {
 		i += 6
 		if utf16.IsSurrogate(r) {
 			if i+6 > len(s) || s[i] != '\\' || s[i+1] != 'u' {
-				return "", errors.New("invalid UTF-16: a lone surrogate escape")
+				return nil, errors.New("invalid UTF-16: a lone surrogate escape")
 			}
 			if r = utf16.DecodeRune(r, hex4(s[i+2:i+6])); r == utf8.RuneError {
-				return "", errors.New("invalid UTF-16: a lone surrogate escape")
+				return nil, errors.New("invalid UTF-16: a lone surrogate escape")
 			}
 			i += 6
 		}
 		b = utf8.AppendRune(b, r)
 	}
-	return string(b), nil
+	return b, nil
 }
 
 // unescape returns the byte a one-letter JSON escape stands for.
@@ -276,7 +315,7 @@ func unescape(c byte) byte {
 	return c // '"', '\\' and '/' stand for themselves
 }
 
-// hex4 decodes four hex digits, which the decoder has checked.
+// hex4 decodes four hex digits, which the scanner has checked.
 func hex4(h []byte) rune {
 	var r rune
 	for _, c := range h {
@@ -291,64 +330,4 @@ func hex4(h []byte) rune {
 		r = r<<4 | rune(c)
 	}
 	return r
-}
-
-// rawKind names the kind of a JSON value by its first byte.
-func rawKind(raw []byte) string {
-	switch raw[0] {
-	case '"':
-		return "string"
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case 't', 'f':
-		return "bool"
-	case 'n':
-		return "null"
-	}
-	return "number"
-}
-
-// tokenKind names the kind of a token of json.Decoder.Token.
-func tokenKind(tok json.Token) string {
-	switch tok := tok.(type) {
-	case json.Delim:
-		return map[json.Delim]string{'{': "object", '[': "array", '}': "'}'", ']': "']'"}[tok]
-	case string:
-		return "string"
-	case json.Number:
-		return "number"
-	case bool:
-		return "bool"
-	}
-	return "null"
-}
-
-func joinPath(path, field string) string {
-	switch {
-	case path == "" && field == "":
-		return "body"
-	case path == "":
-		return field
-	case field == "":
-		return path
-	}
-	return path + "." + field
-}
-
-// jsonError names the place of a decoder's error: malformed JSON, a body
-// that ends early, or the reader's own error (wrapped).
-func jsonError(path string, err error) error {
-	at := joinPath(path, "")
-	var syntaxErr *json.SyntaxError
-	switch {
-	case errors.As(err, &syntaxErr):
-		return fmt.Errorf("%s: malformed JSON at byte %d: %v", at, syntaxErr.Offset, err)
-	case err == io.EOF && path == "":
-		return errors.New("body: empty, want a JSON object")
-	case err == io.EOF, errors.Is(err, io.ErrUnexpectedEOF):
-		return fmt.Errorf("%s: malformed JSON: ends too early", at)
-	}
-	return fmt.Errorf("%s: %w", at, err)
 }

@@ -16,15 +16,15 @@ import (
 	"github.com/ringlimit/ringlimit/service"
 )
 
-// serveGRPC serves s's gRPC faces on loopback until the test ends, and
-// returns a connection to them.
-func serveGRPC(t *testing.T, s *Server) *grpc.ClientConn {
+// serveGRPC serves s's gRPC faces on loopback, on a grpc.Server of opts,
+// until the test ends, and returns a connection to them.
+func serveGRPC(t testing.TB, s *Server, opts ...grpc.ServerOption) *grpc.ClientConn {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	s.RegisterGRPC(srv)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)

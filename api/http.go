@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -61,8 +62,21 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	if by := decidedBy(resp); by != "" {
 		w.Header().Set(DecidedByHeader, by)
 	}
-	writeJSON(w, http.StatusOK, encodeCheckResponse(d, resp))
+	buf := s.bufs.Get().(*[]byte)
+	*buf = appendCheckResponse((*buf)[:0], d, resp)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(*buf)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(*buf)
+	if cap(*buf) <= maxPooledBytes {
+		s.bufs.Put(buf)
+	}
 }
+
+// maxPooledBytes bounds the buffers Server.bufs keeps: one of 100 results
+// takes about 13 KB, one of a thousand results with long errors can take
+// 1 MB, which is better left to the garbage collector.
+const maxPooledBytes = 64 << 10
 
 func (s *Server) handleMembers(w http.ResponseWriter, _ *http.Request) {
 	members := []Member{}

@@ -1,117 +1,151 @@
 package api
 
 import (
-	"fmt"
-	"strings"
+	"maps"
+	"slices"
+	"strconv"
+	"unicode/utf8"
 
-	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
-	"github.com/ringlimit/ringlimit/service"
 )
 
-// The JSON shapes of POST /v1/check: snake_case keys, JSON numbers, enums
-// by name. They are written out here rather than produced by protojson,
-// which would print 64-bit numbers as strings.
+// The JSON answer of POST /v1/check: snake_case keys, JSON numbers, enums
+// by name, written out here rather than produced by protojson (which would
+// print 64-bit numbers as strings) or by encoding/json (which spends most
+// of its time in reflection). The bytes are exactly what encoding/json
+// writes for the structs in json_test.go, which pin the shape:
+//
+//	{"responses":[{"status":"UNDER_LIMIT","limit":10,"remaining":9,"reset_time_ms":1,
+//	  "retry_after_ms":0,"delay_ms":0,"error":"...","error_code":"...","metadata":{...}}]}
+//
+// with error, error_code and metadata left out when empty.
 
-// checkItemJSON is one item of a request body, as decodeCheckRequest reads
-// it.
-type checkItemJSON struct {
-	Name          string
-	Key           string
-	Hits          *int64
-	Limit         int64
-	DurationMs    int64
-	Algorithm     string
-	Burst         int64
-	Behavior      string
-	Reset         bool
-	CreatedAtMs   int64
-	ChargeRefused bool // see CheckItem in ringlimit.proto
-	Policy        string
-}
-
-// itemFields are the field names of a check item, exactly as they must be
-// spelled.
-var itemFields = []string{"name", "key", "hits", "limit", "duration_ms", "algorithm", "burst",
-	"behavior", "reset", "created_at_ms", "charge_refused", "policy"}
-
-type checkResponseJSON struct {
-	Responses []checkResultJSON `json:"responses"`
-}
-
-type checkResultJSON struct {
-	Status       string            `json:"status"`
-	Limit        int64             `json:"limit"`
-	Remaining    int64             `json:"remaining"`
-	ResetTimeMs  int64             `json:"reset_time_ms"`
-	RetryAfterMs int64             `json:"retry_after_ms"`
-	DelayMs      int64             `json:"delay_ms"`
-	Error        string            `json:"error,omitempty"`
-	ErrorCode    string            `json:"error_code,omitempty"`
-	Metadata     map[string]string `json:"metadata,omitempty"`
-}
-
-func (it *checkItemJSON) toProto() (*pb.CheckItem, error) {
-	item := &pb.CheckItem{
-		Name:          it.Name,
-		Key:           it.Key,
-		Hits:          it.Hits,
-		Limit:         it.Limit,
-		DurationMs:    it.DurationMs,
-		Burst:         it.Burst,
-		Reset_:        it.Reset,
-		CreatedAtMs:   it.CreatedAtMs,
-		ChargeRefused: it.ChargeRefused,
-		Policy:        it.Policy,
-	}
-	if it.Algorithm != "" {
-		a, err := algorithms.ParseKind(it.Algorithm)
-		if err != nil {
-			return nil, &service.FieldError{Field: "algorithm", Reason: err.Error()}
+// appendCheckResponse appends the answer to d to b: resp's results back
+// at their body positions, next to the items that failed to parse, and a
+// newline.
+func appendCheckResponse(b []byte, d decodedRequest, resp *pb.CheckResponse) []byte {
+	b = append(b, `{"responses":[`...)
+	results, errs := resp.GetResponses(), d.itemErr
+	for p := range len(d.pos) + len(d.itemErr) {
+		if p > 0 {
+			b = append(b, ',')
 		}
-		item.Algorithm = pb.Algorithm(a)
-	}
-	if it.Behavior != "" {
-		b, ok := pb.Behavior_value[strings.ToUpper(it.Behavior)]
-		if !ok {
-			return nil, &service.FieldError{Field: "behavior", Reason: fmt.Sprintf("unknown behavior %q (want BATCHED, UNBATCHED, GLOBAL or LOCAL)", it.Behavior)}
+		if len(errs) > 0 && errs[0].pos == p {
+			b = appendItemError(b, errs[0].err)
+			errs = errs[1:]
+			continue
 		}
-		item.Behavior = pb.Behavior(b)
+		var r *pb.CheckResult
+		if len(results) > 0 {
+			r, results = results[0], results[1:]
+		}
+		b = appendResult(b, r)
 	}
-	return item, nil
+	return append(b, "]}\n"...)
 }
 
-// encodeCheckResponse puts resp's results back at their body positions,
-// next to the items that failed to parse.
-func encodeCheckResponse(d decodedRequest, resp *pb.CheckResponse) checkResponseJSON {
-	out := checkResponseJSON{Responses: make([]checkResultJSON, len(d.pos)+len(d.itemErr))}
-	for i, err := range d.itemErr {
-		out.Responses[i] = checkResultJSON{
-			Status:       pb.Status_OVER_LIMIT.String(),
-			RetryAfterMs: -1,
-			Error:        err.Error(),
-			ErrorCode:    pb.ErrorCode_INVALID_ARGUMENT.String(),
+// appendResult appends the JSON of one result (nil as the zero result).
+func appendResult(b []byte, r *pb.CheckResult) []byte {
+	b = append(b, `{"status":"`...)
+	b = append(b, r.GetStatus().String()...)
+	b = append(b, `","limit":`...)
+	b = strconv.AppendInt(b, r.GetLimit(), 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendInt(b, r.GetRemaining(), 10)
+	b = append(b, `,"reset_time_ms":`...)
+	b = strconv.AppendInt(b, r.GetResetTimeMs(), 10)
+	b = append(b, `,"retry_after_ms":`...)
+	b = strconv.AppendInt(b, r.GetRetryAfterMs(), 10)
+	b = append(b, `,"delay_ms":`...)
+	b = strconv.AppendInt(b, r.GetDelayMs(), 10)
+	if r.GetError() != "" {
+		b = append(b, `,"error":`...)
+		b = appendString(b, r.GetError())
+	}
+	if r.GetErrorCode() != pb.ErrorCode_OK {
+		b = append(b, `,"error_code":"`...)
+		b = append(b, r.GetErrorCode().String()...)
+		b = append(b, '"')
+	}
+	if md := r.GetMetadata(); len(md) > 0 {
+		b = append(b, `,"metadata":{`...)
+		for i, k := range slices.Sorted(maps.Keys(md)) { // encoding/json sorts a map's keys
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, k)
+			b = append(b, ':')
+			b = appendString(b, md[k])
 		}
+		b = append(b, '}')
 	}
-	for j, r := range resp.GetResponses() {
-		out.Responses[d.pos[j]] = resultJSON(r)
-	}
-	return out
+	return append(b, '}')
 }
 
-func resultJSON(r *pb.CheckResult) checkResultJSON {
-	res := checkResultJSON{
-		Status:       r.Status.String(),
-		Limit:        r.Limit,
-		Remaining:    r.Remaining,
-		ResetTimeMs:  r.ResetTimeMs,
-		RetryAfterMs: r.RetryAfterMs,
-		DelayMs:      r.DelayMs,
-		Error:        r.Error,
-		Metadata:     r.Metadata,
+// appendItemError appends the result of an item that parsed as JSON but
+// not as a check: refused, with its error.
+func appendItemError(b []byte, err error) []byte {
+	b = append(b, `{"status":"`...)
+	b = append(b, pb.Status_OVER_LIMIT.String()...)
+	b = append(b, `","limit":0,"remaining":0,"reset_time_ms":0,"retry_after_ms":-1,"delay_ms":0,"error":`...)
+	b = appendString(b, err.Error())
+	b = append(b, `,"error_code":"`...)
+	b = append(b, pb.ErrorCode_INVALID_ARGUMENT.String()...)
+	return append(b, `"}`...)
+}
+
+// appendString appends s as a JSON string, escaped as encoding/json
+// escapes it: '"', '\\' and control characters; '<', '>' and '&', so that
+// the answer is safe to embed in HTML; U+2028 and U+2029, which
+// JavaScript takes for line ends; and each byte of invalid UTF-8 as
+// U+FFFD, so that the answer is valid UTF-8 whatever s holds.
+func appendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0 // s[start:i] is still to append, as it is
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
 	}
-	if r.ErrorCode != pb.ErrorCode_OK {
-		res.ErrorCode = r.ErrorCode.String()
-	}
-	return res
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }

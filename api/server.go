@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,6 +64,7 @@ type Server struct {
 	conf    Config
 	latency *prometheus.HistogramVec
 	ring    atomic.Pointer[ringID] // the last ring seen, with its fingerprint
+	bufs    sync.Pool              // *[]byte: JSON answers are written in these
 }
 
 // New returns a Server. It starts nothing: the caller registers it on a
@@ -76,6 +78,7 @@ func New(conf Config) *Server {
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"interface"}),
 	}
+	s.bufs.New = func() any { return new([]byte) }
 	if conf.Registerer != nil {
 		conf.Registerer.MustRegister(s.latency)
 	}

@@ -11,6 +11,8 @@ echo "== counter store vs one sync.Mutex + map; memory per key"
 go test -run '^$' -bench 'Store|MutexMap|MemoryPerKey' -benchmem ./limiter
 echo "== a node's own work per request, no transport"
 go test -run '^$' -bench 'Check' -benchmem -count 3 ./service
+echo "== HTTP/JSON vs gRPC over loopback, one request at a time"
+go test -run '^$' -bench 'Faces' -benchmem -count 3 ./api
 echo "== Envoy's rate limit service vs the native check of the same work"
 go test -run '^$' -bench 'RLSVersusNative' -benchmem -count 5 ./rls
 echo "== ring lookup"
