@@ -1,5 +1,5 @@
 # The README's commands. `make test` is what CI runs.
-.PHONY: test e2e chaos generate bench fuzz image cluster cluster-down
+.PHONY: test e2e chaos generate bench plots fuzz image cluster cluster-down
 
 test:
 	go test -race ./...
@@ -22,6 +22,15 @@ generate:
 # only Go. Takes about five minutes; results go to bench.out.
 bench:
 	scripts/bench.sh | tee bench.out
+
+# The charts in docs/bench/ (see BENCHMARKS.md): one rlnode and one
+# redis-server on loopback, checks/s and p99 of one check a call at 1 to 64
+# concurrent callers, through the Go client, gRPC, HTTP and Redis+Lua;
+# 3s a run, about two minutes in all. Needs redis-server. tools/plots is
+# its own module, so that its plotting library stays out of go.mod.
+plots:
+	go build -o build/rlnode ./cmd/rlnode
+	cd tools/plots && go run . -rlnode ../../build/rlnode -out ../../docs/bench
 
 # Each fuzz target for FUZZTIME (10s by default: make fuzz FUZZTIME=5m for
 # longer). Their seed corpora already run as unit tests in `make test`;

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is what one run of the program measures, and where it writes.
+type config struct {
+	RLNode      string        // the rlnode binary
+	RedisServer string        // the redis-server binary
+	Out         string        // directory for results.json and the PNGs
+	From        string        // a results.json to draw from, instead of measuring
+	Concurrency []int         // concurrent callers at each step, ascending
+	Duration    time.Duration // each run's longest
+	Count       int64         // each run's most calls
+	Keys        int           // distinct keys bench:0 .. bench:<Keys-1>
+	Timeout     time.Duration // one call's longest
+}
+
+// parseConfig reads the flags in args; usage and errors go to output.
+func parseConfig(args []string, output io.Writer) (config, error) {
+	fs := flag.NewFlagSet("plots", flag.ContinueOnError)
+	fs.SetOutput(output)
+	fs.Usage = func() {
+		fmt.Fprint(output, `Usage: go run . -rlnode PATH [flags]
+
+Starts one rlnode and one redis-server on free loopback ports, measures
+checks per second and p99 latency at each -concurrency through the Go
+client's Allow, raw gRPC, HTTP (rlnode bench --json) and go-redis/redis_rate,
+and writes results.json, checks-per-second.png and p99.png to -out.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	var c config
+	fs.StringVar(&c.RLNode, "rlnode", "", "the rlnode binary to start, and to run rlnode bench with (required unless -from)")
+	fs.StringVar(&c.RedisServer, "redis-server", "redis-server", "the redis-server binary (apt-get install redis-server)")
+	fs.StringVar(&c.Out, "out", "../../docs/bench", "directory for results.json and the charts")
+	fs.StringVar(&c.From, "from", "", "draw the charts from this results.json instead of measuring")
+	levels := fs.String("concurrency", "1,2,4,8,16,32,64", "comma-separated concurrent callers, one run of each mode at each")
+	fs.DurationVar(&c.Duration, "duration", 3*time.Second, "each run stops after this long")
+	fs.Int64Var(&c.Count, "count", 1_000_000, "each run stops after this many calls")
+	fs.IntVar(&c.Keys, "keys", 10_000, "distinct keys")
+	fs.DurationVar(&c.Timeout, "timeout", 5*time.Second, "give up on one call after this long")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var err error
+	if c.Concurrency, err = parseLevels(*levels); err != nil {
+		return config{}, fmt.Errorf("-concurrency: %w", err)
+	}
+	switch {
+	case c.From == "" && c.RLNode == "":
+		return config{}, errors.New("-rlnode: no binary given (make plots builds one)")
+	case c.Duration <= 0:
+		return config{}, fmt.Errorf("-duration: %v, want > 0", c.Duration)
+	case c.Count <= 0 || c.Count > maxCount:
+		return config{}, fmt.Errorf("-count: %d, want 1 to %d", c.Count, maxCount)
+	case c.Keys <= 0:
+		return config{}, fmt.Errorf("-keys: %d, want > 0", c.Keys)
+	case c.Timeout <= 0:
+		return config{}, fmt.Errorf("-timeout: %v, want > 0", c.Timeout)
+	case c.Out == "":
+		return config{}, errors.New("-out: empty directory")
+	}
+	return c, nil
+}
+
+// maxCount bounds a run's calls, and so the memory of the Redis load,
+// which keeps every call's latency: 8 bytes a call.
+const maxCount = 10_000_000
+
+// maxLevel bounds a concurrency level: each caller is a goroutine and a
+// connection, and rlnode bench's own workers are as many.
+const maxLevel = 4096
+
+// parseLevels parses a comma-separated list of concurrency levels, each
+// 1 to maxLevel, and returns them ascending, without repeats.
+func parseLevels(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > maxLevel {
+			return nil, fmt.Errorf("%q, want a number from 1 to %d", f, maxLevel)
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseConfig(t *testing.T) {
+	c, err := parseConfig([]string{"-rlnode", "bin/rlnode", "-concurrency", "8, 1,2,8", "-duration", "1s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(c.Concurrency, []int{1, 2, 8}) || c.Duration != time.Second || c.Keys != 10_000 {
+		t.Errorf("parseConfig = %+v", c)
+	}
+	if _, err := parseConfig([]string{"-from", "results.json"}, io.Discard); err != nil {
+		t.Errorf("-from without -rlnode: %v, want no error", err)
+	}
+}
+
+func TestParseConfigBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "-rlnode: no binary"},
+		{[]string{"-rlnode", "x", "-concurrency", "1,,2"}, "-concurrency: \"\""},
+		{[]string{"-rlnode", "x", "-concurrency", "0"}, "-concurrency: \"0\", want a number from 1 to 4096"},
+		{[]string{"-rlnode", "x", "-concurrency", "5000"}, "-concurrency: \"5000\""},
+		{[]string{"-rlnode", "x", "-duration", "0s"}, "-duration: 0s"},
+		{[]string{"-rlnode", "x", "-count", "0"}, "-count: 0, want 1 to 10000000"},
+		{[]string{"-rlnode", "x", "-count", "10000001"}, "-count: 10000001"},
+		{[]string{"-rlnode", "x", "-keys", "-1"}, "-keys: -1"},
+		{[]string{"-rlnode", "x", "-timeout", "0s"}, "-timeout: 0s"},
+		{[]string{"-rlnode", "x", "-out", ""}, "-out: empty"},
+		{[]string{"-rlnode", "x", "extra"}, `unexpected argument "extra"`},
+	} {
+		_, err := parseConfig(tc.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseConfig(%q): %v, want an error with %q", tc.args, err, tc.want)
+		}
+	}
+}

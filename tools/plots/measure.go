@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+)
+
+// stopGrace is how long a server has to exit after SIGTERM before it is
+// killed; rlnode runs with --shutdown-timeout 2s.
+const stopGrace = 5 * time.Second
+
+// measure starts one rlnode and one redis-server, runs every mode at
+// every concurrency level (the modes one after another at each level, so
+// that a noisy minute on the shared machine touches all of them), and
+// stops both servers before it returns. Progress goes to log.
+func measure(ctx context.Context, conf config, log io.Writer) (results, error) {
+	res := results{
+		Started: time.Now().UTC(), Go: runtime.Version(), CPUs: runtime.NumCPU(),
+		DurationS: conf.Duration.Seconds(), Count: conf.Count, Keys: conf.Keys,
+	}
+	rp, redisAddr, err := startRedis(ctx, conf.RedisServer)
+	if err != nil {
+		return results{}, fmt.Errorf("-redis-server: %w", err)
+	}
+	defer rp.stop(stopGrace)
+	n, err := startNode(ctx, conf.RLNode)
+	if err != nil {
+		return results{}, fmt.Errorf("-rlnode: %w", err)
+	}
+	defer n.stop(stopGrace)
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: conf.Concurrency[len(conf.Concurrency)-1]})
+	defer rdb.Close()
+	lim := redis_rate.NewLimiter(rdb)
+
+	for _, c := range conf.Concurrency {
+		for _, m := range modes {
+			var raw []byte
+			if m.Protocol == "" {
+				raw, err = measureRedis(ctx, lim, rdb, load{
+					Concurrency: c, Duration: conf.Duration, Count: conf.Count, Keys: conf.Keys, Timeout: conf.Timeout,
+				})
+			} else {
+				raw, err = runBench(ctx, conf, n, m, c)
+			}
+			if err != nil {
+				return results{}, fmt.Errorf("%s at concurrency %d: %w", m.Name, c, err)
+			}
+			rep, err := decodeReport(raw)
+			if err != nil {
+				return results{}, fmt.Errorf("%s at concurrency %d: report: %w", m.Name, c, err)
+			}
+			fmt.Fprintf(log, "%-6s concurrency %3d: %8.0f checks/s  p99 %8.1fµs  errors %d %s\n",
+				m.Name, c, rep.ChecksPerSec, rep.LatencyUs.P99, rep.Errors, rep.FirstError)
+			res.Runs = append(res.Runs, run{Mode: m.Name, Concurrency: c, Report: raw})
+		}
+	}
+	return res, nil
+}
+
+// runBench runs `rlnode bench --json` against n in mode m with c workers
+// and returns its report. rlnode bench exits 2 when a check failed, and
+// still reports: such a report is kept (its errors say so); no report is
+// an error. The subprocess is killed if it outlives its run by a minute.
+func runBench(ctx context.Context, conf config, n *node, m mode, c int) ([]byte, error) {
+	addr := n.GRPC
+	if m.Protocol == "http" {
+		addr = n.HTTP
+	}
+	args := []string{"bench", "--json", "--addr", addr, "--metrics", n.HTTP, "--protocol", m.Protocol,
+		"--concurrency", strconv.Itoa(c), "--duration", conf.Duration.String(),
+		"--count", strconv.FormatInt(conf.Count, 10), "--keys", strconv.Itoa(conf.Keys),
+		"--algorithm", "GCRA", "--limit", "1000000", "--period", "1s", "--timeout", conf.Timeout.String()}
+	if m.Client {
+		args = append(args, "--client")
+	}
+	ctx, cancel := context.WithTimeout(ctx, conf.Duration+time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, conf.RLNode, args...)
+	var stdout bytes.Buffer
+	stderr := &tail{}
+	cmd.Stdout, cmd.Stderr = &stdout, stderr
+	cmd.SysProcAttr = sysProcAttr()
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("rlnode bench: %w", ctx.Err())
+	}
+	if err != nil && !json.Valid(stdout.Bytes()) {
+		return nil, fmt.Errorf("rlnode %s: %w: %s", strings.Join(args, " "), err, stderr)
+	}
+	return bytes.TrimSpace(stdout.Bytes()), nil
+}
+
+// measureRedis runs the Redis load l and returns its report, with the
+// server's CPU per answered check.
+func measureRedis(ctx context.Context, lim *redis_rate.Limiter, rdb *redis.Client, l load) ([]byte, error) {
+	cpu0, err := redisCPU(ctx, rdb)
+	if err != nil {
+		return nil, err
+	}
+	rep := redisLoad(ctx, lim, l)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	cpu1, err := redisCPU(ctx, rdb)
+	if err != nil {
+		return nil, err
+	}
+	if rep.Answered > 0 {
+		us := µs(cpu1-cpu0) / float64(rep.Answered)
+		rep.CPUUsPerCheck = &us
+	}
+	return json.Marshal(rep)
+}

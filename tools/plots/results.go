@@ -1,0 +1,174 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"time"
+)
+
+// mode is one way of asking for checks: one line on each chart.
+type mode struct {
+	Name     string // its key in results.json
+	Label    string // its name in the charts' legends
+	Protocol string // rlnode bench --protocol; "" for the Redis load, which this program drives
+	Client   bool   // rlnode bench --client: the Go client's Allow, which batches concurrent calls
+}
+
+// modes are the lines of the charts, in legend order. Each checks one key
+// a call.
+var modes = []mode{
+	{Name: "client", Label: "ringlimit, Go client Allow (batching)", Protocol: "grpc", Client: true},
+	{Name: "grpc", Label: "ringlimit, gRPC, 1 check a request", Protocol: "grpc"},
+	{Name: "http", Label: "ringlimit, HTTP/JSON, 1 check a request", Protocol: "http"},
+	{Name: "redis", Label: "Redis + Lua (go-redis/redis_rate)"},
+}
+
+// reportSchema is the version of `rlnode bench --json` this program reads.
+const reportSchema = 1
+
+// report is the part of `rlnode bench --json` (schema 1, keys as the
+// README documents them) that the charts and the progress lines use.
+// The Redis load fills in the same keys with the same meanings.
+type report struct {
+	Schema       int       `json:"schema"`
+	Seconds      float64   `json:"seconds"`
+	Requests     int64     `json:"requests"` // calls, failed ones included
+	Answered     int64     `json:"answered"` // checks admitted or refused
+	Admitted     int64     `json:"admitted"`
+	Refused      int64     `json:"refused"`
+	Errors       int64     `json:"errors"`
+	ChecksPerSec float64   `json:"checks_per_sec"` // answered per second
+	LatencyUs    latencyUs `json:"latency_us"`     // of a call
+	// CPUUsPerCheck is the server's CPU in µs per answered check; nil
+	// when unknown.
+	CPUUsPerCheck *float64 `json:"cpu_us_per_check"`
+	FirstError    string   `json:"first_error"`
+}
+
+// latencyUs is a run's latency percentiles in µs.
+type latencyUs struct {
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p999"`
+	Max  float64 `json:"max"`
+}
+
+// decodeReport reads one run's report and checks its schema.
+func decodeReport(raw []byte) (report, error) {
+	var r report
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return report{}, err
+	}
+	if r.Schema != reportSchema {
+		return report{}, fmt.Errorf("schema: %d, want %d", r.Schema, reportSchema)
+	}
+	return r, nil
+}
+
+// results is what results.json holds: how the runs were made, and each
+// run's report as it came (rlnode bench's JSON verbatim; the Redis
+// load's in the same keys).
+type results struct {
+	Started   time.Time `json:"started"` // UTC
+	Go        string    `json:"go"`      // the Go version this program was built with
+	CPUs      int       `json:"cpus"`    // of the machine, which servers and load shared
+	DurationS float64   `json:"duration_s"`
+	Count     int64     `json:"count"`
+	Keys      int       `json:"keys"`
+	Runs      []run     `json:"runs"`
+}
+
+// run is one mode at one concurrency.
+type run struct {
+	Mode        string          `json:"mode"` // a mode's Name
+	Concurrency int             `json:"concurrency"`
+	Report      json.RawMessage `json:"report"`
+}
+
+// series is one mode's points, by ascending concurrency.
+type series struct {
+	Mode   mode
+	Points []point
+}
+
+// point is what the charts show of one run.
+type point struct {
+	Concurrency  int
+	ChecksPerSec float64
+	P99Ms        float64
+}
+
+// seriesOf sorts runs into one series a mode, in the order of modes,
+// leaving out the modes without runs. A run that answered nothing has no
+// latency or rate to draw and is left out too.
+func seriesOf(runs []run) ([]series, error) {
+	byMode := map[string][]point{}
+	for i, r := range runs {
+		if !slices.ContainsFunc(modes, func(m mode) bool { return m.Name == r.Mode }) {
+			return nil, fmt.Errorf("runs[%d].mode: unknown mode %q", i, r.Mode)
+		}
+		if r.Concurrency < 1 {
+			return nil, fmt.Errorf("runs[%d].concurrency: %d, want > 0", i, r.Concurrency)
+		}
+		if slices.ContainsFunc(byMode[r.Mode], func(p point) bool { return p.Concurrency == r.Concurrency }) {
+			return nil, fmt.Errorf("runs[%d]: a second %s run at concurrency %d", i, r.Mode, r.Concurrency)
+		}
+		rep, err := decodeReport(r.Report)
+		if err != nil {
+			return nil, fmt.Errorf("runs[%d].report: %w", i, err)
+		}
+		if rep.Answered == 0 {
+			continue
+		}
+		byMode[r.Mode] = append(byMode[r.Mode], point{
+			Concurrency: r.Concurrency, ChecksPerSec: rep.ChecksPerSec, P99Ms: rep.LatencyUs.P99 / 1000,
+		})
+	}
+	var out []series
+	for _, m := range modes {
+		ps := byMode[m.Name]
+		if len(ps) == 0 {
+			continue
+		}
+		slices.SortFunc(ps, func(a, b point) int { return a.Concurrency - b.Concurrency })
+		out = append(out, series{Mode: m, Points: ps})
+	}
+	return out, nil
+}
+
+// maxResults bounds the size of a results.json that -from reads.
+const maxResults = 16 << 20
+
+// readResults reads a results.json.
+func readResults(path string) (results, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return results{}, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxResults+1))
+	if err != nil {
+		return results{}, err
+	}
+	if len(b) > maxResults {
+		return results{}, fmt.Errorf("%s: larger than %d bytes", path, maxResults)
+	}
+	var res results
+	if err := json.Unmarshal(b, &res); err != nil {
+		return results{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return res, nil
+}
+
+// writeResults writes res to path as indented JSON.
+func writeResults(path string, res results) error {
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
