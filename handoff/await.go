@@ -29,6 +29,9 @@ import (
 // saw. A node that had seen only itself (it has just started, or was
 // alone) takes the ring without itself as the previous one: a node that
 // restarts under its name finds its keys with whoever held them meanwhile.
+// Rather than wait, the service relays a check whose counter has not
+// arrived to that member (see Pending), which decides it on the counter
+// it still holds if it has not seen the change yet.
 
 // waits are the keys of one ring this node waits for, by partition. A
 // newer ring's waits replace them, and release them.
@@ -116,6 +119,28 @@ func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) {
 		}
 		return
 	}
+}
+
+// Pending returns the member this node waits for, in ring r, to hand over
+// key's counter (see Await), without waiting: the key's previous owner,
+// which holds the counter until its hand-off, if this node owns key in r
+// and that member has not said it is done.
+func (n *Node) Pending(r *ring.Ring, key string) (ring.Member, bool) {
+	if n.wait <= 0 {
+		return ring.Member{}, false
+	}
+	w := n.waits.Load()
+	if w.ring != r {
+		w = n.waitsFor(r)
+	}
+	if w.open.Load() == 0 {
+		return ring.Member{}, false
+	}
+	s := w.parts[ring.Partition(key)]
+	if s == nil || s.released() {
+		return ring.Member{}, false
+	}
+	return w.ring.Member(s.name)
 }
 
 // HandOffDone takes member from's word that it has handed this node every

@@ -161,11 +161,20 @@ func (r *Ring) Without(name string) *Ring {
 
 // Has reports whether a member named name is in the ring.
 func (r *Ring) Has(name string) bool {
-	if r == nil {
-		return false
-	}
-	_, ok := slices.BinarySearchFunc(r.members, name, func(m Member, n string) int { return cmp.Compare(m.Name, n) })
+	_, ok := r.Member(name)
 	return ok
+}
+
+// Member returns the member named name, if it is in the ring.
+func (r *Ring) Member(name string) (Member, bool) {
+	if r == nil {
+		return Member{}, false
+	}
+	i, ok := slices.BinarySearchFunc(r.members, name, func(m Member, n string) int { return cmp.Compare(m.Name, n) })
+	if !ok {
+		return Member{}, false
+	}
+	return r.members[i], true
 }
 
 // Members returns a copy of the ring's members, sorted by Name.

@@ -52,12 +52,13 @@ func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, mayRel
 			}
 			continue
 		}
-		c.ring = r
+		c.ring, c.landed = r, !mayRelay
 		for j := range c.owners {
 			c.owners[j] = self
 			if mayRelay && (leaving || s.elsewhere(c, j, r, self.Name)) {
-				c.owners[j], _ = r.Owner(c.reqs[j].Key) // the last node of the cluster has none: it decides
-				c.relay = true
+				if owner, ok := r.Owner(c.reqs[j].Key); ok { // the last node of the cluster has none: it decides
+					c.relayTo(j, owner)
+				}
 			}
 		}
 		s.decide(ctx, c, every(len(c.reqs)))

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"testing/synctest"
@@ -48,61 +47,74 @@ func spendAll(t *testing.T, s *Service, item *pb.CheckItem) {
 	}
 }
 
-// TestJoinedOwnerWaitsForTheCounter: when a node joins, checks for the
-// keys it takes over wait for their previous owner to hand the counter
-// over, rather than start again from an empty one: a key spent before the
-// join stays spent, with no hit admitted in between.
-func TestJoinedOwnerWaitsForTheCounter(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		c, svcs := newFakeClusterWith(3, func(int) Config { return Config{HandOffWait: time.Minute} })
-		full := c.ring
-		c.ring = full.Without("node-2")
-		startAlone(c, svcs[2], 2)
-		key, prev := keyMovingTo(t, full, c.ring, "node-2")
-		item := &pb.CheckItem{Name: "api", Key: key, Limit: 5, DurationMs: 3_600_000}
-		spendAll(t, svcs[0], item)
+// joined returns a 3-node fake cluster in which node-2 has just joined
+// (it started alone), and a key it took over from node-<prev>, spent to its
+// limit of 5 before the join.
+func joined(t *testing.T, wait time.Duration) (c *fakeCluster, svcs []*Service, item *pb.CheckItem, prev int) {
+	c, svcs = newFakeClusterWith(3, func(int) Config { return Config{HandOffWait: wait} })
+	full := c.ring
+	c.ring = full.Without("node-2")
+	startAlone(c, svcs[2], 2)
+	key, prev := keyMovingTo(t, full, c.ring, "node-2")
+	item = &pb.CheckItem{Name: "api", Key: key, Limit: 5, DurationMs: 3_600_000}
+	spendAll(t, svcs[0], item)
+	c.ring = full // node-2 joins; every node sees it at once (node-2 first, in truth)
+	return c, svcs, item, prev
+}
 
-		c.ring = full // node-2 joins; every node sees it at once (node-2 first, in truth)
-		result := make(chan *pb.CheckResponse, 1)
-		go func() {
-			resp, _ := svcs[0].Check(context.Background(), &pb.CheckRequest{Requests: []*pb.CheckItem{item}})
-			result <- resp
-		}()
-		synctest.Wait()
-		select {
-		case resp := <-result:
-			t.Fatalf("node-2 decided %v before node-%d handed the counter over", resp.GetResponses(), prev)
-		default:
+// TestJoinedOwnerPullsFromThePreviousOwner: when a node joins, a check for
+// a key it takes over whose counter has not reached it is relayed to the
+// key's previous owner, which still holds the counter, rather than decided
+// on an empty one: a key spent before the join stays spent, at once, before
+// and after the hand-off.
+func TestJoinedOwnerPullsFromThePreviousOwner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, svcs, item, prev := joined(t, time.Minute)
+		start := time.Now()
+		if r := check(t, svcs[0], item); r.Status != pb.Status_OVER_LIMIT {
+			t.Errorf("the key spent before the join, before the hand-off: %v, want OVER_LIMIT", r.Status)
+		}
+		if time.Since(start) != 0 || svcs[2].store.Len() != 0 {
+			t.Errorf("node-2 waited %v and holds %d counters; want no wait, the counter still with node-%d",
+				time.Since(start), svcs[2].store.Len(), prev)
 		}
 		if sent := svcs[prev].HandOff(t.Context()); sent != 1 {
 			t.Fatalf("node-%d handed off %d counters, want 1", prev, sent)
 		}
-		if r := (<-result).GetResponses()[0]; r.GetStatus() != pb.Status_OVER_LIMIT {
-			t.Errorf("the key spent before the join got %v after it, want OVER_LIMIT", r)
-		}
-		start := time.Now()
-		check(t, svcs[1], item) // the wait is over: at once
-		if time.Since(start) != 0 {
-			t.Error("a check after the hand-off waited")
+		if r := check(t, svcs[1], item); r.Status != pb.Status_OVER_LIMIT || time.Since(start) != 0 {
+			t.Errorf("after the hand-off: %v after %v, want OVER_LIMIT at once", r.Status, time.Since(start))
 		}
 	})
 }
 
-// TestJoinedOwnerWaitsNoLongerThanHandOffWait: a previous owner that never
-// says it is done holds the keys' checks for HandOffWait, then they are
-// decided on what is here.
-func TestJoinedOwnerWaitsNoLongerThanHandOffWait(t *testing.T) {
+// TestRelayedToAJoinedOwnerWaits: a check relayed to the new owner is
+// decided there, never passed on: it waits for the previous owner's word
+// that its hand-off is done, at most HandOffWait, and is then decided on
+// what is there.
+func TestRelayedToAJoinedOwnerWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, svcs := newFakeClusterWith(3, func(int) Config { return Config{HandOffWait: 2 * time.Second} })
-		full := c.ring
-		c.ring = full.Without("node-2")
-		startAlone(c, svcs[2], 2)
-		key, _ := keyMovingTo(t, full, c.ring, "node-2")
-		c.ring = full
-		start := time.Now()
-		r := check(t, svcs[0], &pb.CheckItem{Name: "api", Key: key, Limit: 5, DurationMs: 3_600_000})
-		if waited := time.Since(start); waited != 2*time.Second || r.Status != pb.Status_UNDER_LIMIT {
-			t.Errorf("check waited %v and got %v; want 2s (HandOffWait), then decided", waited, r.Status)
+		_, svcs, item, prev := joined(t, 2*time.Second)
+		relay := func() (*pb.CheckResult, time.Duration) {
+			start := time.Now()
+			return svcs[2].Owner().Relayed(t.Context(), []*pb.CheckRequest{{Requests: []*pb.CheckItem{item}}})[0].Responses[0],
+				time.Since(start)
+		}
+		result := make(chan *pb.CheckResult, 1)
+		go func() { r, _ := relay(); result <- r }()
+		synctest.Wait()
+		select {
+		case r := <-result:
+			t.Fatalf("node-2 decided %v before node-%d handed the counter over", r, prev)
+		default:
+		}
+		svcs[prev].HandOff(t.Context())
+		if r := <-result; r.Status != pb.Status_OVER_LIMIT {
+			t.Errorf("relayed, then handed off: %v, want OVER_LIMIT", r.Status)
+		}
+
+		_, svcs, item, _ = joined(t, 2*time.Second) // a previous owner that never says it is done
+		if r, waited := relay(); waited != 2*time.Second || r.Status != pb.Status_UNDER_LIMIT {
+			t.Errorf("relayed, never handed off: waited %v and got %v; want 2s (HandOffWait), then decided on what is here", waited, r.Status)
 		}
 	})
 }

@@ -85,13 +85,38 @@ func (s *Service) decide(ctx context.Context, c *call, js []int) {
 			remote = append(remote, j)
 		}
 	}
-	for _, j := range store {
-		if c.items[c.pos[j]].Behavior != pb.Behavior_LOCAL {
-			s.handoff.Await(ctx, c.ring, c.reqs[j].Key) // its counter may be on its way here
-		}
-	}
+	store, remote = s.pull(ctx, c, store, remote)
 	s.decideLocal(c, store, routeLocal)
 	s.forward(ctx, c, s.groupByOwner(c, remote))
+}
+
+// pull deals with the checks of c.reqs[store] whose counter may still be
+// with the key's previous owner, which this node waits for (see
+// handoff.Node.Await). A check whose counter is not here yet is relayed to
+// that owner, which decides it on the counter it still holds if it has not
+// seen the ring change yet (gossip can lag by seconds on a busy node), and
+// on what it has otherwise; a check whose counter is here (it arrived, the
+// word that the hand-off is done has not) waits for that word. Checks
+// relayed here are never passed on: they wait too. It returns the checks
+// to decide here and the checks to forward.
+func (s *Service) pull(ctx context.Context, c *call, store, remote []int) (here, forward []int) {
+	here = store[:0:0]
+	for _, j := range store {
+		if c.items[c.pos[j]].Behavior == pb.Behavior_LOCAL {
+			here = append(here, j)
+			continue
+		}
+		if !c.landed && !c.all {
+			if from, ok := s.handoff.Pending(c.ring, c.reqs[j].Key); ok && !s.store.Holds(&c.reqs[j]) {
+				c.relayTo(j, from)
+				remote = append(remote, j)
+				continue
+			}
+		}
+		s.handoff.Await(ctx, c.ring, c.reqs[j].Key) // its counter may be on its way here
+		here = append(here, j)
+	}
+	return here, remote
 }
 
 // remoteGroup is the checks of one call bound for one owner.
@@ -99,6 +124,7 @@ type remoteGroup struct {
 	owner     ring.Member
 	js        []int // indexes into call.reqs
 	unbatched bool  // sent at once in an RPC of its own
+	relay     bool  // sent as a relay (see call.relays)
 }
 
 // groupByOwner groups c.reqs[js] into forwards: BATCHED checks bound for
@@ -111,17 +137,22 @@ func (s *Service) groupByOwner(c *call, js []int) []*remoteGroup {
 	if len(js) == 0 {
 		return nil
 	}
-	byOwner := make(map[string]*remoteGroup) // the batched group of each owner
+	type dest struct {
+		owner string
+		relay bool
+	}
+	byOwner := make(map[dest]*remoteGroup) // the batched group of each owner, and the relays to it
 	var groups []*remoteGroup
 	for _, j := range js {
-		owner := c.owners[j]
-		unbatched := c.items[c.pos[j]].Behavior == pb.Behavior_UNBATCHED || c.relay
-		g := byOwner[owner.Name]
+		owner, relay := c.owners[j], c.relayed(j)
+		unbatched := c.items[c.pos[j]].Behavior == pb.Behavior_UNBATCHED || relay // a relay is an RPC of its own
+		d := dest{owner.Name, relay}
+		g := byOwner[d]
 		if g == nil || (unbatched && !c.all) {
-			g = &remoteGroup{owner: owner, unbatched: unbatched}
+			g = &remoteGroup{owner: owner, unbatched: unbatched, relay: relay}
 			groups = append(groups, g)
 			if !unbatched || c.all {
-				byOwner[owner.Name] = g
+				byOwner[d] = g
 			}
 		}
 		g.unbatched = g.unbatched && unbatched
@@ -150,7 +181,7 @@ func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup) {
 	for k, j := range g.js {
 		req.Requests[k] = c.items[c.pos[j]]
 	}
-	resp, err := s.send(ctx, g.owner, g.unbatched, c.relay, req)
+	resp, err := s.send(ctx, g.owner, g.unbatched, g.relay, req)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		// The ring may have changed while the request was in flight: try
 		// the key's new owner once. (The group's keys shared an owner, and
@@ -161,11 +192,16 @@ func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup) {
 				c.owners[j] = owner
 			}
 			if owner.Name == s.cluster.LocalMember().Name {
-				s.decide(ctx, c, g.js) // through the same switch: GLOBAL keeps its lease accounting
+				// Through the same switch (GLOBAL keeps its lease accounting),
+				// but landed: no pull from the member that just failed. A copy,
+				// as other groups may be deciding c meanwhile.
+				here := *c
+				here.landed = true
+				s.decide(ctx, &here, g.js)
 				return
 			}
 			g.owner = owner
-			resp, err = s.send(ctx, owner, g.unbatched, c.relay, req)
+			resp, err = s.send(ctx, owner, g.unbatched, g.relay, req)
 		}
 	}
 	if err == nil && len(resp.GetResponses()) != len(g.js) {

@@ -227,8 +227,13 @@ func (s *Service) Leave() {
 // call is one Check in progress: the items that passed validation, in the
 // store's form, each with its owner, and where their results go.
 type call struct {
-	ring    *ring.Ring // the ring owners were looked up in
-	relay   bool       // forwards are relays: passed on once, decided where they land (see Owner.Forwarded)
+	ring *ring.Ring // the ring owners were looked up in
+	// relays[j] says reqs[j] goes to owners[j] as a relay: passed on once,
+	// decided where it lands (see Owner.Forwarded); nil means none does.
+	relays []bool
+	// landed says the checks were relayed here: they are decided here,
+	// never passed on again.
+	landed  bool
 	items   []*pb.CheckItem
 	all     bool
 	reqs    []limiter.Request
@@ -236,6 +241,16 @@ type call struct {
 	owners  []ring.Member // owners[j] owns reqs[j].Key; looked up once
 	results []*pb.CheckResult
 }
+
+// relayTo makes reqs[j] a relay to owner.
+func (c *call) relayTo(j int, owner ring.Member) {
+	if c.relays == nil {
+		c.relays = make([]bool, len(c.reqs))
+	}
+	c.owners[j], c.relays[j] = owner, true
+}
+
+func (c *call) relayed(j int) bool { return c.relays != nil && c.relays[j] }
 
 // Check decides every item of req. It returns an error wrapping ErrInvalid
 // only for a request that is invalid as a whole (too many items); an
