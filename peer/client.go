@@ -54,6 +54,22 @@ func (p *Pool) Relay(ctx context.Context, addr string, req *pb.CheckRequest) (*p
 	return p.forwardNow(ctx, addr, &pb.ForwardRequest{Requests: []*pb.CheckRequest{req}, Relayed: true})
 }
 
+// ErrNotHere is Pull's answer when the node asked does not hold the
+// counters: it decided nothing.
+var ErrNotHere = errors.New("the counters are not here")
+
+// Pull asks the node at addr, the previous owner of req's keys, to decide
+// req on the counters it may still hold (its hand-off has not reached
+// this node yet). It returns ErrNotHere, wrapped, when that node does not
+// hold them all, having decided nothing.
+func (p *Pool) Pull(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	resp, err := p.forwardNow(ctx, addr, &pb.ForwardRequest{Requests: []*pb.CheckRequest{req}, Pulled: true})
+	if status.Code(err) == codes.NotFound {
+		return nil, fmt.Errorf("pull from %s: %w", addr, ErrNotHere)
+	}
+	return resp, err
+}
+
 // forwardNow sends fwd, of one request, in an RPC of its own.
 func (p *Pool) forwardNow(ctx context.Context, addr string, fwd *pb.ForwardRequest) (*pb.CheckResponse, error) {
 	start := time.Now()
@@ -61,7 +77,11 @@ func (p *Pool) forwardNow(ctx context.Context, addr string, fwd *pb.ForwardReque
 	if err == nil && len(resp.GetResponses()) != 1 {
 		err = fmt.Errorf("forward to %s: peer answered %d responses to 1 request", addr, len(resp.GetResponses()))
 	}
-	p.metrics.forwarded(unbatched, start, err)
+	if status.Code(err) == codes.NotFound {
+		p.metrics.forwarded(unbatched, start, nil) // a pull that found nothing here: an answer, not a failure
+	} else {
+		p.metrics.forwarded(unbatched, start, err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -30,6 +30,9 @@ func (owner) HandOff(context.Context, string, []*pb.CounterState) []*pb.Refusal 
 func (o owner) Relayed(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
 	return o.Forwarded(ctx, reqs)
 }
+func (o owner) Pulled(ctx context.Context, reqs []*pb.CheckRequest) ([]*pb.CheckResponse, error) {
+	return o.Forwarded(ctx, reqs), nil
+}
 func (owner) HandOffDone(context.Context, string, uint64)                         {}
 func (owner) Replicate(context.Context, string, []*pb.CounterState) []*pb.Refusal { return nil }
 

@@ -308,6 +308,12 @@ func TestUnaryCalls(t *testing.T) {
 	if err != nil || len(refused) != 1 || refused[0].GetIndex() != 0 || refused[0].GetReason() != pb.Refusal_INVALID {
 		t.Fatalf("Replicate = %v, %v; want counter 0 refused as INVALID", refused, err)
 	}
+	if resp, err := p.Pull(t.Context(), addr, check("held", 1)); err != nil || keyOf(resp) != "held" {
+		t.Fatalf("Pull of a held key = %v, %v; want its answer", resp, err)
+	}
+	if resp, err := p.Pull(t.Context(), addr, check("elsewhere", 1)); !errors.Is(err, ErrNotHere) {
+		t.Fatalf("Pull of a key not held = %v, %v; want ErrNotHere", resp, err)
+	}
 	resp, err = p.Relay(t.Context(), addr, check("relayed", 1))
 	if err != nil || keyOf(resp) != "relayed" || h.relays.Load() != 1 {
 		t.Fatalf("Relay = %v, %v with %d relays; want the answer for relayed, one relay", resp, err, h.relays.Load())

@@ -71,6 +71,11 @@ type Handler interface {
 	// Relayed is Forwarded for checks another node passed on (see
 	// Pool.Relay): it must decide them here, never pass them on again.
 	Relayed(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse
+	// Pulled decides checks whose new owner asks this node, their previous
+	// owner, to decide them on the counters it may still hold (see
+	// Pool.Pull); it returns ErrNotHere, and decides nothing, if it does
+	// not hold them all.
+	Pulled(ctx context.Context, reqs []*pb.CheckRequest) ([]*pb.CheckResponse, error)
 	// AddGlobalHits takes node from's reports of the GLOBAL counters it
 	// tracks: hits admitted, grants wanted or released. It returns an
 	// error, and takes nothing, when it refuses the request because of its
@@ -152,11 +157,18 @@ func (s *Server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Forwa
 	if items > MaxForwardItems {
 		return nil, s.refuse("forward", "too_many_items", codes.InvalidArgument, "requests: a forward of %d items, more than %d", items, MaxForwardItems)
 	}
-	decide := s.h.Forwarded
-	if req.GetRelayed() {
-		decide = s.h.Relayed
+	var resps []*pb.CheckResponse
+	switch {
+	case req.GetPulled():
+		var err error
+		if resps, err = s.h.Pulled(ctx, reqs); err != nil {
+			return nil, status.Error(codes.NotFound, err.Error())
+		}
+	case req.GetRelayed():
+		resps = s.h.Relayed(ctx, reqs)
+	default:
+		resps = s.h.Forwarded(ctx, reqs)
 	}
-	resps := decide(ctx, reqs)
 	if len(resps) != len(reqs) {
 		return nil, status.Errorf(codes.Internal, "handler answered %d of %d forwarded requests", len(resps), len(reqs))
 	}

@@ -62,6 +62,18 @@ func (h *fakeHandler) Relayed(ctx context.Context, reqs []*pb.CheckRequest) []*p
 	return h.Forwarded(ctx, reqs)
 }
 
+// Pulled holds no counter but for keys named "held".
+func (h *fakeHandler) Pulled(ctx context.Context, reqs []*pb.CheckRequest) ([]*pb.CheckResponse, error) {
+	for _, r := range reqs {
+		for _, it := range r.GetRequests() {
+			if it.GetKey() != "held" {
+				return nil, ErrNotHere
+			}
+		}
+	}
+	return h.Forwarded(ctx, reqs), nil
+}
+
 func (h *fakeHandler) AddGlobalHits(_ context.Context, from string, reports []*pb.GlobalReport) error {
 	if from == h.stranger {
 		return errors.New("a stranger")

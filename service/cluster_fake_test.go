@@ -96,6 +96,18 @@ func (c *fakeCluster) Relay(ctx context.Context, addr string, req *pb.CheckReque
 	return o.Relayed(ctx, []*pb.CheckRequest{req})[0], nil
 }
 
+func (c *fakeCluster) Pull(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	o, err := c.peer(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	resps, err := o.Pulled(ctx, []*pb.CheckRequest{req})
+	if err != nil {
+		return nil, err
+	}
+	return resps[0], nil
+}
+
 func (c *fakeCluster) AddGlobalHits(ctx context.Context, addr, from string, reports []*pb.GlobalReport) error {
 	o, err := c.peer(ctx, addr)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -27,6 +28,25 @@ func (s *Service) Owner() Owner { return Owner{s} }
 // same way: it has handed its counters over, or is handing them over.
 func (o Owner) Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
 	return o.s.forwarded(ctx, reqs, true)
+}
+
+// Pulled decides requests a key's new owner sent here, to this node as
+// their previous owner (see Service.pull): as their owner if this node
+// holds the counter of every check of every request, never passing them
+// on; otherwise it decides nothing and returns peer.ErrNotHere.
+func (o Owner) Pulled(ctx context.Context, reqs []*pb.CheckRequest) ([]*pb.CheckResponse, error) {
+	for _, req := range reqs {
+		c, err := o.s.prepare(req)
+		if err != nil {
+			return nil, peer.ErrNotHere // invalid here as at the new owner: let it answer
+		}
+		for j := range c.reqs {
+			if !o.s.store.Holds(&c.reqs[j]) {
+				return nil, peer.ErrNotHere
+			}
+		}
+	}
+	return o.s.forwarded(ctx, reqs, false), nil
 }
 
 // Relayed decides requests another node relayed here (see Forwarded): as
@@ -57,7 +77,7 @@ func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, mayRel
 			c.owners[j] = self
 			if mayRelay && (leaving || s.elsewhere(c, j, r, self.Name)) {
 				if owner, ok := r.Owner(c.reqs[j].Key); ok { // the last node of the cluster has none: it decides
-					c.relayTo(j, owner)
+					c.sendTo(j, owner, forwardRelay)
 				}
 			}
 		}

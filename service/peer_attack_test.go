@@ -459,7 +459,7 @@ func FuzzPeerHandlers(f *testing.F) {
 	rec := record(limiter.TokenBucket, "api", "user:1", algorithms.Limit{Count: 10, Period: time.Minute}, t0.UnixNano(),
 		encoded(&algorithms.TokenBucket{Full: t0.UnixNano()}))
 	for rpc, m := range []proto.Message{
-		&pb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: []*pb.CheckItem{item}}}, Relayed: true},
+		&pb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: []*pb.CheckItem{item}}}, Relayed: true, Pulled: true},
 		&pb.GlobalHitsRequest{From: "node-1", Reports: []*pb.GlobalReport{{Item: item, Admitted: 3, Acked: 1, Epoch: 2, Want: true}}},
 		&pb.GlobalUpdateRequest{From: "node-1", States: []*pb.GlobalState{{Name: "api", Key: "user:1", Limit: 10, Remaining: 4,
 			ResetTimeMs: t0.UnixMilli(), Grants: []*pb.GlobalGrant{{Node: "node-0", Granted: 3, Epoch: 2}}}}},

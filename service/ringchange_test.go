@@ -209,3 +209,32 @@ func TestForwardedToAFormerOwnerIsRelayed(t *testing.T) {
 		t.Errorf("the former owner holds %d counters after relaying, want 0", n)
 	}
 }
+
+// TestPullOfACounterNotThereIsDecidedByTheNewOwner: a previous owner that
+// does not hold the counter (it has handed it over, or the key is new)
+// decides nothing; the new owner decides the check, as the owner, once the
+// word that the hand-off is done has come (here at once: it came with the
+// counter).
+func TestPullOfACounterNotThereIsDecidedByTheNewOwner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, svcs, item, prev := joined(t, time.Minute)
+		fresh := &pb.CheckItem{Name: "api", Key: item.Key, Limit: 5, DurationMs: 3_600_000, Algorithm: pb.Algorithm_GCRA}
+		start := time.Now()
+		result := make(chan *pb.CheckResult, 1)
+		go func() { result <- check(t, svcs[0], fresh) }() // another algorithm: a counter no one holds
+		synctest.Wait()
+		select {
+		case r := <-result:
+			t.Fatalf("decided %v before node-%d said its hand-off was done", r, prev)
+		default:
+		}
+		svcs[prev].HandOff(t.Context())
+		if r := <-result; r.Status != pb.Status_UNDER_LIMIT || svcs[prev].store.Len() != 0 || svcs[2].store.Len() != 2 {
+			t.Errorf("got %v; node-%d holds %d counters, node-2 %d; want UNDER_LIMIT, 0, 2 (the new counter on the new owner)",
+				r.Status, prev, svcs[prev].store.Len(), svcs[2].store.Len())
+		}
+		if time.Since(start) != 0 {
+			t.Errorf("took %v, want no time: the word came with the hand-off", time.Since(start))
+		}
+	})
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -92,13 +93,15 @@ func (s *Service) decide(ctx context.Context, c *call, js []int) {
 
 // pull deals with the checks of c.reqs[store] whose counter may still be
 // with the key's previous owner, which this node waits for (see
-// handoff.Node.Await). A check whose counter is not here yet is relayed to
-// that owner, which decides it on the counter it still holds if it has not
-// seen the ring change yet (gossip can lag by seconds on a busy node), and
-// on what it has otherwise; a check whose counter is here (it arrived, the
-// word that the hand-off is done has not) waits for that word. Checks
-// relayed here are never passed on: they wait too. It returns the checks
-// to decide here and the checks to forward.
+// handoff.Node.Await). A check whose counter is not here yet is pulled:
+// sent to that owner, which decides it if it still holds the counter (it
+// has not seen the ring change yet: gossip can lag by seconds on a busy
+// node), and otherwise answers that it does not, deciding nothing; then
+// this node decides it (forwardGroup), waiting for the word that the
+// hand-off is done. A check whose counter is here (it arrived, the word
+// has not) waits for the word too, as do checks relayed or pulled here,
+// which are never passed on. It returns the checks to decide here and the
+// checks to forward.
 func (s *Service) pull(ctx context.Context, c *call, store, remote []int) (here, forward []int) {
 	here = store[:0:0]
 	for _, j := range store {
@@ -108,7 +111,7 @@ func (s *Service) pull(ctx context.Context, c *call, store, remote []int) (here,
 		}
 		if !c.landed && !c.all {
 			if from, ok := s.handoff.Pending(c.ring, c.reqs[j].Key); ok && !s.store.Holds(&c.reqs[j]) {
-				c.relayTo(j, from)
+				c.sendTo(j, from, forwardPull)
 				remote = append(remote, j)
 				continue
 			}
@@ -119,12 +122,25 @@ func (s *Service) pull(ctx context.Context, c *call, store, remote []int) (here,
 	return here, remote
 }
 
+// decideLanded decides c.reqs[js] here, as their owner, through the same
+// switch as any check (GLOBAL keeps its lease accounting), but landed:
+// never passed on, nor pulled again. It decides on a copy of c, whose
+// slices it shares, as other groups of c may be deciding meanwhile.
+func (s *Service) decideLanded(ctx context.Context, c *call, js []int) {
+	here := *c
+	here.landed = true
+	for _, j := range js {
+		c.owners[j] = s.cluster.LocalMember()
+	}
+	s.decide(ctx, &here, js)
+}
+
 // remoteGroup is the checks of one call bound for one owner.
 type remoteGroup struct {
 	owner     ring.Member
 	js        []int // indexes into call.reqs
 	unbatched bool  // sent at once in an RPC of its own
-	relay     bool  // sent as a relay (see call.relays)
+	mode      forwardMode
 }
 
 // groupByOwner groups c.reqs[js] into forwards: BATCHED checks bound for
@@ -139,17 +155,17 @@ func (s *Service) groupByOwner(c *call, js []int) []*remoteGroup {
 	}
 	type dest struct {
 		owner string
-		relay bool
+		mode  forwardMode
 	}
-	byOwner := make(map[dest]*remoteGroup) // the batched group of each owner, and the relays to it
+	byOwner := make(map[dest]*remoteGroup) // the batched group of each owner, and the relays and pulls to it
 	var groups []*remoteGroup
 	for _, j := range js {
-		owner, relay := c.owners[j], c.relayed(j)
-		unbatched := c.items[c.pos[j]].Behavior == pb.Behavior_UNBATCHED || relay // a relay is an RPC of its own
-		d := dest{owner.Name, relay}
+		owner, mode := c.owners[j], c.mode(j)
+		unbatched := c.items[c.pos[j]].Behavior == pb.Behavior_UNBATCHED || mode != forwardPlain // relays and pulls are RPCs of their own
+		d := dest{owner.Name, mode}
 		g := byOwner[d]
 		if g == nil || (unbatched && !c.all) {
-			g = &remoteGroup{owner: owner, unbatched: unbatched, relay: relay}
+			g = &remoteGroup{owner: owner, unbatched: unbatched, mode: mode}
 			groups = append(groups, g)
 			if !unbatched || c.all {
 				byOwner[d] = g
@@ -181,7 +197,14 @@ func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup) {
 	for k, j := range g.js {
 		req.Requests[k] = c.items[c.pos[j]]
 	}
-	resp, err := s.send(ctx, g.owner, g.unbatched, g.relay, req)
+	resp, err := s.send(ctx, g.owner, g.unbatched, g.mode, req)
+	if g.mode == forwardPull && err != nil && ctx.Err() == nil {
+		// The previous owner does not hold the counter (it has handed it
+		// over, or never had it), or does not answer: decide here, as the
+		// owner, waiting for the counter if it is on its way.
+		s.decideLanded(ctx, c, g.js)
+		return
+	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		// The ring may have changed while the request was in flight: try
 		// the key's new owner once. (The group's keys shared an owner, and
@@ -192,16 +215,11 @@ func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup) {
 				c.owners[j] = owner
 			}
 			if owner.Name == s.cluster.LocalMember().Name {
-				// Through the same switch (GLOBAL keeps its lease accounting),
-				// but landed: no pull from the member that just failed. A copy,
-				// as other groups may be deciding c meanwhile.
-				here := *c
-				here.landed = true
-				s.decide(ctx, &here, g.js)
+				s.decideLanded(ctx, c, g.js)
 				return
 			}
 			g.owner = owner
-			resp, err = s.send(ctx, owner, g.unbatched, g.relay, req)
+			resp, err = s.send(ctx, owner, g.unbatched, g.mode, req)
 		}
 	}
 	if err == nil && len(resp.GetResponses()) != len(g.js) {
@@ -237,7 +255,7 @@ func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup) {
 // once with errSuspect rather than wait the forward deadline again. A
 // forward that finds owner unreachable makes it suspect, and so releases
 // the other forwards in flight to it, which fail with errSuspect too.
-func (s *Service) send(ctx context.Context, owner ring.Member, unbatched, relay bool, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+func (s *Service) send(ctx context.Context, owner ring.Member, unbatched bool, mode forwardMode, req *pb.CheckRequest) (*pb.CheckResponse, error) {
 	watch := s.suspects.watch(owner.PeerAddr) // before asking: a suspicion from now on releases this forward
 	if s.suspects.suspect(owner.PeerAddr, time.Now()) {
 		return nil, errSuspect
@@ -248,7 +266,12 @@ func (s *Service) send(ctx context.Context, owner ring.Member, unbatched, relay 
 	var resp *pb.CheckResponse
 	var err error
 	switch {
-	case relay:
+	case mode == forwardPull:
+		resp, err = s.peers.Pull(fctx, owner.PeerAddr, req)
+		if errors.Is(err, peer.ErrNotHere) {
+			return nil, err // an answer: the owner is not suspect
+		}
+	case mode == forwardRelay:
 		resp, err = s.peers.Relay(fctx, owner.PeerAddr, req)
 	case unbatched:
 		resp, err = s.peers.ForwardNow(fctx, owner.PeerAddr, req)

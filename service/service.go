@@ -47,6 +47,9 @@ type Peers interface {
 	// Relay is ForwardNow for a check forwarded here whose counter is
 	// elsewhere: the owner decides it and never passes it on again.
 	Relay(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
+	// Pull asks a key's previous owner to decide req on the counter it may
+	// still hold; an error wrapping peer.ErrNotHere says it does not.
+	Pull(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
 	global.Peers
 	handoff.Peers
 	replica.Peers
@@ -228,11 +231,11 @@ func (s *Service) Leave() {
 // store's form, each with its owner, and where their results go.
 type call struct {
 	ring *ring.Ring // the ring owners were looked up in
-	// relays[j] says reqs[j] goes to owners[j] as a relay: passed on once,
-	// decided where it lands (see Owner.Forwarded); nil means none does.
-	relays []bool
-	// landed says the checks were relayed here: they are decided here,
-	// never passed on again.
+	// modes[j] says how reqs[j] goes to owners[j] when it is not decided
+	// here; nil means every one is a plain forward.
+	modes []forwardMode
+	// landed says the checks were relayed or pulled here: they are decided
+	// here, never passed on again.
 	landed  bool
 	items   []*pb.CheckItem
 	all     bool
@@ -242,15 +245,30 @@ type call struct {
 	results []*pb.CheckResult
 }
 
-// relayTo makes reqs[j] a relay to owner.
-func (c *call) relayTo(j int, owner ring.Member) {
-	if c.relays == nil {
-		c.relays = make([]bool, len(c.reqs))
+// forwardMode is how a check goes to another node.
+type forwardMode uint8
+
+const (
+	forwardPlain forwardMode = iota // to its owner, which may relay or pull it
+	forwardRelay                    // passed on once, decided where it lands (see Owner.Forwarded)
+	forwardPull                     // to its previous owner, decided there only if it holds the counter (see Service.pull)
+)
+
+// sendTo makes reqs[j] go to owner in mode m.
+func (c *call) sendTo(j int, owner ring.Member, m forwardMode) {
+	if c.modes == nil {
+		c.modes = make([]forwardMode, len(c.reqs))
 	}
-	c.owners[j], c.relays[j] = owner, true
+	c.owners[j], c.modes[j] = owner, m
 }
 
-func (c *call) relayed(j int) bool { return c.relays != nil && c.relays[j] }
+// mode returns how reqs[j] goes to another node.
+func (c *call) mode(j int) forwardMode {
+	if c.modes == nil {
+		return forwardPlain
+	}
+	return c.modes[j]
+}
 
 // Check decides every item of req. It returns an error wrapping ErrInvalid
 // only for a request that is invalid as a whole (too many items); an

@@ -88,7 +88,13 @@ type ForwardRequest struct {
 	// not hold their counters although they were forwarded to it: it is
 	// leaving, or its ring gives the keys to the receiver. The receiver
 	// decides them as their owner and never passes them on again.
-	Relayed       bool `protobuf:"varint,2,opt,name=relayed,proto3" json:"relayed,omitempty"`
+	Relayed bool `protobuf:"varint,2,opt,name=relayed,proto3" json:"relayed,omitempty"`
+	// pulled says the sender owns these keys in its ring but their counters
+	// may still be here, with their previous owner, whose hand-off has not
+	// reached the sender yet. The receiver decides them if it holds every
+	// one of their counters, and otherwise decides nothing and answers
+	// NOT_FOUND: the sender then decides them itself.
+	Pulled        bool `protobuf:"varint,3,opt,name=pulled,proto3" json:"pulled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -133,6 +139,13 @@ func (x *ForwardRequest) GetRequests() []*CheckRequest {
 func (x *ForwardRequest) GetRelayed() bool {
 	if x != nil {
 		return x.Relayed
+	}
+	return false
+}
+
+func (x *ForwardRequest) GetPulled() bool {
+	if x != nil {
+		return x.Pulled
 	}
 	return false
 }
@@ -970,10 +983,11 @@ var File_peer_proto protoreflect.FileDescriptor
 const file_peer_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"peer.proto\x12\fringlimit.v1\x1a\x0fringlimit.proto\"b\n" +
+	"peer.proto\x12\fringlimit.v1\x1a\x0fringlimit.proto\"z\n" +
 	"\x0eForwardRequest\x126\n" +
 	"\brequests\x18\x01 \x03(\v2\x1a.ringlimit.v1.CheckRequestR\brequests\x12\x18\n" +
-	"\arelayed\x18\x02 \x01(\bR\arelayed\"L\n" +
+	"\arelayed\x18\x02 \x01(\bR\arelayed\x12\x16\n" +
+	"\x06pulled\x18\x03 \x01(\bR\x06pulled\"L\n" +
 	"\x0fForwardResponse\x129\n" +
 	"\tresponses\x18\x01 \x03(\v2\x1b.ringlimit.v1.CheckResponseR\tresponses\"\xb1\x01\n" +
 	"\fGlobalReport\x12+\n" +
