@@ -217,10 +217,10 @@ func (n *Node) HandOff(ctx context.Context) int { return n.handOff(ctx).sent }
 // every counter is taken, or none is left that trying again could
 // deliver (owners refused them as invalid), or ctx ends, waiting a little
 // longer between rounds. It returns how many counters the owners took and
-// how many this node still holds, which it logs and exports as
-// ringlimit_handoff_pending_counters: those are lost when it exits. The
-// last node of a cluster (an empty ring) has no one to hand off to, and
-// reports none left.
+// how many this node still holds, which it exports as
+// ringlimit_handoff_pending_counters: after the last hand-off of shutdown,
+// those are lost when it exits. The last node of a cluster (an empty
+// ring) has no one to hand off to, and reports none left.
 func (n *Node) HandOffAll(ctx context.Context) (sent, left int) {
 	wait := 50 * time.Millisecond
 	rounds := 0
@@ -250,10 +250,7 @@ func (n *Node) HandOffAll(ctx context.Context) (sent, left int) {
 	}
 	left = n.store.Len()
 	n.metrics.pending.Set(float64(left))
-	if left > 0 {
-		n.log.Error("counters not handed off; they are lost when this node exits", "left", left, "handed_off", sent,
-			"rounds", rounds, "err", ctx.Err())
-	}
+	n.log.Info("hand-off rounds done", "handed_off", sent, "left", left, "rounds", rounds, "err", ctx.Err())
 	return sent, left
 }
 

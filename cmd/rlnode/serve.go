@@ -177,13 +177,17 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 		// owners (see service.Service.Leave).
 		{"hand off counters", func(ctx context.Context) error {
 			svc.Leave()
-			return handOffAll(ctx, svc, log)
+			sent, left := svc.HandOffAll(ctx)
+			// What is left (counters others handed here meanwhile, as when a
+			// whole cluster stops at once) goes in the last hand-off.
+			log.Info("handed off counters", "counters", sent, "left", left)
+			return nil
 		}},
 		{"leave the cluster", func(ctx context.Context) error {
 			return gossip.stop(ctx) // others stop routing to this node
 		}},
 		{"hand off counters that arrived meanwhile", func(ctx context.Context) error {
-			return handOffAll(ctx, svc, log) // from others' hand-offs, before they saw this node leave
+			return handOffRest(ctx, svc, log) // from others' hand-offs, before they saw this node leave
 		}},
 		{"flush GLOBAL hits", func(ctx context.Context) error {
 			err := loops.stop(ctx)
@@ -205,14 +209,16 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	return g.Wait()
 }
 
-// handOffAll is a step of shutdown: it hands off every counter this node
-// holds and reports those it could not.
-func handOffAll(ctx context.Context, svc *service.Service, log *slog.Logger) error {
+// handOffRest is the last hand-off of shutdown: it hands off every counter
+// this node still holds and reports, as an error, those it could not,
+// which are lost when it exits.
+func handOffRest(ctx context.Context, svc *service.Service, log *slog.Logger) error {
 	sent, left := svc.HandOffAll(ctx)
-	log.Info("handed off counters", "counters", sent, "left", left)
 	if left > 0 {
+		log.Error("counters not handed off; they are lost when this node exits", "left", left, "handed_off", sent)
 		return fmt.Errorf("%d counters not handed off", left)
 	}
+	log.Info("handed off counters", "counters", sent, "left", left)
 	return nil
 }
 
