@@ -157,7 +157,7 @@ func TestNotReady(t *testing.T) {
 func TestMembersJSON(t *testing.T) {
 	svc := service.New(service.Config{})
 	members := func() []Member {
-		return []Member{{Name: "a", GossipAddr: "10.0.0.1:7946", GRPCAddr: "10.0.0.1:8081", PeerAddr: "10.0.0.1:8082", State: "alive", Share: 0.5, Self: true}}
+		return []Member{{Name: "a", GossipAddr: "10.0.0.1:7946", GRPCAddr: "10.0.0.1:8081", PeerAddr: "10.0.0.1:8082", HTTPAddr: "10.0.0.1:8080", State: "alive", Share: 0.5, Self: true}}
 	}
 	srv := httptest.NewServer(New(Config{Checker: svc, Members: members}).Handler())
 	defer srv.Close()
@@ -167,7 +167,7 @@ func TestMembersJSON(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	want := `{"members":[{"name":"a","gossip_addr":"10.0.0.1:7946","grpc_addr":"10.0.0.1:8081","peer_addr":"10.0.0.1:8082","state":"alive","share":0.5,"self":true}]}`
+	want := `{"members":[{"name":"a","gossip_addr":"10.0.0.1:7946","grpc_addr":"10.0.0.1:8081","peer_addr":"10.0.0.1:8082","http_addr":"10.0.0.1:8080","state":"alive","share":0.5,"self":true}]}`
 	if got := strings.TrimSpace(string(b)); got != want {
 		t.Errorf("GET /v1/members = %s\nwant %s", got, want)
 	}

@@ -25,6 +25,7 @@ type Member struct {
 	GossipAddr string  `json:"gossip_addr"`
 	GRPCAddr   string  `json:"grpc_addr"`
 	PeerAddr   string  `json:"peer_addr"`
+	HTTPAddr   string  `json:"http_addr,omitempty"` // where its metrics are; empty for a node too old to gossip it
 	State      string  `json:"state"`
 	Share      float64 `json:"share"` // fraction of the ring this member owns
 	Self       bool    `json:"self,omitempty"`

@@ -81,12 +81,14 @@ type Config struct {
 	// runs alone until another node joins it.
 	Join []string
 
-	// PeerAddr is the host:port of this node's peer gRPC listener, and
-	// GRPCAddr that of its client gRPC listener. Both are gossiped to the
-	// other nodes. An empty or unspecified host (":8082") is replaced by the
-	// advertised IP. PeerAddr is required.
+	// PeerAddr is the host:port of this node's peer gRPC listener,
+	// GRPCAddr that of its client gRPC listener and HTTPAddr that of its
+	// HTTP listener (where operators' tools read its metrics). All are
+	// gossiped to the other nodes. An empty or unspecified host (":8082")
+	// is replaced by the advertised IP. PeerAddr is required.
 	PeerAddr string
 	GRPCAddr string
+	HTTPAddr string
 
 	// JoinRetry is the wait before the second join attempt; it doubles
 	// after each failure up to JoinRetryMax. Zero means DefaultJoinRetry
@@ -162,6 +164,7 @@ type MemberInfo struct {
 	GossipAddr string
 	PeerAddr   string
 	GRPCAddr   string
+	HTTPAddr   string // empty for a node too old to gossip it
 	State      State
 	Share      float64 // fraction of the ring's partitions; 0 when not in the ring
 }
@@ -203,7 +206,7 @@ func New(conf Config) (*Cluster, error) {
 	}
 	// The metadata must fit memberlist's limit with the longest IP filled in.
 	const longestIP = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
-	if _, err := encodeMeta(meta{Peer: withHost(conf.PeerAddr, longestIP), GRPC: withHost(conf.GRPCAddr, longestIP)}); err != nil {
+	if _, err := encodeMeta(metaAt(conf, longestIP)); err != nil {
 		return nil, fmt.Errorf("cluster config: %w", err)
 	}
 	for i, k := range conf.Keys {
@@ -251,6 +254,7 @@ func New(conf Config) (*Cluster, error) {
 			Name:     local.Name,
 			PeerAddr: local.PeerAddr,
 			GRPCAddr: local.GRPCAddr,
+			HTTPAddr: conf.HTTPAddr,
 			State:    Alive,
 			Share:    1,
 		}},
@@ -464,7 +468,7 @@ func (c *Cluster) create(ctx context.Context) (*memberlist.Memberlist, error) {
 	mc.LogOutput = logWriter{log: c.log.With("component", "memberlist")}
 	mc.Logger = nil
 
-	m, err := encodeMeta(meta{Peer: c.conf.PeerAddr, GRPC: c.conf.GRPCAddr})
+	m, err := encodeMeta(metaAt(c.conf, ""))
 	if err != nil {
 		return nil, err // checked by New
 	}
@@ -486,7 +490,7 @@ func (c *Cluster) create(ctx context.Context) (*memberlist.Memberlist, error) {
 		PeerAddr: withHost(c.conf.PeerAddr, self.ip),
 		GRPCAddr: withHost(c.conf.GRPCAddr, self.ip),
 	}
-	m, err = encodeMeta(meta{Peer: local.PeerAddr, GRPC: local.GRPCAddr})
+	m, err = encodeMeta(metaAt(c.conf, self.ip))
 	if err != nil {
 		_ = ml.Shutdown()
 		return nil, err
@@ -521,6 +525,7 @@ func (c *Cluster) rebuild() {
 		if err == nil {
 			info.PeerAddr = withHost(m.Peer, n.ip)
 			info.GRPCAddr = withHost(m.GRPC, n.ip)
+			info.HTTPAddr = withHost(m.HTTP, n.ip)
 		}
 		if info.State == Alive {
 			if err != nil {
@@ -551,6 +556,12 @@ func (c *Cluster) rebuild() {
 	if c.conf.OnChange != nil {
 		c.conf.OnChange(old.ring, r)
 	}
+}
+
+// metaAt is the metadata conf's node gossips, with ip as the host of
+// addresses that have none ("" leaves them as configured).
+func metaAt(conf Config, ip string) meta {
+	return meta{Peer: withHost(conf.PeerAddr, ip), GRPC: withHost(conf.GRPCAddr, ip), HTTP: withHost(conf.HTTPAddr, ip)}
 }
 
 // alone reports whether no other node is alive, as far as this node knows.

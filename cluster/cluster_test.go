@@ -56,6 +56,7 @@ func startKeyed(t *testing.T, name, bind string, keys [][]byte, join ...string) 
 		Keys:         keys,
 		PeerAddr:     ":" + portFor(name, 8082),
 		GRPCAddr:     ":" + portFor(name, 8081),
+		HTTPAddr:     ":" + portFor(name, 8080),
 		JoinRetry:    20 * time.Millisecond,
 		JoinRetryMax: 200 * time.Millisecond,
 		LeaveTimeout: 2 * time.Second,
@@ -237,7 +238,7 @@ func TestThreeNodes(t *testing.T) {
 			n := nodes[i]
 			if info.Name != n.LocalMember().Name || info.State != Alive ||
 				info.GossipAddr != n.GossipAddr() || info.PeerAddr != n.LocalMember().PeerAddr ||
-				info.GRPCAddr != n.LocalMember().GRPCAddr {
+				info.GRPCAddr != n.LocalMember().GRPCAddr || info.HTTPAddr != "127.0.0.1:"+portFor(info.Name, 8080) {
 				t.Errorf("Members()[%d] = %+v, want alive %s at %s", i, info, n.LocalMember(), n.GossipAddr())
 			}
 			sum += info.Share

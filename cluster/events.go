@@ -102,6 +102,7 @@ func (e *events) get(name string) (node, bool) {
 type meta struct {
 	Peer string `json:"peer"`           // host:port of the peer gRPC listener
 	GRPC string `json:"grpc,omitempty"` // host:port of the client gRPC listener
+	HTTP string `json:"http,omitempty"` // host:port of the HTTP listener (metrics); absent from older nodes
 }
 
 func encodeMeta(m meta) ([]byte, error) {

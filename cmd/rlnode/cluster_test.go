@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -185,6 +188,42 @@ func pollKept(t *testing.T, cl *client.Client, n int, when string) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: %d of %d counters kept their state, want >= 99%%", when, k, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestMembersShowsReplicas: rlnode members reads, from each alive member's
+// metrics, the replicas of other nodes' counters it holds; every counter
+// spent is replicated once, so the column sums to the counters.
+func TestMembersShowsReplicas(t *testing.T) {
+	c := startCluster(t, 3)
+	c.spend(t, 30)
+	var out strings.Builder
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out.Reset()
+		if err := run(context.Background(), []string{"members", "--addr", c.nodes[0].httpAddr}, env(nil), &out, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		sum, rows := 0, 0
+		for line := range strings.Lines(out.String()) {
+			fields := strings.Fields(line)
+			if len(fields) == 0 || fields[0] == "NAME" {
+				continue
+			}
+			n, err := strconv.Atoi(fields[len(fields)-1])
+			if err != nil {
+				t.Fatalf("REPLICAS column %q: %v\n%s", fields[len(fields)-1], err, out.String())
+			}
+			sum += n
+			rows++
+		}
+		if rows == 3 && sum == 30 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rlnode members shows %d rows, %d replicas in all; want 3 rows and 30 within 10s:\n%s", rows, sum, out.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

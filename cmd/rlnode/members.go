@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"text/tabwriter"
 	"time"
+
+	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/cluster"
 )
 
 // runMembers is `rlnode members`: a node's view of the cluster as a table.
@@ -17,7 +20,9 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	withUsage(fs, `Usage: rlnode members [--addr HOST:PORT] [--tls-ca FILE ...]
 
 Prints a node's view of the cluster: each member's name, state, gRPC and
-gossip addresses, and share of the ring, from its GET /v1/members.
+gossip addresses, and share of the ring, from its GET /v1/members; and
+the replicas of other nodes' counters each alive member holds, from its
+own GET /metrics (ringlimit_replicas; "-" when it cannot be read).
 
 Flags:
 `)
@@ -39,13 +44,33 @@ Flags:
 		return fmt.Errorf("members: %w", err)
 	}
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tSTATE\tGRPC\tGOSSIP\tSHARE")
+	fmt.Fprintln(w, "NAME\tSTATE\tGRPC\tGOSSIP\tSHARE\tREPLICAS")
 	for _, m := range ms {
 		name := m.Name
 		if m.Self {
 			name += " (self)"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.1f%%\n", name, m.State, m.GRPCAddr, m.GossipAddr, 100*m.Share)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.1f%%\t%s\n", name, m.State, m.GRPCAddr, m.GossipAddr, 100*m.Share,
+			replicasOf(ctx, m, tlsFlags))
 	}
 	return w.Flush()
+}
+
+// replicasOf returns how many replicas member m holds, read from its
+// metrics, or "-" if it is not alive, did not gossip its HTTP address
+// (an older node) or does not answer.
+func replicasOf(ctx context.Context, m api.Member, tlsFlags *clientTLS) string {
+	if m.State != string(cluster.Alive) || m.HTTPAddr == "" {
+		return "-"
+	}
+	base, tr, err := httpBase(tlsFlags.config(), m.HTTPAddr, http.DefaultTransport.(*http.Transport))
+	if err != nil {
+		return "-"
+	}
+	defer tr.CloseIdleConnections()
+	n, err := nodeHTTP{addr: m.HTTPAddr, base: base, hc: &http.Client{Transport: tr}}.replicas(ctx)
+	if err != nil {
+		return "-"
+	}
+	return fmt.Sprint(int64(n))
 }

@@ -36,8 +36,19 @@ var errCPUUnknown = errors.New(cpuMetric + " unknown")
 // refuses a value that is not a finite count of seconds >= 0. Its errors
 // wrap errCPUUnknown.
 func cpuSeconds(text string) (float64, error) {
+	v, err := sample(text, cpuMetric)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", errCPUUnknown, err)
+	}
+	return v, nil
+}
+
+// sample returns the value of the unlabelled sample of metric name in a
+// Prometheus text exposition: a finite number >= 0, as counters and the
+// gauges read here are.
+func sample(text, name string) (float64, error) {
 	for line := range strings.Lines(text) {
-		rest, ok := strings.CutPrefix(strings.TrimLeft(line, " \t"), cpuMetric)
+		rest, ok := strings.CutPrefix(strings.TrimLeft(line, " \t"), name)
 		if !ok {
 			continue
 		}
@@ -49,15 +60,15 @@ func cpuSeconds(text string) (float64, error) {
 		}
 		fields := strings.Fields(rest)
 		if len(fields) < 1 || len(fields) > 2 { // value, then an optional timestamp
-			return 0, fmt.Errorf("%w: malformed sample line", errCPUUnknown)
+			return 0, errors.New("malformed sample line")
 		}
 		v, err := strconv.ParseFloat(fields[0], 64)
 		if err != nil || math.IsInf(v, 0) || math.IsNaN(v) || v < 0 {
-			return 0, fmt.Errorf("%w: value %.20q, want seconds >= 0", errCPUUnknown, fields[0])
+			return 0, fmt.Errorf("value %.20q, want a number >= 0", fields[0])
 		}
 		return v, nil
 	}
-	return 0, fmt.Errorf("%w: not served", errCPUUnknown)
+	return 0, errors.New("not served")
 }
 
 // nodeHTTP reads what a node's HTTP face serves to its operators: its
@@ -78,6 +89,16 @@ func (n nodeHTTP) cpu(ctx context.Context) (float64, error) {
 		return 0, err
 	}
 	return cpuSeconds(text)
+}
+
+// replicas returns how many replicas of other nodes' counters the node
+// holds (ringlimit_replicas).
+func (n nodeHTTP) replicas(ctx context.Context) (float64, error) {
+	text, err := n.get(ctx, "/metrics", "text/plain;version=0.0.4")
+	if err != nil {
+		return 0, err
+	}
+	return sample(text, "ringlimit_replicas")
 }
 
 // get fetches path from the node, at most maxScrapeBytes of it.

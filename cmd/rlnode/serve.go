@@ -82,6 +82,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 		Keys:          conf.GossipKeys,
 		PeerAddr:      lis.peer.Addr().String(),
 		GRPCAddr:      lis.grpc.Addr().String(),
+		HTTPAddr:      lis.http.Addr().String(),
 		Logger:        log,
 		Registerer:    reg,
 		OnChange: func(_, _ *ring.Ring) {
@@ -325,7 +326,7 @@ func apiMembers(c *cluster.Cluster) []api.Member {
 	var out []api.Member
 	for _, m := range c.Members() {
 		out = append(out, api.Member{
-			Name: m.Name, GossipAddr: m.GossipAddr, GRPCAddr: m.GRPCAddr, PeerAddr: m.PeerAddr,
+			Name: m.Name, GossipAddr: m.GossipAddr, GRPCAddr: m.GRPCAddr, PeerAddr: m.PeerAddr, HTTPAddr: m.HTTPAddr,
 			State: string(m.State), Share: m.Share, Self: m.Name == self,
 		})
 	}
