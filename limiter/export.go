@@ -202,6 +202,21 @@ func (t *table[S, P]) extract(a Algorithm, move func(key string) bool, out []Cou
 	return out
 }
 
+// takeOut removes and returns the counter whose id is id, if it is here
+// and encodes.
+func (t *table[S, P]) takeOut(a Algorithm, id []byte, hash uint32) (Counter, bool) {
+	idx := t.find(id, hash)
+	if idx < 0 {
+		return Counter{}, false
+	}
+	c, err := t.counter(a, idx)
+	if err != nil {
+		return Counter{}, false
+	}
+	t.remove(idx, hash)
+	return c, true
+}
+
 // validate decodes c's state and checks it is possible under c.Limit.
 func (t *table[S, P]) validate(c *Counter, now time.Time, skew time.Duration) error {
 	var s S
@@ -263,4 +278,22 @@ func (s *Store) Holds(r *Request) bool {
 	defer sh.mu.Unlock()
 	id, hash := sh.counterID(r)
 	return sh.tables[r.Algorithm].find(id, hash) >= 0
+}
+
+// TakeOut removes and returns the counter for r's name, key and
+// algorithm, if the store holds it: what a replica store gives up when its
+// key's owner cannot be reached (see replica.Node.PromoteKey).
+func (s *Store) TakeOut(r *Request) (Counter, bool) {
+	if !r.Algorithm.Valid() {
+		return Counter{}, false
+	}
+	sh := s.shard(r.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	id, hash := sh.counterID(r)
+	c, ok := sh.tables[r.Algorithm].takeOut(r.Algorithm, id, hash)
+	if ok {
+		s.held.Add(-1)
+	}
+	return c, ok
 }

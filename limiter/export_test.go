@@ -302,3 +302,27 @@ func TestHolds(t *testing.T) {
 		t.Errorf("the counter after Holds: %+v; want its 4 hits kept, 6 more admitted to 0 remaining", d)
 	}
 }
+
+// TestTakeOut: a counter is taken out whole, once, and goes on where it
+// stopped in another store.
+func TestTakeOut(t *testing.T) {
+	s := New(Config{})
+	fill(s)
+	r := Request{Name: "api", Key: "k3", Algorithm: TokenBucket, Now: t0}
+	c, ok := s.TakeOut(&r)
+	if !ok || c.Key != "k3" || c.Algorithm != TokenBucket {
+		t.Fatalf("TakeOut = %+v, %v; want k3's token bucket", c, ok)
+	}
+	if s.Holds(&r) || s.Len() != 20*int(NumAlgorithms)-1 {
+		t.Errorf("after TakeOut the store holds k3: %v, %d counters; want false, %d", s.Holds(&r), s.Len(), 20*NumAlgorithms-1)
+	}
+	if _, again := s.TakeOut(&r); again {
+		t.Error("a counter was taken out twice")
+	}
+	other := New(Config{})
+	other.Restore([]Counter{c})
+	r.Limit, r.Hits = algorithms.Limit{Count: 10, Period: time.Minute}, 6
+	if d := other.Decide(&r); !d.Allowed || d.Remaining != 0 {
+		t.Errorf("the counter taken out, elsewhere: %+v; want its 4 hits kept, 6 more admitted to 0 remaining", d)
+	}
+}

@@ -278,6 +278,7 @@ type counters interface {
 	changed(a Algorithm, out []Counter) []Counter
 	markChanged(match func(key string) bool)
 	extract(a Algorithm, move func(key string) bool, out []Counter) []Counter
+	takeOut(a Algorithm, id []byte, hash uint32) (Counter, bool)
 	validate(c *Counter, now time.Time, skew time.Duration) error
 	merge(store *Store, sh *shard, c *Counter) error
 }

@@ -332,6 +332,20 @@ func (n *Node) Promote(r *ring.Ring) {
 	n.promoted.Store(r)
 }
 
+// PromoteKey makes the replica of r's counter, if this node holds one, its
+// own counter, before it decides r for an owner that cannot be reached
+// (this node is the key's heir: see service's failover). It reports
+// whether there was one.
+func (n *Node) PromoteKey(r *limiter.Request) bool {
+	c, ok := n.replicas.TakeOut(r)
+	if !ok {
+		return false
+	}
+	n.store.Restore([]limiter.Counter{c}) // validated when it arrived, as in Promote
+	n.metrics.promoted.Inc()
+	return true
+}
+
 // lag is how long ago the last round that delivered every batch began:
 // no change older than that is unsent.
 func (n *Node) lag() time.Duration {

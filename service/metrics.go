@@ -20,6 +20,7 @@ type metrics struct {
 	forwardedChecks [pb.Behavior_LOCAL + 1]prometheus.Counter
 	invalidItems    *prometheus.CounterVec
 	forwardErrors   prometheus.Counter
+	failovers       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
@@ -40,9 +41,13 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Name: "ringlimit_forward_fallbacks_total",
 			Help: "Forwards that failed (owner unreachable) or were not sent (owner suspect), so that this node decided locally with its share of the limit.",
 		}),
+		failovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_failover_checks_total",
+			Help: "Checks whose owner could not be reached, sent to (or decided on) the key's heir, which decides them on its replica with the whole limit; those whose heir could not be reached either are then counted in ringlimit_forward_fallbacks_total.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(checks, forwarded, m.invalidItems, m.forwardErrors)
+		reg.MustRegister(checks, forwarded, m.invalidItems, m.forwardErrors, m.failovers)
 	}
 	for b := range m.forwardedChecks {
 		m.forwardedChecks[b] = forwarded.WithLabelValues(pb.Behavior(b).String())

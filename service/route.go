@@ -116,10 +116,78 @@ func (s *Service) pull(ctx context.Context, c *call, store, remote []int) (here,
 				continue
 			}
 		}
+		if c.landed {
+			s.replica.PromoteKey(&c.reqs[j]) // relayed here as the key's heir: its owner cannot be reached (see failover)
+		}
 		s.handoff.Await(ctx, c.ring, c.reqs[j].Key) // its counter may be on its way here
 		here = append(here, j)
 	}
 	return here, remote
+}
+
+// failover decides g's checks, whose owner cannot be reached, at each
+// key's heir: the node that would own it without that owner, to which the
+// owner replicates its counters (package replica). The heir takes its
+// replica as its own counter and decides with the whole limit, so a
+// crashed owner's keys go on from where its last replication left them,
+// rather than from an empty counter with a share on every node. This node
+// decides those it is the heir of; the others are relayed to their heir.
+// A relay or pull that fails, or a heir that cannot be reached, falls back
+// to shares as before. It reports whether it took the checks.
+//
+// An owner that is only frozen (a GC pause, a stalled VM) keeps its own
+// counter: what its heir admitted meanwhile stays with the heir until the
+// next ring change hands it over, so a key can be over its limit by what
+// the heir admitted while the owner was unreachable; the shares did as
+// much.
+func (s *Service) failover(ctx context.Context, c *call, g *remoteGroup) bool {
+	if g.mode != forwardPlain || ctx.Err() != nil {
+		return false
+	}
+	without := s.ringWithout(g.owner.Name)
+	if without.Len() == 0 {
+		return false
+	}
+	self := s.cluster.LocalMember().Name
+	relayed := *c // the relays' own modes: other groups of c may be forwarding meanwhile
+	relayed.modes = make([]forwardMode, len(c.reqs))
+	var here, there []int
+	for _, j := range g.js {
+		heir, _ := without.Owner(c.reqs[j].Key)
+		if heir.Name == self {
+			here = append(here, j)
+			continue
+		}
+		relayed.sendTo(j, heir, forwardRelay)
+		there = append(there, j)
+	}
+	s.metrics.failovers.Add(float64(len(g.js)))
+	s.decideLanded(ctx, c, here)
+	s.forward(ctx, &relayed, s.groupByOwner(&relayed, there))
+	return true
+}
+
+// ringWithout returns the ring this node routes by without member name,
+// built once per ring and member.
+func (s *Service) ringWithout(name string) *ring.Ring {
+	r := s.ring()
+	s.withoutMu.Lock()
+	defer s.withoutMu.Unlock()
+	if s.without.base != r {
+		s.without = ringsWithout{base: r, rings: map[string]*ring.Ring{}}
+	}
+	w := s.without.rings[name]
+	if w == nil {
+		w = r.Without(name)
+		s.without.rings[name] = w
+	}
+	return w
+}
+
+// ringsWithout are rings without one member each, of the ring base.
+type ringsWithout struct {
+	base  *ring.Ring
+	rings map[string]*ring.Ring // by the member left out
 }
 
 // decideLanded decides c.reqs[js] here, as their owner, through the same
@@ -230,6 +298,9 @@ func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup) {
 		for _, j := range g.js {
 			c.results[c.pos[j]] = errorResult(fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err()))
 		}
+		return
+	}
+	if err != nil && s.failover(ctx, c, g) {
 		return
 	}
 	if err != nil {

@@ -119,6 +119,9 @@ type Service struct {
 	// cluster's without this node (see ring).
 	leaving atomic.Pointer[leavingRing]
 	leaveMu sync.Mutex // serializes the building of leaving rings
+	// without caches, for failover, rings without one member.
+	without   ringsWithout
+	withoutMu sync.Mutex
 }
 
 // New returns a Service. It starts nothing.
