@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // replicated waits until n has sent a replica of every counter it holds to
@@ -83,4 +86,91 @@ func TestCrashedOwnersCountersSurvive(t *testing.T) {
 	back := c.replace(1)
 	c.waitConverged(3)
 	pollKeptAt(t, "after the crashed node came back", counterLimit-counterSpent-more, back, c.nodes[0], c.nodes[2])
+}
+
+// TestHotKeyOwnerKilled: one hot key, limit 600 an hour (a sliding log:
+// nothing refills), 300 spent, then checked steadily through the two
+// other nodes while its owner is killed with SIGKILL. Until the ring drops
+// the owner (about 5 s), each check is decided by the key's heir on its
+// replica, with the whole limit; then by the heir as the new owner. So
+// over the whole run no more is admitted than the limit plus the hits the
+// replica may have missed: those of one --replicate-interval (100ms)
+// before the round that would have carried them, and of that round's own
+// flight (send, merge: we allow 50ms on a loaded machine; about 10ms was
+// seen), at the load's rate before the kill. (With a share on each
+// survivor, as before failover, up to 200 more a survivor.)
+func TestHotKeyOwnerKilled(t *testing.T) {
+	const limit, spent, interval, flight = 600, 300, 100 * time.Millisecond, 50 * time.Millisecond
+	c := startCluster(t, 3)
+	var members []ring.Member
+	for _, n := range c.nodes {
+		members = append(members, ring.Member{Name: n.name})
+	}
+	r := ring.New(members...)
+	var key string
+	for i := 0; key == ""; i++ {
+		if o, _ := r.Owner(fmt.Sprint("hot:", i)); o.Name == c.nodes[2].name {
+			key = fmt.Sprint("hot:", i)
+		}
+	}
+	victim, survivors := c.nodes[2], c.nodes[:2]
+	item := func(hits int64) *pb.CheckItem {
+		return &pb.CheckItem{Name: "hot", Key: key, Limit: limit, DurationMs: hour, Algorithm: pb.Algorithm_SLIDING_LOG, Hits: &hits}
+	}
+	if res, err := check(survivors[0], item(spent)); err != nil || res.Status != pb.Status_UNDER_LIMIT {
+		t.Fatalf("spending %d: %v %v", spent, res, err)
+	}
+
+	// Steady load through the survivors, paced (not waiting for an effect),
+	// bounded in count and time.
+	var admitted, beforeKill atomic.Int64
+	var killedAt atomic.Int64 // Unix ns; 0 before the kill
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, n := range survivors {
+		wg.Go(func() {
+			for i := 0; i < 10_000; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				res, err := check(n, item(1))
+				if err != nil {
+					t.Errorf("%s: %v", n.name, err)
+					return
+				}
+				if res.Error == "" && res.Status == pb.Status_UNDER_LIMIT {
+					admitted.Add(1)
+					if killedAt.Load() == 0 {
+						beforeKill.Add(1)
+					}
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+	time.Sleep(time.Second) // load before the kill
+	rate := float64(beforeKill.Load()) / time.Since(start).Seconds()
+	victim.signal(t, syscall.SIGKILL)
+	killedAt.Store(time.Now().UnixNano())
+	if !victim.wait(5 * time.Second) {
+		t.Fatalf("%s did not exit after SIGKILL", victim.name)
+	}
+	conv := c.waitConverged(2)
+	time.Sleep(2 * time.Second) // load on the new owner
+	close(stop)
+	wg.Wait()
+
+	bound := limit + int64(rate*(interval+flight).Seconds()+1)
+	total := spent + admitted.Load()
+	t.Logf("admitted %d before the kill (%.0f/s), %d in all with the %d spent first; ring converged %v after the kill; bound %d (the limit plus one interval and one round's flight of the load)",
+		beforeKill.Load(), rate, total, spent, conv.Round(time.Millisecond), bound)
+	if total > bound {
+		t.Errorf("admitted %d in all, want at most %d: the limit %d plus %.0f/s for one --replicate-interval and a round's flight", total, bound, limit, rate)
+	}
+	if total < limit {
+		t.Errorf("admitted %d in all, want the whole limit %d: the load ran until the key was spent", total, limit)
+	}
 }

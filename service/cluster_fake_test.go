@@ -194,6 +194,50 @@ func (c *fakeCluster) keyOwnedBy(i int) string {
 	}
 }
 
+// keyInheritedBy returns a key that the ring gives to node owner and,
+// without owner, to node heir.
+func (c *fakeCluster) keyInheritedBy(owner, heir int) string {
+	without := c.ring.Without(fmt.Sprint("node-", owner))
+	for k := 0; ; k++ {
+		key := fmt.Sprint("key-", k)
+		o, _ := c.ring.Owner(key)
+		h, _ := without.Owner(key)
+		if o.Name == fmt.Sprint("node-", owner) && h.Name == fmt.Sprint("node-", heir) {
+			return key
+		}
+	}
+}
+
+// TestUnreachableOwnerFailsOverToTheHeir: an owner that cannot be reached
+// has its keys decided by their heir, on the replica the owner sent it,
+// with the whole limit: the key goes on from where the replica left it,
+// and across the cluster no more than the limit is admitted.
+func TestUnreachableOwnerFailsOverToTheHeir(t *testing.T) {
+	c, svcs := newFakeCluster(3)
+	key := c.keyInheritedBy(2, 1)
+	item := &pb.CheckItem{Name: "api", Key: key, Limit: 10, DurationMs: 60_000}
+	for range 4 {
+		check(t, svcs[0], item)
+	}
+	if sent := svcs[2].replica.Replicate(t.Context()); sent != 1 {
+		t.Fatalf("node-2 replicated %d counters, want 1", sent)
+	}
+	c.down["peer-2"] = true
+	admitted := 0
+	for i := range 20 {
+		r := check(t, svcs[i%2], item)
+		if r.Metadata[MetadataDecidedBy] != routeFailover || r.Limit != 10 {
+			t.Fatalf("check %d with the owner down: %v; want decided by failover with the whole limit", i, r)
+		}
+		if r.Status == pb.Status_UNDER_LIMIT {
+			admitted++
+		}
+	}
+	if admitted != 6 {
+		t.Errorf("admitted %d with the owner down after 4 before, want the 6 left on the replica", admitted)
+	}
+}
+
 // syncRound runs one GLOBAL round on every node: reports, then broadcasts.
 func syncRound(svcs []*Service) {
 	for _, s := range svcs {
@@ -233,10 +277,14 @@ func TestForwardedChecksAreDecidedByTheOwner(t *testing.T) {
 	}
 }
 
+// TestUnreachableOwnerFallsBackToShare: an owner that cannot be reached,
+// and whose key's heir cannot be reached either, leaves this node to decide
+// with its share.
 func TestUnreachableOwnerFallsBackToShare(t *testing.T) {
 	c, svcs := newFakeCluster(3)
 	c.down["peer-2"] = true
-	item := &pb.CheckItem{Name: "api", Key: c.keyOwnedBy(2), Limit: 30, DurationMs: 60_000}
+	c.down["peer-1"] = true
+	item := &pb.CheckItem{Name: "api", Key: c.keyInheritedBy(2, 1), Limit: 30, DurationMs: 60_000}
 	admitted := 0
 	for range 20 {
 		r := check(t, svcs[0], item)

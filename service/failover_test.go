@@ -8,8 +8,9 @@ import (
 
 // TestFailoverPromotesReplicas: node-0's counters reach their heirs by
 // replication. While node-0 is down but still in the ring, its keys are
-// decided with the fallback share, never from the replicas; once the ring
-// drops it, the very first check of each key on its new owner finds the
+// decided by their heirs, on the replicas, with the whole limit (a check
+// through node-1 of a key whose heir is node-2 is relayed there); once
+// the ring drops node-0, each key's new owner, its heir, goes on from the
 // counter as node-0 left it.
 func TestFailoverPromotesReplicas(t *testing.T) {
 	c, svcs := newFakeCluster(3)
@@ -29,8 +30,8 @@ func TestFailoverPromotesReplicas(t *testing.T) {
 	c.down["peer-0"] = true
 	for _, k := range keys {
 		r := check(t, svcs[1], item(k, 0))
-		if r.Metadata[MetadataDecidedBy] != routeFallback.String() || r.Limit != 10/3 {
-			t.Fatalf("%s with its owner down but in the ring: %v; want decided with node-1's share, not from a replica", k, r)
+		if r.Metadata[MetadataDecidedBy] != routeFailover || r.Remaining != 5 || r.Limit != 10 {
+			t.Fatalf("%s with its owner down but in the ring: %v; want decided by its heir on the replica, 5 of 10 remaining", k, r)
 		}
 	}
 

@@ -29,7 +29,9 @@ var routeNames = [numRoutes]string{"local", "global", "fallback"}
 func (r route) String() string { return routeNames[r] }
 
 // MetadataDecidedBy is the result metadata key that says a check was not
-// decided by its owner; its value is routeFallback's name, "fallback".
+// decided by its owner: "failover" (by the key's heir, on its replica,
+// with the whole limit) or routeFallback's name, "fallback" (by this node,
+// with its share).
 const MetadataDecidedBy = "decided_by"
 
 // path is the part of a node that decides a check.
@@ -144,6 +146,11 @@ func (s *Service) failover(ctx context.Context, c *call, g *remoteGroup) bool {
 	if g.mode != forwardPlain || ctx.Err() != nil {
 		return false
 	}
+	for _, j := range g.js {
+		if c.items[c.pos[j]].Behavior == pb.Behavior_GLOBAL {
+			return false // GLOBAL keeps its own lease accounting: shares, as before
+		}
+	}
 	without := s.ringWithout(g.owner.Name)
 	if without.Len() == 0 {
 		return false
@@ -164,8 +171,18 @@ func (s *Service) failover(ctx context.Context, c *call, g *remoteGroup) bool {
 	s.metrics.failovers.Add(float64(len(g.js)))
 	s.decideLanded(ctx, c, here)
 	s.forward(ctx, &relayed, s.groupByOwner(&relayed, there))
+	for _, j := range g.js {
+		r := c.results[c.pos[j]]
+		if r.GetError() == "" && r.Metadata[MetadataDecidedBy] == "" { // a heir that could not be reached marked its fallback
+			r.Metadata = map[string]string{MetadataDecidedBy: routeFailover}
+		}
+	}
 	return true
 }
+
+// routeFailover is the MetadataDecidedBy value of a check decided by its
+// key's heir because the owner could not be reached (see failover).
+const routeFailover = "failover"
 
 // ringWithout returns the ring this node routes by without member name,
 // built once per ring and member.

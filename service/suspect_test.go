@@ -46,14 +46,14 @@ func TestFrozenOwnerIsSuspectedUntilItAnswers(t *testing.T) {
 
 		c.frozen.Store("peer-2", true)
 		r, took := timed()
-		if took != fakeForwardDeadline || r.Metadata[MetadataDecidedBy] != routeFallback.String() {
-			t.Fatalf("first check of a frozen owner: took %v, metadata %v; want the deadline %v and a fallback", took, r.Metadata, fakeForwardDeadline)
+		if took != fakeForwardDeadline || r.Metadata[MetadataDecidedBy] != routeFailover {
+			t.Fatalf("first check of a frozen owner: took %v, metadata %v; want the deadline %v and a failover to the key's heir", took, r.Metadata, fakeForwardDeadline)
 		}
 		// 40 checks over 4s, four suspicion periods: all answered at once.
 		for i := range 40 {
 			r, took := timed()
-			if took != 0 || r.Metadata[MetadataDecidedBy] != routeFallback.String() {
-				t.Fatalf("check %d after the first timeout: took %v, metadata %v; want no wait and a fallback", i, took, r.Metadata)
+			if took != 0 || r.Metadata[MetadataDecidedBy] != routeFailover {
+				t.Fatalf("check %d after the first timeout: took %v, metadata %v; want no wait and a failover", i, took, r.Metadata)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -63,8 +63,8 @@ func TestFrozenOwnerIsSuspectedUntilItAnswers(t *testing.T) {
 		if n := metricSum(t, reg, "ringlimit_suspect_owners"); n != 1 {
 			t.Errorf("ringlimit_suspect_owners = %v while the owner is frozen, want 1", n)
 		}
-		if n := metricSum(t, reg, "ringlimit_forward_fallbacks_total"); n != 41 {
-			t.Errorf("ringlimit_forward_fallbacks_total = %v after 41 fallback answers, want 41", n)
+		if n := metricSum(t, reg, "ringlimit_failover_checks_total"); n != 41 {
+			t.Errorf("ringlimit_failover_checks_total = %v after 41 failover answers, want 41", n)
 		}
 
 		c.frozen.Delete("peer-2")
@@ -85,7 +85,7 @@ func TestFrozenOwnerIsSuspectedUntilItAnswers(t *testing.T) {
 
 // TestSuspicionReleasesForwardsInFlight: checks already waiting on a
 // frozen owner when the first forward to it times out are answered then,
-// by fallback, rather than each at its own deadline.
+// by failover, rather than each at its own deadline.
 func TestSuspicionReleasesForwardsInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c, svcs := newFakeCluster(2)
@@ -100,8 +100,8 @@ func TestSuspicionReleasesForwardsInFlight(t *testing.T) {
 					item.Behavior = pb.Behavior_BATCHED
 				}
 				r := check(t, svcs[0], item)
-				if done := time.Since(start); done != fakeForwardDeadline || r.Metadata[MetadataDecidedBy] != routeFallback.String() {
-					t.Errorf("check %d answered %v after the first was sent, metadata %v; want with the first timeout, %v, by fallback",
+				if done := time.Since(start); done != fakeForwardDeadline || r.Metadata[MetadataDecidedBy] != routeFailover {
+					t.Errorf("check %d answered %v after the first was sent, metadata %v; want with the first timeout, %v, by failover",
 						i, done, r.Metadata, fakeForwardDeadline)
 				}
 			})
@@ -120,8 +120,8 @@ func TestSuspicionLapsesWithoutProbes(t *testing.T) {
 		c.frozen.Store("peer-1", true)
 		check(t, svcs[0], item)
 		c.frozen.Delete("peer-1")
-		if r := check(t, svcs[0], item); r.Metadata[MetadataDecidedBy] != routeFallback.String() {
-			t.Fatalf("check while suspect: metadata %v, want a fallback", r.Metadata)
+		if r := check(t, svcs[0], item); r.Metadata[MetadataDecidedBy] != routeFailover {
+			t.Fatalf("check while suspect: metadata %v, want a failover", r.Metadata)
 		}
 		time.Sleep(suspectFor)
 		if r := check(t, svcs[0], item); r.Metadata[MetadataDecidedBy] != "" {
