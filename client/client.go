@@ -126,8 +126,10 @@ type Decision struct {
 	// Delay is how long to wait before proceeding (LeakyBucket only).
 	Delay time.Duration
 	// DecidedBy is "" when the key's owner decided, as usual, or how the
-	// check was decided otherwise, e.g. "fallback" when the owner was
-	// unreachable and a node decided with its share of the limit.
+	// check was decided otherwise: "failover" when the owner was
+	// unreachable and the key's heir decided on its replica, with the whole
+	// limit; "fallback" when the heir was unreachable too (or the check is
+	// GLOBAL) and a node decided with its share of the limit.
 	DecidedBy string
 }
 
