@@ -297,14 +297,18 @@ func (c *Cluster) Member(name string) bool {
 // nodes that went away in the last few minutes. The slice is a copy.
 func (c *Cluster) Members() []MemberInfo { return slices.Clone(c.view.Load().members) }
 
+// joinWaitOnLeave bounds how long Run, leaving, waits for a join attempt
+// in flight to return.
+const joinWaitOnLeave = 500 * time.Millisecond
+
 // Run starts gossip, joins the cluster and keeps the ring up to date until
 // ctx is cancelled. If the first join finds this node's name held by
 // another live member, Run shuts gossip down without leaving and returns
 // an error wrapping ErrNameTaken; the node was never Ready. Then it leaves the cluster (waiting up to LeaveTimeout
 // for the news to spread), shuts memberlist down, publishes the ring of the
-// remaining members, and returns ctx.Err() once its goroutines are done.
-// A join attempt in flight at that moment can delay the return by up to
-// memberlist's TCPTimeout. Run may be called once.
+// remaining members, and returns ctx.Err() once its goroutines are done (a join attempt in flight is waited for at most joinWaitOnLeave).
+// A join attempt in flight at that moment delays the return by at most
+// joinWaitOnLeave. Run may be called once.
 func (c *Cluster) Run(ctx context.Context) error {
 	if !c.started.CompareAndSwap(false, true) {
 		return errors.New("run cluster: already run")
@@ -356,7 +360,18 @@ func (c *Cluster) Run(ctx context.Context) error {
 				c.log.Warn("shut down gossip", "err", err)
 			}
 			if joining {
-				<-joined
+				// A join in flight (a node that found itself alone as the
+				// others left, as when a whole cluster stops at once) can
+				// dial stopped nodes for memberlist's TCPTimeout each; with
+				// gossip shut down it can do nothing more, so it is not
+				// waited for beyond joinWaitOnLeave: it ends on its own.
+				timer := time.NewTimer(joinWaitOnLeave)
+				select {
+				case <-joined:
+				case <-timer.C:
+					c.log.Info("left with a join attempt still in flight; it ends on its own")
+				}
+				timer.Stop()
 			}
 			c.rebuild() // without this node: it has left
 			c.log.Info("left cluster")
