@@ -210,17 +210,36 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	return g.Wait()
 }
 
+// restBudget bounds the last hand-off of shutdown when no member takes
+// anything: the others are stopping too.
+const restBudget = 2 * time.Second
+
 // handOffRest is the last hand-off of shutdown: it hands off every counter
-// this node still holds and reports, as an error, those it could not,
-// which are lost when it exits.
+// this node still holds (those others handed it while it left) and
+// reports, as an error, those it could not, which are lost when it exits.
+// If no member took any counter within restBudget, the others are gone or
+// going (a whole cluster stopping at once, as helm uninstall does): the
+// counters are lost as the last node's are, logged, and not an error.
 func handOffRest(ctx context.Context, svc *service.Service, log *slog.Logger) error {
-	sent, left := svc.HandOffAll(ctx)
-	if left > 0 {
+	budget, cancel := context.WithTimeout(ctx, restBudget)
+	defer cancel()
+	sent, left := svc.HandOffAll(budget)
+	if left > 0 && sent > 0 { // some member answers: go on until ctx ends
+		more, rest := svc.HandOffAll(ctx)
+		sent, left = sent+more, rest
+	}
+	switch {
+	case left == 0:
+		log.Info("handed off counters", "counters", sent, "left", left)
+		return nil
+	case sent == 0 && ctx.Err() == nil:
+		log.Error("no member took the counters this node still holds: the cluster is stopping; they are lost when this node exits",
+			"left", left, "waited", restBudget)
+		return nil
+	default:
 		log.Error("counters not handed off; they are lost when this node exits", "left", left, "handed_off", sent)
 		return fmt.Errorf("%d counters not handed off", left)
 	}
-	log.Info("handed off counters", "counters", sent, "left", left)
-	return nil
 }
 
 // step is one step of an orderly shutdown.
