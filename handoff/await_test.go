@@ -113,6 +113,26 @@ func awaiting(ctx context.Context, n *Node, r *ring.Ring, key string) chan struc
 	return returned
 }
 
+// stillWaiting fails the test, saying why, unless the Await behind
+// returned still waits once every goroutine of the bubble is blocked.
+func stillWaiting(t *testing.T, returned chan struct{}, why string) {
+	t.Helper()
+	synctest.Wait()
+	if isClosed(returned) {
+		t.Fatal(why)
+	}
+}
+
+// returnedNow fails the test, saying why, unless the Await behind returned
+// has returned once every goroutine of the bubble is blocked.
+func returnedNow(t *testing.T, returned chan struct{}, why string) {
+	t.Helper()
+	synctest.Wait()
+	if !isClosed(returned) {
+		t.Fatal(why)
+	}
+}
+
 func isClosed(ch chan struct{}) bool {
 	select {
 	case <-ch:
@@ -130,21 +150,12 @@ func TestAwaitWaitsForThePreviousOwner(t *testing.T) {
 		r := m.Ring()
 		gained := keyOf(t, r, "c", r.Without("c"), "a")
 		returned := awaiting(t.Context(), n, r, gained)
-		synctest.Wait()
-		if isClosed(returned) {
-			t.Fatal("Await returned before the previous owner said it was done")
-		}
+		stillWaiting(t, returned, "Await returned before the previous owner said it was done")
 		n.HandOffDone("b", r.ID()) // b held none of these
 		n.HandOffDone("a", r.Without("z").ID()+1)
-		synctest.Wait()
-		if isClosed(returned) {
-			t.Fatal("Await returned on another member's word, or on a word for another ring")
-		}
+		stillWaiting(t, returned, "Await returned on another member's word, or on a word for another ring")
 		n.HandOffDone("a", r.ID())
-		synctest.Wait()
-		if !isClosed(returned) {
-			t.Fatal("Await still waits after the previous owner said it was done")
-		}
+		returnedNow(t, returned, "Await still waits after the previous owner said it was done")
 		if got := testutil.ToFloat64(n.metrics.waits.WithLabelValues("done")); got != 1 {
 			t.Errorf("waits done = %v, want 1", got)
 		}
@@ -225,15 +236,9 @@ func TestAwaitKeepsWordsAheadOfTheRing(t *testing.T) {
 		r := m.Ring()
 		n.HandOffDone("a", ring.New(ring.Member{Name: "a"}, ring.Member{Name: "b"}, ring.Member{Name: "c"}).ID())
 		returned := awaiting(t.Context(), n, r, keyOf(t, r, "c", r.Without("c"), "a"))
-		synctest.Wait()
-		if isClosed(returned) {
-			t.Fatal("a word for another ring released a key")
-		}
+		stillWaiting(t, returned, "a word for another ring released a key")
 		n.HandOffDone("a", r.ID())
-		synctest.Wait()
-		if !isClosed(returned) {
-			t.Fatal("a's word for the current ring did not release the key")
-		}
+		returnedNow(t, returned, "a's word for the current ring did not release the key")
 	})
 }
 
@@ -307,4 +312,26 @@ func TestAwaitDoesNotWaitForANewMember(t *testing.T) {
 	if w := n.waits.Load(); w.byName["b"] != nil {
 		t.Error("c waits for b, which has just joined")
 	}
+}
+
+// TestForgedDoneWordsAreBounded: words from names no ring holds, as a
+// forger would send, neither release a wait nor grow without bound.
+func TestForgedDoneWordsAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, m, _ := awaitNode("c", "a", "b", "c")
+		r := m.Ring()
+		returned := awaiting(t.Context(), n, r, keyOf(t, r, "c", r.Without("c"), "a"))
+		for i := range 3 * maxDoneSenders {
+			n.HandOffDone(fmt.Sprint("forged-", i), r.ID())
+		}
+		stillWaiting(t, returned, "forged senders' words released a wait for a")
+		n.waitMu.Lock()
+		held := len(n.done)
+		n.waitMu.Unlock()
+		if held > maxDoneSenders {
+			t.Errorf("holds %d senders' words, want at most %d", held, maxDoneSenders)
+		}
+		n.HandOffDone("a", r.ID())
+		returnedNow(t, returned, "a's word did not release its key after the forgeries")
+	})
 }
