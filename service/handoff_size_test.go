@@ -111,14 +111,7 @@ func handedOver(t *testing.T, from, to *Service, cs []limiter.Counter) {
 // owner refused, and 230 of 230 were lost.
 func TestHandOffFullSlidingLogs(t *testing.T) {
 	from, to, reg := leavingPair(t, 0)
-	cs := fullLogs(t, 230)
-	from.store.Restore(cs)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if sent, left := from.HandOffAll(ctx); sent != len(cs) || left != 0 {
-		t.Errorf("HandOffAll = %d sent, %d left; want %d, 0", sent, left, len(cs))
-	}
-	handedOver(t, from, to, cs)
+	handOffLogs(t, from, to, 230)
 	if got := metricSum(t, reg, "ringlimit_handoff_pending_counters"); got != 0 {
 		t.Errorf("pending counters = %v after a complete hand-off, want 0", got)
 	}
@@ -130,7 +123,14 @@ func TestHandOffFullSlidingLogs(t *testing.T) {
 // arrives.
 func TestHandOffSplitsRefusedBatches(t *testing.T) {
 	from, to, _ := leavingPair(t, 400<<10) // two full logs fit, a batch holds six
-	cs := fullLogs(t, 20)
+	handOffLogs(t, from, to, 20)
+}
+
+// handOffLogs gives from n full sliding logs, has it hand off everything
+// within a minute, and checks that every one arrived at to as it left.
+func handOffLogs(t *testing.T, from, to *Service, n int) {
+	t.Helper()
+	cs := fullLogs(t, n)
 	from.store.Restore(cs)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
