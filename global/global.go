@@ -16,7 +16,10 @@
 // decides it at once, exactly.
 //
 // So the cluster never admits more than the limit, short of a node that
-// crashes with hits it has not reported. What it costs: a check at a node
+// crashes with hits it has not reported. An owner that crashes loses
+// little more: the key's heir keeps the grants of its broadcasts, and
+// reserves what they lent when it decides for the owner or takes the key
+// over (see heir.go). What it costs: a check at a node
 // whose grant is spent goes to the owner (as BATCHED does) until the next
 // round brings a grant, unless the owner last reported nothing left, in
 // which case it is refused locally at once; and hits lent to a node are
@@ -89,6 +92,13 @@ type Config struct {
 	MaxClockSkew time.Duration
 	// Now is the clock counters are evaluated at; nil means time.Now.
 	Now func() time.Time
+	// Inherit, if not nil, is called before this node charges reports to
+	// counters it owns (Receive, and its own reports once it owns a key),
+	// so that the replicas of keys it has just inherited are its counters
+	// first: charged into an empty counter, hits would be lost when the
+	// replica is merged in (merging keeps the more charged state, it does
+	// not add). Service promotes replicas in it (replica.Node.Promote).
+	Inherit func()
 	// Logger receives warnings of failed sends; nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the GLOBAL metrics; nil registers none.
@@ -103,13 +113,15 @@ type Node struct {
 	cluster  Membership
 	peers    Peers
 	validate Validate
+	inherit  func()
 	interval time.Duration
 	skew     time.Duration
 	now      func() time.Time
 	log      *slog.Logger
 	metrics  metrics
-	sampled  sampled // the rejected items' log lines
-	members  members // who was in the ring lately, for reports
+	sampled  sampled    // the rejected items' log lines
+	members  members    // who was in the ring lately, for reports
+	heirs    ring.Heirs // whose keys this node would inherit, for broadcasts
 
 	shards    [numShards]shard
 	lastEpoch atomic.Int64 // the newest entry's first epoch
@@ -122,8 +134,9 @@ const numShards = 64
 // shard is one lock's worth of GLOBAL state.
 type shard struct {
 	mu      sync.Mutex
-	entries map[key]*entry // counters others own
-	leases  map[key]*lease // counters this node owns
+	entries map[key]*entry     // counters others own
+	leases  map[key]*lease     // counters this node owns
+	heirs   map[key]*heirLease // grants of counters this node would inherit (heir.go)
 	dirty   map[key]struct{}
 	_       [64]byte // keeps neighbouring shards' locks off one cache line
 }
@@ -133,7 +146,7 @@ type key struct{ name, key string }
 
 // New returns a Node. It starts nothing: Run drives the sync rounds.
 func New(conf Config) *Node {
-	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, validate: conf.Validate,
+	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, validate: conf.Validate, inherit: conf.Inherit,
 		interval: conf.Interval, skew: conf.MaxClockSkew, now: conf.Now, log: conf.Logger, metrics: newMetrics(conf.Registerer)}
 	if n.interval <= 0 {
 		n.interval = DefaultInterval
@@ -145,7 +158,7 @@ func New(conf Config) *Node {
 		n.log = slog.New(slog.DiscardHandler)
 	}
 	for i := range n.shards {
-		n.shards[i] = shard{entries: map[key]*entry{}, leases: map[key]*lease{}, dirty: map[key]struct{}{}}
+		n.shards[i] = shard{entries: map[key]*entry{}, leases: map[key]*lease{}, heirs: map[key]*heirLease{}, dirty: map[key]struct{}{}}
 	}
 	return n
 }

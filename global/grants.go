@@ -169,7 +169,7 @@ func (n *Node) Report(ctx context.Context) {
 	for _, o := range byOwner {
 		wg.Go(func() {
 			if o.owner.Name == self {
-				n.receiveAll(self, o.reports, now) // this node became the owner
+				n.receiveAll(self, o.reports, now) // this node became the owner (receiveAll promotes its replicas first)
 			} else if err := n.peers.AddGlobalHits(ctx, o.owner.PeerAddr, self, o.reports); err != nil {
 				n.metrics.sendErrors.Inc()
 				n.log.Warn("GLOBAL report not sent; it goes again next round", "owner", o.owner.Name, "err", err)
@@ -231,12 +231,14 @@ func (n *Node) delivered(o *outgoing) {
 }
 
 // Apply takes owner from's broadcast: new grants for this node, and the
-// counters' state. It refuses the whole broadcast, with an error wrapping
-// ErrUnknownSender, when from is not a member of this node's ring or is
-// this node. It takes a state only for a counter this node tracks and
-// whose key from owns under this node's ring, and only if the state is
-// possible for the counter's limit (see entry.checkState); it rejects
-// (logs, sampled, and counts) the others.
+// counters' state; and, for the keys this node would inherit from from,
+// the grants of every node (see heir.go). It refuses the whole broadcast,
+// with an error wrapping ErrUnknownSender, when from is not a member of
+// this node's ring or is this node. It takes a state only for a key from
+// owns under this node's ring, and only if the state is possible (see
+// entry.checkState and shard.keepGrants): for a counter this node tracks,
+// under the counter's limit; it rejects (logs, sampled, and counts) the
+// others.
 func (n *Node) Apply(from string, states []*pb.GlobalState) error {
 	r := n.cluster.Ring()
 	self := n.cluster.LocalMember().Name
@@ -253,10 +255,14 @@ func (n *Node) Apply(from string, states []*pb.GlobalState) error {
 			n.reject(kindState, reasonNotOwner, from, fmt.Errorf("state of %s/%s, whose owner is %q", st.Name, st.Key, owner.Name))
 			continue
 		}
+		heir, _ := n.heirs.Heir(r, from, st.Key)
 		k := key{st.Name, st.Key}
 		sh := n.shard(k)
 		sh.mu.Lock()
 		err := n.apply(sh.entries[k], st, self, now) // no entry: this node has not seen the key, nothing to renew
+		if err == nil && heir.Name == self {
+			err = sh.keepGrants(k, from, st, r, now)
+		}
 		sh.mu.Unlock()
 		if err != nil {
 			n.reject(kindState, reasonInvalid, from, fmt.Errorf("state of %s/%s: %w", st.Name, st.Key, err))

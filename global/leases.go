@@ -44,11 +44,15 @@ func (l *lease) wanted() bool {
 	return false
 }
 
-// lease returns k's lease, creating it, with r's limit. sh.mu is held.
-func (sh *shard) lease(k key, r *limiter.Request) *lease {
+// lease returns k's lease, creating it, with r's limit. A new lease starts
+// from the grants this node kept as the key's heir, if any (see heir.go).
+// sh.mu is held.
+func (sh *shard) lease(k key, r *limiter.Request, now time.Time) *lease {
 	l := sh.leases[k]
 	if l == nil {
 		l = &lease{nodes: make(map[string]*nodeLease)}
+		l.startFrom(sh.heirs[k], r.Limit.Capacity(), now)
+		delete(sh.heirs, k)
 		sh.leases[k] = l
 	}
 	l.req = *r
@@ -58,12 +62,28 @@ func (sh *shard) lease(k key, r *limiter.Request) *lease {
 
 // decideOwned decides a GLOBAL check for a counter this node owns, at
 // once: from the counter's remaining hits less what is lent out.
+//
+// A check decided here for a key the ring gives to another node (this
+// node is its heir, deciding while the owner cannot be reached: service's
+// failover; or a node whose ring lags sent it here) is decided less what
+// that owner lent, as its last broadcast to this node said (heir.go), and
+// lends nothing: the other nodes take grants only from the owner of their
+// ring.
 func (n *Node) decideOwned(r *limiter.Request) algorithms.Decision {
 	k := key{r.Name, r.Key}
+	now := n.now()
+	owner, ok := n.cluster.Ring().Owner(r.Key)
 	sh := n.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	l := sh.lease(k, r)
+	var out int64
+	if ok && owner.Name != n.cluster.LocalMember().Name {
+		out = sh.heirs[k].outstanding(r.Limit.Capacity(), now)
+	} else {
+		l := sh.lease(k, r, now)
+		out = l.outstanding()
+		sh.dirty[k] = struct{}{}
+	}
 	if r.Reset {
 		reset := *r
 		reset.Hits = 0
@@ -74,8 +94,6 @@ func (n *Node) decideOwned(r *limiter.Request) algorithms.Decision {
 	peek := plain
 	peek.Hits = 0
 	remaining := n.store.Check(&peek).Remaining
-	out := l.outstanding()
-	sh.dirty[k] = struct{}{}
 	if r.Hits <= remaining-out {
 		d := n.store.Decide(&plain)
 		d.Remaining = max(0, d.Remaining-out)
@@ -107,6 +125,9 @@ func (n *Node) Receive(from string, reports []*pb.GlobalReport) error {
 
 // receiveAll takes reports from a node known to be a member.
 func (n *Node) receiveAll(from string, reports []*pb.GlobalReport, now time.Time) {
+	if n.inherit != nil {
+		n.inherit()
+	}
 	members := int64(max(1, n.cluster.Ring().Len()))
 	for _, rep := range reports {
 		err := checkReport(rep)
@@ -121,7 +142,7 @@ func (n *Node) receiveAll(from string, reports []*pb.GlobalReport, now time.Time
 		k := key{r.Name, r.Key}
 		sh := n.shard(k)
 		sh.mu.Lock()
-		excess := n.receive(sh, k, &r, from, rep, members)
+		excess := n.receive(sh, k, &r, from, rep, members, now)
 		sh.mu.Unlock()
 		if excess > 0 {
 			n.metrics.excessHits.Add(float64(excess))
@@ -132,11 +153,11 @@ func (n *Node) receiveAll(from string, reports []*pb.GlobalReport, now time.Time
 
 // receive applies one report and returns the hits it claims beyond what
 // the node could have admitted, which are not charged: more than the rest
-// of its grant, or, for a new account, more than one share of what the
-// counter has not lent out (what the owner would grant it now). sh.mu is
-// held.
-func (n *Node) receive(sh *shard, k key, r *limiter.Request, from string, rep *pb.GlobalReport, members int64) (excess int64) {
-	l := sh.lease(k, r)
+// of its grant, or, for a new account, more than what its old account had
+// left or one share of what the counter has not lent out (what the owner
+// would grant it now), whichever is more. sh.mu is held.
+func (n *Node) receive(sh *shard, k key, r *limiter.Request, from string, rep *pb.GlobalReport, members int64, now time.Time) (excess int64) {
+	l := sh.lease(k, r, now)
 	nl := l.nodes[from]
 	allowed := int64(0)
 	switch {
@@ -144,16 +165,21 @@ func (n *Node) receive(sh *shard, k key, r *limiter.Request, from string, rep *p
 		// A new account (the node forgot the old one, or this owner did):
 		// what the node says was charged already is not charged again, and
 		// the old account's grant is no longer reserved. Its hits not yet
-		// charged were admitted under a grant this owner may never have
-		// made (the key changed owner): they are charged up to the share a
-		// grant would give now.
+		// charged were admitted under the old account's grant, with this
+		// owner or with the key's owner before it (a node starts a new
+		// account when the key changes owner, and this owner may have
+		// inherited the old one: see heir.go): they are charged up to what
+		// that grant had left, or, if this owner never made or inherited
+		// it, up to the share a grant would give now.
+		var unused int64
 		if nl != nil {
+			unused = nl.granted - nl.received
 			delete(l.nodes, from)
 		}
 		peek := *r
 		peek.Hits = 0
 		avail := max(0, n.store.Check(&peek).Remaining-l.outstanding())
-		allowed = min(avail, max(1, avail/members))
+		allowed = max(unused, min(avail, max(1, avail/members)))
 		nl = &nodeLease{received: rep.Acked, granted: rep.Acked, epoch: rep.Epoch}
 		l.nodes[from] = nl
 	case rep.Epoch < nl.epoch:
@@ -211,6 +237,7 @@ func (n *Node) Broadcast(ctx context.Context) {
 				delete(sh.dirty, k)
 			}
 		}
+		sh.forgetStaleHeirLeases(now)
 		for k := range sh.dirty {
 			delete(sh.dirty, k)
 			if l := sh.leases[k]; l != nil {
@@ -253,7 +280,7 @@ func (n *Node) state(k key, l *lease, members int64, now time.Time) *pb.GlobalSt
 		RetryAfterMs: max(0, n.store.Check(&one).RetryAfter.Milliseconds()),
 	}
 	for name, nl := range l.nodes {
-		st.Grants = append(st.Grants, &pb.GlobalGrant{Node: name, Granted: nl.granted, Epoch: nl.epoch})
+		st.Grants = append(st.Grants, &pb.GlobalGrant{Node: name, Granted: nl.granted, Epoch: nl.epoch, Received: nl.received})
 	}
 	return st
 }

@@ -19,6 +19,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"slices"
+	"sync"
 
 	"github.com/buraksezer/consistent"
 	"github.com/cespare/xxhash/v2"
@@ -157,6 +158,40 @@ func (r *Ring) ID() uint64 {
 // it costs as much as New.
 func (r *Ring) Without(name string) *Ring {
 	return New(slices.DeleteFunc(r.Members(), func(m Member) bool { return m.Name == name })...)
+}
+
+// Heirs finds who would inherit a member's keys: a key's heir is its
+// owner in the ring without the key's owner, the member that takes the key
+// over should its owner leave the ring. It keeps the rings without one
+// member each, of the latest ring asked about, so that a ring is built once
+// per ring and member left out, not per key. The zero value is ready to
+// use; it is safe for concurrent use.
+type Heirs struct {
+	mu      sync.Mutex
+	base    *Ring
+	without map[string]*Ring // rings of base without the member named by the key
+}
+
+// Without returns r.Without(name), built once while r is the latest ring
+// asked about.
+func (h *Heirs) Without(r *Ring, name string) *Ring {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.base != r {
+		h.base, h.without = r, map[string]*Ring{}
+	}
+	w := h.without[name]
+	if w == nil {
+		w = r.Without(name)
+		h.without[name] = w
+	}
+	return w
+}
+
+// Heir returns the heir of key, whose owner in r is owner: its owner in r
+// without owner. It reports false when r holds no other member.
+func (h *Heirs) Heir(r *Ring, owner, key string) (Member, bool) {
+	return h.Without(r, owner).Owner(key)
 }
 
 // Has reports whether a member named name is in the ring.

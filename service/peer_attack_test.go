@@ -462,7 +462,7 @@ func FuzzPeerHandlers(f *testing.F) {
 		&pb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: []*pb.CheckItem{item}}}, Relayed: true, Pulled: true},
 		&pb.GlobalHitsRequest{From: "node-1", Reports: []*pb.GlobalReport{{Item: item, Admitted: 3, Acked: 1, Epoch: 2, Want: true}}},
 		&pb.GlobalUpdateRequest{From: "node-1", States: []*pb.GlobalState{{Name: "api", Key: "user:1", Limit: 10, Remaining: 4,
-			ResetTimeMs: t0.UnixMilli(), Grants: []*pb.GlobalGrant{{Node: "node-0", Granted: 3, Epoch: 2}}}}},
+			ResetTimeMs: t0.UnixMilli(), Grants: []*pb.GlobalGrant{{Node: "node-0", Granted: 3, Epoch: 2, Received: 1}}}}},
 		&pb.HandOffRequest{From: "node-1", Counters: []*pb.CounterState{{Counter: rec}, {Counter: []byte{1, 2}}}, Done: 7},
 		&pb.ReplicateRequest{From: "node-1", Counters: []*pb.CounterState{{Counter: rec}, {Counter: []byte{1, 2}}}},
 	} {

@@ -78,6 +78,9 @@ func (s *Service) decide(ctx context.Context, c *call, js []int) {
 			if owned {
 				owner = self
 			}
+			if c.landed {
+				s.replica.PromoteKey(&c.reqs[j]) // relayed here as the key's heir: its owner cannot be reached (see failover)
+			}
 			d, forward := s.global.Decide(&c.reqs[j], owner)
 			if forward {
 				remote = append(remote, j)
@@ -137,6 +140,10 @@ func (s *Service) pull(ctx context.Context, c *call, store, remote []int) (here,
 // A relay or pull that fails, or a heir that cannot be reached, falls back
 // to shares as before. It reports whether it took the checks.
 //
+// GLOBAL checks fail over alike: the heir decides them on its replica less
+// the hits the owner had lent to the nodes and they may still admit, which
+// it knows from the owner's broadcasts (see package global).
+//
 // An owner that is only frozen (a GC pause, a stalled VM) keeps its own
 // counter: what its heir admitted meanwhile stays with the heir until the
 // next ring change hands it over, so a key can be over its limit by what
@@ -145,11 +152,6 @@ func (s *Service) pull(ctx context.Context, c *call, store, remote []int) (here,
 func (s *Service) failover(ctx context.Context, c *call, g *remoteGroup) bool {
 	if g.mode != forwardPlain || ctx.Err() != nil {
 		return false
-	}
-	for _, j := range g.js {
-		if c.items[c.pos[j]].Behavior == pb.Behavior_GLOBAL {
-			return false // GLOBAL keeps its own lease accounting: shares, as before
-		}
 	}
 	without := s.ringWithout(g.owner.Name)
 	if without.Len() == 0 {
@@ -186,26 +188,7 @@ const routeFailover = "failover"
 
 // ringWithout returns the ring this node routes by without member name,
 // built once per ring and member.
-func (s *Service) ringWithout(name string) *ring.Ring {
-	r := s.ring()
-	s.withoutMu.Lock()
-	defer s.withoutMu.Unlock()
-	if s.without.base != r {
-		s.without = ringsWithout{base: r, rings: map[string]*ring.Ring{}}
-	}
-	w := s.without.rings[name]
-	if w == nil {
-		w = r.Without(name)
-		s.without.rings[name] = w
-	}
-	return w
-}
-
-// ringsWithout are rings without one member each, of the ring base.
-type ringsWithout struct {
-	base  *ring.Ring
-	rings map[string]*ring.Ring // by the member left out
-}
+func (s *Service) ringWithout(name string) *ring.Ring { return s.without.Without(s.ring(), name) }
 
 // decideLanded decides c.reqs[js] here, as their owner, through the same
 // switch as any check (GLOBAL keeps its lease accounting), but landed:

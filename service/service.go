@@ -120,8 +120,7 @@ type Service struct {
 	leaving atomic.Pointer[leavingRing]
 	leaveMu sync.Mutex // serializes the building of leaving rings
 	// without caches, for failover, rings without one member.
-	without   ringsWithout
-	withoutMu sync.Mutex
+	without ring.Heirs
 }
 
 // New returns a Service. It starts nothing.
@@ -151,6 +150,7 @@ func New(conf Config) *Service {
 			return toRequest(item, now, s.skew)
 		},
 		Interval: conf.GlobalSync, MaxClockSkew: s.skew, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
+		Inherit: func() { s.replica.Promote(s.ring()) },
 	})
 	s.handoff = handoff.New(handoff.Config{
 		Store: s.store, Cluster: routing{s}, Peers: conf.Peers, MaxClockSkew: s.skew, Wait: conf.HandOffWait,

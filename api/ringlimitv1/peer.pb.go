@@ -486,10 +486,16 @@ func (x *GlobalState) GetGrants() []*GlobalGrant {
 // GlobalGrant is how many hits of a GLOBAL counter the owner allows one
 // node in all, as of the node's release epoch.
 type GlobalGrant struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Granted       int64                  `protobuf:"varint,2,opt,name=granted,proto3" json:"granted,omitempty"`
-	Epoch         int64                  `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Node    string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Granted int64                  `protobuf:"varint,2,opt,name=granted,proto3" json:"granted,omitempty"`
+	Epoch   int64                  `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// received is how many of the node's admitted hits the owner has
+	// charged: granted - received is lent and not yet reported used. The
+	// key's heir keeps the grants of the last broadcast, so that if the
+	// owner crashes it reserves what the nodes may still admit from them
+	// (see package global).
+	Received      int64 `protobuf:"varint,4,opt,name=received,proto3" json:"received,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -541,6 +547,13 @@ func (x *GlobalGrant) GetGranted() int64 {
 func (x *GlobalGrant) GetEpoch() int64 {
 	if x != nil {
 		return x.Epoch
+	}
+	return 0
+}
+
+func (x *GlobalGrant) GetReceived() int64 {
+	if x != nil {
+		return x.Received
 	}
 	return 0
 }
@@ -1009,11 +1022,12 @@ const file_peer_proto_rawDesc = "" +
 	"\rreset_time_ms\x18\x05 \x01(\x03R\vresetTimeMs\x12\x18\n" +
 	"\amembers\x18\x06 \x01(\x03R\amembers\x12$\n" +
 	"\x0eretry_after_ms\x18\a \x01(\x03R\fretryAfterMs\x121\n" +
-	"\x06grants\x18\b \x03(\v2\x19.ringlimit.v1.GlobalGrantR\x06grants\"Q\n" +
+	"\x06grants\x18\b \x03(\v2\x19.ringlimit.v1.GlobalGrantR\x06grants\"m\n" +
 	"\vGlobalGrant\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\agranted\x18\x02 \x01(\x03R\agranted\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\"\\\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12\x1a\n" +
+	"\breceived\x18\x04 \x01(\x03R\breceived\"\\\n" +
 	"\x13GlobalUpdateRequest\x121\n" +
 	"\x06states\x18\x01 \x03(\v2\x19.ringlimit.v1.GlobalStateR\x06states\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\"\x16\n" +

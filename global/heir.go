@@ -1,0 +1,134 @@
+package global
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// The side of a node that would inherit counters others own.
+//
+// An owner broadcasts the grants of its changed counters to every member
+// each round. A key's heir (its owner in the ring without the owner: the
+// member that takes the key over should the owner leave the ring, and to
+// which the owner replicates the counter, see package replica) keeps the
+// grants of the last broadcast that lent hits not yet reported used: what
+// the other nodes may still admit without asking the owner. Should the
+// owner crash, those hits stay reserved:
+//
+//   - while the owner cannot be reached but is still in the ring, the
+//     checks sent to the heir (service's failover) are decided on the
+//     replicated counter less what the owner had lent (decideOwned);
+//   - once the ring drops the owner, the heir owns the key, and its lease
+//     starts from the kept grants (shard.lease); each node's first report
+//     to it, on a new account, is charged up to what its old account had
+//     left (receive), so that the hits the nodes admitted from the dead
+//     owner's grants are charged, not only a share of them.
+//
+// So a GLOBAL key does not get a fresh limit when its owner crashes. What
+// is lost is what the owner charged after its last replication round, as
+// for any counter, and hits lent by a broadcast that reached other nodes
+// but not the heir.
+
+// heirLease is the grants of a counter this node would inherit, as its
+// owner last broadcast them.
+type heirLease struct {
+	owner    string
+	at       time.Time            // when the broadcast arrived, by this node's clock
+	accounts map[string]nodeLease // by node: only those that lent hits not yet reported used
+}
+
+// heirLeaseTTL is how long kept grants are trusted. Nodes give back a
+// grant they do not use within a round, and reown theirs as soon as their
+// ring drops the owner, so after a minute without a broadcast the grants
+// no longer stand for hits anyone may admit.
+const heirLeaseTTL = time.Minute
+
+// maxHeirLeasesPerShard bounds the grants a node keeps as heir (100,000
+// counters in all), whatever owners broadcast.
+const maxHeirLeasesPerShard = 100_000 / numShards
+
+// outstanding returns the hits h lent and not yet reported used, if h is
+// not older than heirLeaseTTL at now, at most capacity: the counter's
+// capacity under the check's limit, which no set of grants can exceed. A
+// nil h has none.
+func (h *heirLease) outstanding(capacity int64, now time.Time) int64 {
+	if h == nil || now.Sub(h.at) > heirLeaseTTL {
+		return 0
+	}
+	var out int64
+	for _, a := range h.accounts {
+		out += a.granted - a.received
+	}
+	return min(out, capacity)
+}
+
+// startFrom starts l's accounts from h's, as the new owner of the counter:
+// what each node had left of its grant stays reserved, at most capacity in
+// all (in node name order, so that every heir trims alike).
+func (l *lease) startFrom(h *heirLease, capacity int64, now time.Time) {
+	if h == nil || now.Sub(h.at) > heirLeaseTTL {
+		return
+	}
+	names := make([]string, 0, len(h.accounts))
+	for name := range h.accounts {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		a := h.accounts[name]
+		a.granted = a.received + min(a.granted-a.received, max(0, capacity))
+		capacity -= a.granted - a.received
+		l.nodes[name] = &a
+	}
+}
+
+// keepGrants keeps the grants of owner's state st, of which this node is
+// the key's heir, in r: the accounts of members of r that lent hits not
+// yet reported used. A state that lends nothing forgets what was kept. It
+// returns an error, and keeps nothing, for grants that are not possible.
+// sh.mu is held.
+func (sh *shard) keepGrants(k key, owner string, st *pb.GlobalState, r *ring.Ring, now time.Time) error {
+	h := &heirLease{owner: owner, at: now}
+	for _, gr := range st.GetGrants() {
+		if gr.GetEpoch() < 0 || gr.GetReceived() < 0 || gr.GetReceived() > gr.GetGranted() {
+			return fmt.Errorf("grants: %q: received %d must be between 0 and granted %d, epoch %d not negative",
+				gr.GetNode(), gr.GetReceived(), gr.GetGranted(), gr.GetEpoch())
+		}
+		if gr.GetGranted() == gr.GetReceived() || gr.GetNode() == owner || !r.Has(gr.GetNode()) {
+			continue // nothing lent, or to no one who could admit it
+		}
+		if h.accounts == nil {
+			h.accounts = map[string]nodeLease{}
+		}
+		h.accounts[gr.GetNode()] = nodeLease{granted: gr.GetGranted(), received: gr.GetReceived(), epoch: gr.GetEpoch()}
+	}
+	if len(h.accounts) == 0 {
+		delete(sh.heirs, k)
+		return nil
+	}
+	if _, ok := sh.heirs[k]; !ok && len(sh.heirs) >= maxHeirLeasesPerShard {
+		sh.forgetStaleHeirLeases(now)
+		for k := range sh.heirs { // none was stale: forget any one (the map's order makes it a random one)
+			if len(sh.heirs) < maxHeirLeasesPerShard {
+				break
+			}
+			delete(sh.heirs, k)
+		}
+	}
+	sh.heirs[k] = h
+	return nil
+}
+
+// forgetStaleHeirLeases forgets kept grants older than heirLeaseTTL.
+// sh.mu is held.
+func (sh *shard) forgetStaleHeirLeases(now time.Time) {
+	for k, h := range sh.heirs {
+		if now.Sub(h.at) > heirLeaseTTL {
+			delete(sh.heirs, k)
+		}
+	}
+}
