@@ -42,6 +42,21 @@ const (
 	DefaultJoinRetry    = time.Second
 	DefaultJoinRetryMax = 30 * time.Second
 	DefaultLeaveTimeout = 5 * time.Second
+	// LANSuspicionMaxTimeoutMult bounds how long a member that suspects
+	// another waits, when no other member confirms the suspicion, before
+	// it declares the suspect dead: this many times the shortest wait
+	// (memberlist's SuspicionMult, 4, times its ProbeInterval, 1s, on a
+	// LAN): 8s, where memberlist's LAN preset waits up to 24s. Confirmed
+	// suspicions end sooner either way (4s with two confirmations). With
+	// 24s, a survivor that missed the others' gossip of a crashed node's
+	// death, or got one confirmation only, kept the dead node in its ring
+	// for 11 to 24s (the chaos suite's kill -9, about one run in ten),
+	// sending checks for its keys to failover all the while. A live node
+	// refutes a suspicion as soon as the gossip reaches it, whatever the
+	// wait, so the shorter one costs only a frozen or cut-off node being
+	// declared dead sooner, which failover and hand-off are built for.
+	LANSuspicionMaxTimeoutMult = 2
+
 	// DefaultDeadNodeReclaimTime is how long after a node is declared dead
 	// its name may rejoin from another address.
 	DefaultDeadNodeReclaimTime = 3 * time.Second
@@ -110,7 +125,8 @@ type Config struct {
 	Keys [][]byte
 
 	// Memberlist is the memberlist preset to start from; nil means
-	// memberlist.DefaultLANConfig(). Tests use memberlist.DefaultLocalConfig().
+	// memberlist.DefaultLANConfig() with SuspicionMaxTimeoutMult set to
+	// LANSuspicionMaxTimeoutMult. Tests use memberlist.DefaultLocalConfig().
 	// Run copies it and sets Name, BindAddr, BindPort, AdvertiseAddr,
 	// AdvertisePort, Delegate, Events, LogOutput and Logger itself, and
 	// Keyring, SecretKey and GossipVerify* from Keys.
@@ -442,6 +458,7 @@ func (c *Cluster) create(ctx context.Context) (*memberlist.Memberlist, error) {
 		mc = *c.conf.Memberlist
 	} else {
 		mc = *memberlist.DefaultLANConfig()
+		mc.SuspicionMaxTimeoutMult = LANSuspicionMaxTimeoutMult
 	}
 	mc.Name = c.conf.NodeName
 	mc.BindAddr = c.bindHost
