@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
 	"strings"
 	"time"
 
@@ -17,7 +18,18 @@ import (
 // they were; it suits snapshots, which run again.
 func (s *Store) Counters() iter.Seq[Counter] {
 	return s.walk(func(a Algorithm, t counters, out []Counter) []Counter {
-		return t.snapshot(a, out)
+		return t.charged(a, math.MinInt64, out) // every counter is full later than that
+	}, nil)
+}
+
+// Charged is Counters without the counters back to full at now: those
+// the store would drop as idle (see makeRoom), which carry no
+// information. Snapshots write these, so that a counter full again is not
+// kept past its use.
+func (s *Store) Charged(now time.Time) iter.Seq[Counter] {
+	ns := now.UnixNano()
+	return s.walk(func(a Algorithm, t counters, out []Counter) []Counter {
+		return t.charged(a, ns, out)
 	}, nil)
 }
 
@@ -152,8 +164,13 @@ func (t *table[S, P]) counter(a Algorithm, idx int32) (Counter, error) {
 	return Counter{Name: name, Key: key, Algorithm: a, Limit: e.limit, Last: e.last, State: state}, err
 }
 
-func (t *table[S, P]) snapshot(a Algorithm, out []Counter) []Counter {
+// charged appends to out the counters not back to full at now (Unix ns):
+// those dropIdle would keep.
+func (t *table[S, P]) charged(a Algorithm, now int64, out []Counter) []Counter {
 	for idx := t.head; idx >= 0; idx = t.entries[idx].next {
+		if t.fullAt(idx) <= now {
+			continue
+		}
 		if c, err := t.counter(a, idx); err == nil {
 			out = append(out, c)
 		}
