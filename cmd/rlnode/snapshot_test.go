@@ -11,7 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"context"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/snapshot"
 )
 
@@ -71,5 +75,55 @@ func TestLoadedCountersGoToTheirOwners(t *testing.T) {
 			t.Fatalf("node-1 received %v counters by hand-off (%v), want its share of the %d loaded by node-0", got, err, counters)
 		}
 		time.Sleep(50 * time.Millisecond) // polling a node, not waiting for an effect
+	}
+}
+
+// TestFinalSnapshotKeepsWhatWasHandedOff: a node's final snapshot holds
+// the counters it handed off as it shut down, not only those it still
+// held, because the node that took them may lose them: here node-1, which
+// takes node-0's counters, keeps no snapshot (as a node past its own final
+// snapshot when a whole cluster stops). Started again alone, node-0 finds
+// its counters half spent.
+func TestFinalSnapshotKeepsWhatWasHandedOff(t *testing.T) {
+	const counters = 200
+	dir := t.TempDir()
+	c := &testCluster{}
+	c.add(t, "--snapshot-dir", dir)
+	c.add(t)
+	c.waitForMembers(t, 2)
+	c.spend(t, counters)
+	if err := c.stops[0](); err != nil { // hands its counters to node-1, which takes them
+		t.Fatalf("stopping node-0: %v", err)
+	}
+	c.waitForMembers(t, 1, 0)
+	if err := c.stops[1](); err != nil { // and loses them
+		t.Fatalf("stopping node-1: %v", err)
+	}
+
+	n0, _ := startNamedNode(t, "node-0", "--snapshot-dir", dir)
+	cl, err := client.New(n0.grpcAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	r := ring.New(ring.Member{Name: "node-0"}, ring.Member{Name: "node-1"})
+	owned, kept := 0, 0
+	for i := range counters {
+		key := fmt.Sprint("user:", i)
+		if o, _ := r.Owner(key); o.Name != "node-0" {
+			continue
+		}
+		owned++
+		item := &pb.CheckItem{Name: "handoff", Key: key, Limit: 10, DurationMs: 3_600_000, Hits: ptr(int64(0))}
+		resp, err := cl.Check(context.Background(), &pb.CheckRequest{Requests: []*pb.CheckItem{item}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Responses[0].Remaining == 5 {
+			kept++
+		}
+	}
+	if owned < counters/4 || kept*100 < owned*99 {
+		t.Errorf("%d of the %d counters node-0 owned (and handed off) came back half spent, want >= 99%%", kept, owned)
 	}
 }
