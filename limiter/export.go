@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"math"
 	"strings"
 	"time"
 
@@ -18,19 +17,31 @@ import (
 // they were; it suits snapshots, which run again.
 func (s *Store) Counters() iter.Seq[Counter] {
 	return s.walk(func(a Algorithm, t counters, out []Counter) []Counter {
-		return t.charged(a, math.MinInt64, out) // every counter is full later than that
+		return t.snapshot(a, out)
 	}, nil)
 }
 
 // Charged is Counters without the counters back to full at now: those
 // the store would drop as idle (see makeRoom), which carry no
 // information. Snapshots write these, so that a counter full again is not
-// kept past its use.
+// kept past its use. It is Counters made for walking a million counters
+// while checks go on: under each shard's lock it reads the entries in
+// memory order rather than by recency, and encodes their states into one
+// buffer it reuses, so the lock is held for as short a time as it can
+// be. So the State of a counter it yields is valid only until the next
+// one is yielded: copy it to keep it.
 func (s *Store) Charged(now time.Time) iter.Seq[Counter] {
 	ns := now.UnixNano()
-	return s.walk(func(a Algorithm, t counters, out []Counter) []Counter {
-		return t.charged(a, ns, out)
-	}, nil)
+	return func(yield func(Counter) bool) {
+		var states []byte
+		s.walk(func(a Algorithm, t counters, out []Counter) []Counter {
+			if len(out) == 0 { // a new shard: its states go where the last shard's were
+				states = states[:0]
+			}
+			out, states = t.charged(a, ns, out, states)
+			return out
+		}, nil)(yield)
+	}
 }
 
 // Changed yields a copy of every counter charged or merged since the last
@@ -164,13 +175,31 @@ func (t *table[S, P]) counter(a Algorithm, idx int32) (Counter, error) {
 	return Counter{Name: name, Key: key, Algorithm: a, Limit: e.limit, Last: e.last, State: state}, err
 }
 
-// charged appends to out the counters not back to full at now (Unix ns):
-// those dropIdle would keep.
-func (t *table[S, P]) charged(a Algorithm, now int64, out []Counter) []Counter {
-	for idx := t.head; idx >= 0; idx = t.entries[idx].next {
-		if t.fullAt(idx) <= now {
+// charged appends to out the counters not back to full at now (Unix ns),
+// those dropIdle would keep, in the order of t.entries, their states
+// encoded one after another into states.
+func (t *table[S, P]) charged(a Algorithm, now int64, out []Counter, states []byte) ([]Counter, []byte) {
+	for i := range t.entries {
+		idx := int32(i)
+		e := &t.entries[idx]
+		if !e.inUse() || t.fullAt(idx) <= now {
 			continue
 		}
+		start := len(states)
+		var err error
+		if states, err = P(&e.state).AppendBinary(states); err != nil {
+			states = states[:start]
+			continue
+		}
+		name, key, _ := strings.Cut(e.id, "\x00")
+		out = append(out, Counter{Name: name, Key: key, Algorithm: a, Limit: e.limit, Last: e.last,
+			State: states[start:len(states):len(states)]})
+	}
+	return out, states
+}
+
+func (t *table[S, P]) snapshot(a Algorithm, out []Counter) []Counter {
+	for idx := t.head; idx >= 0; idx = t.entries[idx].next {
 		if c, err := t.counter(a, idx); err == nil {
 			out = append(out, c)
 		}

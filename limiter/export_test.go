@@ -161,6 +161,17 @@ func TestChargedLeavesFullCounters(t *testing.T) {
 	if n, _ := keys(t0); n != s.Len() || n != 20*int(NumAlgorithms)+1 {
 		t.Errorf("Charged(t0) yields %d counters, want all %d", n, s.Len())
 	}
+	// Each yielded as Counters yields it, though Charged reuses one buffer
+	// for the states (a State is valid until the next counter).
+	want := map[string]string{}
+	for c := range s.Counters() {
+		want[fmt.Sprint(c.Algorithm, c.Key)] = fmt.Sprintf("%+v", c)
+	}
+	for c := range s.Charged(t0) {
+		if got := fmt.Sprintf("%+v", c); got != want[fmt.Sprint(c.Algorithm, c.Key)] {
+			t.Errorf("Charged yields %s, Counters %s", got, want[fmt.Sprint(c.Algorithm, c.Key)])
+		}
+	}
 	if n, last := keys(t0.Add(10 * time.Minute)); n != 1 || last != "long" {
 		t.Errorf("Charged ten minutes on yields %d counters (last %q), want only the one not full again: long", n, last)
 	}

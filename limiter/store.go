@@ -285,7 +285,8 @@ type counters interface {
 	evictOldest()
 	footprint(idx int32) int64
 	settle(idx int32, before int64) (evicted int)
-	charged(a Algorithm, now int64, out []Counter) []Counter
+	snapshot(a Algorithm, out []Counter) []Counter
+	charged(a Algorithm, now int64, out []Counter, states []byte) ([]Counter, []byte)
 	changed(a Algorithm, out []Counter) []Counter
 	markChanged(match func(key string) bool)
 	extract(a Algorithm, move func(key string) bool, out []Counter) []Counter
