@@ -17,6 +17,49 @@ import (
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
+// fullStore returns a store of keys token buckets, each charged one hit
+// of 1000 an hour at now, and their keys.
+func fullStore(keys int, now time.Time) (*limiter.Store, []string, algorithms.Limit) {
+	store := limiter.New(limiter.Config{MaxKeys: keys})
+	names := make([]string, keys)
+	l := algorithms.Limit{Count: 1000, Period: time.Hour} // charged, so every counter is written
+	for i := range names {
+		names[i] = fmt.Sprintf("user:%015d", i) // ~20-byte keys, as the store's benchmarks
+		r := limiter.Request{Name: "api", Key: names[i], Hits: 1, Now: now, Limit: l}
+		store.Decide(&r)
+	}
+	return store, names, l
+}
+
+// BenchmarkLoad measures how long a node takes to load a snapshot of
+// 1,000,000 counters at start (both passes, every counter validated and
+// merged into an empty store), before it serves.
+func BenchmarkLoad(b *testing.B) {
+	const keys = 1_000_000
+	now := time.Now()
+	store, _, _ := fullStore(keys, now)
+	dir := b.TempDir()
+	d, err := Open(Config{Dir: dir, Node: "bench", Store: store})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := d.Write(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	store = nil
+	runtime.GC()
+	for b.Loop() {
+		into := limiter.New(limiter.Config{MaxKeys: keys})
+		d, err := Open(Config{Dir: dir, Node: "bench", Store: into})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n := d.Load(context.Background(), intake); n != keys {
+			b.Fatalf("loaded %d counters, want %d", n, keys)
+		}
+	}
+}
+
 // BenchmarkChecksDuringSnapshot measures what writing a snapshot of
 // 1,000,000 counters costs the checks decided meanwhile: workers decide
 // checks on random keys of the store while a snapshot is written, then for
@@ -28,16 +71,7 @@ import (
 // leaves it one core, which tells what is left of the cost when it does
 // not: the lock held while a shard is copied.
 func BenchmarkChecksDuringSnapshot(b *testing.B) {
-	const keys = 1_000_000
-	store := limiter.New(limiter.Config{MaxKeys: keys})
-	names := make([]string, keys)
-	l := algorithms.Limit{Count: 1000, Period: time.Hour} // charged, so every counter is written
-	now := time.Now()
-	for i := range names {
-		names[i] = fmt.Sprintf("user:%015d", i) // ~20-byte keys, as the store's benchmarks
-		r := limiter.Request{Name: "api", Key: names[i], Hits: 1, Now: now, Limit: l}
-		store.Decide(&r)
-	}
+	store, names, l := fullStore(1_000_000, time.Now())
 	d, err := Open(Config{Dir: b.TempDir(), Node: "bench", Store: store})
 	if err != nil {
 		b.Fatal(err)
