@@ -66,6 +66,24 @@ func openDir(t *testing.T, dir, node string, store *limiter.Store) *testDir {
 	return td
 }
 
+// written returns a Dir of node on a new directory, whose store holds
+// keys charged 4 hits each at t0, once it has written a snapshot of
+// them, and the snapshot's bytes.
+func written(t *testing.T, node string, keys ...string) (*testDir, string, []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	d := openDir(t, dir, node, limiter.New(limiter.Config{}))
+	spend(d.store, t0, 4, keys...)
+	if err := d.Write(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, dir, b
+}
+
 // spend charges hits of a 10-a-minute limit on each key, for every
 // algorithm, at now.
 func spend(s *limiter.Store, now time.Time, hits int64, keys ...string) {
@@ -153,20 +171,8 @@ func TestFullCountersNotWritten(t *testing.T) {
 // node is refused whole: nothing is loaded, a line is logged, the reason
 // is counted, and the file is moved aside.
 func TestLoadRefusesBadFiles(t *testing.T) {
-	good := func(t *testing.T, node string) []byte {
-		dir := t.TempDir()
-		d := openDir(t, dir, node, limiter.New(limiter.Config{}))
-		spend(d.store, t0, 4, "a", "b", "c")
-		if err := d.Write(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(filepath.Join(dir, FileName))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	ours := good(t, "n1")
+	_, _, ours := written(t, "n1", "a", "b", "c")
+	_, _, theirs := written(t, "n2", "a", "b", "c")
 	flipped := bytes.Clone(ours)
 	flipped[len(flipped)/2] ^= 0x10
 	for _, tc := range []struct {
@@ -175,7 +181,7 @@ func TestLoadRefusesBadFiles(t *testing.T) {
 	}{
 		{"corrupt byte", "corrupt", flipped},
 		{"truncated", "truncated", ours[:len(ours)-7]},
-		{"another node's", "foreign", good(t, "n2")},
+		{"another node's", "foreign", theirs},
 		{"not a snapshot", "foreign", []byte("{\"counters\": []}\n")},
 		{"unknown version", "version", append(append([]byte(magic), 9, 0), ours[len(magic)+2:]...)},
 	} {
@@ -265,13 +271,7 @@ func TestLoadValidatesCounters(t *testing.T) {
 // file, never the snapshot: the next start loads the last whole snapshot
 // and removes the leftover.
 func TestLeftoverTempFileIgnored(t *testing.T) {
-	dir := t.TempDir()
-	d := openDir(t, dir, "n1", limiter.New(limiter.Config{}))
-	spend(d.store, t0, 4, "a")
-	if err := d.Write(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	whole, _ := os.ReadFile(filepath.Join(dir, FileName))
+	_, dir, whole := written(t, "n1", "a")
 	leftover := filepath.Join(dir, FileName+".12345.tmp")
 	if err := os.WriteFile(leftover, whole[:len(whole)/2], 0o600); err != nil {
 		t.Fatal(err)
@@ -289,13 +289,7 @@ func TestLeftoverTempFileIgnored(t *testing.T) {
 // TestWriteAbandonedKeepsTheLast: a write that stops part way (its
 // context ends) leaves the last snapshot as it was, and no temporary file.
 func TestWriteAbandonedKeepsTheLast(t *testing.T) {
-	dir := t.TempDir()
-	d := openDir(t, dir, "n1", limiter.New(limiter.Config{}))
-	spend(d.store, t0, 4, "a")
-	if err := d.Write(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	before, _ := os.ReadFile(filepath.Join(dir, FileName))
+	d, dir, before := written(t, "n1", "a")
 	spend(d.store, t0, 4, "b")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
