@@ -184,7 +184,8 @@ func (d *Dir) Write(ctx context.Context) error {
 // counters the node still holds then. So the final snapshot holds every
 // counter the node owned when it began to leave, however its hand-off
 // fares: as a whole cluster stops, the peer a counter is handed to may be
-// past its own final snapshot, or stopped. Stop Run first.
+// past its own final snapshot, or stopped. Stop Run first, and call
+// FinishFinal once after it: no other write happens in between.
 func (d *Dir) StartFinal() error {
 	d.mu.Lock() // until FinishFinal: no other write in between
 	w, err := d.create()
