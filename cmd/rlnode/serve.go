@@ -202,7 +202,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 			return gossip.stop(ctx) // others stop routing to this node
 		}},
 		{"hand off counters that arrived meanwhile", func(ctx context.Context) error {
-			return handOffRest(ctx, svc, log) // from others' hand-offs, before they saw this node leave
+			return handOffRest(ctx, svc, log, snaps != nil) // from others' hand-offs, before they saw this node leave
 		}},
 		{"flush GLOBAL hits", func(ctx context.Context) error {
 			err := loops.stop(ctx)
@@ -238,7 +238,14 @@ const restBudget = 2 * time.Second
 // If no member took any counter within restBudget, the others are gone or
 // going (a whole cluster stopping at once, as helm uninstall does): the
 // counters are lost as the last node's are, logged, and not an error.
-func handOffRest(ctx context.Context, svc *service.Service, log *slog.Logger) error {
+// With a snapshot, the counters are kept in it, to be loaded if this node
+// starts again, and the log says so; the cluster running on has lost them
+// all the same.
+func handOffRest(ctx context.Context, svc *service.Service, log *slog.Logger, snapshot bool) error {
+	lost := "they are lost when this node exits"
+	if snapshot {
+		lost = "they are kept only in this node's final snapshot"
+	}
 	budget, cancel := context.WithTimeout(ctx, restBudget)
 	defer cancel()
 	sent, left := svc.HandOffAll(budget)
@@ -251,11 +258,11 @@ func handOffRest(ctx context.Context, svc *service.Service, log *slog.Logger) er
 		log.Info("handed off counters", "counters", sent, "left", left)
 		return nil
 	case sent == 0 && ctx.Err() == nil:
-		log.Error("no member took the counters this node still holds: the cluster is stopping; they are lost when this node exits",
+		log.Error("no member took the counters this node still holds: the cluster is stopping; "+lost,
 			"left", left, "waited", restBudget)
 		return nil
 	default:
-		log.Error("counters not handed off; they are lost when this node exits", "left", left, "handed_off", sent)
+		log.Error("counters not handed off; "+lost, "left", left, "handed_off", sent)
 		return fmt.Errorf("%d counters not handed off", left)
 	}
 }
