@@ -53,6 +53,7 @@ func TestLoadedCountersGoToTheirOwners(t *testing.T) {
 		t.Fatalf("no snapshot after the shutdown: %v", err)
 	}
 
+	// As soon as it serves HTTP (/readyz, /metrics), it has loaded them.
 	n0, _ := startNamedNode(t, "node-0", "--snapshot-dir", dir)
 	loaded, err := metricValue(n0.httpAddr, "ringlimit_snapshot_counters_loaded_total")
 	if err != nil || loaded != counters {
