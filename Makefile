@@ -46,6 +46,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzUnmarshalState$$' -fuzztime $(FUZZTIME) ./algorithms
 	go test -run '^$$' -fuzz '^FuzzClamp$$' -fuzztime $(FUZZTIME) ./algorithms
 	go test -run '^$$' -fuzz '^FuzzCounter$$' -fuzztime $(FUZZTIME) ./limiter
+	go test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./snapshot
 	go test -run '^$$' -fuzz '^FuzzForwardedFor$$' -fuzztime $(FUZZTIME) ./httplimit
 	go test -run '^$$' -fuzz '^FuzzClientIP$$' -fuzztime $(FUZZTIME) ./httplimit
 	go test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./policy

@@ -28,6 +28,16 @@ var (
 // encoded state.
 const stateHeader = 2
 
+// The sizes of encoded states, for whoever bounds what it stores or
+// reads: an encoding is at most MaxFixedStateBytes plus LogEntryBytes for
+// each sliding-log entry it holds, so never more than MaxStateBytes (a
+// full sliding log).
+const (
+	MaxFixedStateBytes = stateHeader + 4*8 // a sliding window's four words
+	LogEntryBytes      = slidingLogEntry
+	MaxStateBytes      = stateHeader + 4 + LogEntryBytes*MaxSlidingLogLimit
+)
+
 // badState returns an error wrapping ErrBadState that names k and says what
 // is wrong.
 func badState(k Kind, format string, args ...any) error {

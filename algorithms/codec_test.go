@@ -117,6 +117,32 @@ func TestStateRoundTrip(t *testing.T) {
 	}
 }
 
+// TestStateSizes checks the bounds others size their buffers and files
+// by: a state without sliding-log entries encodes to at most
+// MaxFixedStateBytes, a log to LogEntryBytes more a entry, and a full log
+// to exactly MaxStateBytes.
+func TestStateSizes(t *testing.T) {
+	l := algorithms.Limit{Count: 3, Period: time.Second, Burst: 5}
+	for k, newState := range states() {
+		s := newState()
+		s.Take(t0, l, 2)
+		if n := len(encode(t, s)); algorithms.Kind(k) != algorithms.KindSlidingLog && n > algorithms.MaxFixedStateBytes {
+			t.Errorf("%s: %d bytes, more than MaxFixedStateBytes %d", algorithms.Kind(k), n, algorithms.MaxFixedStateBytes)
+		}
+	}
+	full := new(algorithms.SlidingLog)
+	for i := range algorithms.MaxSlidingLogLimit {
+		full.Append(int64(i+1), 1)
+	}
+	b := encode(t, full)
+	if len(b) != algorithms.MaxStateBytes {
+		t.Errorf("a full sliding log: %d bytes, want MaxStateBytes %d", len(b), algorithms.MaxStateBytes)
+	}
+	if n := len(encode(t, logOf(1, 1, 2, 1))); n != len(encode(t, logOf()))+2*algorithms.LogEntryBytes || n > algorithms.MaxFixedStateBytes+2*algorithms.LogEntryBytes {
+		t.Errorf("a log of 2 entries: %d bytes, want LogEntryBytes a entry over an empty log's", n)
+	}
+}
+
 // TestUnmarshalStateRefuses feeds each decoder bytes it must refuse, and
 // checks the error wraps the right sentinel and leaves the state as it was.
 func TestUnmarshalStateRefuses(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 )
 
 // allOn turns on every optional part of the chart.
-var allOn = []string{"serviceMonitor.enabled=true", "networkPolicy.enabled=true", `policies.api\.yaml=domain: api`}
+var allOn = []string{"serviceMonitor.enabled=true", "networkPolicy.enabled=true", `policies.api\.yaml=domain: api`, "snapshots.enabled=true"}
 
 func TestChartLints(t *testing.T) {
 	for _, sets := range [][]string{nil, allOn} {
@@ -437,6 +437,11 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"shutdownTimeoutSeconds=60", "terminationGracePeriodSeconds (45) must exceed shutdownTimeoutSeconds (60)"},
 		{"extraArgs[0]=join=x", "extraArgs"},
 		{"podDisruptionBudget.maxUnavailable=0", "maxUnavailable"},
+		{"snapshots.interval=0s", "snapshots.interval"},
+		{"snapshots.interval=often", "interval"},
+		{"snapshots.size=lots", "size"},
+		{"snapshots.enabled=maybe", "enabled"},
+		{"snapshots.path=/data", "path"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			out, err := helmTemplate(tc.set)

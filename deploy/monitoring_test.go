@@ -261,7 +261,8 @@ func TestMonitoringUsesExportedMetrics(t *testing.T) {
 	if err := os.WriteFile(policies, []byte("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n := startNode(t, "--global-sync=20ms", "--policy-file="+policies)
+	// Snapshot metrics are exported only with --snapshot-dir.
+	n := startNode(t, "--global-sync=20ms", "--policy-file="+policies, "--snapshot-dir="+t.TempDir())
 	for _, body := range []string{
 		`{"requests":[{"name":"m","key":"k1","limit":1,"duration_ms":60000},{"name":"m","key":"k1","limit":1,"duration_ms":60000}]}`,
 		`{"requests":[{"name":"m","key":"k2","limit":5,"duration_ms":60000,"behavior":"GLOBAL"}]}`,

@@ -82,6 +82,10 @@ type testCluster struct {
 	t     testing.TB
 	args  []string // extra flags of every node
 	nodes []*node
+	// nodeArgs, if not nil, returns extra flags of the node of a name,
+	// the same whenever a node of that name starts (e.g. its own
+	// --snapshot-dir, as a pod keeps its volume).
+	nodeArgs func(name string) []string
 }
 
 // startCluster starts n nodes, each but the first joining the first, and
@@ -89,10 +93,16 @@ type testCluster struct {
 // stopped when the test ends, and their output is logged if it failed.
 func startCluster(t testing.TB, n int, args ...string) *testCluster {
 	t.Helper()
+	return startClusterWith(t, n, nil, args...)
+}
+
+// startClusterWith is startCluster with flags of each node's own.
+func startClusterWith(t testing.TB, n int, nodeArgs func(name string) []string, args ...string) *testCluster {
+	t.Helper()
 	if rlnodeBin == "" {
 		t.Skip("e2e tests need the rlnode binary; skipped in -short mode")
 	}
-	c := &testCluster{t: t, args: args}
+	c := &testCluster{t: t, args: args, nodeArgs: nodeArgs}
 	t.Cleanup(c.stopAll)
 	start := time.Now()
 	for range n {
@@ -170,6 +180,9 @@ func (c *testCluster) start(name string) (*node, error) {
 		args = append(args, "--join", running[0].gossip)
 	}
 	args = append(args, c.args...)
+	if c.nodeArgs != nil {
+		args = append(args, c.nodeArgs(name)...)
+	}
 	n.cmd = exec.Command(rlnodeBin, args...)
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
 	n.cmd.SysProcAttr = sysProcAttr()

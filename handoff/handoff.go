@@ -92,6 +92,11 @@ type Config struct {
 	// Now is the clock received counters are validated against; nil means
 	// time.Now.
 	Now func() time.Time
+	// HandedOff, if not nil, is given the records of the counters an owner
+	// took, a batch at a time, on the goroutine handing them off: a node
+	// shutting down keeps them in its final snapshot (package snapshot),
+	// whatever becomes of them at an owner that is stopping too.
+	HandedOff func(records [][]byte)
 	// Logger receives a line per hand-off and per refused batch; nil
 	// discards them.
 	Logger *slog.Logger
@@ -103,13 +108,14 @@ type Config struct {
 // receiving those it now owns. It is safe for concurrent use; Run hands
 // off after every ring change.
 type Node struct {
-	store   Store
-	cluster Membership
-	peers   Peers
-	intake  Intake
-	now     func() time.Time
-	log     *slog.Logger
-	metrics metrics
+	store     Store
+	cluster   Membership
+	peers     Peers
+	intake    Intake
+	now       func() time.Time
+	handedOff func(records [][]byte)
+	log       *slog.Logger
+	metrics   metrics
 
 	changed chan struct{} // cap 1: coalesces bursts of changes
 	mu      sync.Mutex    // one hand-off at a time
@@ -123,7 +129,7 @@ type Node struct {
 // New returns a Node. It starts nothing.
 func New(conf Config) *Node {
 	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers,
-		intake: Intake{MaxClockSkew: conf.MaxClockSkew, Validate: conf.Validate}, now: conf.Now, log: conf.Logger,
+		intake: Intake{MaxClockSkew: conf.MaxClockSkew, Validate: conf.Validate}, now: conf.Now, handedOff: conf.HandedOff, log: conf.Logger,
 		metrics: newMetrics(conf.Registerer), changed: make(chan struct{}, 1), wait: conf.Wait, done: map[string]uint64{}}
 	if n.now == nil {
 		n.now = time.Now
@@ -390,9 +396,28 @@ func (n *Node) send(ctx context.Context, b *Batch, t *round) bool {
 		t.refused += len(refusals)
 	}
 	accepted := len(b.Counters) - len(refusals)
+	if n.handedOff != nil {
+		n.handedOff(b.taken(refusals))
+	}
 	t.sent += accepted
 	n.metrics.counters.WithLabelValues("sent").Add(float64(accepted))
 	return true
+}
+
+// taken returns the records of b an owner took: all but those it
+// refused.
+func (b *Batch) taken(refused []*pb.Refusal) [][]byte {
+	skip := make([]bool, len(b.Records))
+	for _, r := range refused {
+		skip[r.GetIndex()] = true // peer.Pool checked the indexes
+	}
+	out := make([][]byte, 0, len(b.Records)-len(refused))
+	for i, r := range b.Records {
+		if !skip[i] {
+			out = append(out, r.GetCounter())
+		}
+	}
+	return out
 }
 
 // split returns b's first i counters and the rest as two batches.

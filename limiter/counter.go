@@ -54,6 +54,15 @@ type Counter struct {
 // counterFixed is the bytes of a record besides name, key and state.
 const counterFixed = 1 + 1 + 2 + 2 + 4*8
 
+// The sizes of records, for whoever bounds what it stores or reads: a
+// record is at most MaxFixedCounterBytes plus algorithms.LogEntryBytes for
+// each sliding-log entry its state holds, so never more than
+// MaxCounterBytes (a full sliding log under the longest name and key).
+const (
+	MaxFixedCounterBytes = counterFixed + MaxNameLen + MaxKeyLen + algorithms.MaxFixedStateBytes
+	MaxCounterBytes      = counterFixed + MaxNameLen + MaxKeyLen + algorithms.MaxStateBytes
+)
+
 // AppendBinary appends c's record (encoding.BinaryAppender), all integers
 // little-endian:
 //

@@ -47,6 +47,15 @@ func TestCounterRoundTrip(t *testing.T) {
 		got.Last != c.Last || !bytes.Equal(got.State, c.State) {
 		t.Errorf("round trip gave %+v, want %+v", got, c)
 	}
+	// The longest name and key: with no entries, a sliding log's record is
+	// within MaxFixedCounterBytes; with a full log, it is MaxCounterBytes.
+	if n := len(b) - len("prefix"); n > MaxFixedCounterBytes {
+		t.Errorf("record of an empty log: %d bytes, more than MaxFixedCounterBytes %d", n, MaxFixedCounterBytes)
+	}
+	c.State = make([]byte, algorithms.MaxStateBytes)
+	if b, _ := c.AppendBinary(nil); len(b) != MaxCounterBytes {
+		t.Errorf("record of a full log: %d bytes, want MaxCounterBytes %d", len(b), MaxCounterBytes)
+	}
 }
 
 func TestCounterRefuses(t *testing.T) {

@@ -21,6 +21,29 @@ func (s *Store) Counters() iter.Seq[Counter] {
 	}, nil)
 }
 
+// Charged is Counters without the counters back to full at now: those
+// the store would drop as idle (see makeRoom), which carry no
+// information. Snapshots write these, so that a counter full again is not
+// kept past its use. It is Counters made for walking a million counters
+// while checks go on: under each shard's lock it reads the entries in
+// memory order rather than by recency, and encodes their states into one
+// buffer it reuses, so the lock is held for as short a time as it can
+// be. So the State of a counter it yields is valid only until the next
+// one is yielded: copy it to keep it.
+func (s *Store) Charged(now time.Time) iter.Seq[Counter] {
+	ns := now.UnixNano()
+	return func(yield func(Counter) bool) {
+		var states []byte
+		s.walk(func(a Algorithm, t counters, out []Counter) []Counter {
+			if len(out) == 0 { // a new shard: its states go where the last shard's were
+				states = states[:0]
+			}
+			out, states = t.charged(a, ns, out, states)
+			return out
+		}, nil)(yield)
+	}
+}
+
 // Changed yields a copy of every counter charged or merged since the last
 // Changed walk (or MarkChanged), and clears that mark, shard by shard as
 // Counters does: it is how replication sends only what changed. A counter
@@ -150,6 +173,29 @@ func (t *table[S, P]) counter(a Algorithm, idx int32) (Counter, error) {
 	state, err := P(&e.state).AppendBinary(nil)
 	name, key, _ := strings.Cut(e.id, "\x00")
 	return Counter{Name: name, Key: key, Algorithm: a, Limit: e.limit, Last: e.last, State: state}, err
+}
+
+// charged appends to out the counters not back to full at now (Unix ns),
+// those dropIdle would keep, in the order of t.entries, their states
+// encoded one after another into states.
+func (t *table[S, P]) charged(a Algorithm, now int64, out []Counter, states []byte) ([]Counter, []byte) {
+	for i := range t.entries {
+		idx := int32(i)
+		e := &t.entries[idx]
+		if !e.inUse() || t.fullAt(idx) <= now {
+			continue
+		}
+		start := len(states)
+		var err error
+		if states, err = P(&e.state).AppendBinary(states); err != nil {
+			states = states[:start]
+			continue
+		}
+		name, key, _ := strings.Cut(e.id, "\x00")
+		out = append(out, Counter{Name: name, Key: key, Algorithm: a, Limit: e.limit, Last: e.last,
+			State: states[start:len(states):len(states)]})
+	}
+	return out, states
 }
 
 func (t *table[S, P]) snapshot(a Algorithm, out []Counter) []Counter {

@@ -144,6 +144,56 @@ func TestCountersDoesNotTake(t *testing.T) {
 	}
 }
 
+// TestChargedLeavesFullCounters: Charged yields the counters Counters
+// does, less those back to full at now, which the store would drop as
+// idle.
+func TestChargedLeavesFullCounters(t *testing.T) {
+	s := New(Config{})
+	fill(s) // 4 of 10 a minute: every algorithm is full again within two minutes
+	long := Request{Name: "api", Key: "long", Hits: 10, Now: t0, Limit: algorithms.Limit{Count: 10, Period: time.Hour}}
+	s.Decide(&long)
+	keys := func(now time.Time) (n int, last string) {
+		for c := range s.Charged(now) {
+			n, last = n+1, c.Key
+		}
+		return n, last
+	}
+	if n, _ := keys(t0); n != s.Len() || n != 20*int(NumAlgorithms)+1 {
+		t.Errorf("Charged(t0) yields %d counters, want all %d", n, s.Len())
+	}
+	// Each yielded as Counters yields it, though Charged reuses one buffer
+	// for the states (a State is valid until the next counter).
+	want := map[string]string{}
+	for c := range s.Counters() {
+		want[fmt.Sprint(c.Algorithm, c.Key)] = fmt.Sprintf("%+v", c)
+	}
+	for c := range s.Charged(t0) {
+		if got := fmt.Sprintf("%+v", c); got != want[fmt.Sprint(c.Algorithm, c.Key)] {
+			t.Errorf("Charged yields %s, Counters %s", got, want[fmt.Sprint(c.Algorithm, c.Key)])
+		}
+	}
+	if n, last := keys(t0.Add(10 * time.Minute)); n != 1 || last != "long" {
+		t.Errorf("Charged ten minutes on yields %d counters (last %q), want only the one not full again: long", n, last)
+	}
+	if n, _ := keys(t0.Add(time.Hour)); n != 0 {
+		t.Errorf("Charged an hour on yields %d counters, want none", n)
+	}
+	if s.Len() != 20*int(NumAlgorithms)+1 {
+		t.Errorf("Charged took counters: Len %d", s.Len())
+	}
+}
+
+// TestBounds: the most counters and log entries a store can hold, as its
+// doc says: MaxKeys and MaxLogEntries, plus one counter or full log a
+// shard.
+func TestBounds(t *testing.T) {
+	s := New(Config{MaxKeys: 4096, MaxLogEntries: 50_000})
+	counters, entries := s.Bounds()
+	if shards := len(s.shards); shards < 2 || counters != 4096+shards || entries != 50_000+shards*algorithms.MaxSlidingLogLimit {
+		t.Errorf("Bounds() = %d, %d with %d shards", counters, entries, shards)
+	}
+}
+
 // TestMergeNeverRefills merges a fresher (less charged) state into a more
 // charged one: the charged one wins.
 func TestMergeNeverRefills(t *testing.T) {

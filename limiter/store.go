@@ -65,11 +65,12 @@ type Request struct {
 
 // Store holds counters. It is safe for concurrent use.
 type Store struct {
-	shards  []shard
-	mask    uint64
-	maxKeys int64
-	held    atomic.Int64 // counters in all shards
-	metrics metrics
+	shards        []shard
+	mask          uint64
+	maxKeys       int64
+	maxLogEntries int64
+	held          atomic.Int64 // counters in all shards
+	metrics       metrics
 	// logEntries is the entries all sliding logs have room for; each
 	// shard's sliding-log table adds and takes its own (see logBudget).
 	logEntries atomic.Int64
@@ -101,6 +102,7 @@ func New(conf Config) *Store {
 	if maxLog <= 0 {
 		maxLog = DefaultMaxLogEntries
 	}
+	s.maxLogEntries = int64(maxLog)
 	for i := range s.shards {
 		logs := newTable[algorithms.SlidingLog]()
 		logs.logs = logBudget{used: &s.logEntries, max: int64(maxLog)}
@@ -119,6 +121,15 @@ func New(conf Config) *Store {
 
 // Len returns the number of counters held.
 func (s *Store) Len() int { return int(s.held.Load()) }
+
+// Bounds returns the most counters, and sliding-log entries, the store
+// can hold: MaxKeys and MaxLogEntries, each exceeded by at most one
+// counter, or one full log, a shard (see makeRoom and logBudget). Whoever
+// keeps copies of the store's counters (snapshots) sizes its bounds by it.
+func (s *Store) Bounds() (counters, logEntries int) {
+	shards := len(s.shards)
+	return int(s.maxKeys) + shards, int(s.maxLogEntries) + shards*algorithms.MaxSlidingLogLimit
+}
 
 func (s *Store) shard(key string) *shard {
 	return &s.shards[xxhash.Sum64String(key)&s.mask]
@@ -275,6 +286,7 @@ type counters interface {
 	footprint(idx int32) int64
 	settle(idx int32, before int64) (evicted int)
 	snapshot(a Algorithm, out []Counter) []Counter
+	charged(a Algorithm, now int64, out []Counter, states []byte) ([]Counter, []byte)
 	changed(a Algorithm, out []Counter) []Counter
 	markChanged(match func(key string) bool)
 	extract(a Algorithm, move func(key string) bool, out []Counter) []Counter

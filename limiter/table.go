@@ -42,6 +42,10 @@ type entry[S any] struct {
 	changed bool
 }
 
+// inUse reports whether e is a counter rather than a free entry, which
+// remove clears (an id is never empty: it holds at least the NUL).
+func (e *entry[S]) inUse() bool { return e.id != "" }
+
 // table maps counter ids to the counters of one algorithm, in one shard.
 // It is an open-addressing hash index (linear probing, backward-shift
 // deletion) over a slice of entries; the index costs 8 bytes a slot, where

@@ -9,6 +9,8 @@ echo "== algorithms vs golang.org/x/time/rate"
 go test -run '^$' -bench 'Take' -benchmem -count 5 ./algorithms  # noisy machine: take the median
 echo "== counter store vs one sync.Mutex + map; memory per key"
 go test -run '^$' -bench 'Store|MutexMap|MemoryPerKey' -benchmem ./limiter
+echo "== snapshots: checks during a snapshot of 1,000,000 counters vs without; loading them"
+go test -run '^$' -bench 'ChecksDuringSnapshot|Load' -benchtime 3x ./snapshot
 echo "== a node's own work per request, no transport"
 go test -run '^$' -bench 'Check' -benchmem -count 3 ./service
 echo "== HTTP/JSON vs gRPC over loopback, one request at a time"

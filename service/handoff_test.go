@@ -50,9 +50,10 @@ func encoded(s encoding.BinaryAppender) []byte {
 // by the sender, counted on both sides, and offered again next time.
 func TestHandOffRefusalsAreKeptAndCounted(t *testing.T) {
 	regs := make([]*prometheus.Registry, 2)
+	var handedOff [][]byte // what the sender is told its owners took, for its final snapshot
 	c, svcs := newFakeClusterWith(2, func(i int) Config {
 		regs[i] = prometheus.NewRegistry()
-		return Config{Registerer: regs[i]}
+		return Config{Registerer: regs[i], HandedOff: func(records [][]byte) { handedOff = append(handedOff, records...) }}
 	})
 	from, to := svcs[1], svcs[0]
 	keys := c.keysOwnedBy(0, 5)
@@ -87,6 +88,10 @@ func TestHandOffRefusalsAreKeptAndCounted(t *testing.T) {
 	}
 	if to.store.Len() != 1 {
 		t.Errorf("receiver holds %d counters, want 1", to.store.Len())
+	}
+	var taken limiter.Counter
+	if len(handedOff) != 1 || taken.UnmarshalBinary(handedOff[0]) != nil || taken.Key != good {
+		t.Errorf("HandedOff got %d records (the first %+v), want only the good counter's", len(handedOff), taken)
 	}
 	if d := to.store.Check(&limiter.Request{Name: "api", Key: good, Limit: minute, Now: t0}); d.Remaining != 6 {
 		t.Errorf("the good counter arrived with %d remaining, want 6", d.Remaining)

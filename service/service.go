@@ -89,6 +89,9 @@ type Config struct {
 	// Policies resolves the policy field of checks; nil means none is
 	// loaded, and a check naming a policy is invalid.
 	Policies Policies
+	// HandedOff, if not nil, is given the records of the counters other
+	// nodes took from this one by hand-off (see handoff.Config.HandedOff).
+	HandedOff func(records [][]byte)
 }
 
 // Service decides checks. It is safe for concurrent use. Run drives its
@@ -154,7 +157,7 @@ func New(conf Config) *Service {
 	})
 	s.handoff = handoff.New(handoff.Config{
 		Store: s.store, Cluster: routing{s}, Peers: conf.Peers, MaxClockSkew: s.skew, Wait: conf.HandOffWait,
-		Validate: s.validateCounter, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
+		Validate: s.validateCounter, Now: s.now, HandedOff: conf.HandedOff, Logger: s.log, Registerer: conf.Registerer,
 	})
 	s.replicas = conf.Replicas
 	if s.replicas == nil {
@@ -162,10 +165,19 @@ func New(conf Config) *Service {
 	}
 	s.replica = replica.New(replica.Config{
 		Store: s.store, Replicas: s.replicas, Cluster: routing{s}, Peers: conf.Peers, Interval: conf.ReplicateInterval,
-		Intake: handoff.Intake{MaxClockSkew: s.skew, Validate: s.validateCounter}, Now: s.now, Logger: s.log,
+		Intake: s.Intake(), Now: s.now, Logger: s.log,
 		Registerer: conf.Registerer,
 	})
 	return s
+}
+
+// Intake is how counters that arrive from outside the node (hand-off,
+// replicas, a snapshot) are taken into a store: each validated as the
+// public API validates a check (name, key, algorithm, limit), against
+// this node's clock and --max-clock-skew, then by the store itself
+// (its state possible under its limit).
+func (s *Service) Intake() handoff.Intake {
+	return handoff.Intake{MaxClockSkew: s.skew, Validate: s.validateCounter}
 }
 
 // alone is the Membership of a single node: it owns every key. Its ring is

@@ -17,6 +17,7 @@ import (
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/replica"
 	"github.com/ringlimit/ringlimit/service"
+	"github.com/ringlimit/ringlimit/snapshot"
 )
 
 // Config is every setting of a serving rlnode. Each field is a flag and,
@@ -44,6 +45,8 @@ type Config struct {
 	MaxConns          int
 	MemoryLimit       string
 	MaxLogEntries     int
+	SnapshotDir       string
+	SnapshotInterval  time.Duration
 	// PeerTLS is mutual TLS on the peer port; TLS is TLS on the HTTP and
 	// gRPC ports. Empty files mean plaintext.
 	PeerTLS tlsfiles.Files
@@ -81,6 +84,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.IntVar(&c.MaxConns, "max-conns", defaultMaxConns, "connections open at once on each of the HTTP, gRPC and peer listeners; beyond it new ones wait to be accepted")
 	fs.StringVar(&c.MemoryLimit, "memory-limit", "", "the Go runtime's soft memory limit, e.g. 512MiB (default: 90% of the container's memory limit, unless GOMEMLIMIT is set)")
 	fs.IntVar(&c.MaxLogEntries, "max-log-entries", limiter.DefaultMaxLogEntries, "entries of all SLIDING_LOG counters held, 16 bytes each; beyond it the least recently used logs are evicted")
+	fs.StringVar(&c.SnapshotDir, "snapshot-dir", "", "directory for this node's counters, written every --snapshot-interval and at shutdown, loaded at start: they survive a stop of the whole cluster (none: counters live in memory only)")
+	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", snapshot.DefaultInterval, "how often the counters are written to --snapshot-dir: a node killed without its shutdown (SIGKILL, power loss) comes back with its counters as they were at most this long before")
 	fs.IntVar(&c.MaxInflight, "max-inflight", admit.DefaultMax, "client requests (HTTP checks and gRPC calls) in flight at once; beyond it they are refused at once, HTTP 503 or gRPC RESOURCE_EXHAUSTED")
 	fs.StringVar(&c.PeerTLS.Cert, "peer-tls-cert", "", "PEM certificate for the peer port, valid for --node-name, from the cluster CA; reloaded on change")
 	fs.StringVar(&c.PeerTLS.Key, "peer-tls-key", "", "PEM key of --peer-tls-cert")
@@ -142,6 +147,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("--handoff-wait: must be at least 0 and under the forward deadline (%v), so that a forwarded check is answered before its sender gives up; got %v", peer.DefaultTimeout, c.HandOffWait)
 	case c.ReplicateInterval < 0:
 		return fmt.Errorf("--replicate-interval: must not be negative (0 turns replication off), got %v", c.ReplicateInterval)
+	case c.SnapshotInterval <= 0:
+		return fmt.Errorf("--snapshot-interval: must be positive, got %v", c.SnapshotInterval)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("--shutdown-timeout: must be positive, got %v", c.ShutdownTimeout)
 	case c.MaxLogEntries < algorithms.MaxSlidingLogLimit:

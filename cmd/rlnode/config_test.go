@@ -17,7 +17,8 @@ func TestParseConfigDefaults(t *testing.T) {
 	if c.HTTPAddr != ":8080" || c.GRPCAddr != ":8081" || c.PeerAddr != ":8082" || c.GossipAddr != ":7946" ||
 		c.MaxKeys != 1_000_000 || c.BatchWait != 500*time.Microsecond || c.BatchLimit != 1000 ||
 		c.GlobalSync != 100*time.Millisecond || c.MaxClockSkew != 10*time.Minute || c.ShutdownTimeout != 30*time.Second ||
-		c.ReplicateInterval != 100*time.Millisecond || len(c.Join) != 0 {
+		c.ReplicateInterval != 100*time.Millisecond || len(c.Join) != 0 ||
+		c.SnapshotDir != "" || c.SnapshotInterval != 10*time.Second {
 		t.Errorf("defaults: %+v", c)
 	}
 }
@@ -40,6 +41,26 @@ func TestParseConfigFlagsBeatEnvironment(t *testing.T) {
 	}
 }
 
+// TestParseConfigSnapshots: snapshots are off unless --snapshot-dir (or
+// RLNODE_SNAPSHOT_DIR) names a directory; the interval comes from its
+// flag or variable too.
+func TestParseConfigSnapshots(t *testing.T) {
+	c, err := parseConfig(nil, env(map[string]string{"RLNODE_SNAPSHOT_DIR": "/var/lib/ringlimit", "RLNODE_SNAPSHOT_INTERVAL": "30s"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SnapshotDir != "/var/lib/ringlimit" || c.SnapshotInterval != 30*time.Second {
+		t.Errorf("from the environment: dir %q, interval %v", c.SnapshotDir, c.SnapshotInterval)
+	}
+	c, err = parseConfig([]string{"--snapshot-dir", "/data", "--snapshot-interval", "1s"}, env(map[string]string{"RLNODE_SNAPSHOT_DIR": "/other"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SnapshotDir != "/data" || c.SnapshotInterval != time.Second {
+		t.Errorf("from flags: dir %q, interval %v", c.SnapshotDir, c.SnapshotInterval)
+	}
+}
+
 func TestParseConfigErrorsNameTheSetting(t *testing.T) {
 	cases := []struct {
 		args []string
@@ -54,6 +75,8 @@ func TestParseConfigErrorsNameTheSetting(t *testing.T) {
 		{[]string{"--handoff-wait", "-1s"}, nil, "--handoff-wait"},
 		{[]string{"--handoff-wait", "2s"}, nil, "--handoff-wait"},
 		{[]string{"--replicate-interval", "-1ms"}, nil, "--replicate-interval"},
+		{[]string{"--snapshot-interval", "0s"}, nil, "--snapshot-interval"},
+		{nil, map[string]string{"RLNODE_SNAPSHOT_INTERVAL": "often"}, "RLNODE_SNAPSHOT_INTERVAL"},
 		{[]string{"stray"}, nil, "stray"},
 	}
 	for _, c := range cases {

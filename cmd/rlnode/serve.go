@@ -69,6 +69,10 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	// Replicas of other owners' counters are kept apart, under the same
 	// bounds (package replica exports their metrics).
 	replicas := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries})
+	snaps, err := openSnapshots(conf, store, log, reg)
+	if err != nil {
+		return err
+	}
 	pool := peer.NewPool(peer.Config{BatchWait: conf.BatchWait, BatchLimit: conf.BatchLimit, Registerer: reg, DialOptions: tr.peerDial})
 	defer pool.Close()
 	// Ring changes only signal ringChanged; the loop below reacts to them,
@@ -98,9 +102,12 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	svc := service.New(service.Config{
 		Store: store, Replicas: replicas, Cluster: members, Peers: pool,
 		MaxClockSkew: conf.MaxClockSkew, GlobalSync: conf.GlobalSync, HandOffWait: conf.HandOffWait,
-		ReplicateInterval: conf.ReplicateInterval,
-		Logger:            log, Registerer: reg, Policies: policies,
+		ReplicateInterval: conf.ReplicateInterval, HandedOff: snaps.handedOff(),
+		Logger: log, Registerer: reg, Policies: policies,
 	})
+	// Before anything serves or joins: the node reports ready, and decides
+	// checks, with its counters.
+	snaps.load(ctx, svc.Intake())
 	gate := admit.New(admit.Config{Max: conf.MaxInflight, Registerer: reg})
 	faces := api.New(api.Config{
 		Checker: svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP,
@@ -149,6 +156,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 		return svc.Run(ctx)
 	})
 	peers := startLoop(g, pool.Run)
+	snaps.start(g)
 	g.Go(func() error { return ignoreCanceled(policies.Run(gctx)) }) // policies stay in force once it stops
 	g.Go(func() error { return serveHTTP(httpSrv, lis.http) })
 	g.Go(func() error { return grpcSrv.Serve(lis.grpc) })
@@ -164,14 +172,20 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	}
 
 	// shutdownSteps run in order when ctx ends (or a server fails), all
-	// within conf.ShutdownTimeout. A later step (a snapshot on exit, say)
-	// is one more entry.
-	shutdownSteps := []step{
+	// within conf.ShutdownTimeout (but the final snapshot's write).
+	beginSnapshot, finishSnapshot := snaps.steps()
+	shutdownSteps := []*step{
 		{"stop accepting checks", func(ctx context.Context) error {
 			health.Shutdown() // NOT_SERVING, so that balancers stop sending
 			stopGRPC(ctx, grpcSrv)
 			return httpSrv.Shutdown(ctx)
 		}},
+		// The final snapshot begins before any counter leaves: each
+		// counter an owner takes goes into it as it is taken, so that
+		// when the whole cluster stops at once, every node's snapshot
+		// holds the counters it owned, whether the owners they went to
+		// kept them or not (see package snapshot).
+		beginSnapshot,
 		// Counters go before gossip does, so that no key's new owner
 		// decides it before its counter is there: until the others see
 		// this node leave, it relays what they forward to it to the new
@@ -188,13 +202,17 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 			return gossip.stop(ctx) // others stop routing to this node
 		}},
 		{"hand off counters that arrived meanwhile", func(ctx context.Context) error {
-			return handOffRest(ctx, svc, log) // from others' hand-offs, before they saw this node leave
+			return handOffRest(ctx, svc, log, snaps != nil) // from others' hand-offs, before they saw this node leave
 		}},
 		{"flush GLOBAL hits", func(ctx context.Context) error {
 			err := loops.stop(ctx)
 			svc.FlushGlobal(ctx)
 			return err
 		}},
+		// Once no loop can hand a counter off any more: the counters this
+		// node still holds (refused, not delivered, or handed here by
+		// others as they stopped) join those handed off.
+		finishSnapshot,
 		{"close peers", func(ctx context.Context) error {
 			stopGRPC(ctx, peerSrv)
 			return peers.stop(ctx)
@@ -220,7 +238,14 @@ const restBudget = 2 * time.Second
 // If no member took any counter within restBudget, the others are gone or
 // going (a whole cluster stopping at once, as helm uninstall does): the
 // counters are lost as the last node's are, logged, and not an error.
-func handOffRest(ctx context.Context, svc *service.Service, log *slog.Logger) error {
+// With a snapshot, the counters are kept in it, to be loaded if this node
+// starts again, and the log says so; the cluster running on has lost them
+// all the same.
+func handOffRest(ctx context.Context, svc *service.Service, log *slog.Logger, snapshot bool) error {
+	lost := "they are lost when this node exits"
+	if snapshot {
+		lost = "they are kept only in this node's final snapshot"
+	}
 	budget, cancel := context.WithTimeout(ctx, restBudget)
 	defer cancel()
 	sent, left := svc.HandOffAll(budget)
@@ -233,11 +258,11 @@ func handOffRest(ctx context.Context, svc *service.Service, log *slog.Logger) er
 		log.Info("handed off counters", "counters", sent, "left", left)
 		return nil
 	case sent == 0 && ctx.Err() == nil:
-		log.Error("no member took the counters this node still holds: the cluster is stopping; they are lost when this node exits",
+		log.Error("no member took the counters this node still holds: the cluster is stopping; "+lost,
 			"left", left, "waited", restBudget)
 		return nil
 	default:
-		log.Error("counters not handed off; they are lost when this node exits", "left", left, "handed_off", sent)
+		log.Error("counters not handed off; "+lost, "left", left, "handed_off", sent)
 		return fmt.Errorf("%d counters not handed off", left)
 	}
 }
@@ -249,10 +274,14 @@ type step struct {
 }
 
 // runSteps runs steps in order, each with what is left of ctx, logging
-// each; a failed step does not stop the later ones. It returns the errors.
-func runSteps(ctx context.Context, log *slog.Logger, steps []step) error {
+// each; a failed step does not stop the later ones, and a nil one (a part
+// the node runs without) is skipped. It returns the errors.
+func runSteps(ctx context.Context, log *slog.Logger, steps []*step) error {
 	var errs []error
 	for _, s := range steps {
+		if s == nil {
+			continue
+		}
 		start := time.Now()
 		err := s.run(ctx)
 		log.Info("shutdown step done", "step", s.name, "took", time.Since(start), "err", err)

@@ -73,6 +73,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if and .Values.policies .Values.existingPolicyConfigMap }}
 {{- fail "policies and existingPolicyConfigMap: set one, not both" }}
 {{- end }}
+{{- if regexMatch "^(0+(\\.0+)?(ns|us|µs|ms|s|m|h))+$" (toString .Values.snapshots.interval) }}
+{{- fail "snapshots.interval: must be more than 0" }}
+{{- end }}
 {{- $p := .Values.ports }}
 {{- if ne (len (list (int $p.http) (int $p.grpc) (int $p.peer) (int $p.gossip) | uniq)) 4 }}
 {{- fail "ports: http, grpc, peer and gossip must differ" }}
@@ -98,4 +101,9 @@ valid for it as a host name.
 {{/* The Secret with the gossip keys. */}}
 {{- define "ringlimit.gossipSecret" -}}
 {{ .Values.gossip.existingSecret | default (printf "%s-gossip" (include "ringlimit.fullname" .)) }}
+{{- end }}
+
+{{/* Where each pod's snapshot volume is mounted: its --snapshot-dir. */}}
+{{- define "ringlimit.snapshotDir" -}}
+/var/lib/ringlimit
 {{- end }}
