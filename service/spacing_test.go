@@ -317,3 +317,20 @@ func TestSpacingShare(t *testing.T) {
 		}
 	}
 }
+
+// TestPoisonedSpacing: a hostile check spacing a key a year apart holds
+// the application's own spaced checks of that name and key for at most
+// their own interval: their first check clamps the spacing to it.
+func TestPoisonedSpacing(t *testing.T) {
+	now := t0
+	s := New(Config{Now: clockAt(&now)})
+	check(t, s, &pb.CheckItem{Name: "api", Key: "user:1", MinIntervalMs: MaxDuration.Milliseconds()})
+	app := &pb.CheckItem{Name: "api", Key: "user:1", MinIntervalMs: 1000}
+	if r := check(t, s, app); r.Status != pb.Status_OVER_LIMIT || r.RetryAfterMs != 1000 {
+		t.Errorf("the application's check after a year's spacing: %v, want refused for its own 1s", r)
+	}
+	now = t0.Add(time.Second)
+	if r := check(t, s, app); r.Status != pb.Status_UNDER_LIMIT {
+		t.Errorf("a second later: %v, want admitted", r)
+	}
+}
