@@ -1,5 +1,6 @@
-// Package algorithms holds ringlimit's six rate-limit algorithms as pure
-// functions over small state structs.
+// Package algorithms holds ringlimit's six rate-limit algorithms, and
+// Spacing (a minimum time between requests), as pure functions over small
+// state structs.
 //
 // Every algorithm has the same shape: a state struct whose zero value is a
 // counter at rest (full bucket, empty window), and methods that take an
@@ -15,7 +16,7 @@
 // integer nanoseconds and exact integer (128-bit where needed) arithmetic,
 // so decisions at window edges are exact and repeatable.
 //
-// Contract shared by all six algorithms:
+// Contract shared by all six algorithms and Spacing:
 //
 //   - n is the number of hits; n == 0 is a peek that charges nothing but
 //     reports Remaining, ResetAfter and so on. A negative n, an invalid
@@ -42,8 +43,8 @@
 // Every state also has a documented, versioned binary form
 // (AppendBinary, UnmarshalBinary) and a Validate that refuses states that
 // are impossible for their algorithm and limit, for states that cross the
-// network: see CODEC.md. Kind names the six algorithms, once for the whole
-// program.
+// network: see CODEC.md. Kind names the six algorithms and Spacing, once
+// for the whole program.
 //
 // None of the state types is safe for concurrent use: the caller locks.
 package algorithms

@@ -71,6 +71,17 @@ func clampInstant(ns, frac int64, now time.Time, l Limit) (int64, int64) {
 	return ns, frac
 }
 
+// Clamp makes s wait no longer than l allows at now: a Next more than
+// l.Period after now (set under a longer Period) becomes now+l.Period, as
+// if a request had just been admitted under l, and a negative Next, which
+// admits at once like any instant before now, becomes 0.
+func (s *Spacing) Clamp(now time.Time, l Limit) {
+	if !l.valid() {
+		return
+	}
+	s.Next = min(max(s.Next, 0), satAdd(now.UnixNano(), int64(l.Period)))
+}
+
 // Clamp makes w count no more than l allows at now. A Count above l.Count
 // becomes l.Count+1: the mark FixedWindow.Add leaves on a window that
 // counted refused hits, which refuses every charged request until the

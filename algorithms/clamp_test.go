@@ -295,8 +295,9 @@ func TestClampProperties(t *testing.T) {
 // clamped state still counted, are no more than l allows: a window counts
 // at most l.Count per window (a sliding log in every window (t-Period, t]);
 // a bucket admits at most its capacity plus the refill of the time between
-// two admissions (and of one more nanosecond, which TokenBucket lends).
-// It returns what is wrong, or "".
+// two admissions (and of one more nanosecond, which TokenBucket lends); a
+// spacing admits no request before the clamped Next, nor sooner than Period
+// after the last. It returns what is wrong, or "".
 func withinLimit(k algorithms.Kind, clamped any, l algorithms.Limit, admitted []admission) string {
 	period := int64(l.Period)
 	perWindow := map[int64]int64{}
@@ -318,6 +319,14 @@ func withinLimit(k algorithms.Kind, clamped any, l algorithms.Limit, admitted []
 			if perWindow[w] += a.n; perWindow[w] > l.Count {
 				return "more than the limit in the window at " + time.Unix(0, w).UTC().String()
 			}
+		}
+	case algorithms.KindSpacing:
+		next := clamped.(algorithms.Spacing).Next
+		for _, a := range admitted {
+			if a.ts < next {
+				return "a request admitted less than the period after the last"
+			}
+			next = a.ts + period
 		}
 	case algorithms.KindSlidingLog:
 		log = append(log, admitted...)
@@ -390,6 +399,8 @@ func FuzzClamp(f *testing.F) {
 	f.Add(uint8(algorithms.KindSlidingLog), encodeState(logOf(10, 5, 20, 5, 30, 5)), int64(7), int64(15), int64(0), int64(25))
 	f.Add(uint8(algorithms.KindGCRA), encodeState(&algorithms.GCRA{TAT: math.MaxInt64, TATFrac: 1}), int64(math.MaxInt64), int64(math.MaxInt64), int64(math.MaxInt64), int64(0))
 	f.Add(uint8(algorithms.KindLeakyBucket), encodeState(&algorithms.LeakyBucket{Drained: 5}), int64(0), int64(-1), int64(-1), int64(3))
+	f.Add(uint8(algorithms.KindSpacing), encodeState(&algorithms.Spacing{Next: t0.Add(year).UnixNano()}), int64(1), int64(time.Second), int64(0), t0.UnixNano())
+	f.Add(uint8(algorithms.KindSpacing), encodeState(&algorithms.Spacing{Next: -1}), int64(1), int64(math.MaxInt64), int64(0), int64(math.MaxInt64))
 	f.Fuzz(func(t *testing.T, kind uint8, data []byte, count, period, burst, now int64) {
 		if kind >= uint8(algorithms.NumKinds) || now < 0 {
 			return

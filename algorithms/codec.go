@@ -197,6 +197,27 @@ func (w *SlidingWindow) UnmarshalBinary(data []byte) error {
 	return nil
 }
 
+// AppendBinary appends s's encoding (encoding.BinaryAppender):
+//
+//	offset  size  field
+//	0       1     version (StateVersion)
+//	1       1     tag (KindSpacing = 6)
+//	2       8     Next, Unix ns, int64 little-endian
+func (s *Spacing) AppendBinary(buf []byte) ([]byte, error) {
+	return appendWords(buf, KindSpacing, s.Next), nil
+}
+
+// UnmarshalBinary decodes AppendBinary's bytes into s, refusing any other
+// version, tag or length.
+func (s *Spacing) UnmarshalBinary(data []byte) error {
+	var d Spacing
+	if err := readWords(data, KindSpacing, &d.Next); err != nil {
+		return err
+	}
+	*s = d
+	return nil
+}
+
 // slidingLogEntry is the encoded size of one SlidingLog entry.
 const slidingLogEntry = 16
 
@@ -401,6 +422,24 @@ func (s *SlidingLog) Validate(now time.Time, l Limit, skew time.Duration) error 
 			return badState(KindSlidingLog, "entry %d holds %d hits, above the limit %d", i, e.count, l.Count)
 		}
 		return badState(KindSlidingLog, "%d hits in the period ending at entry %d, above the limit %d", inWindow, i, l.Count)
+	}
+	return nil
+}
+
+// Validate returns an error wrapping ErrBadState if s is impossible under
+// l at now, allowing clock skew: a Next that is negative or more than
+// l.Period after now+skew, further than an admitted request moves it. An
+// invalid l is refused with ErrInvalidLimit.
+func (s *Spacing) Validate(now time.Time, l Limit, skew time.Duration) error {
+	if err := l.Validate(); err != nil {
+		return fmt.Errorf("%s state: %w", KindSpacing, err)
+	}
+	switch {
+	case s.Next < 0:
+		return badState(KindSpacing, "Next %d is negative", s.Next)
+	case s.Next > satAdd(horizon(now, skew), int64(l.Period)):
+		return badState(KindSpacing, "Next %s is more than the period %v past now+skew",
+			time.Unix(0, s.Next).UTC().Format(time.RFC3339Nano), l.Period)
 	}
 	return nil
 }

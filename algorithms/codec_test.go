@@ -31,6 +31,7 @@ func states() [algorithms.NumKinds]func() state {
 		algorithms.KindFixedWindow:   func() state { return new(algorithms.FixedWindow) },
 		algorithms.KindSlidingWindow: func() state { return new(algorithms.SlidingWindow) },
 		algorithms.KindSlidingLog:    func() state { return new(algorithms.SlidingLog) },
+		algorithms.KindSpacing:       func() state { return new(algorithms.Spacing) },
 	}
 }
 
@@ -77,6 +78,7 @@ func TestStateGolden(t *testing.T) {
 		{"SlidingLog", logOf(10, 2, 0x0102, 1),
 			"0105" + "02000000" + "0a00000000000000" + "0200000000000000" + "0201000000000000" + "0100000000000000"},
 		{"empty SlidingLog", new(algorithms.SlidingLog), "0105" + "00000000"},
+		{"Spacing", &algorithms.Spacing{Next: 0x0102030405060708}, "0106" + "0807060504030201"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := hex.EncodeToString(encode(t, tc.s)); got != tc.hex {
@@ -160,6 +162,10 @@ func TestUnmarshalStateRefuses(t *testing.T) {
 		{"another algorithm's tag", algorithms.KindGCRA, hex.EncodeToString(tb), algorithms.ErrBadState},
 		{"one byte short", algorithms.KindTokenBucket, hex.EncodeToString(tb[:len(tb)-1]), algorithms.ErrBadState},
 		{"one byte long", algorithms.KindTokenBucket, hex.EncodeToString(tb) + "00", algorithms.ErrBadState},
+		{"spacing one byte short", algorithms.KindSpacing, "0106" + "08070605040302", algorithms.ErrBadState},
+		{"spacing with a token bucket's length", algorithms.KindSpacing, "0106" + "0807060504030201" + "0000000000000000", algorithms.ErrBadState},
+		{"spacing tagged as GCRA", algorithms.KindSpacing, "0101" + "0807060504030201", algorithms.ErrBadState},
+		{"GCRA tagged as spacing", algorithms.KindGCRA, "0106" + "0807060504030201" + "0000000000000000", algorithms.ErrBadState},
 		{"log without a count", algorithms.KindSlidingLog, "0105000000", algorithms.ErrBadState},
 		{"log of too many entries", algorithms.KindSlidingLog, "0105" + "11270000", algorithms.ErrBadState}, // 10001
 		{"log of 2^32-1 entries", algorithms.KindSlidingLog, "0105" + "ffffffff", algorithms.ErrBadState},
@@ -199,6 +205,8 @@ func FuzzUnmarshalState(f *testing.F) {
 	f.Add([]byte{1, 5, 1, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte{1, 5, 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{2, 3})
+	f.Add([]byte{1, 6, 8, 7, 6, 5, 4, 3, 2, 1})
+	f.Add([]byte{1, 6, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 	l := algorithms.Limit{Count: 10, Period: time.Minute}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for k, newState := range states() {
@@ -272,6 +280,13 @@ func TestValidateState(t *testing.T) {
 		{"sliding log one entry over", logOf(ns, 11), minute, false},
 		{"sliding log in the future", logOf(ns, 1, ns+int64(time.Hour), 1), minute, false},
 		{"sliding log at the skew's edge", logOf(ns+int64(skew), 1), minute, true},
+		{"spacing at rest", &algorithms.Spacing{}, perSec, true},
+		{"spacing just admitted", &algorithms.Spacing{Next: ns + 1e9}, perSec, true},
+		{"spacing at the skew's edge", &algorithms.Spacing{Next: ns + 1e9 + int64(skew)}, perSec, true},
+		{"spacing a nanosecond past a period", &algorithms.Spacing{Next: ns + 1e9 + int64(skew) + 1}, perSec, false},
+		{"spacing a year ahead", &algorithms.Spacing{Next: now.Add(year).UnixNano()}, perSec, false},
+		{"spacing negative", &algorithms.Spacing{Next: -1}, perSec, false},
+		{"spacing under an invalid limit", &algorithms.Spacing{}, algorithms.Limit{Count: 1}, false},
 		{"sliding log above the maximum limit", new(algorithms.SlidingLog), algorithms.Limit{Count: algorithms.MaxSlidingLogLimit + 1, Period: time.Second}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -311,7 +326,7 @@ func TestValidateAcceptsReachableStates(t *testing.T) {
 }
 
 func TestKind(t *testing.T) {
-	for k := range algorithms.NumKinds {
+	for k := range algorithms.NumPublic {
 		got, err := algorithms.ParseKind(k.String())
 		if err != nil || got != k {
 			t.Errorf("ParseKind(%q) = %v, %v; want %v", k.String(), got, err, k)
@@ -323,7 +338,14 @@ func TestKind(t *testing.T) {
 	if _, err := algorithms.ParseKind("LEAKY"); err == nil {
 		t.Error("ParseKind(LEAKY) = nil error")
 	}
-	if algorithms.NumKinds.Valid() || algorithms.NumKinds.String() != "Kind(6)" {
+	if algorithms.NumKinds.Valid() || algorithms.NumKinds.String() != "Kind(7)" {
 		t.Errorf("NumKinds is Valid or named %q", algorithms.NumKinds.String())
+	}
+	// A spacing is a kind of counter, not an algorithm a check may name.
+	if k := algorithms.KindSpacing; !k.Valid() || k.Public() || k.String() != "SPACING" {
+		t.Errorf("KindSpacing: Valid %v, Public %v, named %q; want true, false, SPACING", k.Valid(), k.Public(), k)
+	}
+	if k, err := algorithms.ParseKind("SPACING"); err == nil {
+		t.Errorf("ParseKind(SPACING) = %v, nil; want an error", k)
 	}
 }

@@ -12,8 +12,8 @@ import (
 // window-aligned algorithms start a window at t0.
 var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 
-// counter is the shape all six algorithms share, for tests that cover
-// them all.
+// counter is the shape all six algorithms and Spacing share, for tests
+// that cover them all.
 type counter interface {
 	Take(now time.Time, l algorithms.Limit, n int64) algorithms.Decision
 	Check(now time.Time, l algorithms.Limit, n int64) algorithms.Decision
@@ -25,7 +25,7 @@ type kind struct {
 	new  func() counter
 }
 
-// kinds lists the six algorithms.
+// kinds lists the six algorithms and Spacing.
 func kinds() []kind {
 	return []kind{
 		{"TokenBucket", func() counter { return new(algorithms.TokenBucket) }},
@@ -34,6 +34,7 @@ func kinds() []kind {
 		{"FixedWindow", func() counter { return new(algorithms.FixedWindow) }},
 		{"SlidingWindow", func() counter { return new(algorithms.SlidingWindow) }},
 		{"SlidingLog", func() counter { return new(algorithms.SlidingLog) }},
+		{"Spacing", func() counter { return new(algorithms.Spacing) }},
 	}
 }
 
@@ -64,6 +65,8 @@ func snapshot(c counter) any {
 		return *s
 	case *algorithms.SlidingLog:
 		return entries(s)
+	case *algorithms.Spacing:
+		return *s
 	}
 	panic("unknown counter")
 }

@@ -15,6 +15,8 @@ func capacity(name string, l algorithms.Limit) int64 {
 	switch name {
 	case "TokenBucket", "GCRA", "LeakyBucket":
 		return l.Capacity()
+	case "Spacing":
+		return 1 // requests, not hits
 	}
 	return l.Count
 }

@@ -47,7 +47,7 @@ func maximalItem() *pb.CheckItem {
 	return &pb.CheckItem{
 		Name: strings.Repeat("n", service.MaxNameLen), Key: strings.Repeat("k", service.MaxKeyLen),
 		Policy: strings.Repeat("p", service.MaxNameLen), Hits: &hits,
-		Limit: -1, DurationMs: -1, Burst: -1, CreatedAtMs: -1, // -1 takes the most bytes as a varint
+		Limit: -1, DurationMs: -1, Burst: -1, CreatedAtMs: -1, MinIntervalMs: -1, // -1 takes the most bytes as a varint
 		Algorithm: pb.Algorithm_SLIDING_WINDOW, Behavior: pb.Behavior_UNBATCHED, Reset_: true, ChargeRefused: true,
 	}
 }
@@ -69,10 +69,11 @@ func TestBoundsFitMaximalItems(t *testing.T) {
 
 	one := fmt.Sprintf(`{"name":%q,"key":%q,"hits":-9223372036854775808,"limit":-9223372036854775808,`+
 		`"duration_ms":-9223372036854775808,"algorithm":"SLIDING_WINDOW","burst":-9223372036854775808,`+
-		`"behavior":"UNBATCHED","reset":false,"created_at_ms":-9223372036854775808,"charge_refused":false,"policy":%q}`,
+		`"behavior":"UNBATCHED","reset":false,"created_at_ms":-9223372036854775808,"charge_refused":false,"policy":%q,`+
+		`"min_interval_ms":-9223372036854775808}`,
 		item.Name, item.Key, item.Policy)
-	if len(one) > 1850 {
-		t.Errorf("a maximal item takes %d bytes of JSON, want at most the 1,850 MaxBodyBytes assumes", len(one))
+	if len(one) > 1900 {
+		t.Errorf("a maximal item takes %d bytes of JSON, want at most the 1,900 MaxBodyBytes assumes", len(one))
 	}
 	body := `{"requests":[` + strings.Repeat(one+",", service.MaxItems-1) + one + `],"all":true}`
 	if len(body) > MaxBodyBytes {

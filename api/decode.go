@@ -59,7 +59,7 @@ func decodeCheckRequest(r io.Reader) (decodedRequest, error) {
 var (
 	bodyFields = []string{"requests", "all"}
 	itemFields = []string{"name", "key", "hits", "limit", "duration_ms", "algorithm", "burst",
-		"behavior", "reset", "created_at_ms", "charge_refused", "policy"}
+		"behavior", "reset", "created_at_ms", "charge_refused", "policy", "min_interval_ms"}
 )
 
 // decodedRequest is a parsed body: the items that parsed, and for those
@@ -149,6 +149,9 @@ func (r *itemReader) read(l loc, f int) error {
 		return err
 	case "created_at_ms":
 		_, err := readInt(s, l, &it.CreatedAtMs)
+		return err
+	case "min_interval_ms":
+		_, err := readInt(s, l, &it.MinIntervalMs)
 		return err
 	case "reset":
 		return readBool(s, l, &it.Reset_)

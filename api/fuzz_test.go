@@ -15,6 +15,8 @@ func FuzzDecodeCheckRequest(f *testing.F) {
 	f.Add([]byte(`{"requests":[{"name":"api","key":"user:42","limit":10,"duration_ms":60000}]}`))
 	f.Add([]byte(`{"requests":[{"name":"a","key":"k","hits":0,"limit":1,"duration_ms":1,"algorithm":"SLIDING_LOG","behavior":"GLOBAL","burst":3,"reset":true,"created_at_ms":1}],"all":true}`))
 	f.Add([]byte(`{"requests":[{"key":"k","policy":"d/k=v","charge_refused":true}]}`))
+	f.Add([]byte(`{"requests":[{"name":"a","key":"k","min_interval_ms":1000},{"name":"a","key":"k","limit":5,"duration_ms":1000,"min_interval_ms":-1}]}`))
+	f.Add([]byte(`{"requests":[{"min_interval_ms":9223372036854775808},{"algorithm":"spacing"}]}`))
 	f.Add([]byte(`{"requests":[{"algorithm":"nope"},{"behavior":"x"}]}`))
 	f.Add([]byte(`{"requests":[{"limit":"1"}]}`))
 	f.Add([]byte(`{"requests":[{"name":"a","NAME":"b"}],"all":false,"all":true}`))

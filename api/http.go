@@ -15,7 +15,7 @@ import (
 // MaxBodyBytes bounds a POST /v1/check body. A thousand items at their
 // longest, written plainly (name 256 bytes, key 1,024, policy 256, every
 // other field with its longest value, and field names and punctuation:
-// under 1,850 bytes each) take about 1.85 MB, so 2 MiB leaves some room
+// under 1,900 bytes each) take about 1.9 MB, so 2 MiB leaves some room
 // for whitespace. Keys written with many \u escapes may not fit; over
 // gRPC, the same items take less (MaxRecvMsgBytes).
 const MaxBodyBytes = 2 << 20

@@ -53,6 +53,30 @@ func TestCheckJSON(t *testing.T) {
 
 func jsonInt(n int64) string { b, _ := json.Marshal(n); return string(b) }
 
+// TestCheckJSONSpacing: min_interval_ms over HTTP: a second check at once
+// is refused for the interval; a spacing alone answers limit 1; a bad
+// interval is the item's own error naming the field.
+func TestCheckJSONSpacing(t *testing.T) {
+	srv := newTestServer(t)
+	spaced := `{"requests":[{"name":"api","key":"u","limit":10,"duration_ms":60000,"min_interval_ms":1500},` +
+		`{"name":"login","key":"u","min_interval_ms":2000},` +
+		`{"name":"api","key":"v","limit":10,"duration_ms":60000,"min_interval_ms":-5},` +
+		`{"name":"api","key":"v","limit":10,"duration_ms":60000,"algorithm":"SPACING"}]}`
+	post(t, srv, spaced)
+	code, body := post(t, srv, spaced)
+	want := `{"responses":[` +
+		`{"status":"OVER_LIMIT","limit":10,"remaining":9,"reset_time_ms":` + jsonInt(t0.Add(6*time.Second).UnixMilli()) + `,"retry_after_ms":1500,"delay_ms":0},` +
+		`{"status":"OVER_LIMIT","limit":1,"remaining":0,"reset_time_ms":` + jsonInt(t0.Add(2*time.Second).UnixMilli()) + `,"retry_after_ms":2000,"delay_ms":0},` +
+		`{"status":"OVER_LIMIT","limit":0,"remaining":0,"reset_time_ms":0,"retry_after_ms":-1,"delay_ms":0,` +
+		`"error":"min_interval_ms: must be between 0 (none) and 31536000000, got -5","error_code":"INVALID_ARGUMENT"},` +
+		`{"status":"OVER_LIMIT","limit":0,"remaining":0,"reset_time_ms":0,"retry_after_ms":-1,"delay_ms":0,` +
+		`"error":"algorithm: unknown algorithm \"SPACING\" (want one of TOKEN_BUCKET, GCRA, LEAKY_BUCKET, FIXED_WINDOW, SLIDING_WINDOW, SLIDING_LOG)",` +
+		`"error_code":"INVALID_ARGUMENT"}]}` + "\n"
+	if code != http.StatusOK || body != want {
+		t.Errorf("got %d %s\nwant 200 %s", code, body, want)
+	}
+}
+
 func TestCheckJSONErrorsNameTheField(t *testing.T) {
 	srv := newTestServer(t)
 	many := `{"requests":[` + strings.Repeat(`{},`, service.MaxItems) + `{}]}`

@@ -57,6 +57,7 @@ type checkItemJSON struct {
 	CreatedAtMs   int64  `json:"created_at_ms"`
 	ChargeRefused bool   `json:"charge_refused"`
 	Policy        string `json:"policy"`
+	MinIntervalMs int64  `json:"min_interval_ms"`
 }
 
 // referenceResponse is the answer to d as the struct encoding/json wrote
@@ -230,7 +231,8 @@ func TestDecodeRandomRequests(t *testing.T) {
 				}
 				n := rng.Int64() - rng.Int64()
 				name := itemFields[f]
-				ints := map[string]*int64{"limit": &it.Limit, "duration_ms": &it.DurationMs, "burst": &it.Burst, "created_at_ms": &it.CreatedAtMs}
+				ints := map[string]*int64{"limit": &it.Limit, "duration_ms": &it.DurationMs, "burst": &it.Burst, "created_at_ms": &it.CreatedAtMs,
+					"min_interval_ms": &it.MinIntervalMs}
 				strs := map[string]*string{"name": &it.Name, "key": &it.Key, "policy": &it.Policy}
 				bools := map[string]*bool{"reset": &it.Reset_, "charge_refused": &it.ChargeRefused}
 				switch {
@@ -295,6 +297,8 @@ func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
 	f.Add([]byte(`{"requests":[{"name":"a","key":"k","hits":0,"limit":1,"duration_ms":1,"algorithm":"sliding_log","behavior":"global","burst":3,"reset":true,"created_at_ms":1}],"all":true}`))
 	f.Add([]byte(`{"requests":[{"key":"\ud83d\ude00\u00e9\n\"\\\/","policy":"d/k=v","charge_refused":true,"hits":null}]}`))
 	f.Add([]byte(` {"requests" : [ {"limit":-0,"burst":1e3}, {"algorithm":"nope"} ] } `))
+	f.Add([]byte(`{"requests":[{"name":"a","key":"k","min_interval_ms":1500},{"min_interval_ms":null,"limit":1,"min_interval_ms":2}]}`))
+	f.Add([]byte(`{"requests":[{"min_interval_ms":1.5},{"algorithm":"SPACING"},{"min_interval_ms":"1s"}]}`))
 	f.Add([]byte(`{"requests":[{"n\u0061me":"x"},]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		d, err := decodeCheckRequest(bytes.NewReader(body))
@@ -319,7 +323,7 @@ func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
 		for j, p := range d.pos {
 			r := ref.Requests[p]
 			want := &pb.CheckItem{Name: r.Name, Key: r.Key, Hits: r.Hits, Limit: r.Limit, DurationMs: r.DurationMs, Burst: r.Burst,
-				Reset_: r.Reset, CreatedAtMs: r.CreatedAtMs, ChargeRefused: r.ChargeRefused, Policy: r.Policy}
+				Reset_: r.Reset, CreatedAtMs: r.CreatedAtMs, ChargeRefused: r.ChargeRefused, Policy: r.Policy, MinIntervalMs: r.MinIntervalMs}
 			if r.Algorithm != "" {
 				k, err := algorithms.ParseKind(r.Algorithm)
 				if err != nil {

@@ -84,13 +84,22 @@ const (
 // names a counter; the algorithm is part of the counter's identity, so
 // changing it starts a fresh counter. The zero values of Algorithm,
 // Behavior and Burst are TokenBucket, Batched and Count.
+//
+// MinInterval, when positive, is the least time between two admitted
+// requests for a key (the wire's min_interval_ms, rounded up to the
+// millisecond so that it is never shorter): a request sooner than that
+// after the last admitted one is refused, with RetryAfter the wait left,
+// and it is decided with the limit all or nothing. With Count and Period
+// zero, Limit is a spacing alone (the answer's Limit is then 1). Not with
+// Global.
 type Limit struct {
-	Name      string
-	Count     int64
-	Period    time.Duration
-	Burst     int64
-	Algorithm Algorithm
-	Behavior  Behavior
+	Name        string
+	Count       int64
+	Period      time.Duration
+	Burst       int64
+	Algorithm   Algorithm
+	Behavior    Behavior
+	MinInterval time.Duration
 }
 
 // Item is the check of hits of l for key, as sent on the wire. Check
@@ -98,8 +107,17 @@ type Limit struct {
 func (l Limit) Item(key string, hits int64) *pb.CheckItem {
 	return &pb.CheckItem{
 		Name: l.Name, Key: key, Hits: &hits, Limit: l.Count, DurationMs: l.Period.Milliseconds(),
-		Burst: l.Burst, Algorithm: l.Algorithm, Behavior: l.Behavior,
+		Burst: l.Burst, Algorithm: l.Algorithm, Behavior: l.Behavior, MinIntervalMs: ceilMillis(l.MinInterval),
 	}
+}
+
+// ceilMillis is d in whole milliseconds, rounded up.
+func ceilMillis(d time.Duration) int64 {
+	ms := d.Milliseconds()
+	if d > 0 && d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
 }
 
 // Never is the RetryAfter of a request that can never be admitted: it asks

@@ -73,6 +73,32 @@ func TestTake(t *testing.T) {
 	}
 }
 
+// TestTakeMinInterval: a Limit with a MinInterval spaces the requests of
+// a key, rounded up to the millisecond; without Count and Period it is a
+// spacing alone, whose answer's limit is 1.
+func TestTakeMinInterval(t *testing.T) {
+	c := client.Wrap(fixedService())
+	ctx := context.Background()
+	spaced := client.Limit{Name: "api", Count: 10, Period: time.Minute, MinInterval: 1500*time.Millisecond - time.Microsecond}
+	alone := client.Limit{Name: "login", MinInterval: 2 * time.Second}
+	for _, tc := range []struct {
+		l    client.Limit
+		want client.Decision
+	}{
+		{spaced, client.Decision{Allowed: true, Limit: 10, Remaining: 9, ResetAt: t0.Add(6 * time.Second)}},
+		{spaced, client.Decision{Limit: 10, Remaining: 9, ResetAt: t0.Add(6 * time.Second), RetryAfter: 1500 * time.Millisecond}},
+		{alone, client.Decision{Allowed: true, Limit: 1, ResetAt: t0.Add(2 * time.Second)}},
+		{alone, client.Decision{Limit: 1, ResetAt: t0.Add(2 * time.Second), RetryAfter: 2 * time.Second}},
+	} {
+		if d, err := c.Take(ctx, tc.l, "user:42", 1); err != nil || d != tc.want {
+			t.Errorf("Take(%+v) = %+v, %v\nwant %+v", tc.l, d, err, tc.want)
+		}
+	}
+	if got := spaced.Item("k", 1).GetMinIntervalMs(); got != 1500 {
+		t.Errorf("min_interval_ms of 1.499999s = %d, want 1500: rounded up, never shorter", got)
+	}
+}
+
 func TestTakeLeakyBucketDelay(t *testing.T) {
 	c := client.Wrap(fixedService())
 	l := client.Limit{Name: "shaped", Count: 10, Period: time.Second, Burst: 5, Algorithm: client.LeakyBucket}
@@ -103,6 +129,7 @@ func TestTakeInvalid(t *testing.T) {
 		{client.Limit{Name: "api", Count: 0, Period: time.Second}, "k", "limit"},
 		{client.Limit{Name: "api", Count: 1}, "k", "duration_ms"},
 		{client.Limit{Count: 1, Period: time.Second}, "k", "name"},
+		{client.Limit{Name: "api", MinInterval: time.Second, Behavior: client.Global}, "k", "min_interval_ms"},
 	} {
 		d, err := c.Take(context.Background(), tc.l, tc.key, 1)
 		if !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {

@@ -53,6 +53,27 @@ func ExampleClient_Take() {
 	// refused: retry in 30s
 }
 
+// A Limit with a MinInterval also spaces a key's requests: one sooner
+// than that after the last admitted one is refused, with the wait left.
+func ExampleLimit_minInterval() {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	c := client.Wrap(service.New(service.Config{Now: func() time.Time { return now }}))
+	spaced := client.Limit{Name: "api", Count: 100, Period: time.Minute, MinInterval: time.Second}
+	for _, at := range []time.Duration{0, 400 * time.Millisecond, time.Second} {
+		now = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC).Add(at)
+		d, err := c.Take(context.Background(), spaced, "user:42", 1)
+		if err != nil {
+			fmt.Println("error:", err)
+			return
+		}
+		fmt.Printf("%v: allowed %v, %d of %d left, retry in %v\n", at, d.Allowed, d.Remaining, d.Limit, d.RetryAfter)
+	}
+	// Output:
+	// 0s: allowed true, 99 of 100 left, retry in 0s
+	// 400ms: allowed false, 99 of 100 left, retry in 600ms
+	// 1s: allowed true, 99 of 100 left, retry in 0s
+}
+
 func ExampleErrInvalid() {
 	c := client.Wrap(service.New(service.Config{}))
 	_, err := c.Take(context.Background(), perUser, "", 1)

@@ -25,6 +25,13 @@
 // may be short by less than a millisecond of the true time, which no
 // client can observe at the header's one-second resolution.
 //
+// Spacing. A Limit with a MinInterval refuses a request that comes sooner
+// than that after the key's last admitted one: 429, with Retry-After the
+// wait left. The headers still describe Count per Period (r is what the
+// limit has left; t is when both the limit is full again and the spacing
+// allows a request); a spacing alone (Count and Period zero) is described
+// as one request per MinInterval: q=1 and w its seconds.
+//
 // Clients behind proxies. By default the key is the host of RemoteAddr.
 // Behind a reverse proxy or load balancer that is the proxy, so set
 // TrustedProxies to the proxies' networks: the client's address is then
@@ -130,10 +137,14 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 // asked for.
 func (l *Limiter) setHeaders(h http.Header, d client.Decision) {
 	reset := ceilSeconds(d.ResetAt.UnixMilli() - ceilMillis(l.now()))
-	h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", l.Limit.Name, l.Limit.Count, ceilSeconds(l.Limit.Period.Milliseconds())))
+	q, w := l.Limit.Count, l.Limit.Period
+	if q == 0 && w == 0 { // a spacing alone: one request per MinInterval
+		q, w = 1, l.Limit.MinInterval
+	}
+	h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", l.Limit.Name, q, ceilSeconds(w.Milliseconds())))
 	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", l.Limit.Name, d.Remaining, reset))
 	if l.LegacyHeaders {
-		h.Set("X-RateLimit-Limit", strconv.FormatInt(l.Limit.Count, 10))
+		h.Set("X-RateLimit-Limit", strconv.FormatInt(q, 10))
 		h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
 		h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
 	}

@@ -67,6 +67,36 @@ func TestLimiter(t *testing.T) {
 	}
 }
 
+// TestLimiterMinInterval: a limit with a MinInterval answers 429 to a
+// request that comes too soon, with Retry-After the wait left, and
+// headers of the limit; a spacing alone is one request per MinInterval.
+func TestLimiterMinInterval(t *testing.T) {
+	svc := service.New(service.Config{Now: func() time.Time { return t0 }})
+	now := func() time.Time { return t0.Add(100 * time.Microsecond) }
+	for _, tc := range []struct {
+		limit                client.Limit
+		policy, rate, legacy string
+	}{
+		{client.Limit{Name: "api", Count: 100, Period: time.Minute, MinInterval: 5 * time.Second}, `"api";q=100;w=60`, `"api";r=99;t=5`, "100"},
+		{client.Limit{Name: "login", MinInterval: 5 * time.Second}, `"login";q=1;w=5`, `"login";r=0;t=5`, "1"},
+	} {
+		l := &httplimit.Limiter{Client: client.Wrap(svc), Limit: tc.limit, Now: now, LegacyHeaders: true}
+		h := l.Handler(ok)
+		if w := serve(h, "192.0.2.9:5555"); w.Code != 200 {
+			t.Fatalf("%s: first request %d, want 200", tc.limit.Name, w.Code)
+		}
+		w := serve(h, "192.0.2.9:5555")
+		hd := w.Header()
+		if w.Code != 429 || hd.Get("Retry-After") != "5" || hd.Get("RateLimit-Policy") != tc.policy || hd.Get("RateLimit") != tc.rate {
+			t.Errorf("%s: second request %d, Retry-After %q, RateLimit-Policy %q, RateLimit %q; want 429, 5, %s, %s",
+				tc.limit.Name, w.Code, hd.Get("Retry-After"), hd.Get("RateLimit-Policy"), hd.Get("RateLimit"), tc.policy, tc.rate)
+		}
+		if got := hd.Get("X-RateLimit-Limit"); got != tc.legacy {
+			t.Errorf("%s: X-RateLimit-Limit %q, want %s", tc.limit.Name, got, tc.legacy)
+		}
+	}
+}
+
 // fixed answers every check with d, or err.
 type fixed struct {
 	d   client.Decision

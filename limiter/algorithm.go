@@ -14,6 +14,10 @@ const (
 	FixedWindow   = algorithms.KindFixedWindow
 	SlidingWindow = algorithms.KindSlidingWindow
 	SlidingLog    = algorithms.KindSlidingLog
-	// NumAlgorithms is the number of algorithms, for arrays indexed by one.
+	// Spacing is the kind of the counters that keep a request's
+	// MinInterval (see Request): not an algorithm a check names.
+	Spacing = algorithms.KindSpacing
+	// NumAlgorithms is the number of kinds of counter, Spacing included,
+	// for arrays indexed by one.
 	NumAlgorithms = algorithms.NumKinds
 )

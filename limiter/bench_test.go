@@ -106,3 +106,20 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 	}
 	b.ReportMetric(perKey, "bytes/key")
 }
+
+// BenchmarkDecideSpaced is the cost of a MinInterval: one key's token
+// bucket decided alone, and with its spacing, all or nothing.
+func BenchmarkDecideSpaced(b *testing.B) {
+	for _, interval := range []time.Duration{0, time.Nanosecond} {
+		b.Run(fmt.Sprint("min_interval=", interval), func(b *testing.B) {
+			s := New(Config{})
+			r := Request{Name: "api", Key: "user:000000000000042", Hits: 1, Now: t0,
+				Limit: algorithms.Limit{Count: 1_000_000_000, Period: time.Second}, MinInterval: interval}
+			b.ReportAllocs()
+			for b.Loop() {
+				r.Now = r.Now.Add(time.Microsecond) // every request admitted
+				s.Decide(&r)
+			}
+		})
+	}
+}

@@ -71,7 +71,7 @@ func TestCounterRefuses(t *testing.T) {
 	}{
 		{"empty", nil, ErrBadCounter},
 		{"version 2", append([]byte{2}, b[1:]...), ErrUnknownVersion},
-		{"unknown algorithm", append([]byte{1, 6}, b[2:]...), ErrBadCounter},
+		{"unknown algorithm", append([]byte{1, byte(NumAlgorithms)}, b[2:]...), ErrBadCounter},
 		{"truncated", b[:len(b)-1], ErrBadCounter},
 		{"name longer than the record", append([]byte{1, 1, 0xff, 0xff}, b[4:]...), ErrBadCounter},
 		{"empty name", append([]byte{1, 1, 0, 0}, b[7:]...), ErrBadCounter},
@@ -104,6 +104,8 @@ func FuzzCounter(f *testing.F) {
 			Last: t0.UnixNano(), State: []byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
 		{Name: "api", Key: "k", Algorithm: SlidingLog, Limit: algorithms.Limit{Count: 1, Period: time.Second},
 			Last: t0.UnixNano(), State: []byte{1, 5, 0, 0, 0, 0}},
+		{Name: "api", Key: "k", Algorithm: Spacing, Limit: SpacingLimit(time.Second),
+			Last: t0.UnixNano(), State: []byte{1, 6, 0, 0, 0, 0, 0, 0, 0, 0}},
 	} {
 		b, err := c.AppendBinary(nil)
 		if err != nil {

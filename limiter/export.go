@@ -312,9 +312,10 @@ func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter) error {
 }
 
 // Holds reports whether the store has a counter for r's name, key and
-// algorithm, without creating, charging or touching it. A node asked to
-// decide a key its ring gives to another uses it to tell whether the
-// counter is here (see service.Owner.Forwarded).
+// algorithm, or, for a request with a MinInterval, its spacing counter,
+// without creating, charging or touching either. A node asked to decide a
+// key its ring gives to another uses it to tell whether the counter is
+// here (see service.Owner.Forwarded).
 func (s *Store) Holds(r *Request) bool {
 	if !r.Algorithm.Valid() {
 		return false
@@ -322,24 +323,43 @@ func (s *Store) Holds(r *Request) bool {
 	sh := s.shard(r.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	id, hash := sh.counterID(r)
+	if r.spaced() && sh.holds(r.spacing()) {
+		return true
+	}
+	return sh.holds(*r)
+}
+
+// holds reports whether sh has r's counter. sh.mu is held.
+func (sh *shard) holds(r Request) bool {
+	id, hash := sh.counterID(&r)
 	return sh.tables[r.Algorithm].find(id, hash) >= 0
 }
 
-// TakeOut removes and returns the counter for r's name, key and
-// algorithm, if the store holds it: what a replica store gives up when its
-// key's owner cannot be reached (see replica.Node.PromoteKey).
-func (s *Store) TakeOut(r *Request) (Counter, bool) {
+// TakeOut removes and returns the counters r is decided on (its own, and
+// for a request with a MinInterval its spacing counter) that the store
+// holds: what a replica store gives up when its key's owner cannot be
+// reached (see replica.Node.PromoteKey).
+func (s *Store) TakeOut(r *Request) []Counter {
 	if !r.Algorithm.Valid() {
-		return Counter{}, false
+		return nil
 	}
 	sh := s.shard(r.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	id, hash := sh.counterID(r)
-	c, ok := sh.tables[r.Algorithm].takeOut(r.Algorithm, id, hash)
-	if ok {
-		s.held.Add(-1)
+	out := s.takeOut(sh, *r, nil)
+	if r.spaced() {
+		out = s.takeOut(sh, r.spacing(), out)
 	}
-	return c, ok
+	return out
+}
+
+// takeOut appends to out, and removes from sh, r's counter if sh holds it
+// and it encodes. sh.mu is held.
+func (s *Store) takeOut(sh *shard, r Request, out []Counter) []Counter {
+	id, hash := sh.counterID(&r)
+	if c, ok := sh.tables[r.Algorithm].takeOut(r.Algorithm, id, hash); ok {
+		s.held.Add(-1)
+		out = append(out, c)
+	}
+	return out
 }

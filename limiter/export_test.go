@@ -13,7 +13,7 @@ import (
 const skew = 10 * time.Minute
 
 // fill makes 20 counters of every algorithm, k0..k19, each charged 4 of
-// 10 a minute at t0.
+// 10 a minute at t0 (a spacing, one request a minute).
 func fill(s *Store) {
 	l := algorithms.Limit{Count: 10, Period: time.Minute}
 	for a := range NumAlgorithms {
@@ -54,8 +54,8 @@ func TestExtractMergeKeepsState(t *testing.T) {
 	l := algorithms.Limit{Count: 10, Period: time.Minute}
 	for a := range NumAlgorithms {
 		r := Request{Name: "api", Key: "k12", Algorithm: a, Hits: 0, Now: t0.Add(time.Millisecond), Limit: l}
-		if d := to.Decide(&r); d.Remaining != 6 {
-			t.Errorf("%s: moved counter has %d remaining, want 6", a, d.Remaining)
+		if d, want := to.Decide(&r), remainingAfter(a, 4, l); d.Remaining != want {
+			t.Errorf("%s: moved counter has %d remaining, want %d", a, d.Remaining, want)
 		}
 	}
 }
@@ -194,15 +194,32 @@ func TestBounds(t *testing.T) {
 	}
 }
 
+// remainingAfter is what a peek at a counter of kind a reports remaining
+// under l after hits were charged: the rest of l.Count, or for a spacing,
+// which counts one request whatever its hits, 0 once a request was
+// admitted and 1 before.
+func remainingAfter(a Algorithm, hits int64, l algorithms.Limit) int64 {
+	switch {
+	case a != Spacing:
+		return l.Count - hits
+	case hits > 0:
+		return 0
+	}
+	return 1
+}
+
 // TestMergeNeverRefills merges a fresher (less charged) state into a more
-// charged one: the charged one wins.
+// charged one: the charged one wins. (The fresh spacing was peeked at,
+// never charged.)
 func TestMergeNeverRefills(t *testing.T) {
 	l := algorithms.Limit{Count: 10, Period: time.Minute}
 	for a := range NumAlgorithms {
 		charged, fresh := New(Config{}), New(Config{})
 		r := Request{Name: "api", Key: "k", Algorithm: a, Hits: 8, Now: t0, Limit: l}
 		charged.Decide(&r)
-		r.Hits = 1
+		if r.Hits = 1; a == Spacing {
+			r.Hits = 0
+		}
 		fresh.Decide(&r)
 		for c := range fresh.Extract(func(string) bool { return true }) {
 			if err := charged.Merge(c, t0, skew); err != nil {
@@ -210,8 +227,8 @@ func TestMergeNeverRefills(t *testing.T) {
 			}
 		}
 		r.Hits = 0
-		if d := charged.Decide(&r); d.Remaining != 2 {
-			t.Errorf("%s: after merging a fresher state, %d remaining, want 2", a, d.Remaining)
+		if d, want := charged.Decide(&r), remainingAfter(a, 8, l); d.Remaining != want {
+			t.Errorf("%s: after merging a fresher state, %d remaining, want %d", a, d.Remaining, want)
 		}
 	}
 }
@@ -359,14 +376,15 @@ func TestTakeOut(t *testing.T) {
 	s := New(Config{})
 	fill(s)
 	r := Request{Name: "api", Key: "k3", Algorithm: TokenBucket, Now: t0}
-	c, ok := s.TakeOut(&r)
-	if !ok || c.Key != "k3" || c.Algorithm != TokenBucket {
-		t.Fatalf("TakeOut = %+v, %v; want k3's token bucket", c, ok)
+	out := s.TakeOut(&r)
+	if len(out) != 1 || out[0].Key != "k3" || out[0].Algorithm != TokenBucket {
+		t.Fatalf("TakeOut = %+v; want k3's token bucket", out)
 	}
+	c := out[0]
 	if s.Holds(&r) || s.Len() != 20*int(NumAlgorithms)-1 {
 		t.Errorf("after TakeOut the store holds k3: %v, %d counters; want false, %d", s.Holds(&r), s.Len(), 20*NumAlgorithms-1)
 	}
-	if _, again := s.TakeOut(&r); again {
+	if again := s.TakeOut(&r); len(again) != 0 {
 		t.Error("a counter was taken out twice")
 	}
 	other := New(Config{})

@@ -57,8 +57,16 @@ type Request struct {
 	Reset bool
 	// ChargeRefused counts the hits even when the request is refused
 	// (FixedWindow only: algorithms.FixedWindow.Add); other algorithms
-	// ignore it.
+	// ignore it, and so does a refused group (DecideAll) or a request with
+	// a MinInterval, which charge nothing when refused.
 	ChargeRefused bool
+	// MinInterval, when positive, is the least time between two admitted
+	// requests for Name and Key: the request is decided together with the
+	// spacing counter (kind Spacing) of its name and key, admitted only if
+	// both admit and charged in both only then (see spacing.go). It is
+	// ignored on a request whose Algorithm is Spacing, which is a spacing
+	// already, and by Charge.
+	MinInterval time.Duration
 	// Now is the time to evaluate at.
 	Now time.Time
 }
@@ -113,6 +121,7 @@ func New(conf Config) *Store {
 			FixedWindow:   newTable[algorithms.FixedWindow](),
 			SlidingWindow: newTable[algorithms.SlidingWindow](),
 			SlidingLog:    logs,
+			Spacing:       newTable[algorithms.Spacing](),
 		}
 	}
 	s.metrics = newMetrics(conf.Registerer, s.Len)
@@ -139,11 +148,16 @@ func (s *Store) shard(key string) *shard {
 // whose Limit is not the one its counter was last evaluated with first
 // clamps the counter to what the new limit allows (see package
 // algorithms' Clamp), so that a changed limit, or a hostile one, takes
-// effect at once and leaves nothing the next limit cannot hold.
+// effect at once and leaves nothing the next limit cannot hold. A request
+// with a MinInterval is decided together with its spacing (see
+// withSpacing).
 func (s *Store) Decide(r *Request) algorithms.Decision {
 	sh := s.shard(r.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if r.spaced() {
+		return s.decideSpaced(sh, r, true)
+	}
 	return s.take(sh, r)
 }
 
@@ -154,6 +168,8 @@ func (s *Store) Decide(r *Request) algorithms.Decision {
 //
 // In a refused group, an item that would have passed on its own reports
 // the state it has (nothing charged) and the group's longest RetryAfter.
+// The spacings of requests with a MinInterval are members of the group
+// too (see spaceAll).
 func (s *Store) DecideAll(rs []Request, out []algorithms.Decision) {
 	if len(rs) == 0 {
 		return
@@ -161,20 +177,38 @@ func (s *Store) DecideAll(rs []Request, out []algorithms.Decision) {
 	sh := s.shard(rs[0].Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if all, spacing := spaceAll(rs); all != nil {
+		ds := make([]algorithms.Decision, len(all))
+		s.decideAll(sh, all, ds, true)
+		for i := range rs {
+			out[i] = ds[i]
+			if j := spacing[i]; j >= 0 {
+				out[i] = withSpacing(ds[i], ds[j])
+			}
+		}
+		return
+	}
+	s.decideAll(sh, rs, out, true)
+}
+
+// decideAll is DecideAll on sh, whose lock is held, for requests without
+// a MinInterval; without charge it only reports what DecideAll would
+// answer, as Check does for one request.
+func (s *Store) decideAll(sh *shard, rs []Request, out []algorithms.Decision, charge bool) {
 	admitted := true
 	var retry time.Duration
 	for i := range rs {
 		out[i] = sh.check(&rs[i], rs[i].Hits)
 		if !out[i].Allowed {
 			admitted = false
-			if retry >= 0 && (out[i].RetryAfter > retry || out[i].RetryAfter == algorithms.Never) {
-				retry = out[i].RetryAfter
-			}
+			retry = longer(retry, out[i].RetryAfter)
 		}
 	}
 	if admitted {
-		for i := range rs {
-			out[i] = s.take(sh, &rs[i])
+		if charge {
+			for i := range rs {
+				out[i] = s.take(sh, &rs[i])
+			}
 		}
 		return
 	}
@@ -354,6 +388,8 @@ func addClamped(ns int64, d time.Duration) int64 {
 // Charge spends r.Hits of r's counter, or as many as it has left. It is
 // for hits that another node already admitted (GLOBAL behaviour): they
 // must be counted, not refused, and a counter never goes below empty.
+// It ignores r.MinInterval: GLOBAL checks have none (package service
+// refuses the combination).
 func (s *Store) Charge(r *Request) algorithms.Decision {
 	sh := s.shard(r.Key)
 	sh.mu.Lock()
@@ -371,5 +407,8 @@ func (s *Store) Check(r *Request) algorithms.Decision {
 	sh := s.shard(r.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if r.spaced() {
+		return s.decideSpaced(sh, r, false)
+	}
 	return sh.check(r, r.Hits)
 }

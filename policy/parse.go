@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -326,12 +327,12 @@ func (p *parser) descriptor(parent *node, n *yaml.Node, path, ref string, depth 
 	return nil
 }
 
-var limitKeys = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "soft_percent"}
+var limitKeys = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "soft_percent", "min_interval_ms"}
 
 // limit parses a rate_limit mapping.
 func (p *parser) limit(n *yaml.Node, path string, shadow, quota bool) (*Limit, error) {
 	l := &Limit{ShadowMode: shadow, QuotaMode: quota, Algorithm: limiter.FixedWindow}
-	var unitNode *yaml.Node
+	var unitNode, intervalNode *yaml.Node
 	unit := ""
 	err := p.fields(n, path, limitKeys, func(k string, v *yaml.Node) error {
 		field := join(path, k)
@@ -376,6 +377,11 @@ func (p *parser) limit(n *yaml.Node, path string, shadow, quota bool) (*Limit, e
 			u, err := p.uint(v, field, MaxSoftPercent)
 			l.SoftPercent = uint32(u)
 			return err
+		case "min_interval_ms":
+			intervalNode = v
+			u, err := p.uint(v, field, MaxMinIntervalMs)
+			l.MinInterval = time.Duration(u) * time.Millisecond
+			return err
 		}
 		return nil
 	})
@@ -386,6 +392,8 @@ func (p *parser) limit(n *yaml.Node, path string, shadow, quota bool) (*Limit, e
 	switch {
 	case l.Unlimited && unit != "":
 		return nil, p.errorf(unitNode, join(path, "unit"), "must not be set when unlimited is true")
+	case l.Unlimited && intervalNode != nil:
+		return nil, p.errorf(intervalNode, join(path, "min_interval_ms"), "must not be set when unlimited is true")
 	case !l.Unlimited && !valid:
 		at := n
 		if unitNode != nil {

@@ -17,9 +17,9 @@
 //     the key-only child, even if the chosen child has no limit.
 //
 // These are envoyproxy/ratelimit's rules (config_impl.go at commit
-// f2fb157), so that its configurations answer the same here. Two keys are
-// ours: rate_limit's algorithm (any of the six; FIXED_WINDOW, ratelimit's
-// own, by default) and soft_percent.
+// f2fb157), so that its configurations answer the same here. Three keys
+// are ours: rate_limit's algorithm (any of the six; FIXED_WINDOW,
+// ratelimit's own, by default), soft_percent and min_interval_ms.
 //
 // A Set is an immutable snapshot, safe for concurrent use; a Reloader
 // publishes a new one when the files change.
@@ -102,6 +102,10 @@ const MaxRequestsPerUnit = 1_000_000_000
 // MaxSoftPercent bounds soft_percent.
 const MaxSoftPercent = 1000
 
+// MaxMinIntervalMs bounds min_interval_ms: a year, the longest interval a
+// check may ask for (service.MaxDuration).
+const MaxMinIntervalMs = 365 * 24 * 60 * 60 * 1000
+
 // Limit is a descriptor's rate_limit.
 type Limit struct {
 	// RequestsPerUnit hits are admitted per Unit; 0 refuses every hit.
@@ -125,6 +129,10 @@ type Limit struct {
 	// SoftPercent admits this percentage over RequestsPerUnit: the limit
 	// enforced (and reported) is Enforced().
 	SoftPercent uint32
+	// MinInterval, when positive, is the least time between two admitted
+	// requests of one counter (a check's min_interval_ms), whole
+	// milliseconds.
+	MinInterval time.Duration
 }
 
 // Enforced is the number of hits a window admits: RequestsPerUnit plus
@@ -142,6 +150,9 @@ func (l *Limit) String() string {
 	fmt.Fprintf(&b, "%d/%s %s", l.RequestsPerUnit, strings.ToLower(l.Unit.String()), l.Algorithm)
 	if l.SoftPercent > 0 {
 		fmt.Fprintf(&b, " soft +%d%% (enforced %d)", l.SoftPercent, l.Enforced())
+	}
+	if l.MinInterval > 0 {
+		fmt.Fprintf(&b, " min_interval=%v", l.MinInterval)
 	}
 	if l.Name != "" {
 		fmt.Fprintf(&b, " name=%s", l.Name)

@@ -52,6 +52,7 @@ func TestMatch(t *testing.T) {
 		{"middle wildcard needs every part", "edge", entries("path", "/a-c"), "", nil},
 		{"no wildcard matches, no key-only path", "edge", entries("path", "/other"), "", nil},
 		{"our extensions", "edge", entries("tier", "free"), "100/month SLIDING_WINDOW soft +10% (enforced 110) name=free", nil},
+		{"a minimum spacing", "edge", entries("login", "alice"), "20/hour GCRA min_interval=2s", nil},
 		{"replaces", "edge", entries("tier", "vip"), "1000/year FIXED_WINDOW name=vip replaces=free", nil},
 		{"unlimited", "edge", entries("internal", "x"), "unlimited", nil},
 		{"zero", "edge", entries("blocked", "x"), "0/second FIXED_WINDOW", nil},
@@ -128,8 +129,8 @@ func TestResolve(t *testing.T) {
 func TestPolicies(t *testing.T) {
 	set := loadExample(t)
 	ps := set.Policies()
-	if len(ps) != 14 {
-		t.Fatalf("%d policies, want 14", len(ps))
+	if len(ps) != 15 {
+		t.Fatalf("%d policies, want 15", len(ps))
 	}
 	for _, p := range ps {
 		if strings.Contains(p.Ref, "*") {
@@ -174,6 +175,10 @@ func TestErrors(t *testing.T) {
 		{"algorithm", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: magic}\n", `f.yaml:4: descriptors[0].rate_limit.algorithm: unknown algorithm "magic"`},
 		{"soft", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, soft_percent: 5000}\n", `rate_limit.soft_percent: want a whole number from 0 to 1000`},
 		{"soft over the bound", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000000000, soft_percent: 10}\n", `rate_limit.soft_percent: the enforced limit 1100000000 is above`},
+		{"min interval negative", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, min_interval_ms: -1}\n", `f.yaml:4: descriptors[0].rate_limit.min_interval_ms: want a whole number from 0 to 31536000000`},
+		{"min interval over a year", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, min_interval_ms: 31536000001}\n", `rate_limit.min_interval_ms: want a whole number from 0 to 31536000000`},
+		{"min interval as a duration", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, min_interval_ms: 2s}\n", `rate_limit.min_interval_ms: want a whole number`},
+		{"min interval when unlimited", "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      min_interval_ms: 10\n", `f.yaml:6: descriptors[0].rate_limit.min_interval_ms: must not be set when unlimited is true`},
 		{"sliding log", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 20000, algorithm: SLIDING_LOG}\n", `rate_limit.requests_per_unit: SLIDING_LOG keeps a timestamp`},
 		{"list of scalars", "domain: a\ndescriptors:\n  - k\n", `f.yaml:3: descriptors[0]: want a mapping, got a scalar`},
 		{"key not a string", "domain: a\ndescriptors:\n  - {[x]: 1}\n", `descriptors[0]: a key must be a string`},

@@ -332,17 +332,18 @@ func (n *Node) Promote(r *ring.Ring) {
 	n.promoted.Store(r)
 }
 
-// PromoteKey makes the replica of r's counter, if this node holds one, its
-// own counter, before it decides r for an owner that cannot be reached
-// (this node is the key's heir: see service's failover). It reports
-// whether there was one.
+// PromoteKey makes the replicas of r's counters (its own, and the spacing
+// of a request with a MinInterval), if this node holds them, its own
+// counters, before it decides r for an owner that cannot be reached (this
+// node is the key's heir: see service's failover). It reports whether
+// there was one.
 func (n *Node) PromoteKey(r *limiter.Request) bool {
-	c, ok := n.replicas.TakeOut(r)
-	if !ok {
+	cs := n.replicas.TakeOut(r)
+	if len(cs) == 0 {
 		return false
 	}
-	n.store.Restore([]limiter.Counter{c}) // validated when it arrived, as in Promote
-	n.metrics.promoted.Inc()
+	n.store.Restore(cs) // validated when they arrived, as in Promote
+	n.metrics.promoted.Add(float64(len(cs)))
 	return true
 }
 

@@ -11,7 +11,10 @@
 // are exact across the cluster. The check's items use envoyproxy/ratelimit's
 // fixed window, aligned to the unit since the epoch, which counts refused
 // hits too (CheckItem.charge_refused): a descriptor is over its limit when
-// its window's count after adding the hits exceeds requests_per_unit.
+// its window's count after adding the hits exceeds requests_per_unit. A
+// policy with our min_interval_ms is decided our way instead: its check
+// carries the spacing, and a refused request (by the spacing or the
+// window) is not counted, as ringlimit's own checks never count one.
 package rls
 
 import (
@@ -212,7 +215,8 @@ func checkItem(domain string, d *commonpb.RateLimitDescriptor, a *applied) *pb.C
 		Limit:         max(l.Enforced(), 1),
 		DurationMs:    l.Unit.Period().Milliseconds(),
 		Algorithm:     pb.Algorithm(l.Algorithm),
-		ChargeRefused: l.Algorithm == limiter.FixedWindow,
+		MinIntervalMs: l.MinInterval.Milliseconds(),
+		ChargeRefused: l.Algorithm == limiter.FixedWindow && l.MinInterval == 0,
 	}
 }
 

@@ -239,6 +239,14 @@ func TestShouldRateLimit(t *testing.T) {
 			{name: "soft: 20% over 10", hits: 12, descs: ds(desc("soft", "x")), overall: ok, want: ws(limited(ok, 12, minute, 0))},
 			{name: "soft: the 13th is over", descs: ds(desc("soft", "x")), overall: over, want: ws(limited(over, 12, minute, 0))},
 		}},
+		{"our extension min_interval_ms: a refusal by the spacing is not counted", []step{
+			{name: "first", descs: ds(desc("spaced", "x")), overall: ok, want: ws(limited(ok, 10, minute, 9))},
+			{name: "at once: over", descs: ds(desc("spaced", "x")), overall: over, want: ws(limited(over, 10, minute, 0))},
+			{name: "a second later: still over", advance: time.Second, descs: ds(desc("spaced", "x")), overall: over, want: ws(limited(over, 10, minute, 0))},
+			{name: "2s after the first: the refusals were not counted", advance: time.Second, descs: ds(desc("spaced", "x")), overall: ok,
+				want: ws(limited(ok, 10, minute, 8))},
+			{name: "another value has its own spacing", descs: ds(desc("spaced", "y")), overall: ok, want: ws(limited(ok, 10, minute, 9))},
+		}},
 	}
 	for _, seq := range sequences {
 		t.Run(seq.name, func(t *testing.T) {

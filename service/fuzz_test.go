@@ -4,17 +4,20 @@ import (
 	"testing"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/limiter"
 )
 
 // FuzzValidate feeds arbitrary items to the validator: it must never
 // panic, and what it accepts must be within the documented bounds.
 func FuzzValidate(f *testing.F) {
-	f.Add("api", "user:42", int64(1), true, int64(10), int64(60000), int32(0), int64(0), int32(0), int64(0))
-	f.Add("", "", int64(-1), true, int64(0), int64(0), int32(9), int64(-1), int32(7), int64(-1))
-	f.Add("n", "k", int64(0), false, int64(1e9), int64(31536000000), int32(5), int64(1e9), int32(2), t0.UnixMilli())
-	f.Fuzz(func(t *testing.T, name, key string, h int64, hasHits bool, limit, durMs int64, alg int32, burst int64, beh int32, created int64) {
+	f.Add("api", "user:42", int64(1), true, int64(10), int64(60000), int32(0), int64(0), int32(0), int64(0), int64(0))
+	f.Add("", "", int64(-1), true, int64(0), int64(0), int32(9), int64(-1), int32(7), int64(-1), int64(-1))
+	f.Add("n", "k", int64(0), false, int64(1e9), int64(31536000000), int32(5), int64(1e9), int32(2), t0.UnixMilli(), int64(31536000000))
+	f.Add("n", "k", int64(3), true, int64(0), int64(0), int32(0), int64(0), int32(1), int64(0), int64(500))
+	f.Add("n", "k", int64(3), true, int64(0), int64(0), int32(6), int64(0), int32(2), int64(0), int64(500))
+	f.Fuzz(func(t *testing.T, name, key string, h int64, hasHits bool, limit, durMs int64, alg int32, burst int64, beh int32, created, minInterval int64) {
 		item := &pb.CheckItem{Name: name, Key: key, Limit: limit, DurationMs: durMs, Algorithm: pb.Algorithm(alg),
-			Burst: burst, Behavior: pb.Behavior(beh), CreatedAtMs: created}
+			Burst: burst, Behavior: pb.Behavior(beh), CreatedAtMs: created, MinIntervalMs: minInterval}
 		if hasHits {
 			item.Hits = &h
 		}
@@ -22,7 +25,16 @@ func FuzzValidate(f *testing.F) {
 		if err != nil {
 			return
 		}
+		if r.Algorithm == limiter.Spacing { // a spacing alone: one request an interval, a check could ask for
+			if r.Limit != limiter.SpacingLimit(r.Limit.Period) || r.MinInterval != 0 {
+				t.Fatalf("accepted a spacing alone of limit %+v and interval %v", r.Limit, r.MinInterval)
+			}
+		}
 		switch {
+		case r.MinInterval < 0 || r.MinInterval > MaxDuration:
+			t.Fatalf("accepted min interval %v", r.MinInterval)
+		case (r.MinInterval > 0 || r.Algorithm == limiter.Spacing) && item.Behavior == pb.Behavior_GLOBAL:
+			t.Fatalf("accepted a GLOBAL spacing")
 		case r.Name == "" || len(r.Name) > MaxNameLen, r.Key == "" || len(r.Key) > MaxKeyLen:
 			t.Fatalf("accepted name/key of %d/%d bytes", len(r.Name), len(r.Key))
 		case r.Limit.Count < 1 || r.Limit.Count > MaxLimit, r.Limit.Burst < 0 || r.Limit.Burst > MaxLimit:

@@ -458,6 +458,9 @@ func FuzzPeerHandlers(f *testing.F) {
 	item := &pb.CheckItem{Name: "api", Key: "user:1", Limit: 10, DurationMs: 60_000, Behavior: pb.Behavior_GLOBAL}
 	rec := record(limiter.TokenBucket, "api", "user:1", algorithms.Limit{Count: 10, Period: time.Minute}, t0.UnixNano(),
 		encoded(&algorithms.TokenBucket{Full: t0.UnixNano()}))
+	spaced := &pb.CheckItem{Name: "api", Key: "user:1", Limit: 10, DurationMs: 60_000, MinIntervalMs: 500}
+	spacing := record(limiter.Spacing, "api", "user:1", limiter.SpacingLimit(500*time.Millisecond), t0.UnixNano(),
+		encoded(&algorithms.Spacing{Next: t0.Add(500 * time.Millisecond).UnixNano()}))
 	for rpc, m := range []proto.Message{
 		&pb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: []*pb.CheckItem{item}}}, Relayed: true, Pulled: true},
 		&pb.GlobalHitsRequest{From: "node-1", Reports: []*pb.GlobalReport{{Item: item, Admitted: 3, Acked: 1, Epoch: 2, Want: true}}},
@@ -471,6 +474,16 @@ func FuzzPeerHandlers(f *testing.F) {
 			f.Fatal(err)
 		}
 		f.Add(byte(rpc), b)
+	}
+	for rpc, m := range map[byte]proto.Message{ // spacings: a spaced forward, a spacing handed off
+		0: &pb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: []*pb.CheckItem{spaced, {Name: "a", Key: "k", MinIntervalMs: 9}}, All: true}}},
+		3: &pb.HandOffRequest{From: "node-1", Counters: []*pb.CounterState{{Counter: spacing}}},
+	} {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(rpc, b)
 	}
 	_, svcs := newFakeCluster(2)
 	srv := peer.NewServer(svcs[0].Owner(), nil)

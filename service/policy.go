@@ -16,9 +16,9 @@ type Policies interface {
 }
 
 // withPolicy returns item itself when it names no policy, else a copy
-// with the policy's limit, duration_ms and algorithm filled in (and the
-// policy cleared), so that a forwarded check carries what this node
-// resolved.
+// with the policy's limit, duration_ms, algorithm and min_interval_ms
+// filled in (and the policy cleared), so that a forwarded check carries
+// what this node resolved.
 func (s *Service) withPolicy(item *pb.CheckItem) (*pb.CheckItem, error) {
 	ref := item.GetPolicy()
 	if ref == "" || s.policies == nil {
@@ -31,6 +31,8 @@ func (s *Service) withPolicy(item *pb.CheckItem) (*pb.CheckItem, error) {
 		return item, &FieldError{"duration_ms", "must be omitted when policy is set"}
 	case item.Algorithm != pb.Algorithm_TOKEN_BUCKET:
 		return item, &FieldError{"algorithm", "must be omitted when policy is set: the policy names it"}
+	case item.MinIntervalMs != 0:
+		return item, &FieldError{"min_interval_ms", "must be omitted when policy is set: the policy names it"}
 	}
 	l, err := s.policies.Resolve(ref)
 	switch {
@@ -46,6 +48,7 @@ func (s *Service) withPolicy(item *pb.CheckItem) (*pb.CheckItem, error) {
 	out.Limit = l.Enforced()
 	out.DurationMs = l.Unit.Period().Milliseconds()
 	out.Algorithm = pb.Algorithm(l.Algorithm)
+	out.MinIntervalMs = l.MinInterval.Milliseconds()
 	if out.Name == "" {
 		out.Name = ref
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/policy"
@@ -28,6 +29,9 @@ descriptors:
   - key: tier
     value: closed
     rate_limit: {unit: second, requests_per_unit: 0}
+  - key: tier
+    value: spaced
+    rate_limit: {unit: hour, requests_per_unit: 100, min_interval_ms: 1500}
 `
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -77,6 +81,7 @@ func TestPolicyChecks(t *testing.T) {
 		{&pb.CheckItem{Key: "k", Policy: "api/tier=free", Limit: 5}, "limit: must be omitted"},
 		{&pb.CheckItem{Key: "k", Policy: "api/tier=free", DurationMs: 5}, "duration_ms: must be omitted"},
 		{&pb.CheckItem{Key: "k", Policy: "api/tier=free", Algorithm: pb.Algorithm_GCRA}, "algorithm: must be omitted"},
+		{&pb.CheckItem{Key: "k", Policy: "api/tier=free", MinIntervalMs: 10}, "min_interval_ms: must be omitted"},
 		{&pb.CheckItem{Key: "k", Policy: "api/tier=open"}, "policy: \"api/tier=open\" is unlimited"},
 		{&pb.CheckItem{Key: "k", Policy: "api/tier=closed"}, "policy: \"api/tier=closed\" has requests_per_unit 0"},
 		{&pb.CheckItem{Key: "", Policy: "api/tier=free"}, "key: must not be empty"},
@@ -84,6 +89,25 @@ func TestPolicyChecks(t *testing.T) {
 		resp, _ := s.Check(context.Background(), &pb.CheckRequest{Requests: []*pb.CheckItem{c.item}})
 		if r := resp.Responses[0]; !strings.HasPrefix(r.Error, c.want) || r.ErrorCode != pb.ErrorCode_INVALID_ARGUMENT {
 			t.Errorf("%v: error %q, want %q", c.item, r.Error, c.want)
+		}
+	}
+}
+
+// TestPolicySpacing: a policy's min_interval_ms spaces the checks that
+// name it, on the policy's counter.
+func TestPolicySpacing(t *testing.T) {
+	now := t0
+	s := New(Config{Now: clockAt(&now), Policies: loadPolicies(t)})
+	item := &pb.CheckItem{Key: "user:1", Policy: "api/tier=spaced"}
+	for _, st := range []struct {
+		at    time.Duration
+		ok    bool
+		retry int64
+	}{{0, true, 0}, {time.Second, false, 500}, {1500 * time.Millisecond, true, 0}} {
+		now = t0.Add(st.at)
+		r := check(t, s, item)
+		if (r.Status == pb.Status_UNDER_LIMIT) != st.ok || r.RetryAfterMs != st.retry || r.Limit != 100 {
+			t.Errorf("at %v: %v, want admitted %v, retry_after_ms %d, limit 100", st.at, r, st.ok, st.retry)
 		}
 	}
 }

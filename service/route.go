@@ -9,6 +9,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -362,10 +363,17 @@ func (s *Service) send(ctx context.Context, owner ring.Member, unbatched bool, m
 // limit (limit / members, at least 1), so that a cluster cut off from an
 // owner admits about the limit in total rather than members times it. The
 // answer's limit is that share, so a caller can see it was not the whole.
+// A spacing's share is its interval times members (see spacingShare).
 func (s *Service) decideFallback(c *call, js []int) {
 	members := int64(max(1, s.cluster.Ring().Len()))
 	for _, j := range js {
-		c.reqs[j].Limit = shareOf(c.reqs[j].Limit, members)
+		r := &c.reqs[j]
+		if r.Algorithm == limiter.Spacing {
+			r.Limit = limiter.SpacingLimit(spacingShare(r.Limit.Period, members))
+			continue
+		}
+		r.Limit = shareOf(r.Limit, members)
+		r.MinInterval = spacingShare(r.MinInterval, members)
 	}
 	s.decideLocal(c, js, routeFallback)
 	for _, j := range js {
@@ -381,6 +389,19 @@ func shareOf(l algorithms.Limit, members int64) algorithms.Limit {
 		l.Burst = max(1, l.Burst/members)
 	}
 	return l
+}
+
+// spacingShare is one member's share of a spacing of interval d: members
+// times d, so that members spacing apart admit about one request per d in
+// all, as shares of a limit do (requests that reach two members may then
+// come closer together than d: only the owner keeps the spacing exact).
+// It is at most MaxDuration, the longest interval a check may ask for, so
+// that the counter it leaves is one a check could have made.
+func spacingShare(d time.Duration, members int64) time.Duration {
+	if d > MaxDuration/time.Duration(members) {
+		return MaxDuration
+	}
+	return d * time.Duration(members)
 }
 
 // sampler lets through one event a second per key, so that a partition

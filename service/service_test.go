@@ -41,6 +41,22 @@ func TestInvalidItemsNameTheField(t *testing.T) {
 		{"behavior", func(i *pb.CheckItem) { i.Behavior = 99 }},
 		{"created_at_ms", func(i *pb.CheckItem) { i.CreatedAtMs = t0.Add(-11 * time.Minute).UnixMilli() }},
 		{"created_at_ms", func(i *pb.CheckItem) { i.CreatedAtMs = t0.Add(11 * time.Minute).UnixMilli() }},
+		{"algorithm", func(i *pb.CheckItem) { i.Algorithm = 6 }}, // SPACING is a kind of counter, not an algorithm
+		{"min_interval_ms", func(i *pb.CheckItem) { i.MinIntervalMs = -1 }},
+		{"min_interval_ms", func(i *pb.CheckItem) { i.MinIntervalMs = MaxDuration.Milliseconds() + 1 }},
+		{"min_interval_ms", func(i *pb.CheckItem) { i.MinIntervalMs = 10; i.Behavior = pb.Behavior_GLOBAL }},
+		{"min_interval_ms", func(i *pb.CheckItem) {
+			i.MinIntervalMs, i.Limit, i.DurationMs, i.Behavior = 10, 0, 0, pb.Behavior_GLOBAL
+		}},
+		{"charge_refused", func(i *pb.CheckItem) {
+			i.MinIntervalMs, i.Algorithm, i.ChargeRefused = 10, pb.Algorithm_FIXED_WINDOW, true
+		}},
+		{"burst", func(i *pb.CheckItem) { i.MinIntervalMs, i.Limit, i.DurationMs, i.Burst = 10, 0, 0, 5 }},
+		{"algorithm", func(i *pb.CheckItem) {
+			i.MinIntervalMs, i.Limit, i.DurationMs, i.Algorithm = 10, 0, 0, pb.Algorithm_GCRA
+		}},
+		{"limit", func(i *pb.CheckItem) { i.MinIntervalMs, i.Limit = 10, 0 }}, // with duration_ms: not a spacing alone
+		{"duration_ms", func(i *pb.CheckItem) { i.MinIntervalMs, i.DurationMs = 10, 0 }},
 	}
 	for _, c := range cases {
 		s := New(Config{Now: fixedClock(t0)})

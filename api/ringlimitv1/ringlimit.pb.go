@@ -266,9 +266,16 @@ type CheckItem struct {
 	// FIXED_WINDOW only, and not GLOBAL. Envoy's rate limit service sets it.
 	ChargeRefused bool `protobuf:"varint,11,opt,name=charge_refused,json=chargeRefused,proto3" json:"charge_refused,omitempty"`
 	// policy names a policy of --policy-file, "domain/key=value/key", which
-	// supplies limit, duration_ms and algorithm (omit them); name defaults
-	// to the reference.
-	Policy        string `protobuf:"bytes,12,opt,name=policy,proto3" json:"policy,omitempty"`
+	// supplies limit, duration_ms, algorithm and min_interval_ms (omit
+	// them); name defaults to the reference.
+	Policy string `protobuf:"bytes,12,opt,name=policy,proto3" json:"policy,omitempty"`
+	// min_interval_ms, when positive, is the least time between two
+	// admitted requests for name and key: one sooner is refused, with
+	// retry_after_ms the wait left. It is decided with the limit all or
+	// nothing: admitted only if both admit, and then both are charged. It
+	// counts requests, not hits. Without limit and duration_ms the check is
+	// a spacing alone. Not with GLOBAL nor charge_refused.
+	MinIntervalMs int64 `protobuf:"varint,13,opt,name=min_interval_ms,json=minIntervalMs,proto3" json:"min_interval_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -385,6 +392,13 @@ func (x *CheckItem) GetPolicy() string {
 		return x.Policy
 	}
 	return ""
+}
+
+func (x *CheckItem) GetMinIntervalMs() int64 {
+	if x != nil {
+		return x.MinIntervalMs
+	}
+	return 0
 }
 
 type CheckRequest struct {
@@ -744,7 +758,7 @@ var File_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x0fringlimit.proto\x12\fringlimit.v1\"\x84\x03\n" +
+	"\x0fringlimit.proto\x12\fringlimit.v1\"\xac\x03\n" +
 	"\tCheckItem\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
@@ -759,7 +773,8 @@ const file_ringlimit_proto_rawDesc = "" +
 	"\rcreated_at_ms\x18\n" +
 	" \x01(\x03R\vcreatedAtMs\x12%\n" +
 	"\x0echarge_refused\x18\v \x01(\bR\rchargeRefused\x12\x16\n" +
-	"\x06policy\x18\f \x01(\tR\x06policyB\a\n" +
+	"\x06policy\x18\f \x01(\tR\x06policy\x12&\n" +
+	"\x0fmin_interval_ms\x18\r \x01(\x03R\rminIntervalMsB\a\n" +
 	"\x05_hits\"U\n" +
 	"\fCheckRequest\x123\n" +
 	"\brequests\x18\x01 \x03(\v2\x17.ringlimit.v1.CheckItemR\brequests\x12\x10\n" +
@@ -786,14 +801,14 @@ const file_ringlimit_proto_rawDesc = "" +
 	"\x04ring\x18\x02 \x01(\x06R\x04ring\"9\n" +
 	"\x06Member\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
-	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr*p\n" +
+	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr*\x7f\n" +
 	"\tAlgorithm\x12\x10\n" +
 	"\fTOKEN_BUCKET\x10\x00\x12\b\n" +
 	"\x04GCRA\x10\x01\x12\x10\n" +
 	"\fLEAKY_BUCKET\x10\x02\x12\x10\n" +
 	"\fFIXED_WINDOW\x10\x03\x12\x12\n" +
 	"\x0eSLIDING_WINDOW\x10\x04\x12\x0f\n" +
-	"\vSLIDING_LOG\x10\x05*=\n" +
+	"\vSLIDING_LOG\x10\x05\"\x04\b\x06\x10\x06*\aSPACING*=\n" +
 	"\bBehavior\x12\v\n" +
 	"\aBATCHED\x10\x00\x12\r\n" +
 	"\tUNBATCHED\x10\x01\x12\n" +

@@ -16,9 +16,12 @@ import (
 
 // checkUsage heads `rlnode check -h`.
 const checkUsage = `Usage: rlnode check --key KEY --limit N [flags]
+       rlnode check --key KEY --min-interval D [flags]
 
 Spends --hits of a limit of --limit per --duration for --key on a node, over
-gRPC, and prints the verdict (or JSON with --json).
+gRPC, and prints the verdict (or JSON with --json). --min-interval also
+refuses a request sooner than that after the last admitted one; without
+--limit it is a spacing alone.
 
 Exit status: 0 allowed (UNDER_LIMIT), 1 refused (OVER_LIMIT), 2 an error:
 bad usage, an invalid check (the message names the field), or a node that
@@ -42,6 +45,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	algorithm := fs.String("algorithm", "TOKEN_BUCKET", "TOKEN_BUCKET, GCRA, LEAKY_BUCKET, FIXED_WINDOW, SLIDING_WINDOW or SLIDING_LOG")
 	hits := fs.Int64("hits", 1, "cost of this request; 0 asks without charging")
 	burst := fs.Int64("burst", 0, "bucket capacity (0: --limit)")
+	minInterval := fs.Duration("min-interval", 0, "least time between two admitted requests for --key (0: none; rounded up to the millisecond)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
 	tlsFlags := addClientTLS(fs)
@@ -51,8 +55,11 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() > 0 {
 		return fmt.Errorf("check: unexpected argument %q", fs.Arg(0))
 	}
-	if *key == "" || *limit == 0 {
-		return errors.New("check: --key and --limit are required")
+	if *key == "" || *limit == 0 && *minInterval == 0 {
+		return errors.New("check: --key and --limit (or --min-interval) are required")
+	}
+	if *limit == 0 {
+		*duration = 0 // a spacing alone
 	}
 	alg, err := algorithms.ParseKind(*algorithm)
 	if err != nil {
@@ -69,7 +76,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	l := client.Limit{Name: *name, Count: *limit, Period: *duration, Burst: *burst, Algorithm: client.Algorithm(alg)}
+	l := client.Limit{Name: *name, Count: *limit, Period: *duration, Burst: *burst, Algorithm: client.Algorithm(alg), MinInterval: *minInterval}
 	d, err := c.Take(ctx, l, *key, *hits)
 	if err != nil {
 		return fmt.Errorf("check %s: %w", *addr, err)

@@ -128,6 +128,21 @@ func TestClusterIsExact(t *testing.T) {
 	}
 }
 
+// TestClusterSpacingIsExact: a spaced check is forwarded whole to its
+// key's owner over real gRPC, which keeps the spacing: of 300 concurrent
+// checks over 3 nodes one is admitted in the interval, though the limit
+// would admit 100.
+func TestClusterSpacingIsExact(t *testing.T) {
+	c := startCluster(t, 3)
+	for _, behavior := range []pb.Behavior{pb.Behavior_BATCHED, pb.Behavior_UNBATCHED} {
+		item := &pb.CheckItem{Name: "spaced", Key: "hot:" + behavior.String(), Limit: 100, DurationMs: 3_600_000,
+			MinIntervalMs: 3_600_000, Behavior: behavior}
+		if got := c.burst(t, item, 300); got != 1 {
+			t.Errorf("%v: 300 concurrent spaced checks over 3 nodes admitted %d, want exactly 1", behavior, got)
+		}
+	}
+}
+
 // spend charges half of each of n counters, through node 0.
 func (c *testCluster) spend(t *testing.T, n int) {
 	t.Helper()

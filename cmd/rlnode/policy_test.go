@@ -116,7 +116,8 @@ func TestPolicyCheckCommand(t *testing.T) {
 		"edge/remote_address     5/second FIXED_WINDOW ",
 		"edge/tier=free          100/month SLIDING_WINDOW soft +10% (enforced 110) name=free  ../../policy/testdata/example.yaml:32\n",
 		"edge/path=%2Fapi%2F*",
-		"example.yaml: OK, 14 policies",
+		"edge/login              20/hour GCRA min_interval=2s ",
+		"example.yaml: OK, 15 policies",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
