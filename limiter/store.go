@@ -198,7 +198,7 @@ func (s *Store) decideAll(sh *shard, rs []Request, out []algorithms.Decision, ch
 	admitted := true
 	var retry time.Duration
 	for i := range rs {
-		out[i] = sh.check(&rs[i], rs[i].Hits)
+		out[i] = sh.check(&rs[i], sharedHits(rs, i))
 		if !out[i].Allowed {
 			admitted = false
 			retry = longer(retry, out[i].RetryAfter)
@@ -219,6 +219,22 @@ func (s *Store) decideAll(sh *shard, rs []Request, out []algorithms.Decision, ch
 			out[i].RetryAfter = retry
 		}
 	}
+}
+
+// sharedHits returns the hits rs[i] is checked with in an all-or-nothing
+// group: its own and those of the requests before it on the same counter
+// (a group shares its key), which are charged before it. Checked with its
+// own alone, each of two requests could fit where both do not, and the
+// first would be charged while the second is refused. The scan is
+// quadratic, over at most a request's items (service.MaxItems).
+func sharedHits(rs []Request, i int) int64 {
+	hits := rs[i].Hits
+	for j := range i {
+		if rs[j].Name == rs[i].Name && rs[j].Algorithm == rs[i].Algorithm {
+			hits += rs[j].Hits
+		}
+	}
+	return hits
 }
 
 // counterID writes name + "\x00" + key into the shard's scratch buffer and

@@ -94,6 +94,38 @@ func TestDecideAllIsAllOrNothing(t *testing.T) {
 	}
 }
 
+// TestDecideAllSharedCounter: two requests of a group on one counter are
+// admitted only if the counter has room for both: each alone fits, both
+// do not, so the group is refused and nothing is charged (the first used
+// to be charged and the second refused).
+func TestDecideAllSharedCounter(t *testing.T) {
+	for a := range NumAlgorithms {
+		if a == Spacing {
+			continue // a spacing counts requests, not hits (TestSpacedDecideAll)
+		}
+		t.Run(a.String(), func(t *testing.T) {
+			s := New(Config{})
+			six := Request{Name: "api", Key: "user:42", Algorithm: a, Hits: 6, Now: t0, Limit: algorithms.Limit{Count: 10, Period: time.Hour}}
+			out := make([]algorithms.Decision, 2)
+			s.DecideAll([]Request{six, six}, out)
+			if out[0].Allowed || out[1].Allowed {
+				t.Errorf("6 + 6 hits of 10 in one group: %+v, want both refused", out)
+			}
+			peek := six
+			peek.Hits = 0
+			if d := s.Check(&peek); d.Remaining != 10 {
+				t.Errorf("%d remaining after a refused group, want 10: nothing charged", d.Remaining)
+			}
+			five := six
+			five.Hits = 5
+			s.DecideAll([]Request{five, five}, out)
+			if !out[0].Allowed || !out[1].Allowed || out[1].Remaining != 0 {
+				t.Errorf("5 + 5 hits of 10 in one group: %+v, want both admitted, 0 left", out)
+			}
+		})
+	}
+}
+
 func TestEvictionAtMaxKeys(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s := New(Config{MaxKeys: 100, Registerer: reg})
