@@ -19,10 +19,15 @@ const (
 	MaxKeyLen  = 1024
 )
 
-// CounterVersion is the format version a Counter record starts with. Any
-// change to the record's layout (see AppendBinary) is a new version; the
-// algorithm state inside has its own (algorithms.StateVersion).
-const CounterVersion = 1
+// CounterVersion is the newest format version a Counter record starts
+// with. Any change to the record's layout (see AppendBinary) is a new
+// version; the algorithm state inside has its own
+// (algorithms.StateVersion). Version 2 added the counter's Role; a
+// counter of RoleLimit is still written in version 1's layout, which has
+// no role, so that nodes of the build before it, which read only version
+// 1, take the counters of every check without a ceiling during a rolling
+// upgrade.
+const CounterVersion = 2
 
 var (
 	// ErrBadCounter reports a Counter record that does not decode, or a
@@ -41,6 +46,8 @@ var (
 type Counter struct {
 	Name, Key string
 	Algorithm Algorithm
+	// Role tells a check's ceiling counter from its own (see Role).
+	Role Role
 	// Limit is the limit the counter was last evaluated with: State is
 	// valid under it.
 	Limit algorithms.Limit
@@ -51,23 +58,25 @@ type Counter struct {
 	State []byte
 }
 
-// counterFixed is the bytes of a record besides name, key and state.
+// counterFixed is the bytes of a version 1 record besides name, key and
+// state; a version 2 record has one more, its role.
 const counterFixed = 1 + 1 + 2 + 2 + 4*8
 
 // The sizes of records, for whoever bounds what it stores or reads: a
 // record is at most MaxFixedCounterBytes plus algorithms.LogEntryBytes for
 // each sliding-log entry its state holds, so never more than
-// MaxCounterBytes (a full sliding log under the longest name and key).
+// MaxCounterBytes (a full sliding log under the longest name and key, in
+// version 2).
 const (
-	MaxFixedCounterBytes = counterFixed + MaxNameLen + MaxKeyLen + algorithms.MaxFixedStateBytes
-	MaxCounterBytes      = counterFixed + MaxNameLen + MaxKeyLen + algorithms.MaxStateBytes
+	MaxFixedCounterBytes = counterFixed + 1 + MaxNameLen + MaxKeyLen + algorithms.MaxFixedStateBytes
+	MaxCounterBytes      = counterFixed + 1 + MaxNameLen + MaxKeyLen + algorithms.MaxStateBytes
 )
 
 // AppendBinary appends c's record (encoding.BinaryAppender), all integers
-// little-endian:
+// little-endian. A counter of RoleLimit is written in version 1's layout:
 //
 //	offset      size  field
-//	0           1     version (CounterVersion)
+//	0           1     version, 1
 //	1           1     algorithm (algorithms.Kind)
 //	2           2     len(Name), uint16, 1..MaxNameLen
 //	4           n     Name
@@ -79,12 +88,27 @@ const (
 //	30+n+k      8     Last, Unix ns, int64
 //	38+n+k      rest  State
 //
-// It refuses a name or key out of bounds, which no decoder would accept.
+// and a counter of another role in version 2's (CounterVersion), which
+// is version 1's with the role after the algorithm:
+//
+//	offset      size  field
+//	0           1     version, 2
+//	1           1     algorithm (algorithms.Kind)
+//	2           1     role (Role), never RoleLimit
+//	3           ...   as version 1 from offset 2: Name, Key, Limit, Last, State
+//
+// So each counter has one encoding. It refuses a name or key out of
+// bounds, an unknown role, or a spacing of a role other than RoleLimit,
+// which no decoder would accept.
 func (c *Counter) AppendBinary(b []byte) ([]byte, error) {
 	if err := c.checkID(); err != nil {
 		return b, err
 	}
-	b = append(b, CounterVersion, byte(c.Algorithm))
+	if c.Role == RoleLimit {
+		b = append(b, 1, byte(c.Algorithm))
+	} else {
+		b = append(b, 2, byte(c.Algorithm), byte(c.Role))
+	}
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(c.Name)))
 	b = append(b, c.Name...)
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(c.Key)))
@@ -95,20 +119,27 @@ func (c *Counter) AppendBinary(b []byte) ([]byte, error) {
 	return append(b, c.State...), nil
 }
 
-// UnmarshalBinary decodes AppendBinary's record into c. It refuses another
-// version (ErrUnknownVersion), an unknown algorithm, a name or key out of
-// bounds and a record too short for its lengths (ErrBadCounter). It copies
-// what it keeps, so data may be reused. It checks neither the limit nor
-// the state: Store.Merge does.
+// UnmarshalBinary decodes AppendBinary's record, of version 1 or 2, into
+// c. It refuses another version (ErrUnknownVersion), an unknown algorithm
+// or role, a version 2 record of RoleLimit (written in version 1), a name
+// or key out of bounds and a record too short for its lengths
+// (ErrBadCounter). It copies what it keeps, so data may be reused. It
+// checks neither the limit nor the state: Store.Merge does.
 func (c *Counter) UnmarshalBinary(data []byte) error {
 	if len(data) < counterFixed {
 		return fmt.Errorf("counter record of %d bytes, shorter than the %d fixed ones: %w", len(data), counterFixed, ErrBadCounter)
 	}
-	if data[0] != CounterVersion {
-		return fmt.Errorf("counter record version %d, this build reads %d: %w", data[0], CounterVersion, ErrUnknownVersion)
-	}
 	d := Counter{Algorithm: Algorithm(data[1])}
 	rest := data[2:]
+	switch data[0] {
+	case 1:
+	case 2:
+		if d.Role, rest = Role(rest[0]), rest[1:]; d.Role == RoleLimit {
+			return fmt.Errorf("counter record version 2 of role %s, which is written in version 1: %w", d.Role, ErrBadCounter)
+		}
+	default:
+		return fmt.Errorf("counter record version %d, this build reads 1 and %d: %w", data[0], CounterVersion, ErrUnknownVersion)
+	}
 	var ok bool
 	if d.Name, rest, ok = lengthPrefixed(rest); !ok {
 		return fmt.Errorf("counter record: name runs past the end: %w", ErrBadCounter)
@@ -142,12 +173,16 @@ func lengthPrefixed(b []byte) (s string, rest []byte, ok bool) {
 	return string(b[2 : 2+n]), b[2+n:], true
 }
 
-// checkID checks c's algorithm, name and key against the public API's
-// bounds.
+// checkID checks c's algorithm, role, name and key against the public
+// API's bounds: a ceiling is a check's, so never a spacing's.
 func (c *Counter) checkID() error {
 	switch {
 	case !c.Algorithm.Valid():
 		return fmt.Errorf("counter algorithm %d: unknown: %w", uint8(c.Algorithm), ErrBadCounter)
+	case c.Role >= numRoles:
+		return fmt.Errorf("counter role %d: unknown: %w", uint8(c.Role), ErrBadCounter)
+	case c.Role != RoleLimit && c.Algorithm == Spacing:
+		return fmt.Errorf("counter role %s of a spacing, which has only its own: %w", c.Role, ErrBadCounter)
 	case c.Name == "" || len(c.Name) > MaxNameLen:
 		return fmt.Errorf("counter name of %d bytes, want 1..%d: %w", len(c.Name), MaxNameLen, ErrBadCounter)
 	case strings.IndexByte(c.Name, 0) >= 0:

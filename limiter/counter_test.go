@@ -11,30 +11,45 @@ import (
 	"github.com/ringlimit/ringlimit/algorithms"
 )
 
-// TestCounterGolden pins the record layout. If it fails, the layout
-// changed: bump CounterVersion, then update these bytes and the layout in
-// AppendBinary's doc.
+// TestCounterGolden pins the record layouts: version 1, which every
+// counter of RoleLimit is still written in, and version 2, with a role. If
+// it fails, a layout changed: bump CounterVersion, then update these bytes
+// and the layout in AppendBinary's doc.
 func TestCounterGolden(t *testing.T) {
-	if CounterVersion != 1 {
+	if CounterVersion != 2 {
 		t.Fatalf("CounterVersion = %d: update the golden bytes to the new layout", CounterVersion)
 	}
 	c := Counter{Name: "api", Key: "u:1", Algorithm: FixedWindow,
 		Limit: algorithms.Limit{Count: 10, Period: time.Second, Burst: 2}, Last: 0x0102030405060708,
 		State: []byte{0xaa, 0xbb}}
-	want := "01" + "03" + "0300" + hex.EncodeToString([]byte("api")) + "0300" + hex.EncodeToString([]byte("u:1")) +
+	rest := "0300" + hex.EncodeToString([]byte("api")) + "0300" + hex.EncodeToString([]byte("u:1")) +
 		"0a00000000000000" + "00ca9a3b00000000" + "0200000000000000" + "0807060504030201" + "aabb"
-	b, err := c.AppendBinary(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := hex.EncodeToString(b); got != want {
-		t.Errorf("AppendBinary = %s, want %s", got, want)
+	for _, tc := range []struct {
+		role Role
+		want string
+	}{
+		{RoleLimit, "01" + "03" + rest},
+		{RoleCeiling, "02" + "03" + "01" + rest},
+	} {
+		c.Role = tc.role
+		b, err := c.AppendBinary(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := hex.EncodeToString(b); got != tc.want {
+			t.Errorf("AppendBinary of role %s = %s, want %s", tc.role, got, tc.want)
+		}
+		var back Counter
+		if err := back.UnmarshalBinary(b); err != nil || back.Role != tc.role || back.Name != c.Name || back.Key != c.Key ||
+			back.Limit != c.Limit || back.Last != c.Last || !bytes.Equal(back.State, c.State) {
+			t.Errorf("UnmarshalBinary of role %s = %+v, %v; want %+v", tc.role, back, err, c)
+		}
 	}
 }
 
 func TestCounterRoundTrip(t *testing.T) {
 	c := Counter{Name: strings.Repeat("n", MaxNameLen), Key: strings.Repeat("k", MaxKeyLen), Algorithm: SlidingLog,
-		Limit: algorithms.Limit{Count: 3, Period: time.Minute}, Last: 42, State: []byte{1, 5, 0, 0, 0, 0}}
+		Role: RoleCeiling, Limit: algorithms.Limit{Count: 3, Period: time.Minute}, Last: 42, State: []byte{1, 5, 0, 0, 0, 0}}
 	b, err := c.AppendBinary([]byte("prefix"))
 	if err != nil {
 		t.Fatal(err)
@@ -43,12 +58,13 @@ func TestCounterRoundTrip(t *testing.T) {
 	if err := got.UnmarshalBinary(b[len("prefix"):]); err != nil {
 		t.Fatal(err)
 	}
-	if got.Name != c.Name || got.Key != c.Key || got.Algorithm != c.Algorithm || got.Limit != c.Limit ||
+	if got.Name != c.Name || got.Key != c.Key || got.Algorithm != c.Algorithm || got.Role != c.Role || got.Limit != c.Limit ||
 		got.Last != c.Last || !bytes.Equal(got.State, c.State) {
 		t.Errorf("round trip gave %+v, want %+v", got, c)
 	}
-	// The longest name and key: with no entries, a sliding log's record is
-	// within MaxFixedCounterBytes; with a full log, it is MaxCounterBytes.
+	// The longest name and key, in version 2 (a role): with no entries, a
+	// sliding log's record is within MaxFixedCounterBytes; with a full
+	// log, it is MaxCounterBytes.
 	if n := len(b) - len("prefix"); n > MaxFixedCounterBytes {
 		t.Errorf("record of an empty log: %d bytes, more than MaxFixedCounterBytes %d", n, MaxFixedCounterBytes)
 	}
@@ -70,8 +86,13 @@ func TestCounterRefuses(t *testing.T) {
 		want error
 	}{
 		{"empty", nil, ErrBadCounter},
-		{"version 2", append([]byte{2}, b[1:]...), ErrUnknownVersion},
+		{"version 3", append([]byte{3}, b[1:]...), ErrUnknownVersion},
+		{"version 0", append([]byte{0}, b[1:]...), ErrUnknownVersion},
 		{"unknown algorithm", append([]byte{1, byte(NumAlgorithms)}, b[2:]...), ErrBadCounter},
+		{"version 2 of RoleLimit, which is written in version 1", append([]byte{2, b[1], byte(RoleLimit)}, b[2:]...), ErrBadCounter},
+		{"unknown role", append([]byte{2, b[1], byte(numRoles)}, b[2:]...), ErrBadCounter},
+		{"a ceiling of a spacing", append([]byte{2, byte(Spacing), byte(RoleCeiling)}, b[2:]...), ErrBadCounter},
+		{"version 2 truncated", append([]byte{2, b[1], byte(RoleCeiling)}, b[2:len(b)-1]...), ErrBadCounter},
 		{"truncated", b[:len(b)-1], ErrBadCounter},
 		{"name longer than the record", append([]byte{1, 1, 0xff, 0xff}, b[4:]...), ErrBadCounter},
 		{"empty name", append([]byte{1, 1, 0, 0}, b[7:]...), ErrBadCounter},
@@ -87,6 +108,8 @@ func TestCounterRefuses(t *testing.T) {
 		{Name: strings.Repeat("n", MaxNameLen+1), Key: "k"},
 		{Name: "n", Key: strings.Repeat("k", MaxKeyLen+1)},
 		{Name: "n", Key: "k", Algorithm: NumAlgorithms},
+		{Name: "n", Key: "k", Role: numRoles},
+		{Name: "n", Key: "k", Algorithm: Spacing, Role: RoleCeiling},
 	} {
 		if _, err := c.AppendBinary(nil); !errors.Is(err, ErrBadCounter) {
 			t.Errorf("AppendBinary(name %d bytes, key %d bytes, %s) = %v, want ErrBadCounter", len(c.Name), len(c.Key), c.Algorithm, err)
@@ -106,6 +129,8 @@ func FuzzCounter(f *testing.F) {
 			Last: t0.UnixNano(), State: []byte{1, 5, 0, 0, 0, 0}},
 		{Name: "api", Key: "k", Algorithm: Spacing, Limit: SpacingLimit(time.Second),
 			Last: t0.UnixNano(), State: []byte{1, 6, 0, 0, 0, 0, 0, 0, 0, 0}},
+		{Name: "api", Key: "k", Algorithm: GCRA, Role: RoleCeiling, Limit: algorithms.Limit{Count: 3, Period: time.Second},
+			Last: t0.UnixNano(), State: []byte{1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
 	} {
 		b, err := c.AppendBinary(nil)
 		if err != nil {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"strings"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -171,8 +170,8 @@ func stateError(err error) error {
 func (t *table[S, P]) counter(a Algorithm, idx int32) (Counter, error) {
 	e := &t.entries[idx]
 	state, err := P(&e.state).AppendBinary(nil)
-	name, key, _ := strings.Cut(e.id, "\x00")
-	return Counter{Name: name, Key: key, Algorithm: a, Limit: e.limit, Last: e.last, State: state}, err
+	role, name, key := splitID(e.id)
+	return Counter{Name: name, Key: key, Algorithm: a, Role: role, Limit: e.limit, Last: e.last, State: state}, err
 }
 
 // charged appends to out the counters not back to full at now (Unix ns),
@@ -191,8 +190,8 @@ func (t *table[S, P]) charged(a Algorithm, now int64, out []Counter, states []by
 			states = states[:start]
 			continue
 		}
-		name, key, _ := strings.Cut(e.id, "\x00")
-		out = append(out, Counter{Name: name, Key: key, Algorithm: a, Limit: e.limit, Last: e.last,
+		role, name, key := splitID(e.id)
+		out = append(out, Counter{Name: name, Key: key, Algorithm: a, Role: role, Limit: e.limit, Last: e.last,
 			State: states[start:len(states):len(states)]})
 	}
 	return out, states
@@ -224,7 +223,7 @@ func (t *table[S, P]) changed(a Algorithm, out []Counter) []Counter {
 func (t *table[S, P]) markChanged(match func(key string) bool) {
 	for idx := t.head; idx >= 0; idx = t.entries[idx].next {
 		e := &t.entries[idx]
-		if _, key, _ := strings.Cut(e.id, "\x00"); match(key) {
+		if _, _, key := splitID(e.id); match(key) {
 			e.changed = true
 		}
 	}
@@ -236,8 +235,7 @@ func (t *table[S, P]) extract(a Algorithm, move func(key string) bool, out []Cou
 	for idx := t.head; idx >= 0; {
 		e := &t.entries[idx]
 		next := e.next
-		_, key, _ := strings.Cut(e.id, "\x00")
-		if move(key) {
+		if _, _, key := splitID(e.id); move(key) {
 			if c, err := t.counter(a, idx); err == nil {
 				out = append(out, c)
 				t.remove(idx, fold(xxhash.Sum64String(e.id)))
@@ -287,7 +285,7 @@ func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter) error {
 	if err := P(&s).UnmarshalBinary(c.State); err != nil {
 		return stateError(err)
 	}
-	id, hash := sh.counterID(&Request{Name: c.Name, Key: c.Key})
+	id, hash := sh.counterID(&Request{Name: c.Name, Key: c.Key, Role: c.Role})
 	idx := t.find(id, hash)
 	if idx < 0 {
 		store.makeRoom(sh, t, c.Last)
@@ -311,11 +309,13 @@ func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter) error {
 	return nil
 }
 
-// Holds reports whether the store has a counter for r's name, key and
-// algorithm, or, for a request with a MinInterval, its spacing counter,
-// without creating, charging or touching either. A node asked to decide a
-// key its ring gives to another uses it to tell whether the counter is
-// here (see service.Owner.Forwarded).
+// Holds reports whether the store has a counter for r's name, key,
+// algorithm and role, or, for a request with a MinInterval, its spacing
+// counter, or, for a request of RoleLimit, the RoleCeiling counter beside
+// it (a check with a ceiling is decided on both), without creating,
+// charging or touching any. A node asked to decide a key its ring gives
+// to another uses it to tell whether the counter is here (see
+// service.Owner.Forwarded).
 func (s *Store) Holds(r *Request) bool {
 	if !r.Algorithm.Valid() {
 		return false
@@ -323,10 +323,28 @@ func (s *Store) Holds(r *Request) bool {
 	sh := s.shard(r.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if r.spaced() && sh.holds(r.spacing()) {
-		return true
+	for _, c := range r.decidedOn() {
+		if c.Name != "" && sh.holds(c) {
+			return true
+		}
 	}
-	return sh.holds(*r)
+	return false
+}
+
+// decidedOn returns the requests of the counters a check of r may be
+// decided on: r's own; its ceiling counter, for a request of RoleLimit
+// that is not a spacing; its spacing, for a request with a MinInterval.
+// Those that do not apply are zero Requests.
+func (r *Request) decidedOn() [3]Request {
+	out := [3]Request{*r}
+	if r.Role == RoleLimit && r.Algorithm != Spacing {
+		out[1] = *r
+		out[1].Role = RoleCeiling
+	}
+	if r.spaced() {
+		out[2] = r.spacing()
+	}
+	return out
 }
 
 // holds reports whether sh has r's counter. sh.mu is held.
@@ -335,9 +353,9 @@ func (sh *shard) holds(r Request) bool {
 	return sh.tables[r.Algorithm].find(id, hash) >= 0
 }
 
-// TakeOut removes and returns the counters r is decided on (its own, and
-// for a request with a MinInterval its spacing counter) that the store
-// holds: what a replica store gives up when its key's owner cannot be
+// TakeOut removes and returns the counters a check of r is decided on
+// that the store holds (see decidedOn: its own, its ceiling counter, its
+// spacing): what a replica store gives up when its key's owner cannot be
 // reached (see replica.Node.PromoteKey).
 func (s *Store) TakeOut(r *Request) []Counter {
 	if !r.Algorithm.Valid() {
@@ -346,9 +364,11 @@ func (s *Store) TakeOut(r *Request) []Counter {
 	sh := s.shard(r.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	out := s.takeOut(sh, *r, nil)
-	if r.spaced() {
-		out = s.takeOut(sh, r.spacing(), out)
+	var out []Counter
+	for _, c := range r.decidedOn() {
+		if c.Name != "" {
+			out = s.takeOut(sh, c, out)
+		}
 	}
 	return out
 }

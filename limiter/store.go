@@ -50,7 +50,11 @@ type Config struct {
 type Request struct {
 	Name, Key string
 	Algorithm Algorithm
-	Limit     algorithms.Limit
+	// Role tells the counter of a check's ceiling (RoleCeiling) from the
+	// check's own (RoleLimit, the zero value) of the same name, key and
+	// algorithm (see Role).
+	Role  Role
+	Limit algorithms.Limit
 	// Hits is the cost; 0 asks for the state without charging.
 	Hits int64
 	// Reset forgets the counter's state before deciding.
@@ -88,7 +92,7 @@ type Store struct {
 type shard struct {
 	mu     sync.Mutex
 	tables [NumAlgorithms]counters
-	id     []byte // scratch for name + "\x00" + key; guarded by mu
+	id     []byte // scratch for a counter's id (appendID); guarded by mu
 	_      [64]byte
 }
 
@@ -230,17 +234,17 @@ func (s *Store) decideAll(sh *shard, rs []Request, out []algorithms.Decision, ch
 func sharedHits(rs []Request, i int) int64 {
 	hits := rs[i].Hits
 	for j := range i {
-		if rs[j].Name == rs[i].Name && rs[j].Algorithm == rs[i].Algorithm {
+		if rs[j].Name == rs[i].Name && rs[j].Algorithm == rs[i].Algorithm && rs[j].Role == rs[i].Role {
 			hits += rs[j].Hits
 		}
 	}
 	return hits
 }
 
-// counterID writes name + "\x00" + key into the shard's scratch buffer and
-// returns it with its hash. The NUL keeps ("a", "bc") apart from ("ab", "c").
+// counterID writes the id of r's counter (see appendID) into the shard's
+// scratch buffer and returns it with its hash.
 func (sh *shard) counterID(r *Request) ([]byte, uint32) {
-	sh.id = append(append(append(sh.id[:0], r.Name...), 0), r.Key...)
+	sh.id = appendID(sh.id[:0], r.Role, r.Name, r.Key)
 	return sh.id, fold(xxhash.Sum64(sh.id))
 }
 

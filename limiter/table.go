@@ -33,7 +33,7 @@ type state[S any] interface {
 // it. With padding it costs 8 bytes a counter (a token bucket's entry is
 // 80 bytes rather than 72).
 type entry[S any] struct {
-	id      string // name + "\x00" + key
+	id      string // role, name and key (appendID)
 	state   S
 	limit   algorithms.Limit // the limit of the latest evaluation, which state is valid under (see follow)
 	last    int64            // latest evaluation time (Unix ns): time never runs backwards for a counter
