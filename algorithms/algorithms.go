@@ -59,6 +59,27 @@ import (
 // it asks for more hits than the counter's capacity.
 const Never time.Duration = -1
 
+// LongerWait returns the longer of two RetryAfters, Never being the
+// longest: how long until both of two counters admit.
+func LongerWait(a, b time.Duration) time.Duration {
+	if a == Never || b == Never {
+		return Never
+	}
+	return max(a, b)
+}
+
+// ShorterWait returns the shorter of two RetryAfters, Never being the
+// longest: how long until either of two counters admits.
+func ShorterWait(a, b time.Duration) time.Duration {
+	switch {
+	case a == Never:
+		return b
+	case b == Never:
+		return a
+	}
+	return min(a, b)
+}
+
 // ErrInvalidLimit reports a Limit that no algorithm can apply.
 var ErrInvalidLimit = errors.New("invalid limit")
 

@@ -174,7 +174,7 @@ func (n *Node) Decide(r *limiter.Request, owner string) (d algorithms.Decision, 
 	if owner == n.cluster.LocalMember().Name {
 		return n.decideOwned(r), false
 	}
-	return n.decideFromGrant(r, owner)
+	return n.decideFromGrant(r, owner, false)
 }
 
 // Run syncs every interval until ctx ends. Flush sends the last reports.

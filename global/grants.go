@@ -29,6 +29,14 @@ type entry struct {
 	remaining  int64           // the owner's last report of the counter
 	resetAt    time.Time       // when the counter is full again
 	retryAfter time.Duration   // owner's estimate of the wait for one hit
+	// forced is the hits charged here beyond the grant, in all: the
+	// guaranteed hits of checks whose parent the counter is (see Force),
+	// which the owner charges whatever the grant. forcedSent is how many
+	// of them the owner has acknowledged.
+	forced, forcedSent int64
+	// parent: the counter is the parent of checks with a ceiling (Borrow,
+	// Force), whose unused grant is renewed every round (see endRound).
+	parent bool
 }
 
 // epochGap leaves room for this many releases in one entry's epochs
@@ -53,24 +61,12 @@ func (n *Node) newEpoch() int64 {
 // (100,000 in all), whatever clients send.
 const maxEntriesPerShard = 100_000 / numShards
 
-func (n *Node) decideFromGrant(r *limiter.Request, owner string) (d algorithms.Decision, forward bool) {
+func (n *Node) decideFromGrant(r *limiter.Request, owner string, parent bool) (d algorithms.Decision, forward bool) {
 	k := key{r.Name, r.Key}
 	sh := n.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.entries[k]
-	if e == nil {
-		if len(sh.entries) >= maxEntriesPerShard {
-			sh.evictOne()
-		}
-		e = &entry{owner: owner, epoch: n.newEpoch()}
-		sh.entries[k] = e
-	}
-	e.req = *r
-	e.active = true
-	if e.owner != owner {
-		e.reown(owner, n.newEpoch())
-	}
+	e := n.entry(sh, k, r, owner, parent)
 	if !e.known || r.Reset {
 		e.want = true
 		return d, true
@@ -96,11 +92,34 @@ func (n *Node) decideFromGrant(r *limiter.Request, owner string) (d algorithms.D
 	return d, false
 }
 
+// entry returns the account of k, whose owner is owner, creating it (and
+// making room for it) if needed, with r as its latest check; parent marks
+// it a parent's. sh.mu is held.
+func (n *Node) entry(sh *shard, k key, r *limiter.Request, owner string, parent bool) *entry {
+	e := sh.entries[k]
+	if e == nil {
+		if len(sh.entries) >= maxEntriesPerShard {
+			sh.evictOne()
+		}
+		e = &entry{owner: owner, epoch: n.newEpoch()}
+		sh.entries[k] = e
+	}
+	e.req = *r
+	e.active = true
+	e.parent = e.parent || parent
+	if e.owner != owner {
+		e.reown(owner, n.newEpoch())
+	}
+	return e
+}
+
 // reown starts a new account for e with a new owner: hits not yet
-// reported go to the new owner as this node's first report.
+// reported, from a grant or forced, go to the new owner as this node's
+// first report.
 func (e *entry) reown(owner string, epoch int64) {
 	unsent := e.admitted - e.sent
-	*e = entry{req: e.req, owner: owner, epoch: epoch, admitted: unsent, granted: unsent, want: true, active: true}
+	*e = entry{req: e.req, owner: owner, epoch: epoch, admitted: unsent, granted: unsent, want: true, active: true,
+		forced: e.forced - e.forcedSent, parent: e.parent}
 }
 
 // evictOne forgets an entry with nothing to report or hold (the map's
@@ -109,7 +128,7 @@ func (e *entry) reown(owner string, epoch int64) {
 // this node's next account for the key replaces it. sh.mu is held.
 func (sh *shard) evictOne() {
 	for k, e := range sh.entries {
-		if e.admitted == e.sent && e.granted == e.admitted {
+		if e.admitted == e.sent && e.granted == e.admitted && e.forced == e.forcedSent {
 			delete(sh.entries, k)
 			return
 		}
@@ -182,21 +201,26 @@ func (n *Node) Report(ctx context.Context) {
 }
 
 // endRound ends e's round: an entry idle for the whole round gives its
-// grant back. It reports whether e has anything to tell its owner, and
-// whether, having nothing to tell, it holds nothing worth keeping (no
-// grant, and a counter that is full again).
+// grant back, and so does a parent's (see Borrow) every round, asking for
+// a new one if it was used: so that no hit a parent lent outlives the
+// round it was lent for, and borrowers spend no room that guaranteed hits
+// charged since then have taken (see Force). It reports whether e has
+// anything to tell its owner, and whether, having nothing to tell, it
+// holds nothing worth keeping (no grant, and a counter that is full
+// again).
 func (e *entry) endRound(now time.Time) (send, forget bool) {
 	idle := !e.active
 	e.active = false
-	if idle && e.known && e.granted > e.admitted && e.admitted == e.sent {
+	if e.known && e.granted > e.admitted && (e.parent || idle && e.admitted == e.sent) {
 		// Give the grant back; the next check here goes to the owner and
-		// asks for a new one.
+		// asks for a new one, as a parent does now if it was busy.
 		e.granted = e.admitted
 		e.epoch++
 		e.release = true
 		e.known = false
+		e.want = e.want || e.parent && !idle
 	}
-	send = e.admitted != e.sent || e.want || e.release
+	send = e.admitted != e.sent || e.forced != e.forcedSent || e.want || e.release
 	return send, !send && idle && e.granted == e.admitted && !now.Before(e.resetAt)
 }
 
@@ -208,6 +232,7 @@ func (e *entry) report() *pb.GlobalReport {
 			Algorithm: pb.Algorithm(e.req.Algorithm), Behavior: pb.Behavior_GLOBAL,
 		},
 		Admitted: e.admitted, Acked: e.sent, Want: e.want, Release: e.release, Epoch: e.epoch,
+		Forced: e.forced, ForcedAcked: e.forcedSent,
 	}
 }
 
@@ -219,6 +244,7 @@ func (n *Node) delivered(o *outgoing) {
 		if e := sh.entries[k]; e != nil && e.owner == o.owner.Name {
 			rep := o.reports[i]
 			e.sent = max(e.sent, rep.Admitted)
+			e.forcedSent = max(e.forcedSent, rep.Forced)
 			if rep.Release && rep.Epoch == e.epoch {
 				e.release = false
 			}

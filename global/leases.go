@@ -14,15 +14,19 @@ import (
 
 // The side of a node that lends grants for counters it owns.
 
-// lease is the owner's side of a GLOBAL counter: what it lent to whom.
+// lease is the owner's side of a GLOBAL counter: what it lent to whom,
+// and, for a parent, the guaranteed hits it owes (see parent.go).
 type lease struct {
 	req   limiter.Request
 	nodes map[string]*nodeLease
+	debt  int64
 }
 
-// nodeLease is one node's account with the owner.
+// nodeLease is one node's account with the owner: what it was granted,
+// what it reported admitted and forced (see Force), in all.
 type nodeLease struct {
 	granted, received, epoch int64
+	forced                   int64
 	want                     bool
 }
 
@@ -77,10 +81,11 @@ func (n *Node) decideOwned(r *limiter.Request) algorithms.Decision {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	var out int64
+	var l *lease
 	if ok && owner.Name != n.cluster.LocalMember().Name {
 		out = sh.heirs[k].outstanding(r.Limit.Capacity(), now)
 	} else {
-		l := sh.lease(k, r, now)
+		l = sh.lease(k, r, now)
 		out = l.outstanding()
 		sh.dirty[k] = struct{}{}
 	}
@@ -94,6 +99,10 @@ func (n *Node) decideOwned(r *limiter.Request) algorithms.Decision {
 	peek := plain
 	peek.Hits = 0
 	remaining := n.store.Check(&peek).Remaining
+	if l != nil {
+		remaining = n.payDebt(l, &peek, remaining)
+		out += l.debt
+	}
 	if r.Hits <= remaining-out {
 		d := n.store.Decide(&plain)
 		d.Remaining = max(0, d.Remaining-out)
@@ -103,9 +112,33 @@ func (n *Node) decideOwned(r *limiter.Request) algorithms.Decision {
 	d.Allowed = false
 	d.Remaining = max(0, remaining-out)
 	if d.RetryAfter == 0 {
-		d.RetryAfter = n.interval // the counter has room, lent out until the next round
+		d.RetryAfter = n.interval // the counter has room, lent out (or owed) until the next round
 	}
 	return d
+}
+
+// owe adds hits to what l's counter owes, at most its capacity (see
+// parent.go), and pays what it can at once. sh.mu is held.
+func (n *Node) owe(l *lease, r *limiter.Request, hits int64) {
+	l.debt = min(l.debt+hits, r.Limit.Capacity())
+	peek := *r
+	peek.Hits, peek.Reset = 0, false
+	n.payDebt(l, &peek, n.store.Check(&peek).Remaining)
+}
+
+// payDebt charges l's counter, which has remaining hits left at peek's
+// time, with as much of its debt as the room not lent out allows, and
+// returns what it has left then. The shard's lock is held.
+func (n *Node) payDebt(l *lease, peek *limiter.Request, remaining int64) int64 {
+	pay := min(l.debt, max(0, remaining-l.outstanding()))
+	if pay <= 0 {
+		return remaining
+	}
+	charge := *peek
+	charge.Hits = pay
+	n.store.Charge(&charge)
+	l.debt -= pay
+	return remaining - pay
 }
 
 // Receive takes node from's reports of counters this node owns: it
@@ -155,7 +188,9 @@ func (n *Node) receiveAll(from string, reports []*pb.GlobalReport, now time.Time
 // the node could have admitted, which are not charged: more than the rest
 // of its grant, or, for a new account, more than what its old account had
 // left or one share of what the counter has not lent out (what the owner
-// would grant it now), whichever is more. sh.mu is held.
+// would grant it now), whichever is more. Its new forced hits, the
+// guaranteed hits of a parent, are owed whatever the grant (see owe).
+// sh.mu is held.
 func (n *Node) receive(sh *shard, k key, r *limiter.Request, from string, rep *pb.GlobalReport, members int64, now time.Time) (excess int64) {
 	l := sh.lease(k, r, now)
 	nl := l.nodes[from]
@@ -180,7 +215,7 @@ func (n *Node) receive(sh *shard, k key, r *limiter.Request, from string, rep *p
 		peek.Hits = 0
 		avail := max(0, n.store.Check(&peek).Remaining-l.outstanding())
 		allowed = max(unused, min(avail, max(1, avail/members)))
-		nl = &nodeLease{received: rep.Acked, granted: rep.Acked, epoch: rep.Epoch}
+		nl = &nodeLease{received: rep.Acked, granted: rep.Acked, forced: rep.ForcedAcked, epoch: rep.Epoch}
 		l.nodes[from] = nl
 	case rep.Epoch < nl.epoch:
 		return 0 // from an account that has been replaced
@@ -193,6 +228,10 @@ func (n *Node) receive(sh *shard, k key, r *limiter.Request, from string, rep *p
 		}
 		excess = max(0, delta-allowed)
 		nl.received = rep.Admitted
+	}
+	if delta := rep.Forced - nl.forced; delta > 0 {
+		n.owe(l, r, delta)
+		nl.forced = rep.Forced
 	}
 	if rep.Release && rep.Epoch > nl.epoch {
 		nl.epoch = rep.Epoch
@@ -232,17 +271,24 @@ func (n *Node) Broadcast(ctx context.Context) {
 			}
 			_, busy := sh.dirty[k]
 			owner, ok := r.Owner(k.key)
-			if (ok && owner.Name != self) || (!busy && l.outstanding() == 0 && !l.wanted()) {
+			if (ok && owner.Name != self) || (!busy && l.outstanding() == 0 && !l.wanted() && l.debt == 0) {
 				delete(sh.leases, k)
 				delete(sh.dirty, k)
 			}
 		}
 		sh.forgetStaleHeirLeases(now)
+		var owing []key
 		for k := range sh.dirty {
 			delete(sh.dirty, k)
 			if l := sh.leases[k]; l != nil {
 				states = append(states, n.state(k, l, members, now))
+				if l.debt > 0 {
+					owing = append(owing, k)
+				}
 			}
+		}
+		for _, k := range owing { // pays more, and says so, next round
+			sh.dirty[k] = struct{}{}
 		}
 		sh.mu.Unlock()
 	}
@@ -264,18 +310,20 @@ func (n *Node) Broadcast(ctx context.Context) {
 	wg.Wait()
 }
 
-// state lends what l's counter has left and returns the broadcast of its
-// grants and state. The shard's lock is held.
+// state lends what l's counter has left, once it has paid what it can of
+// its debt, and returns the broadcast of its grants and state. The
+// shard's lock is held.
 func (n *Node) state(k key, l *lease, members int64, now time.Time) *pb.GlobalState {
 	peek := l.req
 	peek.Now = now
 	counter := n.store.Check(&peek)
-	l.grant(counter.Remaining, members)
+	remaining := n.payDebt(l, &peek, counter.Remaining) - l.debt
+	l.grant(remaining, members)
 	one := peek
 	one.Hits = 1
 	st := &pb.GlobalState{
 		Name: k.name, Key: k.key, Limit: l.req.Limit.Count, Members: members,
-		Remaining:    max(0, counter.Remaining-l.outstanding()),
+		Remaining:    max(0, remaining-l.outstanding()),
 		ResetTimeMs:  now.Add(counter.ResetAfter).UnixMilli(),
 		RetryAfterMs: max(0, n.store.Check(&one).RetryAfter.Milliseconds()),
 	}

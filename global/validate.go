@@ -96,6 +96,10 @@ func checkReport(rep *pb.GlobalReport) error {
 		return fmt.Errorf("admitted: must not be negative, got %d", rep.GetAdmitted())
 	case rep.GetAcked() < 0 || rep.GetAcked() > rep.GetAdmitted():
 		return fmt.Errorf("acked: must be between 0 and admitted (%d), got %d", rep.GetAdmitted(), rep.GetAcked())
+	case rep.GetForced() < 0:
+		return fmt.Errorf("forced: must not be negative, got %d", rep.GetForced())
+	case rep.GetForcedAcked() < 0 || rep.GetForcedAcked() > rep.GetForced():
+		return fmt.Errorf("forced_acked: must be between 0 and forced (%d), got %d", rep.GetForced(), rep.GetForcedAcked())
 	}
 	return nil
 }

@@ -63,17 +63,9 @@ func withSpacing(own, spacing algorithms.Decision) algorithms.Decision {
 	own.ResetAfter = max(own.ResetAfter, spacing.ResetAfter)
 	if !spacing.Allowed {
 		own.Allowed = false
-		own.RetryAfter = longer(own.RetryAfter, spacing.RetryAfter)
+		own.RetryAfter = algorithms.LongerWait(own.RetryAfter, spacing.RetryAfter)
 	}
 	return own
-}
-
-// longer returns the longer of two waits, Never being the longest.
-func longer(a, b time.Duration) time.Duration {
-	if a == algorithms.Never || b == algorithms.Never {
-		return algorithms.Never
-	}
-	return max(a, b)
 }
 
 // spaceAll returns, if any request of rs is spaced, rs without their

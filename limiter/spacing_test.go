@@ -99,7 +99,7 @@ func TestSpacedRefusedByTheLimit(t *testing.T) {
 				own, spacing := parts(s, r)
 				alone, spaceAlone := r, r.spacing()
 				alone.MinInterval = 0
-				want := longer(s.Check(&alone).RetryAfter, s.Check(&spaceAlone).RetryAfter)
+				want := algorithms.LongerWait(s.Check(&alone).RetryAfter, s.Check(&spaceAlone).RetryAfter)
 				d := s.Decide(&r)
 				if d.Allowed || d.RetryAfter != want || d.RetryAfter < 100*ms-at {
 					t.Errorf("10 more at %v: %+v, want refused after %v, the longer wait", at, d, want)

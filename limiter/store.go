@@ -205,7 +205,7 @@ func (s *Store) decideAll(sh *shard, rs []Request, out []algorithms.Decision, ch
 		out[i] = sh.check(&rs[i], sharedHits(rs, i))
 		if !out[i].Allowed {
 			admitted = false
-			retry = longer(retry, out[i].RetryAfter)
+			retry = algorithms.LongerWait(retry, out[i].RetryAfter)
 		}
 	}
 	if admitted {

@@ -295,10 +295,10 @@ func TestPeerAttackGrantUpdate(t *testing.T) {
 	}
 }
 
-// record is a Counter record written by hand, so that it can break the
-// bounds AppendBinary keeps.
+// record is a Counter record of a check's own limit (version 1's layout)
+// written by hand, so that it can break the bounds AppendBinary keeps.
 func record(alg limiter.Algorithm, name, key string, l algorithms.Limit, last int64, state []byte) []byte {
-	b := []byte{limiter.CounterVersion, byte(alg)}
+	b := []byte{1, byte(alg)}
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(name)))
 	b = append(b, name...)
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(key)))

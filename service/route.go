@@ -93,7 +93,7 @@ func (s *Service) decide(ctx context.Context, c *call, js []int) {
 		}
 	}
 	store, remote = s.pull(ctx, c, store, remote)
-	s.decideLocal(c, store, routeLocal)
+	s.decideLocal(ctx, c, store, routeLocal)
 	s.forward(ctx, c, s.groupByOwner(c, remote))
 }
 
@@ -310,7 +310,7 @@ func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup) {
 				"owner", g.owner.Name, "err", err)
 		}
 		s.metrics.forwardErrors.Inc()
-		s.decideFallback(c, g.js)
+		s.decideFallback(ctx, c, g.js)
 		return
 	}
 	// The owner decided, and counted, these checks; here they count only
@@ -363,10 +363,15 @@ func (s *Service) send(ctx context.Context, owner ring.Member, unbatched bool, m
 // limit (limit / members, at least 1), so that a cluster cut off from an
 // owner admits about the limit in total rather than members times it. The
 // answer's limit is that share, so a caller can see it was not the whole.
-// A spacing's share is its interval times members (see spacingShare).
-func (s *Service) decideFallback(c *call, js []int) {
+// A spacing's share is its interval times members (see spacingShare). A
+// check with a ceiling borrows nothing: its parent's owner may be as far
+// out of reach as its own.
+func (s *Service) decideFallback(ctx context.Context, c *call, js []int) {
 	members := int64(max(1, s.cluster.Ring().Len()))
 	for _, j := range js {
+		if c.borrows != nil {
+			c.borrows[j] = nil
+		}
 		r := &c.reqs[j]
 		if r.Algorithm == limiter.Spacing {
 			r.Limit = limiter.SpacingLimit(spacingShare(r.Limit.Period, members))
@@ -375,7 +380,7 @@ func (s *Service) decideFallback(c *call, js []int) {
 		r.Limit = shareOf(r.Limit, members)
 		r.MinInterval = spacingShare(r.MinInterval, members)
 	}
-	s.decideLocal(c, js, routeFallback)
+	s.decideLocal(ctx, c, js, routeFallback)
 	for _, j := range js {
 		c.results[c.pos[j]].Metadata = map[string]string{MetadataDecidedBy: routeFallback.String()}
 	}

@@ -251,13 +251,24 @@ type call struct {
 	modes []forwardMode
 	// landed says the checks were relayed or pulled here: they are decided
 	// here, never passed on again.
-	landed  bool
-	items   []*pb.CheckItem
-	all     bool
-	reqs    []limiter.Request
-	pos     []int         // pos[j] is the item index of reqs[j]
-	owners  []ring.Member // owners[j] owns reqs[j].Key; looked up once
+	landed bool
+	items  []*pb.CheckItem
+	all    bool
+	reqs   []limiter.Request
+	pos    []int         // pos[j] is the item index of reqs[j]
+	owners []ring.Member // owners[j] owns reqs[j].Key; looked up once
+	// borrows[j] is how reqs[j] borrows beyond its limit (see borrow.go),
+	// nil if it has no ceiling; borrows is nil when no request has one.
+	borrows []*borrowing
 	results []*pb.CheckResult
+}
+
+// borrowing returns how c.reqs[j] borrows, or nil.
+func (c *call) borrowing(j int) *borrowing {
+	if c.borrows == nil {
+		return nil
+	}
+	return c.borrows[j]
 }
 
 // forwardMode is how a check goes to another node.
@@ -329,10 +340,20 @@ func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 		if err == nil {
 			r, err = toRequest(item, now, s.skew)
 		}
+		if err == nil && c.all && item.Ceiling != 0 {
+			err = &FieldError{"ceiling", `not in an all-or-nothing request ("all": true): a check that borrows is decided in steps, apart from the others`}
+		}
 		if err != nil {
 			c.results[i] = errorResult(err)
 			s.metrics.invalid(err)
 			continue
+		}
+		b := borrowingOf(item, &r)
+		if b != nil && c.borrows == nil {
+			c.borrows = make([]*borrowing, len(c.reqs), cap(c.reqs))
+		}
+		if c.borrows != nil {
+			c.borrows = append(c.borrows, b)
 		}
 		c.reqs = append(c.reqs, r)
 		c.pos = append(c.pos, i)
@@ -342,16 +363,26 @@ func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 }
 
 // decideLocal decides c.reqs[js] against this node's store. With c.all,
-// requests with the same key are decided together. route is recorded in
-// the checks metric.
-func (s *Service) decideLocal(c *call, js []int, route route) {
+// requests with the same key are decided together; a request with a
+// ceiling borrows as borrow.go says. route is recorded in the checks
+// metric.
+func (s *Service) decideLocal(ctx context.Context, c *call, js []int, route route) {
 	if len(js) == 0 {
 		return
 	}
 	decisions := make([]algorithms.Decision, len(js))
+	var borrowed []bool
 	if !c.all {
 		for k, j := range js {
-			decisions[k] = s.store.Decide(&c.reqs[j])
+			b := c.borrowing(j)
+			if b == nil {
+				decisions[k] = s.store.Decide(&c.reqs[j])
+				continue
+			}
+			if borrowed == nil {
+				borrowed = make([]bool, len(js))
+			}
+			decisions[k], borrowed[k] = s.borrow(ctx, c, &c.reqs[j], b)
 		}
 	} else {
 		for _, group := range groupByKey(c.reqs, js) {
@@ -372,6 +403,9 @@ func (s *Service) decideLocal(c *call, js []int, route route) {
 	}
 	for k, j := range js {
 		s.setResult(c, j, decisions[k], route)
+		if borrowed != nil && borrowed[k] {
+			c.results[c.pos[j]].Borrowed = true
+		}
 	}
 }
 

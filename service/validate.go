@@ -91,8 +91,11 @@ func toRequest(item *pb.CheckItem, now time.Time, maxSkew time.Duration) (limite
 		return limiter.Request{}, &FieldError{"behavior", fmt.Sprintf("unknown behavior %d", item.Behavior)}
 	case item.MinIntervalMs > 0 && item.Behavior == pb.Behavior_GLOBAL:
 		return limiter.Request{}, &FieldError{"min_interval_ms", "not with GLOBAL behavior: a spacing is decided by the key's owner (use BATCHED or UNBATCHED)"}
-	case item.ChargeRefused && (item.Algorithm != pb.Algorithm_FIXED_WINDOW || item.Behavior == pb.Behavior_GLOBAL || item.MinIntervalMs > 0):
-		return limiter.Request{}, &FieldError{"charge_refused", "only for FIXED_WINDOW checks that are not GLOBAL and have no min_interval_ms"}
+	case item.ChargeRefused && (item.Algorithm != pb.Algorithm_FIXED_WINDOW || item.Behavior == pb.Behavior_GLOBAL || item.MinIntervalMs > 0 || item.Ceiling != 0):
+		return limiter.Request{}, &FieldError{"charge_refused", "only for FIXED_WINDOW checks that are not GLOBAL and have neither min_interval_ms nor ceiling"}
+	}
+	if err := checkBorrowing(item, alone); err != nil {
+		return limiter.Request{}, err
 	}
 	at := now
 	if item.CreatedAtMs != 0 {

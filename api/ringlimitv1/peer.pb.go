@@ -212,7 +212,16 @@ type GlobalReport struct {
 	// acked is how many of admitted the node knows the owner has charged:
 	// an owner that has forgotten the node's account starts it from there,
 	// so that no hit is charged twice.
-	Acked         int64 `protobuf:"varint,6,opt,name=acked,proto3" json:"acked,omitempty"`
+	Acked int64 `protobuf:"varint,6,opt,name=acked,proto3" json:"acked,omitempty"`
+	// forced is the total hits this node charged to the counter without a
+	// grant, since it started tracking it: guaranteed hits of checks with a
+	// ceiling whose parent this counter is, which are never refused for the
+	// parent. The owner charges them as far as the counter has room,
+	// whatever this node's grant. Cumulative, as admitted is.
+	Forced int64 `protobuf:"varint,7,opt,name=forced,proto3" json:"forced,omitempty"`
+	// forced_acked is how many of forced the node knows the owner has
+	// charged: a new account starts from there.
+	ForcedAcked   int64 `protobuf:"varint,8,opt,name=forced_acked,json=forcedAcked,proto3" json:"forced_acked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -285,6 +294,20 @@ func (x *GlobalReport) GetEpoch() int64 {
 func (x *GlobalReport) GetAcked() int64 {
 	if x != nil {
 		return x.Acked
+	}
+	return 0
+}
+
+func (x *GlobalReport) GetForced() int64 {
+	if x != nil {
+		return x.Forced
+	}
+	return 0
+}
+
+func (x *GlobalReport) GetForcedAcked() int64 {
+	if x != nil {
+		return x.ForcedAcked
 	}
 	return 0
 }
@@ -1002,14 +1025,16 @@ const file_peer_proto_rawDesc = "" +
 	"\arelayed\x18\x02 \x01(\bR\arelayed\x12\x16\n" +
 	"\x06pulled\x18\x03 \x01(\bR\x06pulled\"L\n" +
 	"\x0fForwardResponse\x129\n" +
-	"\tresponses\x18\x01 \x03(\v2\x1b.ringlimit.v1.CheckResponseR\tresponses\"\xb1\x01\n" +
+	"\tresponses\x18\x01 \x03(\v2\x1b.ringlimit.v1.CheckResponseR\tresponses\"\xec\x01\n" +
 	"\fGlobalReport\x12+\n" +
 	"\x04item\x18\x01 \x01(\v2\x17.ringlimit.v1.CheckItemR\x04item\x12\x1a\n" +
 	"\badmitted\x18\x02 \x01(\x03R\badmitted\x12\x12\n" +
 	"\x04want\x18\x03 \x01(\bR\x04want\x12\x18\n" +
 	"\arelease\x18\x04 \x01(\bR\arelease\x12\x14\n" +
 	"\x05epoch\x18\x05 \x01(\x03R\x05epoch\x12\x14\n" +
-	"\x05acked\x18\x06 \x01(\x03R\x05acked\"]\n" +
+	"\x05acked\x18\x06 \x01(\x03R\x05acked\x12\x16\n" +
+	"\x06forced\x18\a \x01(\x03R\x06forced\x12!\n" +
+	"\fforced_acked\x18\b \x01(\x03R\vforcedAcked\"]\n" +
 	"\x11GlobalHitsRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x124\n" +
 	"\areports\x18\x02 \x03(\v2\x1a.ringlimit.v1.GlobalReportR\areports\"\x14\n" +

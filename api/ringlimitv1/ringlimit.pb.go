@@ -276,6 +276,17 @@ type CheckItem struct {
 	// counts requests, not hits. Without limit and duration_ms the check is
 	// a spacing alone. Not with GLOBAL nor charge_refused.
 	MinIntervalMs int64 `protobuf:"varint,13,opt,name=min_interval_ms,json=minIntervalMs,proto3" json:"min_interval_ms,omitempty"`
+	// ceiling, when positive, lets the key borrow beyond limit, up to
+	// ceiling per duration_ms, while parent has room: limit is the key's
+	// guarantee, admitted as without a ceiling (and charged to parent too);
+	// hits beyond it are admitted only if parent has room for them then,
+	// and are charged to the ceiling and parent; nothing is ever admitted
+	// above ceiling. limit < ceiling <= 1,000,000,000; needs parent. Not
+	// with GLOBAL, charge_refused or "all", nor on a spacing alone.
+	Ceiling int64 `protobuf:"varint,14,opt,name=ceiling,proto3" json:"ceiling,omitempty"`
+	// parent is the limit shared by every key that names it: with name it
+	// identifies one cluster-wide counter (see ParentLimit).
+	Parent        *ParentLimit `protobuf:"bytes,15,opt,name=parent,proto3" json:"parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -401,6 +412,88 @@ func (x *CheckItem) GetMinIntervalMs() int64 {
 	return 0
 }
 
+func (x *CheckItem) GetCeiling() int64 {
+	if x != nil {
+		return x.Ceiling
+	}
+	return 0
+}
+
+func (x *CheckItem) GetParent() *ParentLimit {
+	if x != nil {
+		return x.Parent
+	}
+	return nil
+}
+
+// ParentLimit is the shared limit a check with a ceiling borrows from: the
+// counter of the check's name and this key, of the check's algorithm,
+// admitting limit hits per duration_ms (its burst is limit). It is kept
+// cluster-wide with the GLOBAL machinery (see README: Borrowing).
+type ParentLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key names the parent counter, with the check's name: every check
+	// that names the same name and key shares it. Required.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// limit is the parent's hits per duration_ms, 1..1,000,000,000.
+	Limit int64 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// duration_ms is the parent's period; 0 means the check's duration_ms.
+	DurationMs    int64 `protobuf:"varint,3,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ParentLimit) Reset() {
+	*x = ParentLimit{}
+	mi := &file_ringlimit_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ParentLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ParentLimit) ProtoMessage() {}
+
+func (x *ParentLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ParentLimit.ProtoReflect.Descriptor instead.
+func (*ParentLimit) Descriptor() ([]byte, []int) {
+	return file_ringlimit_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ParentLimit) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ParentLimit) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ParentLimit) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
 type CheckRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Requests []*CheckItem           `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
@@ -412,7 +505,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_ringlimit_proto_msgTypes[1]
+	mi := &file_ringlimit_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +517,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_proto_msgTypes[1]
+	mi := &file_ringlimit_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +530,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_proto_rawDescGZIP(), []int{1}
+	return file_ringlimit_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CheckRequest) GetRequests() []*CheckItem {
@@ -467,14 +560,18 @@ type CheckResult struct {
 	// metadata says how the check was decided: "decided_by": "fallback" when
 	// the owner could not be reached and the answering node decided with its
 	// share of the limit (service.MetadataDecidedBy).
-	Metadata      map[string]string `protobuf:"bytes,9,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Metadata map[string]string `protobuf:"bytes,9,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// borrowed: the hits were admitted beyond the key's limit, from its
+	// parent's room, within its ceiling (status is UNDER_LIMIT; remaining
+	// and reset_time_ms still describe the key's own limit).
+	Borrowed      bool `protobuf:"varint,10,opt,name=borrowed,proto3" json:"borrowed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CheckResult) Reset() {
 	*x = CheckResult{}
-	mi := &file_ringlimit_proto_msgTypes[2]
+	mi := &file_ringlimit_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -486,7 +583,7 @@ func (x *CheckResult) String() string {
 func (*CheckResult) ProtoMessage() {}
 
 func (x *CheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_proto_msgTypes[2]
+	mi := &file_ringlimit_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -499,7 +596,7 @@ func (x *CheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResult.ProtoReflect.Descriptor instead.
 func (*CheckResult) Descriptor() ([]byte, []int) {
-	return file_ringlimit_proto_rawDescGZIP(), []int{2}
+	return file_ringlimit_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CheckResult) GetStatus() Status {
@@ -565,6 +662,13 @@ func (x *CheckResult) GetMetadata() map[string]string {
 	return nil
 }
 
+func (x *CheckResult) GetBorrowed() bool {
+	if x != nil {
+		return x.Borrowed
+	}
+	return false
+}
+
 type CheckResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Responses     []*CheckResult         `protobuf:"bytes,1,rep,name=responses,proto3" json:"responses,omitempty"`
@@ -574,7 +678,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_ringlimit_proto_msgTypes[3]
+	mi := &file_ringlimit_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +690,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_proto_msgTypes[3]
+	mi := &file_ringlimit_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +703,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_proto_rawDescGZIP(), []int{3}
+	return file_ringlimit_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CheckResponse) GetResponses() []*CheckResult {
@@ -617,7 +721,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_ringlimit_proto_msgTypes[4]
+	mi := &file_ringlimit_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -629,7 +733,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_proto_msgTypes[4]
+	mi := &file_ringlimit_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -642,7 +746,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_proto_rawDescGZIP(), []int{4}
+	return file_ringlimit_proto_rawDescGZIP(), []int{5}
 }
 
 type MembersResponse struct {
@@ -658,7 +762,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_ringlimit_proto_msgTypes[5]
+	mi := &file_ringlimit_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +774,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_proto_msgTypes[5]
+	mi := &file_ringlimit_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +787,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_proto_rawDescGZIP(), []int{5}
+	return file_ringlimit_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -712,7 +816,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_ringlimit_proto_msgTypes[6]
+	mi := &file_ringlimit_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +828,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_proto_msgTypes[6]
+	mi := &file_ringlimit_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +841,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_ringlimit_proto_rawDescGZIP(), []int{6}
+	return file_ringlimit_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Member) GetName() string {
@@ -758,7 +862,7 @@ var File_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x0fringlimit.proto\x12\fringlimit.v1\"\xac\x03\n" +
+	"\x0fringlimit.proto\x12\fringlimit.v1\"\xf9\x03\n" +
 	"\tCheckItem\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
@@ -774,11 +878,18 @@ const file_ringlimit_proto_rawDesc = "" +
 	" \x01(\x03R\vcreatedAtMs\x12%\n" +
 	"\x0echarge_refused\x18\v \x01(\bR\rchargeRefused\x12\x16\n" +
 	"\x06policy\x18\f \x01(\tR\x06policy\x12&\n" +
-	"\x0fmin_interval_ms\x18\r \x01(\x03R\rminIntervalMsB\a\n" +
-	"\x05_hits\"U\n" +
+	"\x0fmin_interval_ms\x18\r \x01(\x03R\rminIntervalMs\x12\x18\n" +
+	"\aceiling\x18\x0e \x01(\x03R\aceiling\x121\n" +
+	"\x06parent\x18\x0f \x01(\v2\x19.ringlimit.v1.ParentLimitR\x06parentB\a\n" +
+	"\x05_hits\"V\n" +
+	"\vParentLimit\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1f\n" +
+	"\vduration_ms\x18\x03 \x01(\x03R\n" +
+	"durationMs\"U\n" +
 	"\fCheckRequest\x123\n" +
 	"\brequests\x18\x01 \x03(\v2\x17.ringlimit.v1.CheckItemR\brequests\x12\x10\n" +
-	"\x03all\x18\x02 \x01(\bR\x03all\"\xa4\x03\n" +
+	"\x03all\x18\x02 \x01(\bR\x03all\"\xc0\x03\n" +
 	"\vCheckResult\x12,\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x14.ringlimit.v1.StatusR\x06status\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -789,7 +900,9 @@ const file_ringlimit_proto_rawDesc = "" +
 	"\x05error\x18\a \x01(\tR\x05error\x126\n" +
 	"\n" +
 	"error_code\x18\b \x01(\x0e2\x17.ringlimit.v1.ErrorCodeR\terrorCode\x12C\n" +
-	"\bmetadata\x18\t \x03(\v2'.ringlimit.v1.CheckResult.MetadataEntryR\bmetadata\x1a;\n" +
+	"\bmetadata\x18\t \x03(\v2'.ringlimit.v1.CheckResult.MetadataEntryR\bmetadata\x12\x1a\n" +
+	"\bborrowed\x18\n" +
+	" \x01(\bR\bborrowed\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
@@ -841,39 +954,41 @@ func file_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),          // 0: ringlimit.v1.Algorithm
 	(Behavior)(0),           // 1: ringlimit.v1.Behavior
 	(Status)(0),             // 2: ringlimit.v1.Status
 	(ErrorCode)(0),          // 3: ringlimit.v1.ErrorCode
 	(*CheckItem)(nil),       // 4: ringlimit.v1.CheckItem
-	(*CheckRequest)(nil),    // 5: ringlimit.v1.CheckRequest
-	(*CheckResult)(nil),     // 6: ringlimit.v1.CheckResult
-	(*CheckResponse)(nil),   // 7: ringlimit.v1.CheckResponse
-	(*MembersRequest)(nil),  // 8: ringlimit.v1.MembersRequest
-	(*MembersResponse)(nil), // 9: ringlimit.v1.MembersResponse
-	(*Member)(nil),          // 10: ringlimit.v1.Member
-	nil,                     // 11: ringlimit.v1.CheckResult.MetadataEntry
+	(*ParentLimit)(nil),     // 5: ringlimit.v1.ParentLimit
+	(*CheckRequest)(nil),    // 6: ringlimit.v1.CheckRequest
+	(*CheckResult)(nil),     // 7: ringlimit.v1.CheckResult
+	(*CheckResponse)(nil),   // 8: ringlimit.v1.CheckResponse
+	(*MembersRequest)(nil),  // 9: ringlimit.v1.MembersRequest
+	(*MembersResponse)(nil), // 10: ringlimit.v1.MembersResponse
+	(*Member)(nil),          // 11: ringlimit.v1.Member
+	nil,                     // 12: ringlimit.v1.CheckResult.MetadataEntry
 }
 var file_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.CheckItem.algorithm:type_name -> ringlimit.v1.Algorithm
 	1,  // 1: ringlimit.v1.CheckItem.behavior:type_name -> ringlimit.v1.Behavior
-	4,  // 2: ringlimit.v1.CheckRequest.requests:type_name -> ringlimit.v1.CheckItem
-	2,  // 3: ringlimit.v1.CheckResult.status:type_name -> ringlimit.v1.Status
-	3,  // 4: ringlimit.v1.CheckResult.error_code:type_name -> ringlimit.v1.ErrorCode
-	11, // 5: ringlimit.v1.CheckResult.metadata:type_name -> ringlimit.v1.CheckResult.MetadataEntry
-	6,  // 6: ringlimit.v1.CheckResponse.responses:type_name -> ringlimit.v1.CheckResult
-	10, // 7: ringlimit.v1.MembersResponse.members:type_name -> ringlimit.v1.Member
-	5,  // 8: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
-	8,  // 9: ringlimit.v1.RateLimiter.Members:input_type -> ringlimit.v1.MembersRequest
-	7,  // 10: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
-	9,  // 11: ringlimit.v1.RateLimiter.Members:output_type -> ringlimit.v1.MembersResponse
-	10, // [10:12] is the sub-list for method output_type
-	8,  // [8:10] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	5,  // 2: ringlimit.v1.CheckItem.parent:type_name -> ringlimit.v1.ParentLimit
+	4,  // 3: ringlimit.v1.CheckRequest.requests:type_name -> ringlimit.v1.CheckItem
+	2,  // 4: ringlimit.v1.CheckResult.status:type_name -> ringlimit.v1.Status
+	3,  // 5: ringlimit.v1.CheckResult.error_code:type_name -> ringlimit.v1.ErrorCode
+	12, // 6: ringlimit.v1.CheckResult.metadata:type_name -> ringlimit.v1.CheckResult.MetadataEntry
+	7,  // 7: ringlimit.v1.CheckResponse.responses:type_name -> ringlimit.v1.CheckResult
+	11, // 8: ringlimit.v1.MembersResponse.members:type_name -> ringlimit.v1.Member
+	6,  // 9: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
+	9,  // 10: ringlimit.v1.RateLimiter.Members:input_type -> ringlimit.v1.MembersRequest
+	8,  // 11: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
+	10, // 12: ringlimit.v1.RateLimiter.Members:output_type -> ringlimit.v1.MembersResponse
+	11, // [11:13] is the sub-list for method output_type
+	9,  // [9:11] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_proto_init() }
@@ -888,7 +1003,7 @@ func file_ringlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_proto_rawDesc), len(file_ringlimit_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
