@@ -41,6 +41,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzDecodeMatchesEncodingJSON$$' -fuzztime $(FUZZTIME) ./api
 	go test -run '^$$' -fuzz '^FuzzAppendString$$' -fuzztime $(FUZZTIME) ./api
 	go test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./service
+	go test -run '^$$' -fuzz '^FuzzBorrowing$$' -fuzztime $(FUZZTIME) ./service
 	go test -run '^$$' -fuzz '^FuzzPeerHandlers$$' -fuzztime $(FUZZTIME) ./service
 	go test -run '^$$' -fuzz '^FuzzTake$$' -fuzztime $(FUZZTIME) ./algorithms
 	go test -run '^$$' -fuzz '^FuzzUnmarshalState$$' -fuzztime $(FUZZTIME) ./algorithms

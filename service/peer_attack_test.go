@@ -475,15 +475,32 @@ func FuzzPeerHandlers(f *testing.F) {
 		}
 		f.Add(byte(rpc), b)
 	}
-	for rpc, m := range map[byte]proto.Message{ // spacings: a spaced forward, a spacing handed off
-		0: &pb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: []*pb.CheckItem{spaced, {Name: "a", Key: "k", MinIntervalMs: 9}}, All: true}}},
-		3: &pb.HandOffRequest{From: "node-1", Counters: []*pb.CounterState{{Counter: spacing}}},
+	borrowing := &pb.CheckItem{Name: "api", Key: "user:1", Limit: 10, DurationMs: 60_000, Ceiling: 20,
+		Parent: &pb.ParentLimit{Key: "all", Limit: 100}}
+	ceiling := limiter.Counter{Name: "api", Key: "user:1", Algorithm: limiter.TokenBucket, Role: limiter.RoleCeiling,
+		Limit: algorithms.Limit{Count: 20, Period: time.Minute}, Last: t0.UnixNano(), State: encoded(&algorithms.TokenBucket{Full: t0.UnixNano()})}
+	ceilingRec, err := ceiling.AppendBinary(nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	// Spacings: a spaced forward, a spacing handed off; borrowing: a
+	// check, forced hits, a ceiling counter. (The first byte is the RPC,
+	// in the order above.)
+	for _, seed := range []struct {
+		rpc byte
+		m   proto.Message
+	}{
+		{0, &pb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: []*pb.CheckItem{spaced, {Name: "a", Key: "k", MinIntervalMs: 9}}, All: true}}}},
+		{0, &pb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: []*pb.CheckItem{borrowing}}}}},
+		{1, &pb.GlobalHitsRequest{From: "node-1", Reports: []*pb.GlobalReport{{Item: item, Admitted: 3, Acked: 1, Epoch: 2, Forced: 7, ForcedAcked: 2}}}},
+		{3, &pb.HandOffRequest{From: "node-1", Counters: []*pb.CounterState{{Counter: spacing}}}},
+		{4, &pb.ReplicateRequest{From: "node-1", Counters: []*pb.CounterState{{Counter: ceilingRec}}}},
 	} {
-		b, err := proto.Marshal(m)
+		b, err := proto.Marshal(seed.m)
 		if err != nil {
 			f.Fatal(err)
 		}
-		f.Add(rpc, b)
+		f.Add(seed.rpc, b)
 	}
 	_, svcs := newFakeCluster(2)
 	srv := peer.NewServer(svcs[0].Owner(), nil)
