@@ -47,8 +47,9 @@ func maximalItem() *pb.CheckItem {
 	return &pb.CheckItem{
 		Name: strings.Repeat("n", service.MaxNameLen), Key: strings.Repeat("k", service.MaxKeyLen),
 		Policy: strings.Repeat("p", service.MaxNameLen), Hits: &hits,
-		Limit: -1, DurationMs: -1, Burst: -1, CreatedAtMs: -1, MinIntervalMs: -1, // -1 takes the most bytes as a varint
+		Limit: -1, DurationMs: -1, Burst: -1, CreatedAtMs: -1, MinIntervalMs: -1, Ceiling: -1, // -1 takes the most bytes as a varint
 		Algorithm: pb.Algorithm_SLIDING_WINDOW, Behavior: pb.Behavior_UNBATCHED, Reset_: true, ChargeRefused: true,
+		Parent: &pb.ParentLimit{Key: strings.Repeat("p", service.MaxParentKeyLen), Limit: -1, DurationMs: -1},
 	}
 }
 
@@ -60,8 +61,8 @@ func TestBoundsFitMaximalItems(t *testing.T) {
 	for range service.MaxItems {
 		req.Requests = append(req.Requests, item)
 	}
-	if n := proto.Size(item); n > 1650 {
-		t.Errorf("a maximal item takes %d bytes of protobuf, want at most the 1,650 MaxRecvMsgBytes assumes", n)
+	if n := proto.Size(item); n > 1950 {
+		t.Errorf("a maximal item takes %d bytes of protobuf, want at most the 1,950 MaxRecvMsgBytes assumes", n)
 	}
 	if n := proto.Size(req); n > MaxRecvMsgBytes {
 		t.Errorf("%d maximal items take %d bytes of protobuf, more than MaxRecvMsgBytes %d", service.MaxItems, n, MaxRecvMsgBytes)
@@ -70,10 +71,11 @@ func TestBoundsFitMaximalItems(t *testing.T) {
 	one := fmt.Sprintf(`{"name":%q,"key":%q,"hits":-9223372036854775808,"limit":-9223372036854775808,`+
 		`"duration_ms":-9223372036854775808,"algorithm":"SLIDING_WINDOW","burst":-9223372036854775808,`+
 		`"behavior":"UNBATCHED","reset":false,"created_at_ms":-9223372036854775808,"charge_refused":false,"policy":%q,`+
-		`"min_interval_ms":-9223372036854775808}`,
-		item.Name, item.Key, item.Policy)
-	if len(one) > 1900 {
-		t.Errorf("a maximal item takes %d bytes of JSON, want at most the 1,900 MaxBodyBytes assumes", len(one))
+		`"min_interval_ms":-9223372036854775808,"ceiling":-9223372036854775808,`+
+		`"parent":{"key":%q,"limit":-9223372036854775808,"duration_ms":-9223372036854775808}}`,
+		item.Name, item.Key, item.Policy, item.Parent.Key)
+	if len(one) > 2250 {
+		t.Errorf("a maximal item takes %d bytes of JSON, want at most the 2,250 MaxBodyBytes assumes", len(one))
 	}
 	body := `{"requests":[` + strings.Repeat(one+",", service.MaxItems-1) + one + `],"all":true}`
 	if len(body) > MaxBodyBytes {

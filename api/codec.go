@@ -18,10 +18,10 @@ import (
 )
 
 // MaxRecvMsgBytes is the gRPC receive limit of the client port. A
-// CheckItem at its longest takes under 1,650 bytes in protobuf (name 256
-// bytes, key 1,024, policy 256, the other fields at their widest and the
-// tags and lengths), so a thousand of them fit in 1.65 MB; 2 MiB leaves
-// headroom. (gRPC's default is 4 MiB.)
+// CheckItem at its longest takes under 1,950 bytes in protobuf (name 256
+// bytes, key 1,024, policy 256, a parent's key 256, the other fields at
+// their widest and the tags and lengths), so a thousand of them fit in
+// 1.95 MB; 2 MiB leaves a little headroom. (gRPC's default is 4 MiB.)
 const MaxRecvMsgBytes = 2 << 20
 
 // MaxHeaderListBytes bounds the metadata of one RPC on the client port

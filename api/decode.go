@@ -59,7 +59,8 @@ func decodeCheckRequest(r io.Reader) (decodedRequest, error) {
 var (
 	bodyFields = []string{"requests", "all"}
 	itemFields = []string{"name", "key", "hits", "limit", "duration_ms", "algorithm", "burst",
-		"behavior", "reset", "created_at_ms", "charge_refused", "policy", "min_interval_ms"}
+		"behavior", "reset", "created_at_ms", "charge_refused", "policy", "min_interval_ms", "ceiling", "parent"}
+	parentFields = []string{"key", "limit", "duration_ms"}
 )
 
 // decodedRequest is a parsed body: the items that parsed, and for those
@@ -153,6 +154,11 @@ func (r *itemReader) read(l loc, f int) error {
 	case "min_interval_ms":
 		_, err := readInt(s, l, &it.MinIntervalMs)
 		return err
+	case "ceiling":
+		_, err := readInt(s, l, &it.Ceiling)
+		return err
+	case "parent":
+		return readParent(s, l, &it.Parent)
 	case "reset":
 		return readBool(s, l, &it.Reset_)
 	case "charge_refused":
@@ -189,6 +195,34 @@ func (r *itemReader) read(l loc, f int) error {
 		return nil
 	}
 	return fmt.Errorf("%s: unknown field", l) // object lets only itemFields through
+}
+
+// readParent reads the parent object at l into dst; null leaves dst as it
+// is, as encoding/json does.
+func readParent(s *scanner, l loc, dst **pb.ParentLimit) error {
+	if c, err := s.next(l); err != nil {
+		return err
+	} else if c == 'n' {
+		_, err := readText(s, l) // null, or malformed
+		return err
+	}
+	p := &pb.ParentLimit{}
+	err := s.object(l, parentFields, func(i int) error {
+		fl := l.at(parentFields[i])
+		switch parentFields[i] {
+		case "key":
+			return readString(s, fl, &p.Key, nil)
+		case "limit":
+			_, err := readInt(s, fl, &p.Limit)
+			return err
+		}
+		_, err := readInt(s, fl, &p.DurationMs)
+		return err
+	})
+	if err == nil {
+		*dst = p
+	}
+	return err
 }
 
 // readText reads the string at l, decoded and checked; it is valid until

@@ -24,6 +24,8 @@ func FuzzDecodeCheckRequest(f *testing.F) {
 	f.Add([]byte("{\"requests\":[{\"key\":\"\xc3\x28\"}]}"))
 	f.Add([]byte(`{"requests":[{"hits":null,"limit":null,"reset":null}],"all":null}`))
 	f.Add([]byte(`[]`))
+	f.Add([]byte(`{"requests":[{"name":"a","key":"k","limit":1,"ceiling":3,"parent":{"key":"all","limit":10,"duration_ms":1000}}]}`))
+	f.Add([]byte(`{"requests":[{"parent":{"key":"\ud83d","limit":-1}},{"parent":{"x":1}},{"parent":{"key":"a"`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		d, err := decodeCheckRequest(bytes.NewReader(body))
 		if err != nil {
@@ -39,7 +41,7 @@ func FuzzDecodeCheckRequest(f *testing.F) {
 			t.Fatalf("%d positions for %d items", len(d.pos), len(d.req.Requests))
 		}
 		for _, it := range d.req.Requests {
-			for _, s := range []string{it.Name, it.Key, it.Policy} {
+			for _, s := range []string{it.Name, it.Key, it.Policy, it.GetParent().GetKey()} {
 				if !utf8.ValidString(s) {
 					t.Fatalf("accepted invalid UTF-8 %q", s)
 				}

@@ -13,12 +13,14 @@ import (
 )
 
 // MaxBodyBytes bounds a POST /v1/check body. A thousand items at their
-// longest, written plainly (name 256 bytes, key 1,024, policy 256, every
-// other field with its longest value, and field names and punctuation:
-// under 1,900 bytes each) take about 1.9 MB, so 2 MiB leaves some room
-// for whitespace. Keys written with many \u escapes may not fit; over
-// gRPC, the same items take less (MaxRecvMsgBytes).
-const MaxBodyBytes = 2 << 20
+// longest, written plainly (name 256 bytes, key 1,024, policy 256, a
+// parent's key 256, every other field with its longest value, and field
+// names and punctuation: under 2,250 bytes each) take about 2.25 MB, so
+// 2.5 MiB leaves some room for whitespace. Keys written with many \u
+// escapes may not fit; over gRPC, the same items take less
+// (MaxRecvMsgBytes). The body is decoded as it arrives, so a larger bound
+// costs no memory.
+const MaxBodyBytes = 5 << 19
 
 // Handler returns the HTTP interface: POST /v1/check, GET /v1/members,
 // GET /metrics, GET /healthz and GET /readyz.

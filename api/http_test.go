@@ -77,6 +77,30 @@ func TestCheckJSONSpacing(t *testing.T) {
 	}
 }
 
+// TestCheckJSONBorrowing: a check with a ceiling and a parent over HTTP:
+// its guarantee, then a hit borrowed ("borrowed": true), then refused at
+// its ceiling; a parent without a key is the item's own error naming
+// the field.
+func TestCheckJSONBorrowing(t *testing.T) {
+	srv := newTestServer(t)
+	item := `{"name":"api","key":"u","limit":1,"duration_ms":60000,"algorithm":"FIXED_WINDOW","ceiling":2,"parent":{"key":"all","limit":100}}`
+	window := jsonInt(t0.Add(time.Minute).UnixMilli())
+	for i, want := range []string{
+		`{"status":"UNDER_LIMIT","limit":1,"remaining":0,"reset_time_ms":` + window + `,"retry_after_ms":0,"delay_ms":0}`,
+		`{"status":"UNDER_LIMIT","limit":1,"remaining":0,"reset_time_ms":` + window + `,"retry_after_ms":0,"delay_ms":0,"borrowed":true}`,
+		`{"status":"OVER_LIMIT","limit":1,"remaining":0,"reset_time_ms":` + window + `,"retry_after_ms":60000,"delay_ms":0}`,
+	} {
+		want = `{"responses":[` + want + `]}` + "\n"
+		if code, body := post(t, srv, `{"requests":[`+item+`]}`); code != http.StatusOK || body != want {
+			t.Errorf("check %d: got %d %s\nwant 200 %s", i, code, body, want)
+		}
+	}
+	_, body := post(t, srv, `{"requests":[{"name":"api","key":"u","limit":1,"duration_ms":60000,"ceiling":2,"parent":{"limit":100}}]}`)
+	if !strings.Contains(body, `"error":"parent.key: must not be empty","error_code":"INVALID_ARGUMENT"`) {
+		t.Errorf("a parent without a key: %s, want the item's error naming parent.key", body)
+	}
+}
+
 func TestCheckJSONErrorsNameTheField(t *testing.T) {
 	srv := newTestServer(t)
 	many := `{"requests":[` + strings.Repeat(`{},`, service.MaxItems) + `{}]}`
@@ -99,6 +123,11 @@ func TestCheckJSONErrorsNameTheField(t *testing.T) {
 		{"{\"requests\":[{\"name\":\"a\",\"key\":\"\xff\"}]}", `requests[0].key: invalid UTF-8`, 400},
 		{`{"requests":[{"name":"a","key":"\ud800"}]}`, `requests[0].key: invalid UTF-16`, 400},
 		{`{"requests":[null]}`, `requests[0]: want an object, got null`, 400},
+		{`{"requests":[{"name":"a","parent":{"key":"k","limits":1}}]}`, `requests[0].parent.limits: unknown field`, 400},
+		{`{"requests":[{"name":"a","parent":{"limit":"ten"}}]}`, `requests[0].parent.limit: want int64, got string`, 400},
+		{`{"requests":[{"name":"a","parent":{"key":"a","key":"b"}}]}`, `requests[0].parent.key: repeated field`, 400},
+		{`{"requests":[{"name":"a","parent":"all"}]}`, `requests[0].parent: want an object, got string`, 400},
+		{`{"requests":[{"name":"a","ceiling":"2"}]}`, `requests[0].ceiling: want int64, got string`, 400},
 		{`{"requests":[{"name":"a","key":"k","limit":1,"duration_ms":1000,"hits":` + strings.Repeat("9", MaxBodyBytes) + `}]}`, `body: larger than`, 413},
 	}
 	for _, c := range cases {

@@ -16,9 +16,9 @@ import (
 // writes for the structs in json_test.go, which pin the shape:
 //
 //	{"responses":[{"status":"UNDER_LIMIT","limit":10,"remaining":9,"reset_time_ms":1,
-//	  "retry_after_ms":0,"delay_ms":0,"error":"...","error_code":"...","metadata":{...}}]}
+//	  "retry_after_ms":0,"delay_ms":0,"borrowed":true,"error":"...","error_code":"...","metadata":{...}}]}
 //
-// with error, error_code and metadata left out when empty.
+// with borrowed, error, error_code and metadata left out when empty.
 
 // appendCheckResponse appends the answer to d to b: resp's results back
 // at their body positions, next to the items that failed to parse, and a
@@ -58,6 +58,9 @@ func appendResult(b []byte, r *pb.CheckResult) []byte {
 	b = strconv.AppendInt(b, r.GetRetryAfterMs(), 10)
 	b = append(b, `,"delay_ms":`...)
 	b = strconv.AppendInt(b, r.GetDelayMs(), 10)
+	if r.GetBorrowed() {
+		b = append(b, `,"borrowed":true`...)
+	}
 	if r.GetError() != "" {
 		b = append(b, `,"error":`...)
 		b = appendString(b, r.GetError())

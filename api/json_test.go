@@ -34,6 +34,7 @@ type checkResultJSON struct {
 	ResetTimeMs  int64             `json:"reset_time_ms"`
 	RetryAfterMs int64             `json:"retry_after_ms"`
 	DelayMs      int64             `json:"delay_ms"`
+	Borrowed     bool              `json:"borrowed,omitempty"`
 	Error        string            `json:"error,omitempty"`
 	ErrorCode    string            `json:"error_code,omitempty"`
 	Metadata     map[string]string `json:"metadata,omitempty"`
@@ -45,19 +46,27 @@ type checkRequestJSON struct {
 }
 
 type checkItemJSON struct {
-	Name          string `json:"name"`
-	Key           string `json:"key"`
-	Hits          *int64 `json:"hits"`
-	Limit         int64  `json:"limit"`
-	DurationMs    int64  `json:"duration_ms"`
-	Algorithm     string `json:"algorithm"`
-	Burst         int64  `json:"burst"`
-	Behavior      string `json:"behavior"`
-	Reset         bool   `json:"reset"`
-	CreatedAtMs   int64  `json:"created_at_ms"`
-	ChargeRefused bool   `json:"charge_refused"`
-	Policy        string `json:"policy"`
-	MinIntervalMs int64  `json:"min_interval_ms"`
+	Name          string      `json:"name"`
+	Key           string      `json:"key"`
+	Hits          *int64      `json:"hits"`
+	Limit         int64       `json:"limit"`
+	DurationMs    int64       `json:"duration_ms"`
+	Algorithm     string      `json:"algorithm"`
+	Burst         int64       `json:"burst"`
+	Behavior      string      `json:"behavior"`
+	Reset         bool        `json:"reset"`
+	CreatedAtMs   int64       `json:"created_at_ms"`
+	ChargeRefused bool        `json:"charge_refused"`
+	Policy        string      `json:"policy"`
+	MinIntervalMs int64       `json:"min_interval_ms"`
+	Ceiling       int64       `json:"ceiling"`
+	Parent        *parentJSON `json:"parent"`
+}
+
+type parentJSON struct {
+	Key        string `json:"key"`
+	Limit      int64  `json:"limit"`
+	DurationMs int64  `json:"duration_ms"`
 }
 
 // referenceResponse is the answer to d as the struct encoding/json wrote
@@ -80,6 +89,7 @@ func referenceResponse(d decodedRequest, resp *pb.CheckResponse) checkResponseJS
 			ResetTimeMs:  r.ResetTimeMs,
 			RetryAfterMs: r.RetryAfterMs,
 			DelayMs:      r.DelayMs,
+			Borrowed:     r.Borrowed,
 			Error:        r.Error,
 			Metadata:     r.Metadata,
 		}
@@ -181,6 +191,7 @@ func TestAppendCheckResponseMatchesEncodingJSON(t *testing.T) {
 			r := &pb.CheckResult{
 				Status: pb.Status(rng.IntN(2)), Limit: num(), Remaining: num(), ResetTimeMs: num(),
 				RetryAfterMs: num(), DelayMs: num(), ErrorCode: pb.ErrorCode(rng.IntN(len(pb.ErrorCode_name))),
+				Borrowed: rng.IntN(2) == 0,
 			}
 			if rng.IntN(3) == 0 {
 				r.Error = randomString(rng)
@@ -232,7 +243,7 @@ func TestDecodeRandomRequests(t *testing.T) {
 				n := rng.Int64() - rng.Int64()
 				name := itemFields[f]
 				ints := map[string]*int64{"limit": &it.Limit, "duration_ms": &it.DurationMs, "burst": &it.Burst, "created_at_ms": &it.CreatedAtMs,
-					"min_interval_ms": &it.MinIntervalMs}
+					"min_interval_ms": &it.MinIntervalMs, "ceiling": &it.Ceiling}
 				strs := map[string]*string{"name": &it.Name, "key": &it.Key, "policy": &it.Policy}
 				bools := map[string]*bool{"reset": &it.Reset_, "charge_refused": &it.ChargeRefused}
 				switch {
@@ -254,6 +265,22 @@ func TestDecodeRandomRequests(t *testing.T) {
 				case name == "behavior":
 					it.Behavior = pb.Behavior(rng.IntN(len(pb.Behavior_name)))
 					add("behavior", it.Behavior.String())
+				case name == "parent":
+					it.Parent = &pb.ParentLimit{}
+					p := map[string]any{}
+					if rng.IntN(2) == 0 {
+						it.Parent.Key = validString(rng)
+						p["key"] = it.Parent.Key
+					}
+					if rng.IntN(2) == 0 {
+						it.Parent.Limit = n
+						p["limit"] = n
+					}
+					if rng.IntN(2) == 0 {
+						it.Parent.DurationMs = -n
+						p["duration_ms"] = -n
+					}
+					add("parent", p)
 				}
 			}
 			want.Requests = append(want.Requests, it)
@@ -300,6 +327,9 @@ func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
 	f.Add([]byte(`{"requests":[{"name":"a","key":"k","min_interval_ms":1500},{"min_interval_ms":null,"limit":1,"min_interval_ms":2}]}`))
 	f.Add([]byte(`{"requests":[{"min_interval_ms":1.5},{"algorithm":"SPACING"},{"min_interval_ms":"1s"}]}`))
 	f.Add([]byte(`{"requests":[{"n\u0061me":"x"},]}`))
+	f.Add([]byte(`{"requests":[{"name":"a","key":"k","limit":1,"ceiling":3,"parent":{"key":"all","limit":10,"duration_ms":1000}}]}`))
+	f.Add([]byte(`{"requests":[{"parent":{}},{"parent":null,"ceiling":null},{"parent":{"key":null,"limit":1e2}},{"parent":{"Key":"x"}},{"parent":[]}]}`))
+	f.Add([]byte(`{"requests":[{"parent":{"key":"a","key":"b"}},{"parent":{"duration_ms":"1"}}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		d, err := decodeCheckRequest(bytes.NewReader(body))
 		if !json.Valid(body) {
@@ -323,7 +353,11 @@ func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
 		for j, p := range d.pos {
 			r := ref.Requests[p]
 			want := &pb.CheckItem{Name: r.Name, Key: r.Key, Hits: r.Hits, Limit: r.Limit, DurationMs: r.DurationMs, Burst: r.Burst,
-				Reset_: r.Reset, CreatedAtMs: r.CreatedAtMs, ChargeRefused: r.ChargeRefused, Policy: r.Policy, MinIntervalMs: r.MinIntervalMs}
+				Reset_: r.Reset, CreatedAtMs: r.CreatedAtMs, ChargeRefused: r.ChargeRefused, Policy: r.Policy, MinIntervalMs: r.MinIntervalMs,
+				Ceiling: r.Ceiling}
+			if p := r.Parent; p != nil {
+				want.Parent = &pb.ParentLimit{Key: p.Key, Limit: p.Limit, DurationMs: p.DurationMs}
+			}
 			if r.Algorithm != "" {
 				k, err := algorithms.ParseKind(r.Algorithm)
 				if err != nil {

@@ -27,8 +27,9 @@ func newScanner(r io.Reader) *scanner {
 }
 
 // loc is a place in a check request: a field of the body (item < 0), or a
-// field of the item at position item; field "" is the body, or the item,
-// itself. It is formatted only for an error.
+// field of the item at position item, a path such as "parent.key" inside
+// an object of the item; field "" is the body, or the item, itself. It is
+// formatted only for an error.
 type loc struct {
 	item  int
 	field string
@@ -46,8 +47,14 @@ func (l loc) String() string {
 	return "requests[" + strconv.Itoa(l.item) + "]." + l.field
 }
 
-// at is the loc of l's field named field.
-func (l loc) at(field string) loc { return loc{item: l.item, field: field} }
+// at is the loc of l's field named field: of the body or the item, or of
+// the object at l inside an item.
+func (l loc) at(field string) loc {
+	if l.field != "" {
+		field = l.field + "." + field
+	}
+	return loc{item: l.item, field: field}
+}
 
 // fill reads more of the body, keeping buf[keep:], which it may move to
 // the start of buf; it returns how far it moved them and whether it read

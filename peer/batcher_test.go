@@ -354,5 +354,6 @@ func TestBatcherBytes(t *testing.T) {
 }
 
 // maxItemBytes is the most a valid check item takes encoded: a name
-// of 256 bytes, a key of 1,024, and ten fields of at most 11 bytes each.
-const maxItemBytes = 3 + 256 + 3 + 1024 + 10*11
+// of 256 bytes, a key of 1,024, eleven fields of at most 11 bytes each,
+// and a parent (a key of 256 bytes and two fields).
+const maxItemBytes = 3 + 256 + 3 + 1024 + 11*11 + 3 + 3 + 256 + 2*11

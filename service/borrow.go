@@ -39,6 +39,12 @@ import (
 // charge: the check is then refused and the parent keeps the charge (it
 // refuses a little more, never admits more).
 
+// MaxParentKeyLen bounds the bytes of a parent's key. A parent names a
+// pool that many keys share ("all", "tenant:acme"), as a name names a
+// limit, so it has a name's bound rather than a key's: that keeps the
+// longest check within the bodies and messages the API takes.
+const MaxParentKeyLen = MaxNameLen
+
 // checkBorrowing checks item's ceiling and parent: both or neither, a
 // ceiling above the limit and within the public bounds, and a parent
 // within a check's own bounds; not with GLOBAL, whose answers come from
@@ -64,8 +70,8 @@ func checkBorrowing(item *pb.CheckItem, alone bool) error {
 		return &FieldError{"ceiling", "not with GLOBAL behavior: borrowing is decided by the key's owner (use BATCHED, UNBATCHED or LOCAL)"}
 	case p.Key == "":
 		return &FieldError{"parent.key", "must not be empty"}
-	case len(p.Key) > MaxKeyLen:
-		return &FieldError{"parent.key", fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
+	case len(p.Key) > MaxParentKeyLen:
+		return &FieldError{"parent.key", fmt.Sprintf("longer than %d bytes", MaxParentKeyLen)}
 	case p.Limit <= 0 || p.Limit > MaxLimit:
 		return &FieldError{"parent.limit", fmt.Sprintf("must be between 1 and %d, got %d", MaxLimit, p.Limit)}
 	case item.Algorithm == pb.Algorithm_SLIDING_LOG && p.Limit > algorithms.MaxSlidingLogLimit:

@@ -186,7 +186,7 @@ func TestBorrowRefusedFields(t *testing.T) {
 		{"charge_refused", func(it *pb.CheckItem) { it.Algorithm, it.ChargeRefused = pb.Algorithm_FIXED_WINDOW, true }, false},
 		{"ceiling", func(*pb.CheckItem) {}, true},
 		{"parent.key", func(it *pb.CheckItem) { it.Parent.Key = "" }, false},
-		{"parent.key", func(it *pb.CheckItem) { it.Parent.Key = string(make([]byte, MaxKeyLen+1)) }, false},
+		{"parent.key", func(it *pb.CheckItem) { it.Parent.Key = string(make([]byte, MaxParentKeyLen+1)) }, false},
 		{"parent.limit", func(it *pb.CheckItem) { it.Parent.Limit = 0 }, false},
 		{"parent.limit", func(it *pb.CheckItem) { it.Parent.Limit = MaxLimit + 1 }, false},
 		{"parent.limit", func(it *pb.CheckItem) {
