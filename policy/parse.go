@@ -313,6 +313,9 @@ func (p *parser) descriptor(parent *node, n *yaml.Node, path, ref string, depth 
 		if d.limit, err = p.limit(limitNode, join(path, "rate_limit"), shadow, quota); err != nil {
 			return err
 		}
+		if err := p.defaultParentKey(d.limit, limitNode, join(path, "rate_limit.parent.key"), ref); err != nil {
+			return err
+		}
 		p.set.policies = append(p.set.policies, Policy{Ref: ref, Limit: d.limit, File: p.file, Line: n.Line})
 	}
 	if children != nil {
@@ -327,12 +330,13 @@ func (p *parser) descriptor(parent *node, n *yaml.Node, path, ref string, depth 
 	return nil
 }
 
-var limitKeys = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "soft_percent", "min_interval_ms"}
+var limitKeys = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "soft_percent", "min_interval_ms",
+	"ceiling", "parent"}
 
 // limit parses a rate_limit mapping.
 func (p *parser) limit(n *yaml.Node, path string, shadow, quota bool) (*Limit, error) {
 	l := &Limit{ShadowMode: shadow, QuotaMode: quota, Algorithm: limiter.FixedWindow}
-	var unitNode, intervalNode *yaml.Node
+	var unitNode, intervalNode, ceilingNode, parentNode *yaml.Node
 	unit := ""
 	err := p.fields(n, path, limitKeys, func(k string, v *yaml.Node) error {
 		field := join(path, k)
@@ -382,6 +386,16 @@ func (p *parser) limit(n *yaml.Node, path string, shadow, quota bool) (*Limit, e
 			u, err := p.uint(v, field, MaxMinIntervalMs)
 			l.MinInterval = time.Duration(u) * time.Millisecond
 			return err
+		case "ceiling":
+			ceilingNode = v
+			u, err := p.uint(v, field, MaxRequestsPerUnit)
+			l.Ceiling = uint32(u)
+			return err
+		case "parent":
+			parentNode = v
+			var err error
+			l.Parent, err = p.parent(v, field)
+			return err
 		}
 		return nil
 	})
@@ -416,5 +430,91 @@ func (p *parser) limit(n *yaml.Node, path string, shadow, quota bool) (*Limit, e
 	case l.Algorithm == limiter.SlidingLog && l.Enforced() > algorithms.MaxSlidingLogLimit:
 		return nil, p.errorf(n, join(path, "requests_per_unit"), "SLIDING_LOG keeps a timestamp per hit, so it allows at most %d, got %d", algorithms.MaxSlidingLogLimit, l.Enforced())
 	}
-	return l, nil
+	return l, p.checkBorrowing(l, n, ceilingNode, parentNode, path)
+}
+
+// checkBorrowing checks l's ceiling and parent: both or neither, on a
+// limit that admits hits, a ceiling above the enforced limit, and within
+// SLIDING_LOG's bound.
+func (p *parser) checkBorrowing(l *Limit, n, ceilingNode, parentNode *yaml.Node, path string) error {
+	switch {
+	case ceilingNode == nil && parentNode == nil:
+		return nil
+	case l.Unlimited:
+		at, field := ceilingNode, "ceiling"
+		if at == nil {
+			at, field = parentNode, "parent"
+		}
+		return p.errorf(at, join(path, field), "must not be set when unlimited is true")
+	case parentNode == nil:
+		return p.errorf(ceilingNode, join(path, "parent"), "missing: a ceiling borrows from a parent")
+	case ceilingNode == nil:
+		return p.errorf(parentNode, join(path, "ceiling"), "missing: a parent is for keys that borrow up to a ceiling")
+	case l.RequestsPerUnit == 0:
+		return p.errorf(n, join(path, "ceiling"), "needs requests_per_unit above 0: a ceiling borrows beyond a limit")
+	case int64(l.Ceiling) <= l.Enforced():
+		return p.errorf(ceilingNode, join(path, "ceiling"), "must be above the enforced limit %d, got %d", l.Enforced(), l.Ceiling)
+	case l.Algorithm == limiter.SlidingLog && l.Ceiling > algorithms.MaxSlidingLogLimit:
+		return p.errorf(ceilingNode, join(path, "ceiling"), "SLIDING_LOG keeps a timestamp per hit, so it allows at most %d, got %d", algorithms.MaxSlidingLogLimit, l.Ceiling)
+	case l.Algorithm == limiter.SlidingLog && l.Parent.RequestsPerUnit > algorithms.MaxSlidingLogLimit:
+		return p.errorf(parentNode, join(path, "parent.requests_per_unit"), "SLIDING_LOG keeps a timestamp per hit, so it allows at most %d, got %d", algorithms.MaxSlidingLogLimit, l.Parent.RequestsPerUnit)
+	}
+	return nil
+}
+
+var parentKeys = []string{"key", "requests_per_unit", "unit"}
+
+// parent parses a rate_limit's parent mapping.
+func (p *parser) parent(n *yaml.Node, path string) (*Parent, error) {
+	pl := &Parent{}
+	unit := ""
+	var unitNode *yaml.Node
+	err := p.fields(n, path, parentKeys, func(k string, v *yaml.Node) (err error) {
+		field := join(path, k)
+		switch k {
+		case "key":
+			pl.Key, err = p.scalar(v, field)
+			if err == nil && len(pl.Key) > limiter.MaxNameLen {
+				err = p.errorf(v, field, "longer than %d bytes", limiter.MaxNameLen)
+			}
+		case "requests_per_unit":
+			var u uint64
+			u, err = p.uint(v, field, MaxRequestsPerUnit)
+			pl.RequestsPerUnit = uint32(u)
+		case "unit":
+			unitNode = v
+			unit, err = p.scalar(v, field)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var ok bool
+	if pl.Unit, ok = parseUnit(unit); !ok {
+		at := n
+		if unitNode != nil {
+			at = unitNode
+		}
+		return nil, p.errorf(at, join(path, "unit"), "invalid unit %q (want second, minute, hour, day, week, month or year)", unit)
+	}
+	if pl.RequestsPerUnit == 0 {
+		return nil, p.errorf(n, join(path, "requests_per_unit"), "missing or 0: the parent must admit something to lend")
+	}
+	return pl, nil
+}
+
+// defaultParentKey gives l's parent, if it has no key of its own, the
+// policy's reference ref as its key, so that every key of the policy
+// shares it; a reference longer than a parent's key may be is an error
+// at field.
+func (p *parser) defaultParentKey(l *Limit, n *yaml.Node, field, ref string) error {
+	if l.Parent == nil || l.Parent.Key != "" {
+		return nil
+	}
+	if len(ref) > limiter.MaxNameLen {
+		return p.errorf(n, field, "the default, the policy's reference %.40q..., is longer than %d bytes: set a key", ref, limiter.MaxNameLen)
+	}
+	l.Parent.Key = ref
+	return nil
 }

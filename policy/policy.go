@@ -19,7 +19,9 @@
 // These are envoyproxy/ratelimit's rules (config_impl.go at commit
 // f2fb157), so that its configurations answer the same here. Three keys
 // are ours: rate_limit's algorithm (any of the six; FIXED_WINDOW,
-// ratelimit's own, by default), soft_percent and min_interval_ms.
+// ratelimit's own, by default), soft_percent and min_interval_ms; and two
+// more, ceiling and parent, let the policy's keys borrow beyond their
+// limit from a limit they share (see Limit.Ceiling).
 //
 // A Set is an immutable snapshot, safe for concurrent use; a Reloader
 // publishes a new one when the files change.
@@ -133,6 +135,22 @@ type Limit struct {
 	// requests of one counter (a check's min_interval_ms), whole
 	// milliseconds.
 	MinInterval time.Duration
+	// Ceiling, when positive, lets each key borrow beyond Enforced(), up
+	// to Ceiling hits a Unit, while Parent has room (a check's ceiling):
+	// Enforced() is then the key's guarantee.
+	Ceiling uint32
+	// Parent is the limit the keys borrow from, set with Ceiling.
+	Parent *Parent
+}
+
+// Parent is a rate_limit's parent: one limit shared by every key of the
+// policy (and of every policy that names the same key).
+type Parent struct {
+	// Key names the parent counter, with the check's name; by default the
+	// policy's reference, so that the keys of one policy share it.
+	Key             string
+	RequestsPerUnit uint32
+	Unit            Unit
 }
 
 // Enforced is the number of hits a window admits: RequestsPerUnit plus
@@ -153,6 +171,9 @@ func (l *Limit) String() string {
 	}
 	if l.MinInterval > 0 {
 		fmt.Fprintf(&b, " min_interval=%v", l.MinInterval)
+	}
+	if l.Ceiling > 0 {
+		fmt.Fprintf(&b, " ceiling=%d parent=%q:%d/%s", l.Ceiling, l.Parent.Key, l.Parent.RequestsPerUnit, strings.ToLower(l.Parent.Unit.String()))
 	}
 	if l.Name != "" {
 		fmt.Fprintf(&b, " name=%s", l.Name)

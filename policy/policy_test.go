@@ -53,6 +53,8 @@ func TestMatch(t *testing.T) {
 		{"no wildcard matches, no key-only path", "edge", entries("path", "/other"), "", nil},
 		{"our extensions", "edge", entries("tier", "free"), "100/month SLIDING_WINDOW soft +10% (enforced 110) name=free", nil},
 		{"a minimum spacing", "edge", entries("login", "alice"), "20/hour GCRA min_interval=2s", nil},
+		{"borrowing from the policy's own parent", "edge", entries("tenant", "acme"), `100/minute TOKEN_BUCKET ceiling=1000 parent="edge/tenant":10000/minute`, nil},
+		{"borrowing from a named parent", "edge", entries("team", "a"), `5/second FIXED_WINDOW ceiling=20 parent="teams":50/minute`, nil},
 		{"replaces", "edge", entries("tier", "vip"), "1000/year FIXED_WINDOW name=vip replaces=free", nil},
 		{"unlimited", "edge", entries("internal", "x"), "unlimited", nil},
 		{"zero", "edge", entries("blocked", "x"), "0/second FIXED_WINDOW", nil},
@@ -129,8 +131,8 @@ func TestResolve(t *testing.T) {
 func TestPolicies(t *testing.T) {
 	set := loadExample(t)
 	ps := set.Policies()
-	if len(ps) != 15 {
-		t.Fatalf("%d policies, want 15", len(ps))
+	if len(ps) != 17 {
+		t.Fatalf("%d policies, want 17", len(ps))
 	}
 	for _, p := range ps {
 		if strings.Contains(p.Ref, "*") {
@@ -180,6 +182,19 @@ func TestErrors(t *testing.T) {
 		{"min interval as a duration", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, min_interval_ms: 2s}\n", `rate_limit.min_interval_ms: want a whole number`},
 		{"min interval when unlimited", "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      min_interval_ms: 10\n", `f.yaml:6: descriptors[0].rate_limit.min_interval_ms: must not be set when unlimited is true`},
 		{"sliding log", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 20000, algorithm: SLIDING_LOG}\n", `rate_limit.requests_per_unit: SLIDING_LOG keeps a timestamp`},
+		{"ceiling without parent", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, ceiling: 2}\n", `f.yaml:4: descriptors[0].rate_limit.parent: missing: a ceiling borrows from a parent`},
+		{"parent without ceiling", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, parent: {requests_per_unit: 9, unit: second}}\n", `descriptors[0].rate_limit.ceiling: missing`},
+		{"ceiling not above", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10, soft_percent: 10, ceiling: 11, parent: {requests_per_unit: 9, unit: second}}\n", `rate_limit.ceiling: must be above the enforced limit 11, got 11`},
+		{"ceiling on zero", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0, ceiling: 2, parent: {requests_per_unit: 9, unit: second}}\n", `rate_limit.ceiling: needs requests_per_unit above 0`},
+		{"ceiling too big", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, ceiling: 1000000001, parent: {requests_per_unit: 9, unit: second}}\n", `rate_limit.ceiling: want a whole number from 0 to 1000000000`},
+		{"ceiling when unlimited", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, ceiling: 2}\n", `rate_limit.ceiling: must not be set when unlimited is true`},
+		{"parent unit", "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      ceiling: 2\n      parent: {requests_per_unit: 9, unit: aeon}\n", `f.yaml:8: descriptors[0].rate_limit.parent.unit: invalid unit "aeon"`},
+		{"parent of nothing", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, ceiling: 2, parent: {unit: second}}\n", `rate_limit.parent.requests_per_unit: missing or 0`},
+		{"parent unknown key", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, ceiling: 2, parent: {limit: 9}}\n", `rate_limit.parent.limit: unknown key (want one of key, requests_per_unit, unit)`},
+		{"parent key too long", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, ceiling: 2, parent: {key: " + strings.Repeat("p", 257) + ", requests_per_unit: 9, unit: second}}\n", `rate_limit.parent.key: longer than 256 bytes`},
+		{"default parent key too long", "domain: a\ndescriptors:\n  - key: " + strings.Repeat("k", 300) + "\n    rate_limit: {unit: second, requests_per_unit: 1, ceiling: 2, parent: {requests_per_unit: 9, unit: second}}\n", `rate_limit.parent.key: the default, the policy's reference`},
+		{"sliding log ceiling", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: SLIDING_LOG, ceiling: 10001, parent: {requests_per_unit: 9, unit: second}}\n", `rate_limit.ceiling: SLIDING_LOG keeps a timestamp`},
+		{"sliding log parent", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: SLIDING_LOG, ceiling: 2, parent: {requests_per_unit: 10001, unit: second}}\n", `rate_limit.parent.requests_per_unit: SLIDING_LOG keeps a timestamp`},
 		{"list of scalars", "domain: a\ndescriptors:\n  - k\n", `f.yaml:3: descriptors[0]: want a mapping, got a scalar`},
 		{"key not a string", "domain: a\ndescriptors:\n  - {[x]: 1}\n", `descriptors[0]: a key must be a string`},
 		{"nested error", "domain: a\ndescriptors:\n  - key: k\n    descriptors:\n      - key: j\n        rate_limit: {unit: minute}\n        bogus: 1\n", `f.yaml:7: descriptors[0].descriptors[0].bogus: unknown key`},
@@ -270,6 +285,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("domain: a\ndescriptors: [{key: k, value: '*x*', rate_limit: {unit: second, requests_per_unit: 1}}]"), "k", "axb")
 	f.Add([]byte("domain: &a a\ndescriptors: [*a]"), "k", "")
 	f.Add([]byte("---\n---\n"), "", "")
+	f.Add([]byte("domain: a\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1, ceiling: 2, parent: {key: p, requests_per_unit: 9, unit: hour}}}]"), "k", "v")
 	f.Fuzz(func(t *testing.T, data []byte, key, value string) {
 		set := newSet()
 		p := parser{file: "fuzz.yaml", set: set}

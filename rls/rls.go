@@ -216,8 +216,18 @@ func checkItem(domain string, d *commonpb.RateLimitDescriptor, a *applied) *pb.C
 		DurationMs:    l.Unit.Period().Milliseconds(),
 		Algorithm:     pb.Algorithm(l.Algorithm),
 		MinIntervalMs: l.MinInterval.Milliseconds(),
-		ChargeRefused: l.Algorithm == limiter.FixedWindow && l.MinInterval == 0,
+		ChargeRefused: l.Algorithm == limiter.FixedWindow && l.MinInterval == 0 && l.Ceiling == 0,
+		Ceiling:       int64(l.Ceiling),
+		Parent:        parentOf(l),
 	}
+}
+
+// parentOf is the parent of a check under l, nil if l has no ceiling.
+func parentOf(l *policy.Limit) *pb.ParentLimit {
+	if l.Ceiling == 0 {
+		return nil
+	}
+	return &pb.ParentLimit{Key: l.Parent.Key, Limit: int64(l.Parent.RequestsPerUnit), DurationMs: l.Parent.Unit.Period().Milliseconds()}
 }
 
 // counterKey is envoyproxy/ratelimit's cache key without its window:

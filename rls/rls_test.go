@@ -247,6 +247,16 @@ func TestShouldRateLimit(t *testing.T) {
 				want: ws(limited(ok, 10, minute, 8))},
 			{name: "another value has its own spacing", descs: ds(desc("spaced", "y")), overall: ok, want: ws(limited(ok, 10, minute, 9))},
 		}},
+		{"our extension ceiling: a tenant borrows from the policy's parent; refusals are not counted", []step{
+			{name: "a's guarantee", descs: ds(desc("tenant", "a")), overall: ok, want: ws(limited(ok, 1, minute, 0))},
+			{name: "a borrows", descs: ds(desc("tenant", "a")), overall: ok, want: ws(limited(ok, 1, minute, 0))},
+			{name: "a borrows up to its ceiling", descs: ds(desc("tenant", "a")), overall: ok, want: ws(limited(ok, 1, minute, 0))},
+			{name: "a at its ceiling", descs: ds(desc("tenant", "a")), overall: over, want: ws(limited(over, 1, minute, 0))},
+			{name: "b's guarantee: the parent's last", descs: ds(desc("tenant", "b")), overall: ok, want: ws(limited(ok, 1, minute, 0))},
+			{name: "b cannot borrow", descs: ds(desc("tenant", "b")), overall: over, want: ws(limited(over, 1, minute, 0))},
+			{name: "a minute later, the next window", advance: time.Minute, descs: ds(desc("tenant", "b")), overall: ok, want: ws(limited(ok, 1, minute, 0))},
+			{name: "b borrows", descs: ds(desc("tenant", "b")), overall: ok, want: ws(limited(ok, 1, minute, 0))},
+		}},
 	}
 	for _, seq := range sequences {
 		t.Run(seq.name, func(t *testing.T) {

@@ -16,9 +16,9 @@ type Policies interface {
 }
 
 // withPolicy returns item itself when it names no policy, else a copy
-// with the policy's limit, duration_ms, algorithm and min_interval_ms
-// filled in (and the policy cleared), so that a forwarded check carries
-// what this node resolved.
+// with the policy's limit, duration_ms, algorithm, min_interval_ms,
+// ceiling and parent filled in (and the policy cleared), so that a
+// forwarded check carries what this node resolved.
 func (s *Service) withPolicy(item *pb.CheckItem) (*pb.CheckItem, error) {
 	ref := item.GetPolicy()
 	if ref == "" || s.policies == nil {
@@ -33,6 +33,10 @@ func (s *Service) withPolicy(item *pb.CheckItem) (*pb.CheckItem, error) {
 		return item, &FieldError{"algorithm", "must be omitted when policy is set: the policy names it"}
 	case item.MinIntervalMs != 0:
 		return item, &FieldError{"min_interval_ms", "must be omitted when policy is set: the policy names it"}
+	case item.Ceiling != 0:
+		return item, &FieldError{"ceiling", "must be omitted when policy is set: the policy names it"}
+	case item.Parent != nil:
+		return item, &FieldError{"parent", "must be omitted when policy is set: the policy names it"}
 	}
 	l, err := s.policies.Resolve(ref)
 	switch {
@@ -49,6 +53,10 @@ func (s *Service) withPolicy(item *pb.CheckItem) (*pb.CheckItem, error) {
 	out.DurationMs = l.Unit.Period().Milliseconds()
 	out.Algorithm = pb.Algorithm(l.Algorithm)
 	out.MinIntervalMs = l.MinInterval.Milliseconds()
+	if l.Ceiling > 0 {
+		out.Ceiling = int64(l.Ceiling)
+		out.Parent = &pb.ParentLimit{Key: l.Parent.Key, Limit: int64(l.Parent.RequestsPerUnit), DurationMs: l.Parent.Unit.Period().Milliseconds()}
+	}
 	if out.Name == "" {
 		out.Name = ref
 	}

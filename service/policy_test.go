@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,6 +33,9 @@ descriptors:
   - key: tier
     value: spaced
     rate_limit: {unit: hour, requests_per_unit: 100, min_interval_ms: 1500}
+  - key: tier
+    value: shared
+    rate_limit: {unit: hour, requests_per_unit: 1, ceiling: 3, parent: {requests_per_unit: 4, unit: hour}}
 `
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -82,6 +86,8 @@ func TestPolicyChecks(t *testing.T) {
 		{&pb.CheckItem{Key: "k", Policy: "api/tier=free", DurationMs: 5}, "duration_ms: must be omitted"},
 		{&pb.CheckItem{Key: "k", Policy: "api/tier=free", Algorithm: pb.Algorithm_GCRA}, "algorithm: must be omitted"},
 		{&pb.CheckItem{Key: "k", Policy: "api/tier=free", MinIntervalMs: 10}, "min_interval_ms: must be omitted"},
+		{&pb.CheckItem{Key: "k", Policy: "api/tier=free", Ceiling: 10}, "ceiling: must be omitted"},
+		{&pb.CheckItem{Key: "k", Policy: "api/tier=free", Parent: &pb.ParentLimit{Key: "p", Limit: 1}}, "parent: must be omitted"},
 		{&pb.CheckItem{Key: "k", Policy: "api/tier=open"}, "policy: \"api/tier=open\" is unlimited"},
 		{&pb.CheckItem{Key: "k", Policy: "api/tier=closed"}, "policy: \"api/tier=closed\" has requests_per_unit 0"},
 		{&pb.CheckItem{Key: "", Policy: "api/tier=free"}, "key: must not be empty"},
@@ -109,6 +115,26 @@ func TestPolicySpacing(t *testing.T) {
 		if (r.Status == pb.Status_UNDER_LIMIT) != st.ok || r.RetryAfterMs != st.retry || r.Limit != 100 {
 			t.Errorf("at %v: %v, want admitted %v, retry_after_ms %d, limit 100", st.at, r, st.ok, st.retry)
 		}
+	}
+}
+
+// TestPolicyBorrowing: the keys of a policy with a ceiling borrow from one
+// parent, the policy's own by default: each is guaranteed 1 an hour and
+// may have up to 3 while the 4 the parent holds last.
+func TestPolicyBorrowing(t *testing.T) {
+	s := New(Config{Now: fixedClock(t0), Policies: loadPolicies(t)})
+	var got []string
+	for _, key := range []string{"a", "a", "a", "a", "b", "b", "c"} {
+		r := check(t, s, &pb.CheckItem{Key: key, Policy: "api/tier=shared"})
+		got = append(got, fmt.Sprintf("%s %v borrowed=%v", key, r.Status, r.Borrowed))
+	}
+	want := []string{
+		"a UNDER_LIMIT borrowed=false", "a UNDER_LIMIT borrowed=true", "a UNDER_LIMIT borrowed=true", "a OVER_LIMIT borrowed=false",
+		"b UNDER_LIMIT borrowed=false", "b OVER_LIMIT borrowed=false", // the parent's 4 are taken
+		"c UNDER_LIMIT borrowed=false", // a guarantee all the same
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("checks:\n got %v\nwant %v", got, want)
 	}
 }
 

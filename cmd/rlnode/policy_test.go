@@ -114,10 +114,12 @@ func TestPolicyCheckCommand(t *testing.T) {
 	}
 	for _, want := range []string{
 		"edge/remote_address     5/second FIXED_WINDOW ",
-		"edge/tier=free          100/month SLIDING_WINDOW soft +10% (enforced 110) name=free  ../../policy/testdata/example.yaml:32\n",
+		"edge/tier=free          100/month SLIDING_WINDOW soft +10% (enforced 110) name=free  ",
+		" ../../policy/testdata/example.yaml:32\n",
 		"edge/path=%2Fapi%2F*",
 		"edge/login              20/hour GCRA min_interval=2s ",
-		"example.yaml: OK, 15 policies",
+		`edge/tenant             100/minute TOKEN_BUCKET ceiling=1000 parent="edge/tenant":10000/minute `,
+		"example.yaml: OK, 17 policies",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
