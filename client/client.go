@@ -92,6 +92,12 @@ const (
 // and it is decided with the limit all or nothing. With Count and Period
 // zero, Limit is a spacing alone (the answer's Limit is then 1). Not with
 // Global.
+//
+// Ceiling, when above Count, lets a key borrow beyond Count, up to Ceiling
+// hits a Period, while Parent, a limit every key that names it shares,
+// has room: Count is then the key's guarantee, and a Decision says
+// Borrowed when hits were admitted beyond it (see the README: Borrowing).
+// Ceiling and Parent go together; not with Global.
 type Limit struct {
 	Name        string
 	Count       int64
@@ -100,15 +106,31 @@ type Limit struct {
 	Algorithm   Algorithm
 	Behavior    Behavior
 	MinInterval time.Duration
+	Ceiling     int64
+	Parent      Parent
+}
+
+// Parent is the limit that keys with a Ceiling borrow from: Count hits
+// per Period (zero: the Limit's Period) shared by every check of the
+// Limit's Name that names Key. The zero Parent is none.
+type Parent struct {
+	Key    string
+	Count  int64
+	Period time.Duration
 }
 
 // Item is the check of hits of l for key, as sent on the wire. Check
 // callers build batches from it.
 func (l Limit) Item(key string, hits int64) *pb.CheckItem {
-	return &pb.CheckItem{
+	item := &pb.CheckItem{
 		Name: l.Name, Key: key, Hits: &hits, Limit: l.Count, DurationMs: l.Period.Milliseconds(),
 		Burst: l.Burst, Algorithm: l.Algorithm, Behavior: l.Behavior, MinIntervalMs: ceilMillis(l.MinInterval),
+		Ceiling: l.Ceiling,
 	}
+	if p := l.Parent; p != (Parent{}) {
+		item.Parent = &pb.ParentLimit{Key: p.Key, Limit: p.Count, DurationMs: p.Period.Milliseconds()}
+	}
+	return item
 }
 
 // ceilMillis is d in whole milliseconds, rounded up.
@@ -149,6 +171,10 @@ type Decision struct {
 	// limit; "fallback" when the heir was unreachable too (or the check is
 	// GLOBAL) and a node decided with its share of the limit.
 	DecidedBy string
+	// Borrowed reports hits admitted beyond the Limit's Count, from its
+	// Parent's room, within its Ceiling; Remaining and ResetAt still
+	// describe Count, the key's guarantee.
+	Borrowed bool
 }
 
 // Errors of a single check, wrapped with the server's text (which names
@@ -184,6 +210,7 @@ func DecisionOf(r *pb.CheckResult) (Decision, error) {
 		RetryAfter: time.Duration(r.GetRetryAfterMs()) * time.Millisecond,
 		Delay:      time.Duration(r.GetDelayMs()) * time.Millisecond,
 		DecidedBy:  r.GetMetadata()[metadataDecidedBy],
+		Borrowed:   r.GetBorrowed(),
 	}
 	if r.GetRetryAfterMs() < 0 {
 		d.RetryAfter = Never

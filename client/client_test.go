@@ -99,6 +99,38 @@ func TestTakeMinInterval(t *testing.T) {
 	}
 }
 
+// TestTakeBorrowing: a Limit with a Ceiling and a Parent is admitted
+// within Count, then borrows (Decision.Borrowed) while the parent has
+// room, up to the ceiling; the parent's Period defaults to the Limit's.
+func TestTakeBorrowing(t *testing.T) {
+	c := client.Wrap(fixedService())
+	ctx := context.Background()
+	tenant := client.Limit{Name: "api", Count: 1, Period: time.Minute, Algorithm: client.FixedWindow, Ceiling: 3,
+		Parent: client.Parent{Key: "all", Count: 3}}
+	window := t0.Truncate(time.Minute).Add(time.Minute) // fixed windows align to the epoch
+	for i, tc := range []struct {
+		key  string
+		want client.Decision
+	}{
+		{"a", client.Decision{Allowed: true, Limit: 1, ResetAt: window}},
+		{"a", client.Decision{Allowed: true, Limit: 1, ResetAt: window, Borrowed: true}},
+		{"a", client.Decision{Allowed: true, Limit: 1, ResetAt: window, Borrowed: true}},
+		{"a", client.Decision{Limit: 1, ResetAt: window, RetryAfter: window.Sub(t0)}},
+		{"b", client.Decision{Allowed: true, Limit: 1, ResetAt: window}},
+		{"b", client.Decision{Limit: 1, ResetAt: window, RetryAfter: window.Sub(t0)}},
+	} {
+		if d, err := c.Take(ctx, tenant, tc.key, 1); err != nil || d != tc.want {
+			t.Errorf("check %d of %s = %+v, %v\nwant %+v", i, tc.key, d, err, tc.want)
+		}
+	}
+	if p := tenant.Item("k", 1).GetParent(); p.GetKey() != "all" || p.GetLimit() != 3 || p.GetDurationMs() != 0 {
+		t.Errorf("parent on the wire: %v", p)
+	}
+	if (client.Limit{Name: "api"}).Item("k", 1).Parent != nil {
+		t.Error("a Limit without a Parent sent one")
+	}
+}
+
 func TestTakeLeakyBucketDelay(t *testing.T) {
 	c := client.Wrap(fixedService())
 	l := client.Limit{Name: "shaped", Count: 10, Period: time.Second, Burst: 5, Algorithm: client.LeakyBucket}
@@ -130,6 +162,8 @@ func TestTakeInvalid(t *testing.T) {
 		{client.Limit{Name: "api", Count: 1}, "k", "duration_ms"},
 		{client.Limit{Count: 1, Period: time.Second}, "k", "name"},
 		{client.Limit{Name: "api", MinInterval: time.Second, Behavior: client.Global}, "k", "min_interval_ms"},
+		{client.Limit{Name: "api", Count: 1, Period: time.Second, Ceiling: 2}, "k", "parent"},
+		{client.Limit{Name: "api", Count: 1, Period: time.Second, Ceiling: 2, Parent: client.Parent{Count: 9}}, "k", "parent.key"},
 	} {
 		d, err := c.Take(context.Background(), tc.l, tc.key, 1)
 		if !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {

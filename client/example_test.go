@@ -74,6 +74,34 @@ func ExampleLimit_minInterval() {
 	// 1s: allowed true, 99 of 100 left, retry in 0s
 }
 
+// A Limit with a Ceiling and a Parent guarantees each key Count and lets
+// it borrow up to Ceiling while the parent, shared by every key, has room:
+// one tenant alone may use what the others leave, and the others still
+// get their guarantee when they come.
+func ExampleLimit_ceiling() {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	c := client.Wrap(service.New(service.Config{Now: func() time.Time { return t0 }}))
+	tenant := client.Limit{Name: "api", Count: 2, Period: time.Minute, Algorithm: client.FixedWindow,
+		Ceiling: 4, Parent: client.Parent{Key: "all", Count: 5}}
+	for _, key := range []string{"acme", "acme", "acme", "acme", "acme", "globex", "globex", "globex"} {
+		d, err := c.Take(context.Background(), tenant, key, 1)
+		if err != nil {
+			fmt.Println("error:", err)
+			return
+		}
+		fmt.Printf("%s: allowed %v, borrowed %v\n", key, d.Allowed, d.Borrowed)
+	}
+	// Output:
+	// acme: allowed true, borrowed false
+	// acme: allowed true, borrowed false
+	// acme: allowed true, borrowed true
+	// acme: allowed true, borrowed true
+	// acme: allowed false, borrowed false
+	// globex: allowed true, borrowed false
+	// globex: allowed true, borrowed false
+	// globex: allowed false, borrowed false
+}
+
 func ExampleErrInvalid() {
 	c := client.Wrap(service.New(service.Config{}))
 	_, err := c.Take(context.Background(), perUser, "", 1)

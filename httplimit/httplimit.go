@@ -32,6 +32,16 @@
 // allows a request); a spacing alone (Count and Period zero) is described
 // as one request per MinInterval: q=1 and w its seconds.
 //
+// Borrowing. A Limit with a Ceiling and a Parent admits a request beyond
+// Count while the parent has room (see client.Limit); such a request
+// carries
+//
+//	X-RateLimit-Borrowed: true
+//
+// so that a client, or a log, can tell that it went beyond its guarantee
+// and may be cut back to it when others need the parent. The headers
+// above still describe Count, the guarantee (r is 0 while borrowing).
+//
 // Clients behind proxies. By default the key is the host of RemoteAddr.
 // Behind a reverse proxy or load balancer that is the proxy, so set
 // TrustedProxies to the proxies' networks: the client's address is then
@@ -52,6 +62,10 @@ import (
 
 	"github.com/ringlimit/ringlimit/client"
 )
+
+// BorrowedHeader is the response header that says a request was admitted
+// by borrowing beyond the Limit's Count (see the package comment).
+const BorrowedHeader = "X-RateLimit-Borrowed"
 
 // Taker is what the middleware needs of ringlimit: *client.Client.
 type Taker interface {
@@ -120,6 +134,9 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			return
 		}
 		l.setHeaders(w.Header(), d)
+		if d.Allowed && d.Borrowed {
+			w.Header().Set(BorrowedHeader, "true")
+		}
 		if !d.Allowed {
 			retry := ceilSeconds(d.RetryAfter.Milliseconds())
 			if d.RetryAfter == client.Never {

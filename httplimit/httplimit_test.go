@@ -97,6 +97,23 @@ func TestLimiterMinInterval(t *testing.T) {
 	}
 }
 
+// TestLimiterBorrowed: a request admitted by borrowing beyond the limit
+// carries X-RateLimit-Borrowed: true; one within it, or refused, none.
+func TestLimiterBorrowed(t *testing.T) {
+	svc := service.New(service.Config{Now: func() time.Time { return t0 }})
+	limit := client.Limit{Name: "api", Count: 1, Period: time.Minute, Ceiling: 2, Parent: client.Parent{Key: "all", Count: 10}}
+	h := (&httplimit.Limiter{Client: client.Wrap(svc), Limit: limit}).Handler(ok)
+	for i, want := range []struct {
+		code     int
+		borrowed string
+	}{{200, ""}, {200, "true"}, {429, ""}} {
+		w := serve(h, "192.0.2.9:5555")
+		if w.Code != want.code || w.Header().Get(httplimit.BorrowedHeader) != want.borrowed {
+			t.Errorf("request %d: %d, %s %q; want %d, %q", i, w.Code, httplimit.BorrowedHeader, w.Header().Get(httplimit.BorrowedHeader), want.code, want.borrowed)
+		}
+	}
+}
+
 // fixed answers every check with d, or err.
 type fixed struct {
 	d   client.Decision

@@ -17,11 +17,15 @@ import (
 // checkUsage heads `rlnode check -h`.
 const checkUsage = `Usage: rlnode check --key KEY --limit N [flags]
        rlnode check --key KEY --min-interval D [flags]
+       rlnode check --key KEY --limit N --ceiling C --parent-key P --parent-limit M [flags]
 
 Spends --hits of a limit of --limit per --duration for --key on a node, over
 gRPC, and prints the verdict (or JSON with --json). --min-interval also
 refuses a request sooner than that after the last admitted one; without
---limit it is a spacing alone.
+--limit it is a spacing alone. --ceiling lets the key borrow beyond
+--limit, up to the ceiling, while the parent (--parent-limit per
+--parent-duration, shared by every key of --name that names --parent-key)
+has room; the verdict says when it borrowed.
 
 Exit status: 0 allowed (UNDER_LIMIT), 1 refused (OVER_LIMIT), 2 an error:
 bad usage, an invalid check (the message names the field), or a node that
@@ -46,6 +50,10 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	hits := fs.Int64("hits", 1, "cost of this request; 0 asks without charging")
 	burst := fs.Int64("burst", 0, "bucket capacity (0: --limit)")
 	minInterval := fs.Duration("min-interval", 0, "least time between two admitted requests for --key (0: none; rounded up to the millisecond)")
+	ceiling := fs.Int64("ceiling", 0, "borrow beyond --limit up to this many per --duration while the parent has room (0: no borrowing)")
+	parentKey := fs.String("parent-key", "", "with --ceiling: the parent's key, shared by every key that names it")
+	parentLimit := fs.Int64("parent-limit", 0, "with --ceiling: the parent's requests per --parent-duration")
+	parentDuration := fs.Duration("parent-duration", 0, "with --ceiling: the parent's period (0: --duration)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
 	tlsFlags := addClientTLS(fs)
@@ -76,7 +84,8 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	l := client.Limit{Name: *name, Count: *limit, Period: *duration, Burst: *burst, Algorithm: client.Algorithm(alg), MinInterval: *minInterval}
+	l := client.Limit{Name: *name, Count: *limit, Period: *duration, Burst: *burst, Algorithm: client.Algorithm(alg), MinInterval: *minInterval,
+		Ceiling: *ceiling, Parent: client.Parent{Key: *parentKey, Count: *parentLimit, Period: *parentDuration}}
 	d, err := c.Take(ctx, l, *key, *hits)
 	if err != nil {
 		return fmt.Errorf("check %s: %w", *addr, err)
@@ -109,6 +118,9 @@ func checkJSON(d client.Decision) map[string]any {
 	if d.DecidedBy != "" {
 		out["decided_by"] = d.DecidedBy
 	}
+	if d.Borrowed {
+		out["borrowed"] = true
+	}
 	return out
 }
 
@@ -128,6 +140,9 @@ func describe(d client.Decision, now time.Time) string {
 	}
 	if d.Delay > 0 {
 		line += fmt.Sprintf("; wait %v before proceeding", d.Delay)
+	}
+	if d.Borrowed {
+		line += "; borrowed beyond the limit"
 	}
 	if d.DecidedBy != "" {
 		line += fmt.Sprintf(" (decided by %s)", d.DecidedBy)
