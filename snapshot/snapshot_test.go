@@ -151,6 +151,30 @@ func TestWriteThenLoad(t *testing.T) {
 	}
 }
 
+// TestCeilingCountersWriteThenLoad: a check's ceiling counter (role
+// ceiling, record version 2) is written beside its own and loaded back
+// as a ceiling, apart from it.
+func TestCeilingCountersWriteThenLoad(t *testing.T) {
+	dir := t.TempDir()
+	src := openDir(t, dir, "n1", limiter.New(limiter.Config{}))
+	own := limiter.Request{Name: "api", Key: "k", Algorithm: limiter.GCRA, Hits: 2, Now: t0, Limit: minute}
+	ceiling := own
+	ceiling.Role, ceiling.Hits, ceiling.Limit.Count = limiter.RoleCeiling, 7, 30
+	src.store.Decide(&own)
+	src.store.Decide(&ceiling)
+	if err := src.Write(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	dst := openDir(t, dir, "n1", limiter.New(limiter.Config{}))
+	if n := dst.Load(context.Background(), intake); n != 2 {
+		t.Fatalf("Load took %d counters, want the own and the ceiling counter", n)
+	}
+	own.Hits, ceiling.Hits = 0, 0
+	if got := [2]int64{dst.store.Check(&own).Remaining, dst.store.Check(&ceiling).Remaining}; got != [2]int64{8, 23} {
+		t.Errorf("loaded: %v remaining of the own and the ceiling counter, want [8 23]", got)
+	}
+}
+
 // TestFullCountersNotWritten: a counter back to full when the snapshot is
 // written carries nothing, and is not written.
 func TestFullCountersNotWritten(t *testing.T) {
