@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/limiter"
 )
@@ -18,13 +16,7 @@ import (
 // member can take a parent's room from the borrowers, as it could by
 // forwarding checks, and never a key's guarantee.
 func TestPeerAttackForcedHits(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	c, svcs := newFakeClusterWith(3, func(i int) Config {
-		if i == 0 {
-			return Config{Registerer: reg}
-		}
-		return Config{}
-	})
+	c, svcs, reg := newFakeClusterMetered(3, 0)
 	client := servePeer(t, svcs[0], nil)
 	parentKey := c.keyOwnedBy(0)
 	parent := &pb.CheckItem{Name: "api", Key: parentKey, Limit: 10, DurationMs: 3_600_000, Behavior: pb.Behavior_GLOBAL}
@@ -73,13 +65,7 @@ func TestPeerAttackForcedHits(t *testing.T) {
 // (no borrowing); its guaranteed hits wait in the node's account for the
 // parent, and reach the parent once its owner answers again.
 func TestBorrowParentUnreachable(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	c, svcs := newFakeClusterWith(3, func(i int) Config {
-		if i == 0 {
-			return Config{Registerer: reg}
-		}
-		return Config{}
-	})
+	c, svcs, reg := newFakeClusterMetered(3, 0)
 	parentKey := c.keyOwnedBy(2)
 	item := borrower(pb.Algorithm_FIXED_WINDOW, c.keyOwnedBy(0), 2, 4, 10, time.Hour, 0)
 	item.Parent.Key = parentKey

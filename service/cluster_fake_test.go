@@ -184,6 +184,19 @@ func newFakeClusterWith(n int, conf func(i int) Config) (*fakeCluster, []*Servic
 	return c, svcs
 }
 
+// newFakeClusterMetered is newFakeCluster with node watched's metrics in
+// the registry it returns.
+func newFakeClusterMetered(n, watched int) (*fakeCluster, []*Service, *prometheus.Registry) {
+	reg := prometheus.NewRegistry()
+	c, svcs := newFakeClusterWith(n, func(i int) Config {
+		if i == watched {
+			return Config{Registerer: reg}
+		}
+		return Config{}
+	})
+	return c, svcs, reg
+}
+
 // keyOwnedBy returns a key that the ring gives to node i.
 func (c *fakeCluster) keyOwnedBy(i int) string {
 	for k := 0; ; k++ {

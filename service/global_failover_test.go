@@ -3,8 +3,6 @@ package service
 import (
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 )
 
@@ -122,13 +120,7 @@ func TestGlobalHeirChargesInheritedGrants(t *testing.T) {
 // (ignored). With node-2 down, node-1 decides the key on its replica with
 // nothing reserved: the 9 hits left are admitted, no fewer.
 func TestPeerAttackHeirGrants(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	c, svcs := newFakeClusterWith(3, func(i int) Config {
-		if i == 1 {
-			return Config{Registerer: reg}
-		}
-		return Config{}
-	})
+	c, svcs, reg := newFakeClusterMetered(3, 1)
 	item := globalItem(c.keyInheritedBy(2, 1))
 	item.Limit = 10
 	check(t, svcs[2], item)

@@ -167,13 +167,7 @@ func TestPeerAttackGlobalReportOverGrant(t *testing.T) {
 // negative or inconsistent, an item the public API would refuse) are
 // rejected one by one and charge nothing.
 func TestPeerAttackGlobalReportInvalid(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	c, svcs := newFakeClusterWith(3, func(i int) Config {
-		if i == 0 {
-			return Config{Registerer: reg}
-		}
-		return Config{}
-	})
+	c, svcs, reg := newFakeClusterMetered(3, 0)
 	client := servePeer(t, svcs[0], nil)
 	item := globalItem(c.keyOwnedBy(0))
 	nul := proto.CloneOf(item)
@@ -209,13 +203,7 @@ func TestPeerAttackGlobalReportInvalid(t *testing.T) {
 // itself rejected when the grant or times are impossible. Node 0 then
 // admits from its grant exactly what the owner lent it.
 func TestPeerAttackGrantUpdate(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	c, svcs := newFakeClusterWith(3, func(i int) Config {
-		if i == 0 {
-			return Config{Registerer: reg}
-		}
-		return Config{}
-	})
+	c, svcs, reg := newFakeClusterMetered(3, 0)
 	item := globalItem(c.keyOwnedBy(1))
 	var legit *pb.GlobalState
 	var mu sync.Mutex // broadcasts go to the members concurrently
