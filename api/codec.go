@@ -59,14 +59,15 @@ const MaxMessages = 1 << 16
 // ServerOptions are the options of the grpc.Server that serves
 // RegisterGRPC: the receive limits MaxRecvMsgBytes and MaxHeaderListBytes,
 // and a codec that decodes at most service.MaxItems+1 items of a
-// CheckRequest (and at most Max+1 elements of each of bounds), however
-// many the message holds, and refuses a request that would build more than
-// MaxMessages messages. protobuf would otherwise build every element before
+// CheckRequest or CheckStreamRequest (and at most Max+1 elements of each
+// of bounds), however many the message holds, and refuses a request that
+// would build more than MaxMessages messages. protobuf would otherwise build every element before
 // the service counts them: a message of empty items costs about a hundred
 // times its size.
 func ServerOptions(bounds ...Bound) []grpc.ServerOption {
 	c := boundedCodec{CodecV2: encoding.GetCodecV2(protocodec.Name), bounds: map[protoreflect.FullName]Bound{}, leaves: &sync.Map{}}
-	for _, b := range append(bounds, BoundOf(&pb.CheckRequest{}, "requests", service.MaxItems)) {
+	checks := []Bound{BoundOf(&pb.CheckRequest{}, "requests", service.MaxItems), BoundOf(&pb.CheckStreamRequest{}, "requests", service.MaxItems)}
+	for _, b := range append(bounds, checks...) {
 		c.bounds[b.Message] = b
 	}
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvMsgBytes), grpc.MaxHeaderListSize(MaxHeaderListBytes), grpc.ForceServerCodecV2(c)}

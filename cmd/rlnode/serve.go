@@ -69,7 +69,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	// Replicas of other owners' counters are kept apart, under the same
 	// bounds (package replica exports their metrics).
 	replicas := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries})
-	pool := peer.NewPool(peer.Config{BatchWait: conf.BatchWait, BatchLimit: conf.BatchLimit, Registerer: reg, DialOptions: tr.peerDial})
+	pool := peer.NewPool(peer.Config{BatchWait: conf.BatchWait, BatchLimit: conf.BatchLimit, Registerer: reg, DialOptions: tr.peerDial, Name: conf.NodeName})
 	defer pool.Close()
 	// Ring changes only signal ringChanged; the loop below reacts to them,
 	// so that nothing is wired to a part before the part exists.
@@ -101,9 +101,9 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 		ReplicateInterval: conf.ReplicateInterval,
 		Logger:            log, Registerer: reg, Policies: policies,
 	})
-	gate := admit.New(admit.Config{Max: conf.MaxInflight, Registerer: reg})
+	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod}, MaxStreams: conf.MaxStreams, Registerer: reg})
 	faces := api.New(api.Config{
-		Checker: svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP,
+		Checker: svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
 		Ready: members.Ready, ReadyNote: tr.insecure(conf),
 		Members: func() []api.Member { return apiMembers(members) },
 		Ring:    members.Ring,
@@ -119,8 +119,9 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	health := faces.RegisterGRPC(grpcSrv)
 	rls.New(rls.Config{Checker: svc, Policies: policies}).Register(grpcSrv)
 	guard := peer.NewGuard(peer.GuardConfig{Members: members, Certificates: tr.peerTLS, Logger: log, Registerer: reg})
-	peerSrv := grpc.NewServer(append(append(peer.ServerOptions(), tr.peerServer...), workers, grpc.ChainUnaryInterceptor(guard.Unary))...)
-	peer.NewServer(svc.Owner(), reg).Register(peerSrv)
+	peerSrv := grpc.NewServer(append(append(peer.ServerOptions(), tr.peerServer...), workers, grpc.ChainUnaryInterceptor(guard.Unary), grpc.ChainStreamInterceptor(guard.Stream))...)
+	peerFace := peer.NewServer(svc.Owner(), reg)
+	peerFace.Register(peerSrv)
 	// Timeouts bound what a slow or idle client can hold: a body of
 	// api.MaxBodyBytes arrives well within ReadTimeout on any link, and
 	// a check needs no headers of more than a few KB.
@@ -169,6 +170,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	shutdownSteps := []step{
 		{"stop accepting checks", func(ctx context.Context) error {
 			health.Shutdown() // NOT_SERVING, so that balancers stop sending
+			faces.Drain()     // clients end their streams, which GracefulStop waits for
 			stopGRPC(ctx, grpcSrv)
 			return httpSrv.Shutdown(ctx)
 		}},
@@ -196,6 +198,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 			return err
 		}},
 		{"close peers", func(ctx context.Context) error {
+			peerFace.Drain()
 			stopGRPC(ctx, peerSrv)
 			return peers.stop(ctx)
 		}},
