@@ -22,6 +22,7 @@ import (
 	"github.com/ringlimit/ringlimit/global"
 	"github.com/ringlimit/ringlimit/handoff"
 	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/replica"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -41,8 +42,10 @@ type Membership interface {
 // The service forwards checks; GLOBAL sync, hand-off and replication use
 // the rest.
 type Peers interface {
-	// Forward sends req to the owner at addr in a batch; ForwardNow alone.
-	Forward(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
+	// Start hands req to the batch for the owner at addr and returns the
+	// forward, whose Wait returns the answer (see peer.Pool.Start);
+	// ForwardNow sends req alone and waits.
+	Start(ctx context.Context, addr string, req *pb.CheckRequest) peer.Forwarding
 	ForwardNow(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
 	// Relay is ForwardNow for a check forwarded here whose counter is
 	// elsewhere: the owner decides it and never passes it on again.
