@@ -13,6 +13,7 @@ import (
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/internal/mux"
+	"github.com/ringlimit/ringlimit/internal/wire"
 )
 
 // maxFlying is the most batches in flight to one node. The second and
@@ -65,7 +66,10 @@ type nodeConfig struct {
 
 // newNode returns the node at addr. It connects lazily.
 func newNode(addr string, conf nodeConfig) (*node, error) {
-	conn, err := grpc.NewClient(addr, conf.dial...)
+	// The codec goes first, so that a caller's dial options may set
+	// another.
+	dial := append([]grpc.DialOption{grpc.WithDefaultCallOptions(grpc.ForceCodecV2(wire.Codec{}))}, conf.dial...)
+	conn, err := grpc.NewClient(addr, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/protobuf/proto"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/wire"
 )
 
 // call is one caller's request waiting in a batcher.
@@ -99,7 +99,7 @@ func (b *batcher) do(ctx context.Context, req *pb.CheckRequest) (*pb.CheckRespon
 // error if expire yields first (nil: never), and b's retirement error if b
 // is retired before taking req.
 func (b *batcher) submit(ctx context.Context, req *pb.CheckRequest, expire <-chan time.Time) (*call, error) {
-	c := &call{ctx: ctx, req: req, items: len(req.GetRequests()), bytes: proto.Size(req), res: make(chan result, 1)}
+	c := &call{ctx: ctx, req: req, items: len(req.GetRequests()), bytes: wire.Size(req), res: make(chan result, 1)}
 	select {
 	case b.in <- c:
 		return c, nil

@@ -19,6 +19,7 @@ import (
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/internal/mux"
+	"github.com/ringlimit/ringlimit/internal/wire"
 )
 
 // ErrUnreachable is wrapped by the errors of calls that could not reach the
@@ -56,7 +57,7 @@ type Config struct {
 	// DialOptions configure every connection. Nil means plaintext
 	// (insecure credentials), for a private peer network. Every
 	// connection also gets a send limit of MaxMessageBytes, the peer
-	// server's receive limit.
+	// server's receive limit, and the codec wire.Codec.
 	DialOptions []grpc.DialOption
 	// Name is this node's member name, which batched forwards name as
 	// their sender (SenderHeader) when they travel on a ForwardStream.
@@ -249,7 +250,7 @@ func (p *Pool) peer(addr string) (*conn, error) {
 	// The send limit matches the peer server's receive limit, so that an
 	// oversized message fails here, with codes.ResourceExhausted, before
 	// it is sent.
-	opts := append(slices.Clip(p.conf.DialOptions), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxMessageBytes)))
+	opts := append(slices.Clip(p.conf.DialOptions), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxMessageBytes), grpc.ForceCodecV2(wire.Codec{})))
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err

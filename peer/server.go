@@ -13,6 +13,7 @@ import (
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/internal/mux"
+	"github.com/ringlimit/ringlimit/internal/wire"
 )
 
 // The bounds of what crosses the peer port. They hold whatever a peer
@@ -53,10 +54,11 @@ const (
 )
 
 // ServerOptions are the gRPC server options the peer listener needs: its
-// receive limit, MaxMessageBytes. Add them to the *grpc.Server that
-// serves Register.
+// receive limit, MaxMessageBytes, and the codec that decodes and encodes
+// forwarded checks without reflection (wire.Codec). Add them to the
+// *grpc.Server that serves Register.
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes)}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.ForceServerCodecV2(wire.Codec{})}
 }
 
 // Handler is what Server needs from the node: the owner's side of each peer
