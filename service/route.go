@@ -67,7 +67,8 @@ func pathOf(b pb.Behavior, owned bool) path {
 func (s *Service) decide(ctx context.Context, c *call, js []int) {
 	s.replica.Promote(c.ring)
 	self := s.cluster.LocalMember().Name
-	var store, remote []int
+	both := make([]int, 2*len(js)) // store and remote, in one allocation
+	store, remote := both[:0:len(js)], both[len(js):len(js)]
 	for _, j := range js {
 		owner := c.owners[j].Name
 		owned := owner == "" || owner == self
@@ -105,7 +106,7 @@ func (s *Service) decide(ctx context.Context, c *call, js []int) {
 // which are never passed on. It returns the checks to decide here and the
 // checks to forward.
 func (s *Service) pull(ctx context.Context, c *call, store, remote []int) (here, forward []int) {
-	here = store[:0:0]
+	here = store[:0] // filtered in place: here never passes the check being read
 	for _, j := range store {
 		if c.items[c.pos[j]].Behavior == pb.Behavior_LOCAL {
 			here = append(here, j)
@@ -238,22 +239,25 @@ func (s *Service) groupByOwner(c *call, js []int) []*remoteGroup {
 	if len(js) == 0 {
 		return nil
 	}
-	type dest struct {
-		owner string
-		mode  forwardMode
-	}
-	byOwner := make(map[dest]*remoteGroup) // the batched group of each owner, and the relays and pulls to it
-	var groups []*remoteGroup
+	// shared are the groups that checks join: the batched group of each
+	// owner, and with c.all the relays and pulls to it. A cluster has few
+	// owners, so they are searched in turn rather than kept in a map.
+	var groups, shared []*remoteGroup
 	for _, j := range js {
 		owner, mode := c.owners[j], c.mode(j)
 		unbatched := c.items[c.pos[j]].Behavior == pb.Behavior_UNBATCHED || mode != forwardPlain // relays and pulls are RPCs of their own
-		d := dest{owner.Name, mode}
-		g := byOwner[d]
+		var g *remoteGroup
+		for _, sg := range shared {
+			if sg.owner.Name == owner.Name && sg.mode == mode {
+				g = sg
+				break
+			}
+		}
 		if g == nil || (unbatched && !c.all) {
 			g = &remoteGroup{owner: owner, unbatched: unbatched, mode: mode}
 			groups = append(groups, g)
 			if !unbatched || c.all {
-				byOwner[d] = g
+				shared = append(shared, g)
 			}
 		}
 		g.unbatched = g.unbatched && unbatched

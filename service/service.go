@@ -249,6 +249,9 @@ type call struct {
 	pos     []int         // pos[j] is the item index of reqs[j]
 	owners  []ring.Member // owners[j] owns reqs[j].Key; looked up once
 	results []*pb.CheckResult
+	// decided holds the results of the checks decided here, one place an
+	// item, allocated at once rather than one by one.
+	decided []pb.CheckResult
 }
 
 // forwardMode is how a check goes to another node.
@@ -306,6 +309,7 @@ func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 		reqs:    make([]limiter.Request, 0, len(items)),
 		pos:     make([]int, 0, len(items)),
 		results: make([]*pb.CheckResult, len(items)),
+		decided: make([]pb.CheckResult, len(items)),
 	}
 	now := s.now()
 	for i, item := range items {
@@ -369,7 +373,8 @@ func (s *Service) decideLocal(c *call, js []int, route route) {
 // setResult records the decision for c.reqs[j].
 func (s *Service) setResult(c *call, j int, d algorithms.Decision, route route) {
 	i := c.pos[j]
-	c.results[i] = decisionResult(&c.reqs[j], d)
+	decisionResult(&c.decided[i], &c.reqs[j], d)
+	c.results[i] = &c.decided[i]
 	s.metrics.checked(c.reqs[j].Algorithm, c.items[i].Behavior, route, d.Allowed)
 }
 

@@ -110,8 +110,13 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	})
 
 	// Stream workers reuse goroutines whose stacks have grown already,
-	// rather than starting one per RPC.
-	workers := grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))
+	// rather than starting one per RPC. gRPC starts a goroutine for an RPC
+	// that finds every worker busy, and a node has as many RPCs in flight
+	// as clients wait on it (or on its owners), not as it has cores:
+	// with one worker a core, most RPCs of 50 concurrent clients started
+	// a goroutine and grew its stack (7% of a node's CPU). An idle worker
+	// costs its stack, a few KB.
+	workers := grpc.NumStreamWorkers(uint32(streamWorkersPerCore * runtime.GOMAXPROCS(0)))
 	// The client port's codec refuses the 1,001st item, or descriptor,
 	// before building it.
 	rlsBound := api.BoundOf(&rlspb.RateLimitRequest{}, "descriptors", rls.MaxDescriptors)
@@ -212,6 +217,10 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	})
 	return g.Wait()
 }
+
+// streamWorkersPerCore is how many gRPC stream workers a node keeps per
+// core (grpc.NumStreamWorkers).
+const streamWorkersPerCore = 32
 
 // restBudget bounds the last hand-off of shutdown when no member takes
 // anything: the others are stopping too.
