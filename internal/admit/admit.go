@@ -32,8 +32,10 @@ import (
 const DefaultMax = 1024
 
 // DefaultMaxStreams is the default bound on request streams open at once:
-// a client process keeps one to each node it talks to.
-const DefaultMaxStreams = 1024
+// a client process keeps one to each node it talks to, and a stream holds
+// up to 4 decoded requests of up to 2 MiB (see package mux), so that 256
+// hold at most what 1,024 requests in flight do (DefaultMax).
+const DefaultMaxStreams = 256
 
 // Config configures a Gate.
 type Config struct {

@@ -289,17 +289,24 @@ func shared(b []byte, last *string) (string, bool) {
 // checkResponse decodes a CheckResponse, or a message with its results in
 // field num and other fields that more takes.
 func (d *decoder) checkResponse(b []byte, num protowire.Number, results *[]*pb.CheckResult, more other) bool {
+	return repeated(b, num, results, d.result, more)
+}
+
+// repeated decodes a message whose field num is a repeated message field:
+// its elements go to *out, decoded by elem, allocated in one slab; the
+// other fields go to more.
+func repeated[T any](b []byte, num protowire.Number, out *[]*T, elem func([]byte, *T) bool, more other) bool {
 	n, ok := count(b, num)
 	if !ok {
 		return false
 	}
 	var (
-		slab []pb.CheckResult
+		slab []T
 		f    field
 	)
 	if n > 0 {
-		slab = make([]pb.CheckResult, n)
-		*results = make([]*pb.CheckResult, 0, n)
+		slab = make([]T, n)
+		*out = make([]*T, 0, n)
 	}
 	for len(b) > 0 {
 		if !next(&b, &f) {
@@ -307,11 +314,11 @@ func (d *decoder) checkResponse(b []byte, num protowire.Number, results *[]*pb.C
 		}
 		switch {
 		case f.num == num && f.typ == protowire.BytesType:
-			r := &slab[len(*results)]
-			if !d.result(f.b, r) {
+			el := &slab[len(*out)]
+			if !elem(f.b, el) {
 				return false
 			}
-			*results = append(*results, r)
+			*out = append(*out, el)
 		case more == nil || !more(f):
 			return false
 		}
@@ -362,65 +369,15 @@ func (d *decoder) result(b []byte, r *pb.CheckResult) bool {
 // forwardRequest decodes a ForwardRequest, or a message with its field 1
 // and others that more takes.
 func (d *decoder) forwardRequest(b []byte, reqs *[]*pb.CheckRequest, more other) bool {
-	n, ok := count(b, 1)
-	if !ok {
-		return false
-	}
-	var (
-		slab []pb.CheckRequest
-		f    field
-	)
-	if n > 0 {
-		slab = make([]pb.CheckRequest, n)
-		*reqs = make([]*pb.CheckRequest, 0, n)
-	}
-	for len(b) > 0 {
-		if !next(&b, &f) {
-			return false
-		}
-		switch {
-		case f.num == 1 && f.typ == protowire.BytesType:
-			r := &slab[len(*reqs)]
-			if !d.checkRequest(f.b, &r.Requests, &r.All, nil) {
-				return false
-			}
-			*reqs = append(*reqs, r)
-		case more == nil || !more(f):
-			return false
-		}
-	}
-	return true
+	return repeated(b, 1, reqs, func(b []byte, r *pb.CheckRequest) bool {
+		return d.checkRequest(b, &r.Requests, &r.All, nil)
+	}, more)
 }
 
 // forwardResponse decodes a ForwardResponse, or a message with its
 // responses in field num and other fields that more takes.
 func (d *decoder) forwardResponse(b []byte, num protowire.Number, resps *[]*pb.CheckResponse, more other) bool {
-	n, ok := count(b, num)
-	if !ok {
-		return false
-	}
-	var (
-		slab []pb.CheckResponse
-		f    field
-	)
-	if n > 0 {
-		slab = make([]pb.CheckResponse, n)
-		*resps = make([]*pb.CheckResponse, 0, n)
-	}
-	for len(b) > 0 {
-		if !next(&b, &f) {
-			return false
-		}
-		switch {
-		case f.num == num && f.typ == protowire.BytesType:
-			r := &slab[len(*resps)]
-			if !d.checkResponse(f.b, 1, &r.Responses, nil) {
-				return false
-			}
-			*resps = append(*resps, r)
-		case more == nil || !more(f):
-			return false
-		}
-	}
-	return true
+	return repeated(b, num, resps, func(b []byte, r *pb.CheckResponse) bool {
+		return d.checkResponse(b, 1, &r.Responses, nil)
+	}, more)
 }

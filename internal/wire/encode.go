@@ -87,13 +87,22 @@ func (e *encoder) checkRequest(m *pb.CheckRequest) (int, bool) {
 }
 
 func (e *encoder) items(items []*pb.CheckItem) (int, bool) {
+	return planRepeated(e, items, itemSize)
+}
+
+// planRepeated plans the elements ms of a repeated message field, each
+// of the size that size works out, and returns the size of them all.
+func planRepeated[T any, M interface {
+	*T
+	proto.Message
+}](e *encoder, ms []M, size func(M) (int, bool)) (int, bool) {
 	total := 0
-	for _, it := range items {
-		if it == nil || unknown(it) {
+	for _, m := range ms {
+		if m == nil || unknown(m) {
 			return 0, false
 		}
 		i := e.reserve()
-		n, ok := itemSize(it)
+		n, ok := size(m)
 		if !ok {
 			return 0, false
 		}
@@ -117,14 +126,12 @@ func itemSize(it *pb.CheckItem) (int, bool) {
 }
 
 func (e *encoder) results(results []*pb.CheckResult) (int, bool) {
-	total := 0
-	for _, r := range results {
-		if r == nil || unknown(r) || len(r.Metadata) > 0 || !utf8.ValidString(r.Error) {
+	return planRepeated(e, results, func(r *pb.CheckResult) (int, bool) {
+		if len(r.Metadata) > 0 || !utf8.ValidString(r.Error) {
 			return 0, false
 		}
-		total += e.set(e.reserve(), resultSize(r))
-	}
-	return total, true
+		return resultSize(r), true
+	})
 }
 
 func resultSize(r *pb.CheckResult) int {
@@ -134,35 +141,11 @@ func resultSize(r *pb.CheckResult) int {
 }
 
 func (e *encoder) requests(reqs []*pb.CheckRequest) (int, bool) {
-	total := 0
-	for _, r := range reqs {
-		if r == nil || unknown(r) {
-			return 0, false
-		}
-		i := e.reserve()
-		n, ok := e.checkRequest(r)
-		if !ok {
-			return 0, false
-		}
-		total += e.set(i, n)
-	}
-	return total, true
+	return planRepeated(e, reqs, e.checkRequest)
 }
 
 func (e *encoder) responses(resps []*pb.CheckResponse) (int, bool) {
-	total := 0
-	for _, r := range resps {
-		if r == nil || unknown(r) {
-			return 0, false
-		}
-		i := e.reserve()
-		n, ok := e.results(r.Responses)
-		if !ok {
-			return 0, false
-		}
-		total += e.set(i, n)
-	}
-	return total, true
+	return planRepeated(e, resps, func(r *pb.CheckResponse) (int, bool) { return e.results(r.Responses) })
 }
 
 // sizeVarint is the size of a varint field holding v, 0 when v is 0 (not
