@@ -7,13 +7,13 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
-	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/wire"
 	"github.com/ringlimit/ringlimit/service"
 )
 
@@ -59,20 +59,22 @@ const MaxMessages = 1 << 16
 // ServerOptions are the options of the grpc.Server that serves
 // RegisterGRPC: the receive limits MaxRecvMsgBytes and MaxHeaderListBytes,
 // and a codec that decodes at most service.MaxItems+1 items of a
-// CheckRequest (and at most Max+1 elements of each of bounds), however
-// many the message holds, and refuses a request that would build more than
-// MaxMessages messages. protobuf would otherwise build every element before
+// CheckRequest or CheckStreamRequest (and at most Max+1 elements of each
+// of bounds), however many the message holds, and refuses a request that
+// would build more than MaxMessages messages. protobuf would otherwise build every element before
 // the service counts them: a message of empty items costs about a hundred
 // times its size.
 func ServerOptions(bounds ...Bound) []grpc.ServerOption {
-	c := boundedCodec{CodecV2: encoding.GetCodecV2(protocodec.Name), bounds: map[protoreflect.FullName]Bound{}, leaves: &sync.Map{}}
-	for _, b := range append(bounds, BoundOf(&pb.CheckRequest{}, "requests", service.MaxItems)) {
+	c := boundedCodec{CodecV2: wire.Codec{}, bounds: map[protoreflect.FullName]Bound{}, leaves: &sync.Map{}}
+	checks := []Bound{BoundOf(&pb.CheckRequest{}, "requests", service.MaxItems), BoundOf(&pb.CheckStreamRequest{}, "requests", service.MaxItems)}
+	for _, b := range append(bounds, checks...) {
 		c.bounds[b.Message] = b
 	}
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvMsgBytes), grpc.MaxHeaderListSize(MaxHeaderListBytes), grpc.ForceServerCodecV2(c)}
 }
 
-// boundedCodec is gRPC's proto codec, except that it counts before it
+// boundedCodec is gRPC's proto codec (wire.Codec, which decodes and
+// encodes checks without reflection), except that it counts before it
 // decodes. For the messages in bounds, it decodes from a prefix of their
 // encoding that ends before the repeated field's Max+2nd element, so the
 // handler sees Max+1 elements and refuses the request as it refuses any
@@ -101,7 +103,7 @@ func (c boundedCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !c.countMessages(b, d, &budget, 0) {
 		return fmt.Errorf("%s: more than %d messages, or nested too deeply", d.FullName(), MaxMessages)
 	}
-	return proto.Unmarshal(b, m)
+	return wire.Unmarshal(b, m)
 }
 
 // maxDepth bounds countMessages' recursion; ringlimit's and Envoy's

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/mux"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/service"
 )
@@ -57,6 +58,10 @@ type Config struct {
 	// the requests in flight (admit.Gate.HTTP). The probes, /metrics and
 	// /v1/members are not wrapped, so that they answer under load.
 	Admit func(http.Handler) http.Handler
+	// AdmitMessage, if not nil, admits each request of a CheckStream (e.g.
+	// admit.Gate.Message): it returns what to call once the request is
+	// answered, or the error to refuse it with.
+	AdmitMessage func() (done func(), err error)
 }
 
 // Server is the gRPC and HTTP faces of one node. It is safe for
@@ -66,6 +71,7 @@ type Server struct {
 	latency *prometheus.HistogramVec
 	ring    atomic.Pointer[ringID] // the last ring seen, with its fingerprint
 	bufs    sync.Pool              // *[]byte: JSON answers are written in these
+	streams mux.Server[pb.CheckStreamRequest, pb.CheckStreamResponse]
 }
 
 // New returns a Server. It starts nothing: the caller registers it on a
@@ -75,11 +81,12 @@ func New(conf Config) *Server {
 		conf: conf,
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ringlimit_check_duration_seconds",
-			Help:    "Time to answer a check request, by interface (grpc, http).",
+			Help:    "Time to answer a check request, by interface (grpc, grpc_stream, http).",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"interface"}),
 	}
 	s.bufs.New = func() any { return new([]byte) }
+	s.streams = mux.Server[pb.CheckStreamRequest, pb.CheckStreamResponse]{Timeout: streamTimeout, Handle: s.checkMessage, Notice: drainNotice}
 	if conf.Registerer != nil {
 		conf.Registerer.MustRegister(s.latency)
 	}

@@ -50,16 +50,48 @@ func newGate() *gate { return &gate{entered: make(chan struct{}), release: make(
 
 func (g *gate) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if method == checkMethod {
-		g.mu.Lock()
-		g.sent = append(g.sent, proto.CloneOf(req.(*pb.CheckRequest)))
-		first := len(g.sent) == 1
-		g.mu.Unlock()
-		if first {
-			close(g.entered)
-			<-g.release
-		}
+		g.record(proto.CloneOf(req.(*pb.CheckRequest)))
 	}
 	return invoke(ctx, method, req, reply, cc, opts...)
+}
+
+// interceptStream makes g record, and hold, the requests a client sends
+// on a CheckStream as it does Check RPCs: they are the same batches.
+func (g *gate) interceptStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	return gatedStream{s, g}, err
+}
+
+type gatedStream struct {
+	grpc.ClientStream
+	g *gate
+}
+
+func (s gatedStream) SendMsg(m any) error {
+	if r, ok := m.(*pb.CheckStreamRequest); ok {
+		r = proto.CloneOf(r)
+		s.g.record(&pb.CheckRequest{Requests: r.Requests, All: r.All})
+	}
+	return s.ClientStream.SendMsg(m)
+}
+
+// record records req, and holds the first until g is released.
+func (g *gate) record(req *pb.CheckRequest) {
+	g.mu.Lock()
+	g.sent = append(g.sent, req)
+	first := len(g.sent) == 1
+	g.mu.Unlock()
+	if first {
+		close(g.entered)
+		<-g.release
+	}
+}
+
+// dialOptions are the options of a client whose batches pass through g,
+// whether they travel as Check RPCs or on a CheckStream.
+func (g *gate) dialOptions() Option {
+	return WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(g.intercept), grpc.WithStreamInterceptor(g.interceptStream))
 }
 
 // rpcs returns the Check requests sent so far.
@@ -73,8 +105,7 @@ func (g *gate) rpcs() []*pb.CheckRequest {
 // the node it batches for.
 func gated(t *testing.T, g *gate) (*Client, *node) {
 	t.Helper()
-	c, err := Open([]string{serve(t)}, WithDialOptions(
-		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(g.intercept)))
+	c, err := Open([]string{serve(t)}, g.dialOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,6 +229,10 @@ func (f *fakeRL) Check(_ context.Context, req *pb.CheckRequest, _ ...grpc.CallOp
 
 func (f *fakeRL) Members(context.Context, *pb.MembersRequest, ...grpc.CallOption) (*pb.MembersResponse, error) {
 	return &pb.MembersResponse{}, nil
+}
+
+func (f *fakeRL) CheckStream(context.Context, ...grpc.CallOption) (grpc.BidiStreamingClient[pb.CheckStreamRequest, pb.CheckStreamResponse], error) {
+	return nil, errors.New("fakeRL serves no stream") // unused: the node of TestBatchingAddsNoDelay has none
 }
 
 // TestBatchingAddsNoDelay runs the batching in virtual time: an idle
@@ -394,8 +429,7 @@ func TestBatchOfWrongLengthFails(t *testing.T) {
 	go srv.Serve(lis)
 	defer srv.Stop()
 	g := newGate()
-	c, err := Open([]string{lis.Addr().String()}, WithDialOptions(
-		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(g.intercept)))
+	c, err := Open([]string{lis.Addr().String()}, g.dialOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,9 @@
 // Allow and Take do not change.
 //
 // Clients made by New and Open batch: concurrent checks bound for one node
-// share an RPC, without waiting when the node is idle (see Open).
+// share a request, without waiting when the node is idle (see Open), and
+// the requests travel as the messages of one CheckStream to each node,
+// which costs the node far less than an RPC each (see WithoutStreams).
 package client
 
 import (

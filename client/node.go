@@ -2,14 +2,18 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/mux"
+	"github.com/ringlimit/ringlimit/internal/wire"
 )
 
 // maxFlying is the most batches in flight to one node. The second and
@@ -32,11 +36,17 @@ const maxFlying = 4
 // from its own goroutine; gathered batches go from a goroutine started
 // for them, which sends the batches that become due while it waits, and
 // ends when none is.
+//
+// Batches travel as the requests of one CheckStream, which costs the node
+// far less per batch than a Check RPC; a part that travels alone, and any
+// batch the stream cannot carry (not connected yet, a node that does not
+// serve it), goes in a Check RPC.
 type node struct {
 	addr     string
 	conn     *grpc.ClientConn
 	rl       pb.RateLimiterClient
-	base     context.Context // ends when the client closes: RPCs of batches
+	stream   *mux.Client[pb.CheckStreamRequest, pb.CheckStreamResponse] // nil: Check RPCs only
+	base     context.Context                                            // ends when the client closes: RPCs of batches
 	batching bool
 	router   *router // nil when the client does not route
 
@@ -49,17 +59,38 @@ type node struct {
 type nodeConfig struct {
 	dial     []grpc.DialOption
 	batching bool
+	streams  bool            // batches go on a CheckStream
 	base     context.Context // ends when the client closes
 	router   *router         // nil when the client does not route
 }
 
 // newNode returns the node at addr. It connects lazily.
 func newNode(addr string, conf nodeConfig) (*node, error) {
-	conn, err := grpc.NewClient(addr, conf.dial...)
+	// The codec goes first, so that a caller's dial options may set
+	// another.
+	dial := append([]grpc.DialOption{grpc.WithDefaultCallOptions(grpc.ForceCodecV2(wire.Codec{}))}, conf.dial...)
+	conn, err := grpc.NewClient(addr, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	return &node{addr: addr, conn: conn, rl: pb.NewRateLimiterClient(conn), base: conf.base, batching: conf.batching, router: conf.router}, nil
+	n := &node{addr: addr, conn: conn, rl: pb.NewRateLimiterClient(conn), base: conf.base, batching: conf.batching, router: conf.router}
+	if conf.batching && conf.streams {
+		n.stream = mux.NewClient(mux.Config[pb.CheckStreamRequest, pb.CheckStreamResponse]{
+			Open:  n.rl.CheckStream,
+			Ready: func() bool { return conn.GetState() == connectivity.Ready },
+			Stamp: func(r *pb.CheckStreamRequest, id uint64, timeoutMs int64) { r.Id, r.TimeoutMs = id, timeoutMs },
+			ID:    (*pb.CheckStreamResponse).GetId,
+		})
+	}
+	return n, nil
+}
+
+// close ends n's stream and closes its connection.
+func (n *node) close() error {
+	if n.stream != nil {
+		n.stream.Close()
+	}
+	return n.conn.Close()
 }
 
 // batch is parts gathered into one request.
@@ -103,9 +134,9 @@ func (n *node) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckRespon
 func (n *node) submit(p *part, wait bool) {
 	if !n.batching || p.alone() {
 		if wait {
-			n.flush([]*part{p})
+			n.flush([]*part{p}, true)
 		} else {
-			go n.flush([]*part{p})
+			go n.flush([]*part{p}, true)
 		}
 		return
 	}
@@ -125,7 +156,7 @@ func (n *node) submit(p *part, wait bool) {
 		go n.fly(b)
 	}
 	if mine != nil {
-		n.flush(mine.parts)
+		n.flush(mine.parts, false)
 		n.land(false)
 	}
 }
@@ -157,7 +188,7 @@ func (n *node) due() []*batch {
 // of them from this goroutine.
 func (n *node) fly(b *batch) {
 	for b != nil {
-		n.flush(b.parts)
+		n.flush(b.parts, false)
 		b = n.land(true)
 	}
 }
@@ -188,8 +219,8 @@ func (n *node) land(keep bool) *batch {
 // goes under its caller's context, as without batching; several go under
 // a context that ends with the client or at the latest of their
 // deadlines (none if one has none), since each caller stops waiting at
-// its own.
-func (n *node) flush(parts []*part) {
+// its own. A part that is alone goes in a Check RPC of its own.
+func (n *node) flush(parts []*part, alone bool) {
 	live := parts[:0] // parts is this flush's own
 	items := 0
 	for _, p := range parts {
@@ -225,7 +256,7 @@ func (n *node) flush(parts []*part) {
 		ctx, cancel = batchContext(n.base, live)
 		defer cancel()
 	}
-	resp, err := n.check(ctx, req)
+	resp, err := n.check(ctx, req, alone)
 	if err == nil && len(resp.GetResponses()) != items {
 		err = fmt.Errorf("%w: node %s answered %d results for %d checks", ErrInternal, n.addr, len(resp.GetResponses()), items)
 	}
@@ -257,22 +288,54 @@ func batchContext(base context.Context, parts []*part) (context.Context, context
 	return context.WithDeadline(base, latest)
 }
 
-// check sends req to n. A routing client says which ring it routed req by
-// and learns from the answer whether the node's ring differs.
-func (n *node) check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	if n.router == nil {
+// check sends req to n: on n's stream, unless it must travel alone, or
+// its context carries gRPC metadata (a lone caller's, which a message on
+// the stream would not carry), or the stream cannot carry it; else in a
+// Check RPC. A routing client says which ring it routed req by and learns
+// from the answer whether the node's ring differs.
+func (n *node) check(ctx context.Context, req *pb.CheckRequest, alone bool) (*pb.CheckResponse, error) {
+	var v *view
+	if n.router != nil {
+		v = n.router.view.Load()
+	}
+	if n.stream != nil && !alone {
+		if _, md := metadata.FromOutgoingContext(ctx); !md {
+			resp, err := n.streamCheck(ctx, req, v)
+			if !errors.Is(err, mux.ErrRefused) {
+				return resp, err
+			}
+		}
+	}
+	if v == nil || v.hex == "" { // no ring learned: the node routes
 		return n.rl.Check(ctx, req)
 	}
-	ours := n.router.view.Load().hex
-	if ours == "" { // no ring learned: the node routes
-		return n.rl.Check(ctx, req)
-	}
+	ours := v.hex
 	var header metadata.MD
 	resp, err := n.rl.Check(metadata.AppendToOutgoingContext(ctx, ringHeader, ours), req, grpc.Header(&header))
 	if theirs := header.Get(ringHeader); len(theirs) > 0 && theirs[0] != ours {
 		n.router.ask(n) // n first: a ring that differs is most often the newer
 	}
 	return resp, err
+}
+
+// streamCheck sends req on n's stream; v is the ring it was routed by,
+// nil if none.
+func (n *node) streamCheck(ctx context.Context, req *pb.CheckRequest, v *view) (*pb.CheckResponse, error) {
+	m := &pb.CheckStreamRequest{Requests: req.GetRequests(), All: req.GetAll()}
+	if v != nil {
+		m.Ring = v.sum
+	}
+	resp, err := n.stream.Call(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	if theirs := resp.GetRing(); theirs != 0 && v != nil && theirs != v.sum {
+		n.router.ask(n) // n first: a ring that differs is most often the newer
+	}
+	if err := mux.Err(resp.GetStatus()); err != nil {
+		return nil, err
+	}
+	return &pb.CheckResponse{Responses: resp.GetResponses()}, nil
 }
 
 // fail answers p with err, unless the client routes and sends p to

@@ -18,6 +18,7 @@ type options struct {
 	cluster   bool
 	refresh   time.Duration
 	unbatched bool
+	unstreams bool
 }
 
 // WithDialOptions dials every node with opts: the seeds, and with routing
@@ -53,6 +54,14 @@ func WithRingRefresh(every time.Duration) Option {
 // several callers does not carry.
 func WithoutBatching() Option {
 	return func(o *options) { o.unbatched = true }
+}
+
+// WithoutStreams sends batches in Check RPCs, one each, rather than as
+// the requests of a CheckStream: for a proxy between client and nodes
+// that does not carry long-lived streams, or interceptors that must see
+// each batch as an RPC. It costs the nodes more CPU a check.
+func WithoutStreams() Option {
+	return func(o *options) { o.unstreams = true }
 }
 
 // Open returns a client of the ringlimit nodes at addrs (host:port, or
@@ -91,7 +100,7 @@ func Open(addrs []string, opts ...Option) (*Client, error) {
 	if len(o.dial) == 0 {
 		o.dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	conf := nodeConfig{dial: o.dial, batching: !o.unbatched}
+	conf := nodeConfig{dial: o.dial, batching: !o.unbatched, streams: !o.unstreams}
 	if len(addrs) == 1 && !o.cluster {
 		ctx, cancel := context.WithCancel(context.Background())
 		conf.base = ctx
@@ -102,7 +111,7 @@ func Open(addrs []string, opts ...Option) (*Client, error) {
 		}
 		return &Client{checker: n, close: func() error {
 			cancel()
-			return n.conn.Close()
+			return n.close()
 		}}, nil
 	}
 	r, err := newRouter(addrs, o.refresh, conf)

@@ -42,15 +42,23 @@ func newStaticCluster(t testing.TB, n int) *staticCluster {
 		if err != nil {
 			t.Fatal(err)
 		}
+		record := func(items []*pb.CheckItem) {
+			if c.unrecorded.Load() {
+				return
+			}
+			c.mu.Lock()
+			for _, it := range items {
+				c.keys[i] = append(c.keys[i], it.Key)
+			}
+			c.mu.Unlock()
+		}
 		srv := grpc.NewServer(grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			if r, ok := req.(*pb.CheckRequest); ok && !c.unrecorded.Load() {
-				c.mu.Lock()
-				for _, it := range r.Requests {
-					c.keys[i] = append(c.keys[i], it.Key)
-				}
-				c.mu.Unlock()
+			if r, ok := req.(*pb.CheckRequest); ok {
+				record(r.Requests)
 			}
 			return h(ctx, req)
+		}), grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			return h(srv, recordingStream{ss, record})
 		}))
 		api.New(api.Config{Checker: service.New(service.Config{}), Ring: c.ring.Load}).RegisterGRPC(srv)
 		go srv.Serve(lis)
@@ -60,6 +68,20 @@ func newStaticCluster(t testing.TB, n int) *staticCluster {
 	}
 	c.ring.Store(ring.New(c.members...))
 	return c
+}
+
+// recordingStream records the keys of the checks a CheckStream receives.
+type recordingStream struct {
+	grpc.ServerStream
+	record func([]*pb.CheckItem)
+}
+
+func (s recordingStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if r, ok := m.(*pb.CheckStreamRequest); ok && err == nil {
+		s.record(r.Requests)
+	}
+	return err
 }
 
 func (c *staticCluster) addrs() []string {

@@ -303,7 +303,7 @@ func (r *router) retire(v *view, now time.Time) {
 			live = append(live, old)
 			continue
 		}
-		old.n.conn.Close()
+		old.n.close()
 	}
 	r.retired = live
 }
@@ -319,7 +319,7 @@ func (r *router) Close() error {
 		n.conn.Close()
 	}
 	for _, old := range r.retired {
-		old.n.conn.Close()
+		old.n.close()
 	}
 	return nil
 }

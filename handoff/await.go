@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ringlimit/ringlimit/internal/mux"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -102,6 +103,7 @@ func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) {
 		if s == nil || s.released() {
 			return
 		}
+		mux.Detach(ctx) // a stream's other requests need not wait for this one
 		select {
 		case <-s.done:
 		case <-ctx.Done():

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -40,7 +41,8 @@ type GuardConfig struct {
 
 // Guard checks who makes each peer call, before the Server sees it:
 // reports (AddGlobalHits), GLOBAL states (UpdateGlobals), hand-offs
-// (HandOff) and replicas (Replicate) are taken only from current members under their own names. A
+// (HandOff), replicas (Replicate) and streams of forwards (ForwardStream)
+// are taken only from current members under their own names. A
 // refused call fails with codes.PermissionDenied (codes.Unauthenticated
 // without a certificate) and reaches no handler. Forward carries no name:
 // with mutual TLS, the certificate the handshake verified is its
@@ -105,13 +107,52 @@ func (g *Guard) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	default:
 		return handler(ctx, req) // no peer method else; nothing to check
 	}
-	switch {
-	case cert != nil && !CertificateNames(cert, from):
-		return nil, g.refuse(ctx, info.FullMethod, from, refusedWrongName, codes.PermissionDenied)
-	case !g.conf.Members.Member(from):
-		return nil, g.refuse(ctx, info.FullMethod, from, refusedNotMember, codes.PermissionDenied)
+	if err := g.check(ctx, info.FullMethod, cert, from); err != nil {
+		return nil, err
 	}
 	return handler(ctx, req)
+}
+
+// Stream is the Guard as a gRPC stream server interceptor, for the peer
+// server only (grpc.ChainStreamInterceptor(g.Stream)): a stream is taken
+// only from a member under its own name, which it gives in SenderHeader.
+func (g *Guard) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx := ss.Context()
+	var cert *x509.Certificate
+	if g.conf.Certificates {
+		if cert = verifiedLeaf(ctx); cert == nil {
+			return g.refuse(ctx, info.FullMethod, "", refusedNoCertificate, codes.Unauthenticated)
+		}
+	}
+	if err := g.check(ctx, info.FullMethod, cert, Sender(ctx)); err != nil {
+		return err
+	}
+	return handler(srv, ss)
+}
+
+// check refuses a call of method whose sender claims to be from, unless
+// from is a member and, with mutual TLS, the name of cert.
+func (g *Guard) check(ctx context.Context, method string, cert *x509.Certificate, from string) error {
+	switch {
+	case cert != nil && !CertificateNames(cert, from):
+		return g.refuse(ctx, method, from, refusedWrongName, codes.PermissionDenied)
+	case !g.conf.Members.Member(from):
+		return g.refuse(ctx, method, from, refusedNotMember, codes.PermissionDenied)
+	}
+	return nil
+}
+
+// SenderHeader is the gRPC metadata key in which a node names itself when
+// it opens a stream to a peer (ForwardStream).
+const SenderHeader = "ringlimit-peer"
+
+// Sender returns the name a peer stream's sender gives in SenderHeader,
+// or "".
+func Sender(ctx context.Context) string {
+	if v := metadata.ValueFromIncomingContext(ctx, SenderHeader); len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 func (g *Guard) refuse(ctx context.Context, method, from, reason string, code codes.Code) error {

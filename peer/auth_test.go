@@ -33,7 +33,7 @@ func guarded(t *testing.T, h Handler, ca *testpki.CA, m members) (string, *prome
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	g := NewGuard(GuardConfig{Members: m, Certificates: ca != nil, Registerer: reg})
-	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(g.Unary)}
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(g.Unary), grpc.ChainStreamInterceptor(g.Stream)}
 	if ca != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsSource(t, ca, ca, "a").ServerConfig())))
 	}

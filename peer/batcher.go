@@ -2,13 +2,15 @@ package peer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/protobuf/proto"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/wire"
 )
 
 // call is one caller's request waiting in a batcher.
@@ -18,7 +20,14 @@ type call struct {
 	items int
 	bytes int         // req's encoded size
 	res   chan result // cap 1, so the batcher's one send never blocks
+	// left is set when the caller stops waiting for another reason than
+	// ctx (a deadline of the wait's own, or its owner's suspicion): the
+	// call is not sent either.
+	left atomic.Bool
 }
+
+// gone reports whether c's caller has stopped waiting.
+func (c *call) gone() bool { return c.ctx.Err() != nil || c.left.Load() }
 
 type result struct {
 	resp *pb.CheckResponse
@@ -78,21 +87,52 @@ func (b *batcher) retire(err error) {
 // returns ctx.Err() as soon as ctx ends, and b's retirement error if b is
 // retired before taking req. do is safe for concurrent use.
 func (b *batcher) do(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	c := &call{ctx: ctx, req: req, items: len(req.GetRequests()), bytes: proto.Size(req), res: make(chan result, 1)}
+	c, err := b.submit(ctx, req, nil)
+	if err != nil {
+		return nil, err
+	}
+	return c.wait(nil, nil)
+}
+
+// submit hands req to b's loop, which then owns the call and answers it,
+// even when it stops. It returns ctx.Err() if ctx ends first, a deadline
+// error if expire yields first (nil: never), and b's retirement error if b
+// is retired before taking req.
+func (b *batcher) submit(ctx context.Context, req *pb.CheckRequest, expire <-chan time.Time) (*call, error) {
+	c := &call{ctx: ctx, req: req, items: len(req.GetRequests()), bytes: wire.Size(req), res: make(chan result, 1)}
 	select {
 	case b.in <- c:
+		return c, nil
 	case <-b.gone:
 		return nil, b.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-expire:
+		return nil, context.DeadlineExceeded
 	}
-	// run now owns c and answers it, even when it stops.
+}
+
+// errStopped is the error of a wait that its stop channel ended.
+var errStopped = errors.New("stopped waiting")
+
+// wait waits for the answer to c. It gives up, and c is not sent if it
+// has not been, when c's caller's context ends (returning its error),
+// when expire yields (context.DeadlineExceeded) or when stop is closed
+// (errStopped); nil channels never do.
+func (c *call) wait(expire <-chan time.Time, stop <-chan struct{}) (*pb.CheckResponse, error) {
+	var err error
 	select {
 	case r := <-c.res:
 		return r.resp, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	case <-c.ctx.Done():
+		err = c.ctx.Err()
+	case <-expire:
+		err = context.DeadlineExceeded
+	case <-stop:
+		err = errStopped
 	}
+	c.left.Store(true)
+	return nil, err
 }
 
 // gathered is the batch a batcher is collecting.
@@ -202,7 +242,7 @@ func (b *batcher) flush(ctx context.Context, calls []*call) {
 	reqs := make([]*pb.CheckRequest, 0, len(calls))
 	items := 0
 	for _, c := range calls {
-		if c.ctx.Err() != nil {
+		if c.gone() {
 			continue
 		}
 		live = append(live, c)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/mux"
 )
 
 // Forward asks the owner at addr to decide req, batched with concurrent
@@ -20,22 +21,69 @@ import (
 // peer could not be reached or answer in time. Forward is safe for
 // concurrent use and does not modify req.
 func (p *Pool) Forward(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	start := time.Now()
-	resp, err := p.forward(ctx, addr, req)
-	p.metrics.forwarded(batched, start, err)
+	return p.Start(ctx, addr, req).Wait(nil)
+}
+
+// Forwarding is a batched forward on its way to its owner: see
+// Pool.Start. (An interface, so that a fake of the Pool can make its own.)
+type Forwarding interface {
+	// Wait returns the owner's answer, as Pool.Forward does. It also gives
+	// up, with an error wrapping ErrUnreachable, when stop is closed (nil:
+	// never): the caller has learned that the owner cannot answer. A
+	// forward that gives up before its batch is sent is not sent. Wait may
+	// be called once.
+	Wait(stop <-chan struct{}) (*pb.CheckResponse, error)
+}
+
+// forwarding is the Pool's Forwarding.
+type forwarding struct {
+	p      *Pool
+	addr   string
+	start  time.Time
+	expire *time.Timer // Config.Timeout after Start
+	c      *call       // nil when err is set
+	err    error       // why the forward failed before reaching the batcher
+}
+
+// Start is Forward in two steps, so that a caller with several owners to
+// ask asks them all before it waits for one: it hands req to the batcher
+// of the owner at addr, waiting only while that batcher holds as many
+// batches as it may (and at most until ctx ends or Config.Timeout
+// passes), and returns the forward, whose Wait returns the answer.
+func (p *Pool) Start(ctx context.Context, addr string, req *pb.CheckRequest) Forwarding {
+	f := &forwarding{p: p, addr: addr, start: time.Now()}
+	c, err := p.peer(addr)
+	if err != nil {
+		f.err = fmt.Errorf("forward to %s: %w", addr, err)
+		return f
+	}
+	mux.Detach(ctx) // a stream's other requests need not wait for this one
+	f.expire = time.NewTimer(p.conf.Timeout)
+	if f.c, err = c.batch.submit(ctx, req, f.expire.C); err != nil {
+		f.err = wrap(ctx, "forward", addr, err)
+	}
+	return f
+}
+
+func (f *forwarding) Wait(stop <-chan struct{}) (*pb.CheckResponse, error) {
+	resp, err := f.wait(stop)
+	f.p.metrics.forwarded(batched, f.start, err)
 	return resp, err
 }
 
-func (p *Pool) forward(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	c, err := p.peer(addr)
-	if err != nil {
-		return nil, fmt.Errorf("forward to %s: %w", addr, err)
+func (f *forwarding) wait(stop <-chan struct{}) (*pb.CheckResponse, error) {
+	if f.expire != nil {
+		defer f.expire.Stop()
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.conf.Timeout)
-	defer cancel()
-	resp, err := c.batch.do(ctx, req)
-	if err != nil {
-		return nil, wrap(ctx, "forward", addr, err)
+	if f.err != nil {
+		return nil, f.err
+	}
+	resp, err := f.c.wait(f.expire.C, stop)
+	switch {
+	case errors.Is(err, errStopped):
+		return nil, fmt.Errorf("forward to %s: %w: %w", f.addr, ErrUnreachable, err)
+	case err != nil:
+		return nil, wrap(f.c.ctx, "forward", f.addr, err)
 	}
 	return resp, nil
 }
@@ -166,6 +214,7 @@ func unary[Req, Resp any](ctx context.Context, p *Pool, op, addr string, method 
 	if err != nil {
 		return zero, fmt.Errorf("%s to %s: %w", op, addr, err)
 	}
+	mux.Detach(ctx)
 	ctx, cancel := context.WithTimeout(ctx, p.conf.Timeout)
 	defer cancel()
 	resp, err := method(c.client, ctx, req)

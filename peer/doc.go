@@ -5,7 +5,9 @@
 // A node that does not own a key forwards the check to the key's owner.
 // Forwarding one RPC per check costs a round trip and a gRPC stream per
 // check, so Pool.Forward gathers concurrent checks bound for the same peer
-// into one Forward RPC. Each peer has a batcher: callers hand it their
+// into one batch, and sends the batches to each peer as the messages of
+// one long-lived ForwardStream (a Forward RPC each when the peer refuses
+// the stream: it does not know this node yet, or is of an older version). Each peer has a batcher: callers hand it their
 // request and wait on a result channel of their own. Batching is adaptive:
 // a request that finds no batch to its peer in flight is sent at once, so
 // idle traffic pays no delay; requests that arrive while one is in flight

@@ -11,9 +11,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/mux"
+	"github.com/ringlimit/ringlimit/internal/wire"
 )
 
 // ErrUnreachable is wrapped by the errors of calls that could not reach the
@@ -51,8 +57,12 @@ type Config struct {
 	// DialOptions configure every connection. Nil means plaintext
 	// (insecure credentials), for a private peer network. Every
 	// connection also gets a send limit of MaxMessageBytes, the peer
-	// server's receive limit.
+	// server's receive limit, and the codec wire.Codec.
 	DialOptions []grpc.DialOption
+	// Name is this node's member name, which batched forwards name as
+	// their sender (SenderHeader) when they travel on a ForwardStream.
+	// Empty means they travel as Forward RPCs.
+	Name string
 }
 
 // DefaultTimeout is the forward deadline: how long a node waits for an
@@ -95,11 +105,21 @@ type Pool struct {
 	closed  bool // Close was called
 }
 
-// conn is one peer: its connection, client and batcher.
+// conn is one peer: its connection, client and batcher, and the stream
+// its batches travel on.
 type conn struct {
 	cc     *grpc.ClientConn
 	client pb.PeerClient
 	batch  *batcher
+	stream *mux.Client[pb.ForwardStreamRequest, pb.ForwardStreamResponse] // nil: Forward RPCs only
+}
+
+// close ends c's stream and closes its connection.
+func (c *conn) close() error {
+	if c.stream != nil {
+		c.stream.Close()
+	}
+	return c.cc.Close()
 }
 
 // NewPool returns a Pool configured by conf. It starts nothing and dials
@@ -178,7 +198,7 @@ func (p *Pool) Close() error {
 
 	var errs []error
 	for addr, c := range peers {
-		if err := c.cc.Close(); err != nil {
+		if err := c.close(); err != nil {
 			errs = append(errs, fmt.Errorf("close %s: %w", addr, err))
 		}
 	}
@@ -205,7 +225,7 @@ func (p *Pool) Retain(addrs []string) {
 	}
 	p.mu.Unlock()
 	for _, c := range drop {
-		_ = c.cc.Close() // fails only if already closed
+		_ = c.close() // fails only if already closed
 	}
 }
 
@@ -230,12 +250,22 @@ func (p *Pool) peer(addr string) (*conn, error) {
 	// The send limit matches the peer server's receive limit, so that an
 	// oversized message fails here, with codes.ResourceExhausted, before
 	// it is sent.
-	opts := append(slices.Clip(p.conf.DialOptions), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxMessageBytes)))
+	opts := append(slices.Clip(p.conf.DialOptions), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxMessageBytes), grpc.ForceCodecV2(wire.Codec{})))
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err
 	}
 	c = &conn{cc: cc, client: pb.NewPeerClient(cc)}
+	if p.conf.Name != "" {
+		c.stream = mux.NewClient(mux.Config[pb.ForwardStreamRequest, pb.ForwardStreamResponse]{
+			Open: func(ctx context.Context, opts ...grpc.CallOption) (pb.Peer_ForwardStreamClient, error) {
+				return c.client.ForwardStream(metadata.AppendToOutgoingContext(ctx, SenderHeader, p.conf.Name), opts...)
+			},
+			Ready: func() bool { return cc.GetState() == connectivity.Ready },
+			Stamp: func(r *pb.ForwardStreamRequest, id uint64, timeoutMs int64) { r.Id, r.TimeoutMs = id, timeoutMs },
+			ID:    (*pb.ForwardStreamResponse).GetId,
+		})
+	}
 	c.batch = newBatcher(p.conf.BatchWait, p.conf.BatchLimit, maxInFlight, c.sendFunc(p.conf.Timeout), p.metrics.batchSize)
 	if p.ended {
 		c.batch.retire(ErrClosed)
@@ -248,11 +278,26 @@ func (p *Pool) peer(addr string) (*conn, error) {
 	return c, nil
 }
 
-// sendFunc returns the batcher's way to send a batch over c.
+// sendFunc returns the batcher's way to send a batch over c: on c's
+// stream, or in a Forward RPC when there is none or it cannot carry the
+// batch (not connected yet; a peer that does not serve it, or does not
+// know this node yet).
 func (c *conn) sendFunc(timeout time.Duration) sendFunc {
 	return func(ctx context.Context, reqs []*pb.CheckRequest) ([]*pb.CheckResponse, error) {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
+		if c.stream != nil {
+			resp, err := c.stream.Call(ctx, &pb.ForwardStreamRequest{Requests: reqs})
+			switch {
+			case errors.Is(err, mux.ErrClosed):
+				return nil, status.Error(codes.Canceled, "peer connection closed") // as the Forward RPC fails
+			case err == nil:
+				err = mux.Err(resp.GetStatus())
+			}
+			if !errors.Is(err, mux.ErrRefused) {
+				return resp.GetResponses(), err
+			}
+		}
 		resp, err := c.client.Forward(ctx, &pb.ForwardRequest{Requests: reqs})
 		return resp.GetResponses(), err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -11,6 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/mux"
+	"github.com/ringlimit/ringlimit/internal/wire"
 )
 
 // The bounds of what crosses the peer port. They hold whatever a peer
@@ -51,10 +54,11 @@ const (
 )
 
 // ServerOptions are the gRPC server options the peer listener needs: its
-// receive limit, MaxMessageBytes. Add them to the *grpc.Server that
-// serves Register.
+// receive limit, MaxMessageBytes, and the codec that decodes and encodes
+// forwarded checks without reflection (wire.Codec). Add them to the
+// *grpc.Server that serves Register.
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes)}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.ForceServerCodecV2(wire.Codec{})}
 }
 
 // Handler is what Server needs from the node: the owner's side of each peer
@@ -108,6 +112,7 @@ type Server struct {
 	pb.UnimplementedPeerServer
 	h       Handler
 	refused *prometheus.CounterVec
+	streams mux.Server[pb.ForwardStreamRequest, pb.ForwardStreamResponse]
 }
 
 // NewServer returns a Server that delegates to h. Its metric,
@@ -121,7 +126,9 @@ func NewServer(h Handler, reg prometheus.Registerer) *Server {
 	if reg != nil {
 		reg.MustRegister(refused)
 	}
-	return &Server{h: h, refused: refused}
+	s := &Server{h: h, refused: refused}
+	s.streams = mux.Server[pb.ForwardStreamRequest, pb.ForwardStreamResponse]{Timeout: forwardTimeout, Handle: s.forwardMessage, Notice: drainNotice}
+	return s
 }
 
 // Register registers s as the Peer service on g (usually a *grpc.Server
@@ -142,7 +149,49 @@ func (s *Server) refuse(rpc, reason string, code codes.Code, format string, args
 // items, or holding a request of more than MaxRequestItems items; and
 // reports a Handler that does not answer every request with codes.Internal.
 func (s *Server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.ForwardResponse, error) {
-	reqs := req.GetRequests()
+	resps, err := s.forward(ctx, req.GetRequests(), req.GetPulled(), req.GetRelayed())
+	if err != nil {
+		return nil, err
+	}
+	return &pb.ForwardResponse{Responses: resps}, nil
+}
+
+// ForwardStream decides the batches of a stream of forwards (see
+// mux.Serve), each as Forward decides one that is neither relayed nor
+// pulled; a batch Forward would refuse is answered with its status, and
+// the stream goes on. The sender must name itself in the stream's
+// SenderHeader (Guard.Stream checks who it is).
+func (s *Server) ForwardStream(stream pb.Peer_ForwardStreamServer) error {
+	if err := s.checkSender("forward", Sender(stream.Context())); err != nil {
+		return err
+	}
+	return s.streams.Serve(stream)
+}
+
+// Drain asks the sender of every ForwardStream to end it, answering what
+// it sent until then: a node that stops does so before it stops its peer
+// server, which waits for every stream to end. The Pool then sends its
+// batches in Forward RPCs.
+func (s *Server) Drain() { s.streams.Drain() }
+
+// forwardMessage answers one batch of a ForwardStream.
+func (s *Server) forwardMessage(ctx context.Context, req *pb.ForwardStreamRequest) *pb.ForwardStreamResponse {
+	resps, err := s.forward(ctx, req.GetRequests(), false, false)
+	return &pb.ForwardStreamResponse{Id: req.GetId(), Responses: resps, Status: mux.Status(err)}
+}
+
+// drainNotice asks a sender to end its ForwardStream.
+func drainNotice() *pb.ForwardStreamResponse {
+	return &pb.ForwardStreamResponse{Status: mux.Status(status.Error(codes.Unavailable, "node stopping: end the stream"))}
+}
+
+func forwardTimeout(req *pb.ForwardStreamRequest) time.Duration {
+	return time.Duration(req.GetTimeoutMs()) * time.Millisecond
+}
+
+// forward checks the bounds of a batch of forwarded requests and has the
+// Handler decide them, as Forward describes.
+func (s *Server) forward(ctx context.Context, reqs []*pb.CheckRequest, pulled, relayed bool) ([]*pb.CheckResponse, error) {
 	if len(reqs) > MaxForwardItems {
 		return nil, s.refuse("forward", "too_many_requests", codes.InvalidArgument, "requests: a forward of %d requests, more than %d", len(reqs), MaxForwardItems)
 	}
@@ -159,12 +208,12 @@ func (s *Server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Forwa
 	}
 	var resps []*pb.CheckResponse
 	switch {
-	case req.GetPulled():
+	case pulled:
 		var err error
 		if resps, err = s.h.Pulled(ctx, reqs); err != nil {
 			return nil, status.Error(codes.NotFound, err.Error())
 		}
-	case req.GetRelayed():
+	case relayed:
 		resps = s.h.Relayed(ctx, reqs)
 	default:
 		resps = s.h.Forwarded(ctx, reqs)
@@ -177,7 +226,7 @@ func (s *Server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Forwa
 			return nil, status.Errorf(codes.Internal, "handler answered forwarded request %d with nil", i)
 		}
 	}
-	return &pb.ForwardResponse{Responses: resps}, nil
+	return resps, nil
 }
 
 // AddGlobalHits passes hits for GLOBAL keys to the Handler, unless the

@@ -13,6 +13,8 @@ echo "== snapshots: checks during a snapshot of 1,000,000 counters vs without; l
 go test -run '^$' -bench 'ChecksDuringSnapshot|Load' -benchtime 3x ./snapshot
 echo "== a node's own work per request, no transport"
 go test -run '^$' -bench 'Check' -benchmem -count 3 ./service
+echo "== the hand-written protobuf codec vs protobuf, the messages of a check of ten items"
+go test -run '^$' -bench 'Codec' -benchmem ./internal/wire
 echo "== HTTP/JSON vs gRPC over loopback, one request at a time"
 go test -run '^$' -bench 'Faces' -benchmem -count 3 ./api
 echo "== Envoy's rate limit service vs the native check of the same work"
@@ -38,6 +40,8 @@ done
 echo "-- grpc through the Go client's Allow, 64 goroutines"
 "$bin" bench --addr 127.0.0.1:18081 --client --concurrency 64 --duration 10s --metrics 127.0.0.1:18080
 kill $node; wait $node 2>/dev/null || true
+# (scripts/bench-cluster.sh measures the three-node figures below before
+# and after the streams and the codec, interleaved: BENCHMARKS.md.)
 echo "== three rlnode processes over loopback: server CPU per check summed over the nodes, 50 callers"
 nodes=()
 trap 'kill "${nodes[@]}" 2>/dev/null || true' EXIT

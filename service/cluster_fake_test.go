@@ -84,6 +84,38 @@ func (c *fakeCluster) Forward(ctx context.Context, addr string, req *pb.CheckReq
 	return o.Forwarded(ctx, []*pb.CheckRequest{req})[0], nil
 }
 
+// Start is Forward, started in a goroutine of its own: the service waits
+// for it as it waits for a real batched forward.
+func (c *fakeCluster) Start(ctx context.Context, addr string, req *pb.CheckRequest) peer.Forwarding {
+	ctx, cancel := context.WithCancel(ctx)
+	f := &fakeForwarding{done: make(chan struct{}), cancel: cancel}
+	go func() {
+		defer close(f.done)
+		f.resp, f.err = c.Forward(ctx, addr, req)
+	}()
+	return f
+}
+
+// fakeForwarding is a fakeCluster forward on its way.
+type fakeForwarding struct {
+	done   chan struct{}
+	cancel context.CancelFunc // makes a frozen peer give up
+	resp   *pb.CheckResponse
+	err    error
+}
+
+func (f *fakeForwarding) Wait(stop <-chan struct{}) (*pb.CheckResponse, error) {
+	defer f.cancel()
+	select {
+	case <-f.done:
+		return f.resp, f.err
+	case <-stop:
+		f.cancel()
+		<-f.done // a peer that hangs gives up at once; one that answers has decided
+		return nil, fmt.Errorf("fake forward: %w: stopped", peer.ErrUnreachable)
+	}
+}
+
 func (c *fakeCluster) ForwardNow(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error) {
 	return c.Forward(ctx, addr, req)
 }

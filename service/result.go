@@ -9,11 +9,10 @@ import (
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
-// decisionResult is the result of decision d for r. Durations round up to
-// whole milliseconds, so that a caller who waits retry_after_ms (or until
-// reset_time_ms) is never early.
-func decisionResult(r *limiter.Request, d algorithms.Decision) *pb.CheckResult {
-	res := &pb.CheckResult{}
+// decisionResult makes res, zero or a decision's result, the result of
+// decision d for r. Durations round up to whole milliseconds, so that a
+// caller who waits retry_after_ms (or until reset_time_ms) is never early.
+func decisionResult(res *pb.CheckResult, r *limiter.Request, d algorithms.Decision) {
 	res.Status = pb.Status_UNDER_LIMIT
 	if !d.Allowed {
 		res.Status = pb.Status_OVER_LIMIT
@@ -26,7 +25,6 @@ func decisionResult(r *limiter.Request, d algorithms.Decision) *pb.CheckResult {
 		res.RetryAfterMs = ceilMillis(d.RetryAfter)
 	}
 	res.DelayMs = ceilMillis(d.Delay)
-	return res
 }
 
 func ceilMillis(d time.Duration) int64 {

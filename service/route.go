@@ -68,7 +68,8 @@ func pathOf(b pb.Behavior, owned bool) path {
 func (s *Service) decide(ctx context.Context, c *call, js []int) {
 	s.replica.Promote(c.ring)
 	self := s.cluster.LocalMember().Name
-	var store, remote []int
+	both := make([]int, 2*len(js)) // store and remote, in one allocation
+	store, remote := both[:0:len(js)], both[len(js):len(js)]
 	for _, j := range js {
 		owner := c.owners[j].Name
 		owned := owner == "" || owner == self
@@ -109,7 +110,7 @@ func (s *Service) decide(ctx context.Context, c *call, js []int) {
 // which are never passed on. It returns the checks to decide here and the
 // checks to forward.
 func (s *Service) pull(ctx context.Context, c *call, store, remote []int) (here, forward []int) {
-	here = store[:0:0]
+	here = store[:0] // filtered in place: here never passes the check being read
 	for _, j := range store {
 		if c.items[c.pos[j]].Behavior == pb.Behavior_LOCAL {
 			here = append(here, j)
@@ -222,22 +223,25 @@ func (s *Service) groupByOwner(c *call, js []int) []*remoteGroup {
 	if len(js) == 0 {
 		return nil
 	}
-	type dest struct {
-		owner string
-		mode  forwardMode
-	}
-	byOwner := make(map[dest]*remoteGroup) // the batched group of each owner, and the relays and pulls to it
-	var groups []*remoteGroup
+	// shared are the groups that checks join: the batched group of each
+	// owner, and with c.all the relays and pulls to it. A cluster has few
+	// owners, so they are searched in turn rather than kept in a map.
+	var groups, shared []*remoteGroup
 	for _, j := range js {
 		owner, mode := c.owners[j], c.mode(j)
 		unbatched := c.items[c.pos[j]].Behavior == pb.Behavior_UNBATCHED || mode != forwardPlain // relays and pulls are RPCs of their own
-		d := dest{owner.Name, mode}
-		g := byOwner[d]
+		var g *remoteGroup
+		for _, sg := range shared {
+			if sg.owner.Name == owner.Name && sg.mode == mode {
+				g = sg
+				break
+			}
+		}
 		if g == nil || (unbatched && !c.all) {
 			g = &remoteGroup{owner: owner, unbatched: unbatched, mode: mode}
 			groups = append(groups, g)
 			if !unbatched || c.all {
-				byOwner[d] = g
+				shared = append(shared, g)
 			}
 		}
 		g.unbatched = g.unbatched && unbatched
@@ -246,27 +250,62 @@ func (s *Service) groupByOwner(c *call, js []int) []*remoteGroup {
 	return groups
 }
 
-// forward sends each group to its owner, concurrently, and records the
-// owners' answers. A group whose owner cannot be reached is decided here
-// with this node's share of each limit.
+// forward sends each group to its owner and records the owners' answers.
+// A group whose owner cannot be reached is decided here with this node's
+// share of each limit. Batched groups are handed to their owners' batches
+// all at once, and waited for here, one after another: no goroutine a
+// group, which would cost more than most forwards. A group that goes in
+// an RPC of its own (UNBATCHED, relayed, pulled) is sent from a goroutine
+// of its own when there are others.
 func (s *Service) forward(ctx context.Context, c *call, groups []*remoteGroup) {
-	if len(groups) == 1 {
-		s.forwardGroup(ctx, c, groups[0]) // the common case: no goroutine
+	switch len(groups) {
+	case 0:
+		return
+	case 1:
+		s.forwardGroup(ctx, c, groups[0], nil) // the common case
 		return
 	}
+	started := make([]*sending, len(groups))
 	var wg sync.WaitGroup
-	for _, g := range groups {
-		wg.Go(func() { s.forwardGroup(ctx, c, g) })
+	for i, g := range groups {
+		if g.unbatched || g.mode != forwardPlain {
+			wg.Go(func() { s.forwardGroup(ctx, c, g, nil) })
+			continue
+		}
+		started[i] = s.start(ctx, g.owner, g.request(c))
+	}
+	for i, g := range groups {
+		if started[i] != nil {
+			s.forwardGroup(ctx, c, g, started[i])
+		}
 	}
 	wg.Wait()
 }
 
-func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup) {
+// request is the request of g's checks, as c's caller sent them.
+func (g *remoteGroup) request(c *call) *pb.CheckRequest {
 	req := &pb.CheckRequest{All: c.all, Requests: make([]*pb.CheckItem, len(g.js))}
 	for k, j := range g.js {
 		req.Requests[k] = c.items[c.pos[j]]
 	}
-	resp, err := s.send(ctx, g.owner, g.unbatched, g.mode, req)
+	return req
+}
+
+// forwardGroup sends g to its owner, unless st is g on its way already,
+// and records the answer, or decides g here when the owner cannot.
+func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup, st *sending) {
+	var (
+		req  *pb.CheckRequest
+		resp *pb.CheckResponse
+		err  error
+	)
+	if st != nil {
+		req = st.req
+		resp, err = s.finish(ctx, st)
+	} else {
+		req = g.request(c)
+		resp, err = s.send(ctx, g.owner, g.unbatched, g.mode, req)
+	}
 	if g.mode == forwardPull && err != nil && ctx.Err() == nil {
 		// The previous owner does not hold the counter (it has handed it
 		// over, or never had it), or does not answer: decide here, as the
@@ -323,11 +362,52 @@ func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup) {
 	}
 }
 
-// send forwards req to owner, unless owner is suspect: then it fails at
-// once with errSuspect rather than wait the forward deadline again. A
-// forward that finds owner unreachable makes it suspect, and so releases
-// the other forwards in flight to it, which fail with errSuspect too.
+// sending is a batched forward on its way to its owner (see start).
+type sending struct {
+	req   *pb.CheckRequest
+	f     peer.Forwarding // nil when err is set
+	watch context.Context // ends when the owner becomes suspect
+	addr  string
+	err   error // errSuspect: not sent, the owner is suspect
+}
+
+// start hands req to the batch for owner, unless owner is suspect: then
+// the forward fails at once with errSuspect rather than wait the forward
+// deadline again.
+func (s *Service) start(ctx context.Context, owner ring.Member, req *pb.CheckRequest) *sending {
+	st := &sending{req: req, addr: owner.PeerAddr}
+	st.watch = s.suspects.watch(owner.PeerAddr) // before asking: a suspicion from now on releases this forward
+	if s.suspects.suspect(owner.PeerAddr, time.Now()) {
+		st.err = errSuspect
+		return st
+	}
+	st.f = s.peers.Start(ctx, owner.PeerAddr, req)
+	return st
+}
+
+// finish waits for the answer to st. A forward that finds its owner
+// unreachable makes it suspect, and so releases the other forwards in
+// flight to it, which fail with errSuspect too.
+func (s *Service) finish(ctx context.Context, st *sending) (*pb.CheckResponse, error) {
+	if st.err != nil {
+		return nil, st.err
+	}
+	resp, err := st.f.Wait(st.watch.Done())
+	if err != nil && ctx.Err() == nil && st.watch.Err() != nil {
+		return nil, errSuspect
+	}
+	if failed(ctx, err) {
+		s.suspects.mark(st.addr, time.Now())
+	}
+	return resp, err
+}
+
+// send forwards req to owner, as start and finish do, in its RPC of its
+// own when unbatched or in mode relay or pull.
 func (s *Service) send(ctx context.Context, owner ring.Member, unbatched bool, mode forwardMode, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	if !unbatched && mode == forwardPlain {
+		return s.finish(ctx, s.start(ctx, owner, req))
+	}
 	watch := s.suspects.watch(owner.PeerAddr) // before asking: a suspicion from now on releases this forward
 	if s.suspects.suspect(owner.PeerAddr, time.Now()) {
 		return nil, errSuspect
@@ -337,18 +417,16 @@ func (s *Service) send(ctx context.Context, owner ring.Member, unbatched bool, m
 	defer context.AfterFunc(watch, func() { cancel(errSuspect) })()
 	var resp *pb.CheckResponse
 	var err error
-	switch {
-	case mode == forwardPull:
+	switch mode {
+	case forwardPull:
 		resp, err = s.peers.Pull(fctx, owner.PeerAddr, req)
 		if errors.Is(err, peer.ErrNotHere) {
 			return nil, err // an answer: the owner is not suspect
 		}
-	case mode == forwardRelay:
+	case forwardRelay:
 		resp, err = s.peers.Relay(fctx, owner.PeerAddr, req)
-	case unbatched:
-		resp, err = s.peers.ForwardNow(fctx, owner.PeerAddr, req)
 	default:
-		resp, err = s.peers.Forward(fctx, owner.PeerAddr, req)
+		resp, err = s.peers.ForwardNow(fctx, owner.PeerAddr, req)
 	}
 	if err != nil && ctx.Err() == nil && context.Cause(fctx) == errSuspect {
 		return nil, errSuspect

@@ -22,6 +22,7 @@ import (
 	"github.com/ringlimit/ringlimit/global"
 	"github.com/ringlimit/ringlimit/handoff"
 	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/replica"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -41,8 +42,10 @@ type Membership interface {
 // The service forwards checks; GLOBAL sync, hand-off and replication use
 // the rest.
 type Peers interface {
-	// Forward sends req to the owner at addr in a batch; ForwardNow alone.
-	Forward(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
+	// Start hands req to the batch for the owner at addr and returns the
+	// forward, whose Wait returns the answer (see peer.Pool.Start);
+	// ForwardNow sends req alone and waits.
+	Start(ctx context.Context, addr string, req *pb.CheckRequest) peer.Forwarding
 	ForwardNow(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
 	// Relay is ForwardNow for a check forwarded here whose counter is
 	// elsewhere: the owner decides it and never passes it on again.
@@ -261,6 +264,9 @@ type call struct {
 	// nil if it has no ceiling; borrows is nil when no request has one.
 	borrows []*borrowing
 	results []*pb.CheckResult
+	// decided holds the results of the checks decided here, one place an
+	// item, allocated at once rather than one by one.
+	decided []pb.CheckResult
 }
 
 // borrowing returns how c.reqs[j] borrows, or nil.
@@ -326,6 +332,7 @@ func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 		reqs:    make([]limiter.Request, 0, len(items)),
 		pos:     make([]int, 0, len(items)),
 		results: make([]*pb.CheckResult, len(items)),
+		decided: make([]pb.CheckResult, len(items)),
 	}
 	now := s.now()
 	for i, item := range items {
@@ -412,7 +419,8 @@ func (s *Service) decideLocal(ctx context.Context, c *call, js []int, route rout
 // setResult records the decision for c.reqs[j].
 func (s *Service) setResult(c *call, j int, d algorithms.Decision, route route) {
 	i := c.pos[j]
-	c.results[i] = decisionResult(&c.reqs[j], d)
+	decisionResult(&c.decided[i], &c.reqs[j], d)
+	c.results[i] = &c.decided[i]
 	s.metrics.checked(c.reqs[j].Algorithm, c.items[i].Behavior, route, d.Allowed)
 }
 

@@ -78,7 +78,7 @@ func (x Refusal_Reason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Refusal_Reason.Descriptor instead.
 func (Refusal_Reason) EnumDescriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{11, 0}
+	return file_peer_proto_rawDescGZIP(), []int{13, 0}
 }
 
 type ForwardRequest struct {
@@ -194,6 +194,136 @@ func (x *ForwardResponse) GetResponses() []*CheckResponse {
 	return nil
 }
 
+// ForwardStreamRequest is one batch of a ForwardStream: a ForwardRequest
+// that is neither relayed nor pulled, with an id for its answer.
+type ForwardStreamRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Requests []*CheckRequest        `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	// id is the sender's name for the batch, which its answer carries.
+	Id uint64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	// timeout_ms, when positive, is how long the sender waits for the
+	// answer: the owner gives up waiting on other nodes after it.
+	TimeoutMs     int64 `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardStreamRequest) Reset() {
+	*x = ForwardStreamRequest{}
+	mi := &file_peer_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardStreamRequest) ProtoMessage() {}
+
+func (x *ForwardStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardStreamRequest.ProtoReflect.Descriptor instead.
+func (*ForwardStreamRequest) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ForwardStreamRequest) GetRequests() []*CheckRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+func (x *ForwardStreamRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ForwardStreamRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+// ForwardStreamResponse answers the ForwardStreamRequest with the same id.
+type ForwardStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// responses answer the batch's requests, in order.
+	Responses []*CheckResponse `protobuf:"bytes,2,rep,name=responses,proto3" json:"responses,omitempty"`
+	// status, when not empty, is an encoded google.rpc.Status: the batch was
+	// refused whole, with the status Forward would have failed with, and
+	// responses is empty.
+	Status        []byte `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardStreamResponse) Reset() {
+	*x = ForwardStreamResponse{}
+	mi := &file_peer_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardStreamResponse) ProtoMessage() {}
+
+func (x *ForwardStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardStreamResponse.ProtoReflect.Descriptor instead.
+func (*ForwardStreamResponse) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ForwardStreamResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ForwardStreamResponse) GetResponses() []*CheckResponse {
+	if x != nil {
+		return x.Responses
+	}
+	return nil
+}
+
+func (x *ForwardStreamResponse) GetStatus() []byte {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
 // GlobalReport is a node's account of one GLOBAL counter to its owner.
 type GlobalReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -228,7 +358,7 @@ type GlobalReport struct {
 
 func (x *GlobalReport) Reset() {
 	*x = GlobalReport{}
-	mi := &file_peer_proto_msgTypes[2]
+	mi := &file_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -240,7 +370,7 @@ func (x *GlobalReport) String() string {
 func (*GlobalReport) ProtoMessage() {}
 
 func (x *GlobalReport) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[2]
+	mi := &file_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -253,7 +383,7 @@ func (x *GlobalReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalReport.ProtoReflect.Descriptor instead.
 func (*GlobalReport) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{2}
+	return file_peer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GlobalReport) GetItem() *CheckItem {
@@ -323,7 +453,7 @@ type GlobalHitsRequest struct {
 
 func (x *GlobalHitsRequest) Reset() {
 	*x = GlobalHitsRequest{}
-	mi := &file_peer_proto_msgTypes[3]
+	mi := &file_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -335,7 +465,7 @@ func (x *GlobalHitsRequest) String() string {
 func (*GlobalHitsRequest) ProtoMessage() {}
 
 func (x *GlobalHitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[3]
+	mi := &file_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -348,7 +478,7 @@ func (x *GlobalHitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalHitsRequest.ProtoReflect.Descriptor instead.
 func (*GlobalHitsRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{3}
+	return file_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GlobalHitsRequest) GetFrom() string {
@@ -373,7 +503,7 @@ type GlobalHitsResponse struct {
 
 func (x *GlobalHitsResponse) Reset() {
 	*x = GlobalHitsResponse{}
-	mi := &file_peer_proto_msgTypes[4]
+	mi := &file_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -385,7 +515,7 @@ func (x *GlobalHitsResponse) String() string {
 func (*GlobalHitsResponse) ProtoMessage() {}
 
 func (x *GlobalHitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[4]
+	mi := &file_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -398,7 +528,7 @@ func (x *GlobalHitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalHitsResponse.ProtoReflect.Descriptor instead.
 func (*GlobalHitsResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{4}
+	return file_peer_proto_rawDescGZIP(), []int{6}
 }
 
 // GlobalState is the owner's view of one GLOBAL counter.
@@ -422,7 +552,7 @@ type GlobalState struct {
 
 func (x *GlobalState) Reset() {
 	*x = GlobalState{}
-	mi := &file_peer_proto_msgTypes[5]
+	mi := &file_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +564,7 @@ func (x *GlobalState) String() string {
 func (*GlobalState) ProtoMessage() {}
 
 func (x *GlobalState) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[5]
+	mi := &file_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +577,7 @@ func (x *GlobalState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalState.ProtoReflect.Descriptor instead.
 func (*GlobalState) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{5}
+	return file_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GlobalState) GetName() string {
@@ -525,7 +655,7 @@ type GlobalGrant struct {
 
 func (x *GlobalGrant) Reset() {
 	*x = GlobalGrant{}
-	mi := &file_peer_proto_msgTypes[6]
+	mi := &file_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +667,7 @@ func (x *GlobalGrant) String() string {
 func (*GlobalGrant) ProtoMessage() {}
 
 func (x *GlobalGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[6]
+	mi := &file_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +680,7 @@ func (x *GlobalGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalGrant.ProtoReflect.Descriptor instead.
 func (*GlobalGrant) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{6}
+	return file_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GlobalGrant) GetNode() string {
@@ -594,7 +724,7 @@ type GlobalUpdateRequest struct {
 
 func (x *GlobalUpdateRequest) Reset() {
 	*x = GlobalUpdateRequest{}
-	mi := &file_peer_proto_msgTypes[7]
+	mi := &file_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -606,7 +736,7 @@ func (x *GlobalUpdateRequest) String() string {
 func (*GlobalUpdateRequest) ProtoMessage() {}
 
 func (x *GlobalUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[7]
+	mi := &file_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -619,7 +749,7 @@ func (x *GlobalUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalUpdateRequest.ProtoReflect.Descriptor instead.
 func (*GlobalUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{7}
+	return file_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GlobalUpdateRequest) GetStates() []*GlobalState {
@@ -644,7 +774,7 @@ type GlobalUpdateResponse struct {
 
 func (x *GlobalUpdateResponse) Reset() {
 	*x = GlobalUpdateResponse{}
-	mi := &file_peer_proto_msgTypes[8]
+	mi := &file_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +786,7 @@ func (x *GlobalUpdateResponse) String() string {
 func (*GlobalUpdateResponse) ProtoMessage() {}
 
 func (x *GlobalUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[8]
+	mi := &file_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +799,7 @@ func (x *GlobalUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalUpdateResponse.ProtoReflect.Descriptor instead.
 func (*GlobalUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{8}
+	return file_peer_proto_rawDescGZIP(), []int{10}
 }
 
 // CounterState is one counter's full state, for hand-off.
@@ -685,7 +815,7 @@ type CounterState struct {
 
 func (x *CounterState) Reset() {
 	*x = CounterState{}
-	mi := &file_peer_proto_msgTypes[9]
+	mi := &file_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +827,7 @@ func (x *CounterState) String() string {
 func (*CounterState) ProtoMessage() {}
 
 func (x *CounterState) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[9]
+	mi := &file_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +840,7 @@ func (x *CounterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterState.ProtoReflect.Descriptor instead.
 func (*CounterState) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{9}
+	return file_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CounterState) GetCounter() []byte {
@@ -736,7 +866,7 @@ type HandOffRequest struct {
 
 func (x *HandOffRequest) Reset() {
 	*x = HandOffRequest{}
-	mi := &file_peer_proto_msgTypes[10]
+	mi := &file_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -748,7 +878,7 @@ func (x *HandOffRequest) String() string {
 func (*HandOffRequest) ProtoMessage() {}
 
 func (x *HandOffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[10]
+	mi := &file_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -761,7 +891,7 @@ func (x *HandOffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandOffRequest.ProtoReflect.Descriptor instead.
 func (*HandOffRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{10}
+	return file_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HandOffRequest) GetFrom() string {
@@ -801,7 +931,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_peer_proto_msgTypes[11]
+	mi := &file_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -813,7 +943,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[11]
+	mi := &file_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -826,7 +956,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{11}
+	return file_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Refusal) GetIndex() int32 {
@@ -863,7 +993,7 @@ type HandOffResponse struct {
 
 func (x *HandOffResponse) Reset() {
 	*x = HandOffResponse{}
-	mi := &file_peer_proto_msgTypes[12]
+	mi := &file_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +1005,7 @@ func (x *HandOffResponse) String() string {
 func (*HandOffResponse) ProtoMessage() {}
 
 func (x *HandOffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[12]
+	mi := &file_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +1018,7 @@ func (x *HandOffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandOffResponse.ProtoReflect.Descriptor instead.
 func (*HandOffResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{12}
+	return file_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *HandOffResponse) GetAccepted() int64 {
@@ -918,7 +1048,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_peer_proto_msgTypes[13]
+	mi := &file_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1060,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[13]
+	mi := &file_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1073,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{13}
+	return file_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReplicateRequest) GetFrom() string {
@@ -972,7 +1102,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_peer_proto_msgTypes[14]
+	mi := &file_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1114,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[14]
+	mi := &file_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1127,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{14}
+	return file_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReplicateResponse) GetAccepted() int64 {
@@ -1025,7 +1155,16 @@ const file_peer_proto_rawDesc = "" +
 	"\arelayed\x18\x02 \x01(\bR\arelayed\x12\x16\n" +
 	"\x06pulled\x18\x03 \x01(\bR\x06pulled\"L\n" +
 	"\x0fForwardResponse\x129\n" +
-	"\tresponses\x18\x01 \x03(\v2\x1b.ringlimit.v1.CheckResponseR\tresponses\"\xec\x01\n" +
+	"\tresponses\x18\x01 \x03(\v2\x1b.ringlimit.v1.CheckResponseR\tresponses\"}\n" +
+	"\x14ForwardStreamRequest\x126\n" +
+	"\brequests\x18\x01 \x03(\v2\x1a.ringlimit.v1.CheckRequestR\brequests\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"z\n" +
+	"\x15ForwardStreamResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x129\n" +
+	"\tresponses\x18\x02 \x03(\v2\x1b.ringlimit.v1.CheckResponseR\tresponses\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\fR\x06status\"\xec\x01\n" +
 	"\fGlobalReport\x12+\n" +
 	"\x04item\x18\x01 \x01(\v2\x17.ringlimit.v1.CheckItemR\x04item\x12\x1a\n" +
 	"\badmitted\x18\x02 \x01(\x03R\badmitted\x12\x12\n" +
@@ -1081,13 +1220,14 @@ const file_peer_proto_rawDesc = "" +
 	"\bcounters\x18\x02 \x03(\v2\x1a.ringlimit.v1.CounterStateR\bcounters\"`\n" +
 	"\x11ReplicateResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\x03R\baccepted\x12/\n" +
-	"\arefused\x18\x02 \x03(\v2\x15.ringlimit.v1.RefusalR\arefused2\x90\x03\n" +
+	"\arefused\x18\x02 \x03(\v2\x15.ringlimit.v1.RefusalR\arefused2\xee\x03\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12R\n" +
 	"\rAddGlobalHits\x12\x1f.ringlimit.v1.GlobalHitsRequest\x1a .ringlimit.v1.GlobalHitsResponse\x12V\n" +
 	"\rUpdateGlobals\x12!.ringlimit.v1.GlobalUpdateRequest\x1a\".ringlimit.v1.GlobalUpdateResponse\x12F\n" +
 	"\aHandOff\x12\x1c.ringlimit.v1.HandOffRequest\x1a\x1d.ringlimit.v1.HandOffResponse\x12L\n" +
-	"\tReplicate\x12\x1e.ringlimit.v1.ReplicateRequest\x1a\x1f.ringlimit.v1.ReplicateResponseB<Z:github.com/ringlimit/ringlimit/api/ringlimitv1;ringlimitv1b\x06proto3"
+	"\tReplicate\x12\x1e.ringlimit.v1.ReplicateRequest\x1a\x1f.ringlimit.v1.ReplicateResponse\x12\\\n" +
+	"\rForwardStream\x12\".ringlimit.v1.ForwardStreamRequest\x1a#.ringlimit.v1.ForwardStreamResponse(\x010\x01B<Z:github.com/ringlimit/ringlimit/api/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
 	file_peer_proto_rawDescOnce sync.Once
@@ -1102,55 +1242,61 @@ func file_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_peer_proto_goTypes = []any{
-	(Refusal_Reason)(0),          // 0: ringlimit.v1.Refusal.Reason
-	(*ForwardRequest)(nil),       // 1: ringlimit.v1.ForwardRequest
-	(*ForwardResponse)(nil),      // 2: ringlimit.v1.ForwardResponse
-	(*GlobalReport)(nil),         // 3: ringlimit.v1.GlobalReport
-	(*GlobalHitsRequest)(nil),    // 4: ringlimit.v1.GlobalHitsRequest
-	(*GlobalHitsResponse)(nil),   // 5: ringlimit.v1.GlobalHitsResponse
-	(*GlobalState)(nil),          // 6: ringlimit.v1.GlobalState
-	(*GlobalGrant)(nil),          // 7: ringlimit.v1.GlobalGrant
-	(*GlobalUpdateRequest)(nil),  // 8: ringlimit.v1.GlobalUpdateRequest
-	(*GlobalUpdateResponse)(nil), // 9: ringlimit.v1.GlobalUpdateResponse
-	(*CounterState)(nil),         // 10: ringlimit.v1.CounterState
-	(*HandOffRequest)(nil),       // 11: ringlimit.v1.HandOffRequest
-	(*Refusal)(nil),              // 12: ringlimit.v1.Refusal
-	(*HandOffResponse)(nil),      // 13: ringlimit.v1.HandOffResponse
-	(*ReplicateRequest)(nil),     // 14: ringlimit.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),    // 15: ringlimit.v1.ReplicateResponse
-	(*CheckRequest)(nil),         // 16: ringlimit.v1.CheckRequest
-	(*CheckResponse)(nil),        // 17: ringlimit.v1.CheckResponse
-	(*CheckItem)(nil),            // 18: ringlimit.v1.CheckItem
+	(Refusal_Reason)(0),           // 0: ringlimit.v1.Refusal.Reason
+	(*ForwardRequest)(nil),        // 1: ringlimit.v1.ForwardRequest
+	(*ForwardResponse)(nil),       // 2: ringlimit.v1.ForwardResponse
+	(*ForwardStreamRequest)(nil),  // 3: ringlimit.v1.ForwardStreamRequest
+	(*ForwardStreamResponse)(nil), // 4: ringlimit.v1.ForwardStreamResponse
+	(*GlobalReport)(nil),          // 5: ringlimit.v1.GlobalReport
+	(*GlobalHitsRequest)(nil),     // 6: ringlimit.v1.GlobalHitsRequest
+	(*GlobalHitsResponse)(nil),    // 7: ringlimit.v1.GlobalHitsResponse
+	(*GlobalState)(nil),           // 8: ringlimit.v1.GlobalState
+	(*GlobalGrant)(nil),           // 9: ringlimit.v1.GlobalGrant
+	(*GlobalUpdateRequest)(nil),   // 10: ringlimit.v1.GlobalUpdateRequest
+	(*GlobalUpdateResponse)(nil),  // 11: ringlimit.v1.GlobalUpdateResponse
+	(*CounterState)(nil),          // 12: ringlimit.v1.CounterState
+	(*HandOffRequest)(nil),        // 13: ringlimit.v1.HandOffRequest
+	(*Refusal)(nil),               // 14: ringlimit.v1.Refusal
+	(*HandOffResponse)(nil),       // 15: ringlimit.v1.HandOffResponse
+	(*ReplicateRequest)(nil),      // 16: ringlimit.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),     // 17: ringlimit.v1.ReplicateResponse
+	(*CheckRequest)(nil),          // 18: ringlimit.v1.CheckRequest
+	(*CheckResponse)(nil),         // 19: ringlimit.v1.CheckResponse
+	(*CheckItem)(nil),             // 20: ringlimit.v1.CheckItem
 }
 var file_peer_proto_depIdxs = []int32{
-	16, // 0: ringlimit.v1.ForwardRequest.requests:type_name -> ringlimit.v1.CheckRequest
-	17, // 1: ringlimit.v1.ForwardResponse.responses:type_name -> ringlimit.v1.CheckResponse
-	18, // 2: ringlimit.v1.GlobalReport.item:type_name -> ringlimit.v1.CheckItem
-	3,  // 3: ringlimit.v1.GlobalHitsRequest.reports:type_name -> ringlimit.v1.GlobalReport
-	7,  // 4: ringlimit.v1.GlobalState.grants:type_name -> ringlimit.v1.GlobalGrant
-	6,  // 5: ringlimit.v1.GlobalUpdateRequest.states:type_name -> ringlimit.v1.GlobalState
-	10, // 6: ringlimit.v1.HandOffRequest.counters:type_name -> ringlimit.v1.CounterState
-	0,  // 7: ringlimit.v1.Refusal.reason:type_name -> ringlimit.v1.Refusal.Reason
-	12, // 8: ringlimit.v1.HandOffResponse.refused:type_name -> ringlimit.v1.Refusal
-	10, // 9: ringlimit.v1.ReplicateRequest.counters:type_name -> ringlimit.v1.CounterState
-	12, // 10: ringlimit.v1.ReplicateResponse.refused:type_name -> ringlimit.v1.Refusal
-	1,  // 11: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	4,  // 12: ringlimit.v1.Peer.AddGlobalHits:input_type -> ringlimit.v1.GlobalHitsRequest
-	8,  // 13: ringlimit.v1.Peer.UpdateGlobals:input_type -> ringlimit.v1.GlobalUpdateRequest
-	11, // 14: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.HandOffRequest
-	14, // 15: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.ReplicateRequest
-	2,  // 16: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	5,  // 17: ringlimit.v1.Peer.AddGlobalHits:output_type -> ringlimit.v1.GlobalHitsResponse
-	9,  // 18: ringlimit.v1.Peer.UpdateGlobals:output_type -> ringlimit.v1.GlobalUpdateResponse
-	13, // 19: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.HandOffResponse
-	15, // 20: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.ReplicateResponse
-	16, // [16:21] is the sub-list for method output_type
-	11, // [11:16] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	18, // 0: ringlimit.v1.ForwardRequest.requests:type_name -> ringlimit.v1.CheckRequest
+	19, // 1: ringlimit.v1.ForwardResponse.responses:type_name -> ringlimit.v1.CheckResponse
+	18, // 2: ringlimit.v1.ForwardStreamRequest.requests:type_name -> ringlimit.v1.CheckRequest
+	19, // 3: ringlimit.v1.ForwardStreamResponse.responses:type_name -> ringlimit.v1.CheckResponse
+	20, // 4: ringlimit.v1.GlobalReport.item:type_name -> ringlimit.v1.CheckItem
+	5,  // 5: ringlimit.v1.GlobalHitsRequest.reports:type_name -> ringlimit.v1.GlobalReport
+	9,  // 6: ringlimit.v1.GlobalState.grants:type_name -> ringlimit.v1.GlobalGrant
+	8,  // 7: ringlimit.v1.GlobalUpdateRequest.states:type_name -> ringlimit.v1.GlobalState
+	12, // 8: ringlimit.v1.HandOffRequest.counters:type_name -> ringlimit.v1.CounterState
+	0,  // 9: ringlimit.v1.Refusal.reason:type_name -> ringlimit.v1.Refusal.Reason
+	14, // 10: ringlimit.v1.HandOffResponse.refused:type_name -> ringlimit.v1.Refusal
+	12, // 11: ringlimit.v1.ReplicateRequest.counters:type_name -> ringlimit.v1.CounterState
+	14, // 12: ringlimit.v1.ReplicateResponse.refused:type_name -> ringlimit.v1.Refusal
+	1,  // 13: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	6,  // 14: ringlimit.v1.Peer.AddGlobalHits:input_type -> ringlimit.v1.GlobalHitsRequest
+	10, // 15: ringlimit.v1.Peer.UpdateGlobals:input_type -> ringlimit.v1.GlobalUpdateRequest
+	13, // 16: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.HandOffRequest
+	16, // 17: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.ReplicateRequest
+	3,  // 18: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardStreamRequest
+	2,  // 19: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	7,  // 20: ringlimit.v1.Peer.AddGlobalHits:output_type -> ringlimit.v1.GlobalHitsResponse
+	11, // 21: ringlimit.v1.Peer.UpdateGlobals:output_type -> ringlimit.v1.GlobalUpdateResponse
+	15, // 22: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.HandOffResponse
+	17, // 23: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.ReplicateResponse
+	4,  // 24: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardStreamResponse
+	19, // [19:25] is the sub-list for method output_type
+	13, // [13:19] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_peer_proto_init() }
@@ -1165,7 +1311,7 @@ func file_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_proto_rawDesc), len(file_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	Peer_UpdateGlobals_FullMethodName = "/ringlimit.v1.Peer/UpdateGlobals"
 	Peer_HandOff_FullMethodName       = "/ringlimit.v1.Peer/HandOff"
 	Peer_Replicate_FullMethodName     = "/ringlimit.v1.Peer/Replicate"
+	Peer_ForwardStream_FullMethodName = "/ringlimit.v1.Peer/ForwardStream"
 )
 
 // PeerClient is the client API for Peer service.
@@ -47,6 +48,16 @@ type PeerClient interface {
 	// were gone a copy of the counters that changed on the sender, to keep
 	// apart and take over should the sender crash.
 	Replicate(ctx context.Context, in *ReplicateRequest, opts ...grpc.CallOption) (*ReplicateResponse, error)
+	// ForwardStream carries batched forwards, as Forward does (never relayed
+	// or pulled ones), as the messages of one long-lived stream from each
+	// node to each owner: a message costs far less than a call. The sender
+	// names itself in the stream's ringlimit-peer metadata, and the stream
+	// is refused (PERMISSION_DENIED) unless that name is a member's and,
+	// with mutual TLS, its certificate's. Each request is bounded and
+	// validated as a Forward is, and answered with a message carrying its
+	// id, in any order; one refused whole gets a status, and the stream
+	// goes on.
+	ForwardStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ForwardStreamRequest, ForwardStreamResponse], error)
 }
 
 type peerClient struct {
@@ -107,6 +118,19 @@ func (c *peerClient) Replicate(ctx context.Context, in *ReplicateRequest, opts .
 	return out, nil
 }
 
+func (c *peerClient) ForwardStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ForwardStreamRequest, ForwardStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[0], Peer_ForwardStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ForwardStreamRequest, ForwardStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_ForwardStreamClient = grpc.BidiStreamingClient[ForwardStreamRequest, ForwardStreamResponse]
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -125,6 +149,16 @@ type PeerServer interface {
 	// were gone a copy of the counters that changed on the sender, to keep
 	// apart and take over should the sender crash.
 	Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error)
+	// ForwardStream carries batched forwards, as Forward does (never relayed
+	// or pulled ones), as the messages of one long-lived stream from each
+	// node to each owner: a message costs far less than a call. The sender
+	// names itself in the stream's ringlimit-peer metadata, and the stream
+	// is refused (PERMISSION_DENIED) unless that name is a member's and,
+	// with mutual TLS, its certificate's. Each request is bounded and
+	// validated as a Forward is, and answered with a message carrying its
+	// id, in any order; one refused whole gets a status, and the stream
+	// goes on.
+	ForwardStream(grpc.BidiStreamingServer[ForwardStreamRequest, ForwardStreamResponse]) error
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -149,6 +183,9 @@ func (UnimplementedPeerServer) HandOff(context.Context, *HandOffRequest) (*HandO
 }
 func (UnimplementedPeerServer) Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Replicate not implemented")
+}
+func (UnimplementedPeerServer) ForwardStream(grpc.BidiStreamingServer[ForwardStreamRequest, ForwardStreamResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method ForwardStream not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -261,6 +298,13 @@ func _Peer_Replicate_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_ForwardStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PeerServer).ForwardStream(&grpc.GenericServerStream[ForwardStreamRequest, ForwardStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_ForwardStreamServer = grpc.BidiStreamingServer[ForwardStreamRequest, ForwardStreamResponse]
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -289,6 +333,13 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Peer_Replicate_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ForwardStream",
+			Handler:       _Peer_ForwardStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "peer.proto",
 }

@@ -713,6 +713,170 @@ func (x *CheckResponse) GetResponses() []*CheckResult {
 	return nil
 }
 
+// CheckStreamRequest is one request of a CheckStream. Its fields 1 and 2
+// are CheckRequest's, so that a CheckRequest's encoding is one.
+type CheckStreamRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Requests []*CheckItem           `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	// all: items with the same key are admitted together or not at all.
+	All bool `protobuf:"varint,2,opt,name=all,proto3" json:"all,omitempty"`
+	// id is the client's name for the request, which its response carries;
+	// ids of requests in flight on one stream should differ.
+	Id uint64 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
+	// timeout_ms, when positive, is how long the client waits for the
+	// answer: the node gives up waiting on other nodes after it, as it does
+	// for a Check with a deadline.
+	TimeoutMs int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// ring, when not 0, is the fingerprint (MembersResponse.ring) of the
+	// ring the client routed the request by, as the ringlimit-ring header
+	// of a Check carries it.
+	Ring          uint64 `protobuf:"fixed64,5,opt,name=ring,proto3" json:"ring,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckStreamRequest) Reset() {
+	*x = CheckStreamRequest{}
+	mi := &file_ringlimit_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckStreamRequest) ProtoMessage() {}
+
+func (x *CheckStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckStreamRequest.ProtoReflect.Descriptor instead.
+func (*CheckStreamRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CheckStreamRequest) GetRequests() []*CheckItem {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+func (x *CheckStreamRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+func (x *CheckStreamRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CheckStreamRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *CheckStreamRequest) GetRing() uint64 {
+	if x != nil {
+		return x.Ring
+	}
+	return 0
+}
+
+// CheckStreamResponse answers the CheckStreamRequest with the same id.
+type CheckStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// responses answer the request's items, in order, as
+	// CheckResponse.responses do.
+	Responses []*CheckResult `protobuf:"bytes,2,rep,name=responses,proto3" json:"responses,omitempty"`
+	// status, when not empty, is an encoded google.rpc.Status: the request
+	// was refused whole, with the status a Check would have failed with
+	// (INVALID_ARGUMENT for more than 1,000 items, RESOURCE_EXHAUSTED with
+	// a RetryInfo when the node is overloaded), and responses is empty.
+	Status []byte `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	// ring, when not 0, is this node's ring fingerprint, sent when the
+	// request's ring differs from it: the client should ask Members again.
+	Ring          uint64 `protobuf:"fixed64,4,opt,name=ring,proto3" json:"ring,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckStreamResponse) Reset() {
+	*x = CheckStreamResponse{}
+	mi := &file_ringlimit_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckStreamResponse) ProtoMessage() {}
+
+func (x *CheckStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckStreamResponse.ProtoReflect.Descriptor instead.
+func (*CheckStreamResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CheckStreamResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CheckStreamResponse) GetResponses() []*CheckResult {
+	if x != nil {
+		return x.Responses
+	}
+	return nil
+}
+
+func (x *CheckStreamResponse) GetStatus() []byte {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *CheckStreamResponse) GetRing() uint64 {
+	if x != nil {
+		return x.Ring
+	}
+	return 0
+}
+
 type MembersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -721,7 +885,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_ringlimit_proto_msgTypes[5]
+	mi := &file_ringlimit_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +897,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_proto_msgTypes[5]
+	mi := &file_ringlimit_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +910,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_proto_rawDescGZIP(), []int{5}
+	return file_ringlimit_proto_rawDescGZIP(), []int{7}
 }
 
 type MembersResponse struct {
@@ -762,7 +926,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_ringlimit_proto_msgTypes[6]
+	mi := &file_ringlimit_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +938,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_proto_msgTypes[6]
+	mi := &file_ringlimit_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +951,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_proto_rawDescGZIP(), []int{6}
+	return file_ringlimit_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -816,7 +980,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_ringlimit_proto_msgTypes[7]
+	mi := &file_ringlimit_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +992,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_proto_msgTypes[7]
+	mi := &file_ringlimit_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +1005,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_ringlimit_proto_rawDescGZIP(), []int{7}
+	return file_ringlimit_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Member) GetName() string {
@@ -907,7 +1071,19 @@ const file_ringlimit_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
 	"\rCheckResponse\x127\n" +
-	"\tresponses\x18\x01 \x03(\v2\x19.ringlimit.v1.CheckResultR\tresponses\"\x10\n" +
+	"\tresponses\x18\x01 \x03(\v2\x19.ringlimit.v1.CheckResultR\tresponses\"\x9e\x01\n" +
+	"\x12CheckStreamRequest\x123\n" +
+	"\brequests\x18\x01 \x03(\v2\x17.ringlimit.v1.CheckItemR\brequests\x12\x10\n" +
+	"\x03all\x18\x02 \x01(\bR\x03all\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\x04R\x02id\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\x12\x12\n" +
+	"\x04ring\x18\x05 \x01(\x06R\x04ring\"\x8a\x01\n" +
+	"\x13CheckStreamResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x127\n" +
+	"\tresponses\x18\x02 \x03(\v2\x19.ringlimit.v1.CheckResultR\tresponses\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\fR\x06status\x12\x12\n" +
+	"\x04ring\x18\x04 \x01(\x06R\x04ring\"\x10\n" +
 	"\x0eMembersRequest\"U\n" +
 	"\x0fMembersResponse\x12.\n" +
 	"\amembers\x18\x01 \x03(\v2\x14.ringlimit.v1.MemberR\amembers\x12\x12\n" +
@@ -936,10 +1112,11 @@ const file_ringlimit_proto_rawDesc = "" +
 	"\x02OK\x10\x00\x12\x14\n" +
 	"\x10INVALID_ARGUMENT\x10\x01\x12\x0f\n" +
 	"\vUNAVAILABLE\x10\x02\x12\f\n" +
-	"\bINTERNAL\x10\x032\x97\x01\n" +
+	"\bINTERNAL\x10\x032\xef\x01\n" +
 	"\vRateLimiter\x12@\n" +
 	"\x05Check\x12\x1a.ringlimit.v1.CheckRequest\x1a\x1b.ringlimit.v1.CheckResponse\x12F\n" +
-	"\aMembers\x12\x1c.ringlimit.v1.MembersRequest\x1a\x1d.ringlimit.v1.MembersResponseB<Z:github.com/ringlimit/ringlimit/api/ringlimitv1;ringlimitv1b\x06proto3"
+	"\aMembers\x12\x1c.ringlimit.v1.MembersRequest\x1a\x1d.ringlimit.v1.MembersResponse\x12V\n" +
+	"\vCheckStream\x12 .ringlimit.v1.CheckStreamRequest\x1a!.ringlimit.v1.CheckStreamResponse(\x010\x01B<Z:github.com/ringlimit/ringlimit/api/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
 	file_ringlimit_proto_rawDescOnce sync.Once
@@ -954,21 +1131,23 @@ func file_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_ringlimit_proto_goTypes = []any{
-	(Algorithm)(0),          // 0: ringlimit.v1.Algorithm
-	(Behavior)(0),           // 1: ringlimit.v1.Behavior
-	(Status)(0),             // 2: ringlimit.v1.Status
-	(ErrorCode)(0),          // 3: ringlimit.v1.ErrorCode
-	(*CheckItem)(nil),       // 4: ringlimit.v1.CheckItem
-	(*ParentLimit)(nil),     // 5: ringlimit.v1.ParentLimit
-	(*CheckRequest)(nil),    // 6: ringlimit.v1.CheckRequest
-	(*CheckResult)(nil),     // 7: ringlimit.v1.CheckResult
-	(*CheckResponse)(nil),   // 8: ringlimit.v1.CheckResponse
-	(*MembersRequest)(nil),  // 9: ringlimit.v1.MembersRequest
-	(*MembersResponse)(nil), // 10: ringlimit.v1.MembersResponse
-	(*Member)(nil),          // 11: ringlimit.v1.Member
-	nil,                     // 12: ringlimit.v1.CheckResult.MetadataEntry
+	(Algorithm)(0),              // 0: ringlimit.v1.Algorithm
+	(Behavior)(0),               // 1: ringlimit.v1.Behavior
+	(Status)(0),                 // 2: ringlimit.v1.Status
+	(ErrorCode)(0),              // 3: ringlimit.v1.ErrorCode
+	(*CheckItem)(nil),           // 4: ringlimit.v1.CheckItem
+	(*ParentLimit)(nil),         // 5: ringlimit.v1.ParentLimit
+	(*CheckRequest)(nil),        // 6: ringlimit.v1.CheckRequest
+	(*CheckResult)(nil),         // 7: ringlimit.v1.CheckResult
+	(*CheckResponse)(nil),       // 8: ringlimit.v1.CheckResponse
+	(*CheckStreamRequest)(nil),  // 9: ringlimit.v1.CheckStreamRequest
+	(*CheckStreamResponse)(nil), // 10: ringlimit.v1.CheckStreamResponse
+	(*MembersRequest)(nil),      // 11: ringlimit.v1.MembersRequest
+	(*MembersResponse)(nil),     // 12: ringlimit.v1.MembersResponse
+	(*Member)(nil),              // 13: ringlimit.v1.Member
+	nil,                         // 14: ringlimit.v1.CheckResult.MetadataEntry
 }
 var file_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.CheckItem.algorithm:type_name -> ringlimit.v1.Algorithm
@@ -977,18 +1156,22 @@ var file_ringlimit_proto_depIdxs = []int32{
 	4,  // 3: ringlimit.v1.CheckRequest.requests:type_name -> ringlimit.v1.CheckItem
 	2,  // 4: ringlimit.v1.CheckResult.status:type_name -> ringlimit.v1.Status
 	3,  // 5: ringlimit.v1.CheckResult.error_code:type_name -> ringlimit.v1.ErrorCode
-	12, // 6: ringlimit.v1.CheckResult.metadata:type_name -> ringlimit.v1.CheckResult.MetadataEntry
+	14, // 6: ringlimit.v1.CheckResult.metadata:type_name -> ringlimit.v1.CheckResult.MetadataEntry
 	7,  // 7: ringlimit.v1.CheckResponse.responses:type_name -> ringlimit.v1.CheckResult
-	11, // 8: ringlimit.v1.MembersResponse.members:type_name -> ringlimit.v1.Member
-	6,  // 9: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
-	9,  // 10: ringlimit.v1.RateLimiter.Members:input_type -> ringlimit.v1.MembersRequest
-	8,  // 11: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
-	10, // 12: ringlimit.v1.RateLimiter.Members:output_type -> ringlimit.v1.MembersResponse
-	11, // [11:13] is the sub-list for method output_type
-	9,  // [9:11] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	4,  // 8: ringlimit.v1.CheckStreamRequest.requests:type_name -> ringlimit.v1.CheckItem
+	7,  // 9: ringlimit.v1.CheckStreamResponse.responses:type_name -> ringlimit.v1.CheckResult
+	13, // 10: ringlimit.v1.MembersResponse.members:type_name -> ringlimit.v1.Member
+	6,  // 11: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
+	11, // 12: ringlimit.v1.RateLimiter.Members:input_type -> ringlimit.v1.MembersRequest
+	9,  // 13: ringlimit.v1.RateLimiter.CheckStream:input_type -> ringlimit.v1.CheckStreamRequest
+	8,  // 14: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
+	12, // 15: ringlimit.v1.RateLimiter.Members:output_type -> ringlimit.v1.MembersResponse
+	10, // 16: ringlimit.v1.RateLimiter.CheckStream:output_type -> ringlimit.v1.CheckStreamResponse
+	14, // [14:17] is the sub-list for method output_type
+	11, // [11:14] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_proto_init() }
@@ -1003,7 +1186,7 @@ func file_ringlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_proto_rawDesc), len(file_ringlimit_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -58,11 +58,12 @@ func TestParseConfigBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxInflight != admit.DefaultMax || c.MaxConns != defaultMaxConns || c.MaxLogEntries != limiter.DefaultMaxLogEntries {
+	if c.MaxInflight != admit.DefaultMax || c.MaxStreams != admit.DefaultMaxStreams || c.MaxConns != defaultMaxConns || c.MaxLogEntries != limiter.DefaultMaxLogEntries {
 		t.Errorf("defaults: %+v", c)
 	}
 	for _, args := range [][]string{
 		{"--max-inflight", "0"},
+		{"--max-streams", "0"},
 		{"--max-conns", "-1"},
 		{"--max-log-entries", "9999"},
 	} {

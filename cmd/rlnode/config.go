@@ -42,6 +42,7 @@ type Config struct {
 	ReplicateInterval time.Duration
 	LogLevel          string
 	MaxInflight       int
+	MaxStreams        int
 	MaxConns          int
 	MemoryLimit       string
 	MaxLogEntries     int
@@ -86,7 +87,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.IntVar(&c.MaxLogEntries, "max-log-entries", limiter.DefaultMaxLogEntries, "entries of all SLIDING_LOG counters held, 16 bytes each; beyond it the least recently used logs are evicted")
 	fs.StringVar(&c.SnapshotDir, "snapshot-dir", "", "directory for this node's counters, written every --snapshot-interval and at shutdown, loaded at start: they survive a stop of the whole cluster (none: counters live in memory only)")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", snapshot.DefaultInterval, "how often the counters are written to --snapshot-dir: a node killed without its shutdown (SIGKILL, power loss) comes back with its counters as they were at most this long before")
-	fs.IntVar(&c.MaxInflight, "max-inflight", admit.DefaultMax, "client requests (HTTP checks and gRPC calls) in flight at once; beyond it they are refused at once, HTTP 503 or gRPC RESOURCE_EXHAUSTED")
+	fs.IntVar(&c.MaxInflight, "max-inflight", admit.DefaultMax, "client requests (HTTP checks, gRPC calls and the requests of CheckStreams) in flight at once; beyond it they are refused at once, HTTP 503 or gRPC RESOURCE_EXHAUSTED")
+	fs.IntVar(&c.MaxStreams, "max-streams", admit.DefaultMaxStreams, "CheckStream streams open at once (a Go client keeps one to each node); beyond it new ones are refused with RESOURCE_EXHAUSTED, and their clients use Check RPCs")
 	fs.StringVar(&c.PeerTLS.Cert, "peer-tls-cert", "", "PEM certificate for the peer port, valid for --node-name, from the cluster CA; reloaded on change")
 	fs.StringVar(&c.PeerTLS.Key, "peer-tls-key", "", "PEM key of --peer-tls-cert")
 	fs.StringVar(&c.PeerTLS.CA, "peer-tls-ca", "", "PEM cluster CA: peers must present a certificate from it (mutual TLS)")
@@ -157,6 +159,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("--max-conns: must be positive, got %d", c.MaxConns)
 	case c.MaxInflight <= 0:
 		return fmt.Errorf("--max-inflight: must be positive, got %d", c.MaxInflight)
+	case c.MaxStreams <= 0:
+		return fmt.Errorf("--max-streams: must be positive, got %d", c.MaxStreams)
 	case c.NodeName == "":
 		return errors.New("--node-name: must not be empty")
 	case c.PeerTLS != (tlsfiles.Files{}) && (c.PeerTLS.Cert == "" || c.PeerTLS.Key == "" || c.PeerTLS.CA == ""):

@@ -73,7 +73,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	if err != nil {
 		return err
 	}
-	pool := peer.NewPool(peer.Config{BatchWait: conf.BatchWait, BatchLimit: conf.BatchLimit, Registerer: reg, DialOptions: tr.peerDial})
+	pool := peer.NewPool(peer.Config{BatchWait: conf.BatchWait, BatchLimit: conf.BatchLimit, Registerer: reg, DialOptions: tr.peerDial, Name: conf.NodeName})
 	defer pool.Close()
 	// Ring changes only signal ringChanged; the loop below reacts to them,
 	// so that nothing is wired to a part before the part exists.
@@ -108,17 +108,22 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	// Before anything serves or joins: the node reports ready, and decides
 	// checks, with its counters.
 	snaps.load(ctx, svc.Intake())
-	gate := admit.New(admit.Config{Max: conf.MaxInflight, Registerer: reg})
+	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod}, MaxStreams: conf.MaxStreams, Registerer: reg})
 	faces := api.New(api.Config{
-		Checker: svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP,
+		Checker: svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
 		Ready: members.Ready, ReadyNote: tr.insecure(conf),
 		Members: func() []api.Member { return apiMembers(members) },
 		Ring:    members.Ring,
 	})
 
 	// Stream workers reuse goroutines whose stacks have grown already,
-	// rather than starting one per RPC.
-	workers := grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))
+	// rather than starting one per RPC. gRPC starts a goroutine for an RPC
+	// that finds every worker busy, and a node has as many RPCs in flight
+	// as clients wait on it (or on its owners), not as it has cores:
+	// with one worker a core, most RPCs of 50 concurrent clients started
+	// a goroutine and grew its stack (7% of a node's CPU). An idle worker
+	// costs its stack, a few KB.
+	workers := grpc.NumStreamWorkers(uint32(streamWorkersPerCore * runtime.GOMAXPROCS(0)))
 	// The client port's codec refuses the 1,001st item, or descriptor,
 	// before building it.
 	rlsBound := api.BoundOf(&rlspb.RateLimitRequest{}, "descriptors", rls.MaxDescriptors)
@@ -126,8 +131,9 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	health := faces.RegisterGRPC(grpcSrv)
 	rls.New(rls.Config{Checker: svc, Policies: policies}).Register(grpcSrv)
 	guard := peer.NewGuard(peer.GuardConfig{Members: members, Certificates: tr.peerTLS, Logger: log, Registerer: reg})
-	peerSrv := grpc.NewServer(append(append(peer.ServerOptions(), tr.peerServer...), workers, grpc.ChainUnaryInterceptor(guard.Unary))...)
-	peer.NewServer(svc.Owner(), reg).Register(peerSrv)
+	peerSrv := grpc.NewServer(append(append(peer.ServerOptions(), tr.peerServer...), workers, grpc.ChainUnaryInterceptor(guard.Unary), grpc.ChainStreamInterceptor(guard.Stream))...)
+	peerFace := peer.NewServer(svc.Owner(), reg)
+	peerFace.Register(peerSrv)
 	// Timeouts bound what a slow or idle client can hold: a body of
 	// api.MaxBodyBytes arrives well within ReadTimeout on any link, and
 	// a check needs no headers of more than a few KB.
@@ -177,6 +183,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	shutdownSteps := []*step{
 		{"stop accepting checks", func(ctx context.Context) error {
 			health.Shutdown() // NOT_SERVING, so that balancers stop sending
+			faces.Drain()     // clients end their streams, which GracefulStop waits for
 			stopGRPC(ctx, grpcSrv)
 			return httpSrv.Shutdown(ctx)
 		}},
@@ -214,6 +221,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 		// others as they stopped) join those handed off.
 		finishSnapshot,
 		{"close peers", func(ctx context.Context) error {
+			peerFace.Drain()
 			stopGRPC(ctx, peerSrv)
 			return peers.stop(ctx)
 		}},
@@ -227,6 +235,10 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	})
 	return g.Wait()
 }
+
+// streamWorkersPerCore is how many gRPC stream workers a node keeps per
+// core (grpc.NumStreamWorkers).
+const streamWorkersPerCore = 32
 
 // restBudget bounds the last hand-off of shutdown when no member takes
 // anything: the others are stopping too.

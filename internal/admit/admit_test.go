@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 )
@@ -132,5 +133,64 @@ func TestGRPCRefusesBeyondMax(t *testing.T) {
 	}
 	if _, err := rl.Check(ctx, &pb.CheckRequest{}); err != nil {
 		t.Errorf("after the others finished: %v", err)
+	}
+}
+
+// TestStreamsAndTheirRequests: a call of a Streams method takes a stream
+// slot, not a request slot, beyond MaxStreams it is refused, and its slot
+// comes back when it ends; each request on it takes a request slot
+// through Message, refused beyond Max and counted as grpc_stream.
+func TestStreamsAndTheirRequests(t *testing.T) {
+	const method = "/ringlimit.v1.RateLimiter/CheckStream"
+	g := New(Config{Max: 2, Streams: []string{method}, MaxStreams: 1})
+	open := func(name string) (context.CancelFunc, error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		_, err := g.Tap(ctx, &tap.Info{FullMethodName: name})
+		return cancel, err
+	}
+	endStream, err := open(method)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open(method); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a stream beyond MaxStreams: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	var ends []context.CancelFunc
+	for range 2 { // the open stream holds no request slot
+		end, err := open("/ringlimit.v1.RateLimiter/Check")
+		if err != nil {
+			t.Fatalf("a call beside an open stream: %v", err)
+		}
+		ends = append(ends, end)
+	}
+	if _, err := g.Message(); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a stream's request with every slot taken: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if n := testutil.ToFloat64(g.refused.WithLabelValues("grpc_stream")); n != 1 {
+		t.Errorf("ringlimit_overload_rejected_total{interface=grpc_stream} = %v, want 1", n)
+	}
+	for _, end := range ends {
+		end()
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(g.slots) > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("request slots not given back")
+		}
+	}
+	done, err := g.Message()
+	if err != nil {
+		t.Fatalf("a stream's request with slots free: %v", err)
+	}
+	done()
+	endStream()
+	for deadline := time.Now().Add(10 * time.Second); len(g.streams) > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream slot was not given back when the stream ended")
+		}
+	}
+	if end, err := open(method); err != nil {
+		t.Errorf("a stream once the other ended: %v", err)
+	} else {
+		end()
 	}
 }

@@ -1,0 +1,66 @@
+package api
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/mux"
+)
+
+// CheckStreamMethod is the full name of the CheckStream RPC, for
+// admit.Config.Streams: its calls are long-lived, and each of their
+// requests takes a slot of its own (Config.AdmitMessage).
+const CheckStreamMethod = "/ringlimit.v1.RateLimiter/CheckStream"
+
+// CheckStream decides the requests of a stream, each as Check decides a
+// request (see mux.Server.Serve): the codec of ServerOptions bounds each
+// as it bounds a CheckRequest, Config.AdmitMessage admits each, and one
+// refused whole is answered with its status.
+func (g grpcServer) CheckStream(stream pb.RateLimiter_CheckStreamServer) error {
+	return g.s.streams.Serve(stream)
+}
+
+// Drain asks the client of every CheckStream to end it, answering what it
+// sent until then: a node that stops does so before it stops its gRPC
+// server, which waits for every stream to end. The Go client then sends
+// its checks in Check RPCs, which the stopping server refuses as usual.
+func (s *Server) Drain() { s.streams.Drain() }
+
+// drainNotice asks a client to end its CheckStream.
+func drainNotice() *pb.CheckStreamResponse {
+	return &pb.CheckStreamResponse{Status: mux.Status(status.Error(codes.Unavailable, "node stopping: end the stream"))}
+}
+
+func streamTimeout(req *pb.CheckStreamRequest) time.Duration {
+	return time.Duration(req.GetTimeoutMs()) * time.Millisecond
+}
+
+// checkMessage answers one request of a CheckStream.
+func (s *Server) checkMessage(ctx context.Context, req *pb.CheckStreamRequest) *pb.CheckStreamResponse {
+	resp := &pb.CheckStreamResponse{Id: req.GetId()}
+	if theirs := req.GetRing(); theirs != 0 {
+		if ours := s.ringID().sum; theirs != ours {
+			resp.Ring = ours
+		}
+	}
+	if s.conf.AdmitMessage != nil {
+		done, err := s.conf.AdmitMessage()
+		if err != nil {
+			resp.Status = mux.Status(err)
+			return resp
+		}
+		defer done()
+	}
+	defer s.observe("grpc_stream", time.Now())
+	r, err := s.conf.Checker.Check(ctx, &pb.CheckRequest{Requests: req.GetRequests(), All: req.GetAll()})
+	if err != nil {
+		resp.Status = mux.Status(toStatus(err))
+		return resp
+	}
+	resp.Responses = r.GetResponses()
+	return resp
+}

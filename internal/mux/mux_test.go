@@ -1,0 +1,420 @@
+package mux
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// node serves CheckStream with a mux.Server whose handler answers each
+// request with one result per item, of the item's limit, so that a caller
+// can tell its answer apart. An item keyed "wait" makes the handler detach
+// and wait for release (or the request's end); one keyed "hold" makes it
+// wait without detaching.
+type node struct {
+	pb.UnimplementedRateLimiterServer
+	sr      *Server[pb.CheckStreamRequest, pb.CheckStreamResponse]
+	entered chan string // the key of each waiting request, as it starts waiting
+	release chan struct{}
+	served  chan error // what each Serve returned
+}
+
+func newNode() *node {
+	n := &node{entered: make(chan string, 16), release: make(chan struct{}), served: make(chan error, 16)}
+	n.sr = &Server[pb.CheckStreamRequest, pb.CheckStreamResponse]{
+		Timeout: func(r *pb.CheckStreamRequest) time.Duration {
+			return time.Duration(r.GetTimeoutMs()) * time.Millisecond
+		},
+		Handle: n.handle,
+		Notice: func() *pb.CheckStreamResponse {
+			return &pb.CheckStreamResponse{Status: Status(status.Error(codes.Unavailable, "stopping"))}
+		},
+	}
+	return n
+}
+
+func (n *node) handle(ctx context.Context, req *pb.CheckStreamRequest) *pb.CheckStreamResponse {
+	resp := &pb.CheckStreamResponse{Id: req.GetId()}
+	for _, it := range req.GetRequests() {
+		switch it.GetKey() {
+		case "wait":
+			Detach(ctx)
+			fallthrough
+		case "hold":
+			n.entered <- it.GetKey()
+			select {
+			case <-n.release:
+			case <-ctx.Done():
+				resp.Status = Status(status.FromContextError(ctx.Err()).Err())
+				return resp
+			}
+		}
+		resp.Responses = append(resp.Responses, &pb.CheckResult{Limit: it.GetLimit()})
+	}
+	return resp
+}
+
+func (n *node) CheckStream(s pb.RateLimiter_CheckStreamServer) error {
+	err := n.sr.Serve(s)
+	n.served <- err
+	return err
+}
+
+// serve runs g on loopback, and returns its address; the test stops it.
+func serve(t *testing.T, g *grpc.Server) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	return lis.Addr().String()
+}
+
+// dial returns a Client of CheckStream at addr, with the connection up.
+func dial(t *testing.T, addr string) (*Client[pb.CheckStreamRequest, pb.CheckStreamResponse], *grpc.ClientConn) {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	rl := pb.NewRateLimiterClient(cc)
+	c := NewClient(Config[pb.CheckStreamRequest, pb.CheckStreamResponse]{
+		Open:  rl.CheckStream,
+		Ready: func() bool { return cc.GetState() == connectivity.Ready },
+		Stamp: func(r *pb.CheckStreamRequest, id uint64, timeoutMs int64) {
+			r.Id = id
+			if timeoutMs > 0 { // else keep the test's own
+				r.TimeoutMs = timeoutMs
+			}
+		},
+		ID: (*pb.CheckStreamResponse).GetId,
+	})
+	t.Cleanup(c.Close)
+	connect(t, cc)
+	return c, cc
+}
+
+// connect waits until cc is connected, as a client's first RPC makes it.
+func connect(t *testing.T, cc *grpc.ClientConn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cc.Connect()
+	for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
+		if !cc.WaitForStateChange(ctx, s) {
+			t.Fatalf("not connected within 10s: %v", s)
+		}
+	}
+}
+
+func request(key string, limit int64) *pb.CheckStreamRequest {
+	return &pb.CheckStreamRequest{Requests: []*pb.CheckItem{{Name: "n", Key: key, Limit: limit}}}
+}
+
+// call sends request(key, limit) and checks that its answer is its own.
+func call(ctx context.Context, c *Client[pb.CheckStreamRequest, pb.CheckStreamResponse], key string, limit int64) error {
+	resp, err := c.Call(ctx, request(key, limit))
+	if err != nil {
+		return err
+	}
+	if err := Err(resp.GetStatus()); err != nil {
+		return err
+	}
+	if len(resp.GetResponses()) != 1 || resp.GetResponses()[0].GetLimit() != limit {
+		return fmt.Errorf("request of limit %d answered %v", limit, resp)
+	}
+	return nil
+}
+
+func newServer(n *node, opts ...grpc.ServerOption) *grpc.Server {
+	g := grpc.NewServer(opts...)
+	pb.RegisterRateLimiterServer(g, n)
+	return g
+}
+
+// TestEachCallGetsItsAnswer: concurrent calls on one stream each get the
+// answer to their own request, and the stream stays open between them.
+func TestEachCallGetsItsAnswer(t *testing.T) {
+	n := newNode()
+	c, _ := dial(t, serve(t, newServer(n)))
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() {
+			if err := call(context.Background(), c, fmt.Sprint("k", i), int64(i+1)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := call(context.Background(), c, "again", 7); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-n.served:
+		t.Fatalf("the stream ended between calls: %v", err)
+	default:
+	}
+}
+
+// TestDetachedRequestHoldsNoOther: a request that detaches before it waits
+// lets the stream's next requests through, and is answered when it is
+// done; its deadline travels with it.
+func TestDetachedRequestHoldsNoOther(t *testing.T) {
+	n := newNode()
+	c, _ := dial(t, serve(t, newServer(n)))
+	waiting := make(chan error, 1)
+	go func() { waiting <- call(context.Background(), c, "wait", 1) }()
+	<-n.entered
+	if err := call(context.Background(), c, "quick", 2); err != nil {
+		t.Fatalf("a request behind one that waits: %v", err)
+	}
+	close(n.release)
+	if err := <-waiting; err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	n2 := newNode()
+	c2, _ := dial(t, serve(t, newServer(n2)))
+	resp, err := c2.Call(context.Background(), &pb.CheckStreamRequest{Requests: []*pb.CheckItem{{Key: "wait"}}, TimeoutMs: 50})
+	if err != nil || status.Code(Err(resp.GetStatus())) != codes.DeadlineExceeded {
+		t.Errorf("a request of timeout_ms 50 that waits for ever: %v, %v; want its deadline to end it", resp, err)
+	}
+	if err := call(ctx, c2, "hold", 3); !errors.Is(err, context.DeadlineExceeded) && status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("a caller whose context ends: %v, want its deadline's error (the caller's, or the node's)", err)
+	}
+}
+
+// TestWorkersBound: at most Workers requests of a stream are decided at
+// once; the stream is not read further until one is answered.
+func TestWorkersBound(t *testing.T) {
+	n := newNode()
+	c, _ := dial(t, serve(t, newServer(n)))
+	errs := make(chan error, Workers+1)
+	for i := range Workers + 1 {
+		go func() { errs <- call(context.Background(), c, "wait", int64(i)) }()
+	}
+	for range Workers {
+		<-n.entered
+	}
+	select {
+	case key := <-n.entered:
+		t.Fatalf("request %q decided beyond %d at once", key, Workers)
+	case <-time.After(100 * time.Millisecond): // a bound that holds, not a timing
+	}
+	close(n.release)
+	for range Workers + 1 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestRefusedStreamIsNotRetriedAtOnce: a node that refuses the stream (an
+// older one, or one that does not know the caller) decides nothing on it;
+// the call fails with ErrRefused, and so do the calls of the next
+// RetryAfter, without a new stream each.
+func TestRefusedStreamIsNotRetriedAtOnce(t *testing.T) {
+	var mu sync.Mutex
+	opened := 0
+	n := newNode()
+	g := newServer(n, grpc.StreamInterceptor(func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
+		mu.Lock()
+		opened++
+		mu.Unlock()
+		return status.Error(codes.PermissionDenied, "who are you")
+	}))
+	c, _ := dial(t, serve(t, g))
+	for range 3 {
+		if err := call(context.Background(), c, "k", 1); !errors.Is(err, ErrRefused) {
+			t.Fatalf("call on a refused stream: %v, want ErrRefused", err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if opened != 1 {
+		t.Errorf("%d streams opened for 3 calls, want 1", opened)
+	}
+}
+
+// TestNodeGoesAwayMidStream: calls in flight when the node stops fail
+// with UNAVAILABLE, not ErrRefused (the node may have decided them), and
+// the client's goroutines end (TestMain checks).
+func TestNodeGoesAwayMidStream(t *testing.T) {
+	n := newNode()
+	g := newServer(n)
+	c, _ := dial(t, serve(t, g))
+	errs := make(chan error, 1)
+	go func() { errs <- call(context.Background(), c, "hold", 1) }()
+	<-n.entered
+	g.Stop()
+	if err := <-errs; status.Code(err) != codes.Unavailable || errors.Is(err, ErrRefused) {
+		t.Errorf("call in flight as the node stopped: %v, want UNAVAILABLE", err)
+	}
+	if err := call(context.Background(), c, "k", 1); err == nil {
+		t.Error("a call to a stopped node succeeded")
+	}
+}
+
+// TestClientGoesAwayMidStream: when the client goes, the node's Serve
+// ends its requests' contexts and returns, with nothing left running.
+func TestClientGoesAwayMidStream(t *testing.T) {
+	n := newNode()
+	c, cc := dial(t, serve(t, newServer(n)))
+	errs := make(chan error, 2)
+	go func() { errs <- call(context.Background(), c, "wait", 1) }()
+	<-n.entered // detached: the next is received
+	go func() { errs <- call(context.Background(), c, "hold", 2) }()
+	<-n.entered
+	c.Close()
+	for range 2 {
+		if err := <-errs; !errors.Is(err, ErrClosed) {
+			t.Errorf("call in flight as the client closed: %v, want ErrClosed", err)
+		}
+	}
+	if err := <-n.served; err == nil {
+		t.Error("Serve returned nil for a client that went away")
+	}
+	if err := call(context.Background(), c, "k", 1); !errors.Is(err, ErrClosed) {
+		t.Errorf("a call after Close: %v, want ErrClosed", err)
+	}
+	cc.Close()
+}
+
+// TestDrain: a node that drains answers what it has received, and its
+// clients end their streams and send the next requests another way, so
+// that GracefulStop returns.
+func TestDrain(t *testing.T) {
+	n := newNode()
+	g := newServer(n)
+	c, _ := dial(t, serve(t, g))
+	errs := make(chan error, 1)
+	go func() { errs <- call(context.Background(), c, "wait", 1) }()
+	<-n.entered
+	n.sr.Drain()
+	// The notice arrives; until then a call may still go on the stream.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		err := call(context.Background(), c, "k", 2)
+		if errors.Is(err, ErrRefused) {
+			break
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("a call while the node drains: %v, want an answer and then ErrRefused", err)
+		}
+	}
+	close(n.release)
+	if err := <-errs; err != nil {
+		t.Errorf("the request in flight as the node drained: %v, want its answer", err)
+	}
+	if err := <-n.served; err != nil {
+		t.Errorf("Serve returned %v after its client ended the stream, want nil", err)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		g.GracefulStop()
+		close(stopped)
+	}()
+	<-stopped // or the test hangs
+}
+
+// raw sends and receives messages as bytes, as they are on the wire, to
+// send what no client of this module would. It is named "proto", which
+// the server decodes with.
+type raw struct{}
+
+func (raw) Name() string { return "proto" }
+func (raw) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(v.([]byte))}, nil
+}
+func (raw) Unmarshal(data mem.BufferSlice, v any) error {
+	*v.(*[]byte) = data.Materialize()
+	return nil
+}
+
+// TestGarbageAndOversizedMessages: a message that does not decode, or is
+// over the server's receive limit, ends its stream with an error, and the
+// node serves other streams as before.
+func TestGarbageAndOversizedMessages(t *testing.T) {
+	n := newNode()
+	addr := serve(t, newServer(n, grpc.MaxRecvMsgSize(1024)))
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(raw{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	desc := &grpc.StreamDesc{StreamName: "CheckStream", ServerStreams: true, ClientStreams: true}
+	for _, tc := range []struct {
+		name string
+		msg  []byte
+		code codes.Code
+	}{
+		{"garbage", []byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f}, codes.Internal},
+		{"oversized", make([]byte, 2048), codes.ResourceExhausted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			s, err := cc.NewStream(ctx, desc, "/ringlimit.v1.RateLimiter/CheckStream")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.SendMsg(tc.msg); err != nil {
+				t.Fatal(err)
+			}
+			var got []byte
+			if err := s.RecvMsg(&got); status.Code(err) != tc.code {
+				t.Errorf("stream after a %s message: %v, %x; want %v", tc.name, err, got, tc.code)
+			}
+		})
+	}
+	c, _ := dial(t, addr)
+	if err := call(context.Background(), c, "k", 1); err != nil {
+		t.Errorf("a stream after the others failed: %v", err)
+	}
+}
+
+// TestStatus: a refusal's status travels whole, details included; a status
+// that does not decode, or says OK, is an error of its own.
+func TestStatus(t *testing.T) {
+	st, err := status.New(codes.ResourceExhausted, "overloaded").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := status.Convert(Err(Status(st.Err())))
+	if got.Code() != codes.ResourceExhausted || got.Message() != "overloaded" || len(got.Details()) != 1 {
+		t.Errorf("round trip: %v %v, want the status with its RetryInfo", got, got.Details())
+	}
+	if Status(nil) != nil || Err(nil) != nil {
+		t.Error("no error should travel as no status")
+	}
+	if got := Err(Status(status.Error(codes.InvalidArgument, "bad \xff"))); status.Code(got) != codes.InvalidArgument {
+		t.Errorf("a message that is not UTF-8: %v", got)
+	}
+	for _, b := range [][]byte{{0xff}, {0x12, 0x02, 'o', 'k'}} { // garbage; a status of code OK
+		if got := Err(b); status.Code(got) != codes.Internal {
+			t.Errorf("status %x: %v, want INTERNAL", b, got)
+		}
+	}
+}

@@ -1,0 +1,226 @@
+package mux
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// Workers is how many requests of one stream Serve decides at once. The
+// senders in this module keep at most 4 in flight to one node; a stream
+// that has Workers requests being decided is not read further until one
+// is answered, so that a sender that does not wait costs the node at most
+// Workers+1 decoded requests.
+const Workers = 4
+
+// Handler answers one request of a stream. ctx ends with the stream, or
+// when the request's timeout has passed; a handler that is about to wait
+// (on another node, say) calls Detach(ctx) first. The answer must carry
+// the request's id.
+type Handler[Req, Resp any] func(ctx context.Context, req *Req) *Resp
+
+// Server serves streams of one method. Timeout, Handle and Notice are
+// required; the zero value is otherwise ready. It is safe for concurrent
+// use.
+type Server[Req, Resp any] struct {
+	// Timeout reads a request's timeout: 0 for none.
+	Timeout func(*Req) time.Duration
+	// Handle answers each request.
+	Handle Handler[Req, Resp]
+	// Notice returns the message that asks a client to end its stream
+	// (see Drain): id 0, which no request has, and a status saying why.
+	Notice func() *Resp
+
+	drainOnce sync.Once
+	drainCtx  context.Context // ends at Drain
+	drain     context.CancelFunc
+	initOnce  sync.Once
+}
+
+func (sr *Server[Req, Resp]) init() {
+	sr.initOnce.Do(func() { sr.drainCtx, sr.drain = context.WithCancel(context.Background()) })
+}
+
+// Drain asks the clients of every stream, open or opened later, to end
+// it: each gets a Notice, and Serve answers what it has received until the
+// client ends the stream. A node does so as it stops, before
+// grpc.Server.GracefulStop, which waits for every stream to end. A client
+// of this package sends its later requests another way.
+func (sr *Server[Req, Resp]) Drain() {
+	sr.init()
+	sr.drain()
+}
+
+// Serve answers the requests of s, up to Workers at once, in any order,
+// until the client ends the stream (Serve then returns nil, once every
+// request read has been answered) or the stream fails (Serve returns its
+// error).
+//
+// The goroutine that receives a request decides it, rather than hand it
+// to another: a hand-over between goroutines costs a node that is not
+// busy more than deciding a small request does (the runtime wakes a
+// thread for it, which then sleeps again; a timer to watch for slow
+// requests costs as much). A request that is about to wait calls Detach,
+// which hands the receiving over instead: another goroutine takes it, up
+// to Workers deciding at once, and the one that detached ends once it has
+// answered. So a request that waits holds up the stream's next ones only
+// until it detaches, and one that does not costs no hand-over.
+func (sr *Server[Req, Resp]) Serve(s grpc.BidiStreamingServer[Req, Resp]) error {
+	sr.init()
+	ctx, cancel := context.WithCancel(s.Context())
+	defer cancel()
+	sv := &server[Req, Resp]{s: s, ctx: ctx, cancel: cancel, timeout: sr.Timeout, handle: sr.Handle}
+	sv.handOverFn = sv.handOver
+	sv.active.Store(1)
+	noticed := make(chan struct{})
+	stopNotice := context.AfterFunc(sr.drainCtx, func() {
+		defer close(noticed)
+		sv.send(sr.Notice())
+	})
+	sv.receive()
+	sv.wg.Wait()
+	if !stopNotice() && sr.drainCtx.Err() != nil {
+		<-noticed // no Send after Serve returns
+	}
+	return sv.err
+}
+
+// server is one stream being served.
+type server[Req, Resp any] struct {
+	s          grpc.BidiStreamingServer[Req, Resp]
+	ctx        context.Context // ends with the stream, or when an answer cannot be sent
+	cancel     context.CancelFunc
+	timeout    func(*Req) time.Duration
+	handle     Handler[Req, Resp]
+	handOverFn func(*atomic.Bool) // sv.handOver, bound once
+
+	sendMu sync.Mutex     // one Send at a time
+	wg     sync.WaitGroup // receivers started by hand-overs
+	active atomic.Int32   // goroutines receiving or deciding
+	err    error          // why receiving ended; written once, by the last receiver, before wg is done
+}
+
+// turn is one request being decided by the goroutine that received it, as
+// Detach finds it in the request's context.
+type turn struct {
+	// handed is taken once: by Detach, when another goroutine takes over
+	// receiving, or by the receiver once it has answered and goes on.
+	handed   atomic.Bool
+	handOver func(*atomic.Bool)
+}
+
+type turnKey struct{}
+
+// Detach tells the stream that its request of ctx is about to wait: the
+// goroutine deciding it stops receiving the stream's next requests, which
+// another goroutine takes over (unless Workers are deciding already). It
+// does nothing for a context that is not a stream request's, or that
+// detached already, so that code shared with other callers may call it.
+func Detach(ctx context.Context) {
+	if t, ok := ctx.Value(turnKey{}).(*turn); ok && !t.handed.Load() {
+		t.handOver(&t.handed)
+	}
+}
+
+// receive receives and decides requests until receiving ends, or until a
+// request it decides detaches.
+func (sv *server[Req, Resp]) receive() {
+	defer sv.active.Add(-1)
+	for {
+		req, err := sv.s.Recv()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				sv.err = err
+				sv.cancel()
+			}
+			return
+		}
+		t := &turn{handOver: sv.handOverFn}
+		sv.answer(context.WithValue(sv.ctx, turnKey{}, t), req)
+		if !t.handed.CompareAndSwap(false, true) {
+			return // another goroutine receives now
+		}
+	}
+}
+
+// handOver starts another receiver, unless handed is taken already (the
+// request was answered, or detached before) or Workers goroutines are
+// busy.
+func (sv *server[Req, Resp]) handOver(handed *atomic.Bool) {
+	for {
+		n := sv.active.Load()
+		if n >= Workers {
+			return
+		}
+		if sv.active.CompareAndSwap(n, n+1) {
+			break
+		}
+	}
+	if !handed.CompareAndSwap(false, true) {
+		sv.active.Add(-1)
+		return
+	}
+	sv.wg.Go(sv.receive)
+}
+
+// answer decides req and sends its answer.
+func (sv *server[Req, Resp]) answer(ctx context.Context, req *Req) {
+	if t := sv.timeout(req); t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	sv.send(sv.handle(ctx, req))
+}
+
+// send sends resp on the stream.
+func (sv *server[Req, Resp]) send(resp *Resp) {
+	sv.sendMu.Lock()
+	err := sv.s.Send(resp)
+	sv.sendMu.Unlock()
+	if err != nil {
+		sv.cancel() // the stream is broken
+	}
+}
+
+// Status encodes err's gRPC status, for a response's status field: how a
+// request refused whole says why. It is empty for a nil err. A message
+// that is not UTF-8, which protobuf does not encode, is made so.
+func Status(err error) []byte {
+	if err == nil {
+		return nil
+	}
+	st := status.Convert(err).Proto()
+	b, merr := proto.Marshal(st)
+	if merr != nil {
+		b, _ = proto.Marshal(&spb.Status{Code: st.GetCode(), Message: strings.ToValidUTF8(st.GetMessage(), "\uFFFD")})
+	}
+	return b
+}
+
+// Err decodes a response's status field: nil when it is empty, else the
+// error it holds. A status that does not decode, or says OK, is an
+// INTERNAL error: a refusal must say why.
+func Err(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	st := &spb.Status{}
+	if err := proto.Unmarshal(b, st); err != nil {
+		return status.Errorf(codes.Internal, "a response's status does not decode: %v", err)
+	}
+	if st.GetCode() == int32(codes.OK) {
+		return status.Error(codes.Internal, "a response refused with status OK")
+	}
+	return status.ErrorProto(st)
+}
