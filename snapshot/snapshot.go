@@ -239,10 +239,10 @@ func (d *Dir) FinishFinal() error {
 	defer p.mu.Unlock()
 	p.done = true
 	err := p.err
+	journaled := p.w.enc.Count() // what hand-off sent, before the counters still held join them
 	if err == nil {
 		err = p.w.addStore(context.Background(), d.store)
 	}
-	journaled := p.w.enc.Count()
 	if err = d.commit(p.w, err); err == nil {
 		d.log.Info("snapshot: final snapshot written", "handed_off", journaled, "counters", p.w.enc.Count(),
 			"dropped", p.dropped, "bytes", p.w.enc.Bytes())
