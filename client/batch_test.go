@@ -162,7 +162,7 @@ func TestConcurrentChecksShareAnRPC(t *testing.T) {
 	c, n := gated(t, g)
 	first := holdFirst(c, g)
 
-	const callers = 50
+	const callers = sendAt - 1 // sendAt would go without waiting
 	got := make([]Decision, callers)
 	errs := make([]error, callers)
 	var wg sync.WaitGroup
@@ -280,40 +280,47 @@ func TestBatchingAddsNoDelay(t *testing.T) {
 	})
 }
 
-// TestFullBatchGoesWithoutWaiting: a gathered batch that is full goes
-// while another is still in flight, rather than wait for it.
-func TestFullBatchGoesWithoutWaiting(t *testing.T) {
-	g := newGate()
-	c, n := gated(t, g)
-	first := holdFirst(c, g)
-
-	const size = 400 // three do not fit in one batch of maxBatchItems
-	var wg sync.WaitGroup
-	for i := range 3 {
-		req := &pb.CheckRequest{}
-		for k := range size {
-			req.Requests = append(req.Requests, &pb.CheckItem{Name: "big", Key: fmt.Sprint(i, ":", k), Limit: 1, DurationMs: 60_000})
+// TestFullEnoughBatchGoesWithoutWaiting runs in virtual time, with every
+// RPC held until released: a gathered batch that reaches sendAt checks
+// goes at once, while others are in flight, until maxFlying are; checks
+// that arrive then gather, beyond sendAt, and go when one returns.
+func TestFullEnoughBatchGoesWithoutWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeRL{hold: make(chan struct{})}
+		n := &node{rl: f, base: t.Context(), batching: true}
+		item := []*pb.CheckItem{{Name: "a", Key: "k", Limit: 1, DurationMs: 1000}}
+		var wg sync.WaitGroup
+		check := func() {
+			wg.Go(func() {
+				if _, err := n.Check(t.Context(), &pb.CheckRequest{Requests: item}); err != nil {
+					t.Error(err)
+				}
+			})
+			synctest.Wait()
 		}
-		wg.Go(func() {
-			if _, err := c.Check(context.Background(), req); err != nil {
-				t.Errorf("request %d: %v", i, err)
-			}
-		})
-	}
-	// The first two fill a batch, which goes when the third starts the
-	// next, with the first RPC still held.
-	for deadline := time.Now().Add(10 * time.Second); len(g.rpcs()) < 2; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("RPCs %v within 10s: the full batch did not go", itemsOf(g.rpcs()))
+		check() // in flight, alone
+		for range (maxFlying - 1) * sendAt {
+			check()
 		}
-	}
-	waitGathered(t, n, 1)
-	close(g.release)
-	wg.Wait()
-	<-first
-	if rpcs := itemsOf(g.rpcs()); !slices.Equal(rpcs, []int{1, 2 * size, size}) {
-		t.Errorf("RPCs of %v items, want [1 %d %d]", rpcs, 2*size, size)
-	}
+		const late = sendAt + 5 // more than sendAt: nothing more may go
+		for range late {
+			check()
+		}
+		if want := []int{1, sendAt, sendAt, sendAt}; !slices.Equal(f.rpcs, want) {
+			t.Errorf("RPCs of %v items while %d were held, want %v", f.rpcs, maxFlying, want)
+		}
+		if got := n.gathered(); got != late {
+			t.Errorf("%d checks gathered with %d batches in flight, want %d", got, maxFlying, late)
+		}
+		for range maxFlying + 1 { // the gathered batch goes when the first returns
+			f.hold <- struct{}{}
+			synctest.Wait()
+		}
+		wg.Wait()
+		if want := []int{1, sendAt, sendAt, sendAt, late}; !slices.Equal(f.rpcs, want) {
+			t.Errorf("RPCs of %v items, want %v", f.rpcs, want)
+		}
+	})
 }
 
 // TestAllGroupsTravelAsSent: a request whose "all" groups items (two
