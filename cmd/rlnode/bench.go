@@ -22,6 +22,7 @@ import (
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/internal/latency"
 	"github.com/ringlimit/ringlimit/service"
 )
@@ -40,13 +41,16 @@ type benchOptions struct {
 	KeysDist    string   // "uniform", or "zipf": bench:0 the most frequent
 	ZipfS       float64  // the Zipf exponent s > 1, with KeysDist "zipf"
 	Metrics     []string // HTTP addresses of the nodes whose CPU is measured; none: unknown
-	Name        string
-	Behavior    pb.Behavior
-	Algorithm   pb.Algorithm
-	Limit       int64
-	Period      time.Duration
-	Timeout     time.Duration // per request, and per read of a node's metrics
-	TLS         *client.TLS   // nil: plaintext
+	// MetricsMembers replaces Metrics, before the run, with the HTTP
+	// addresses of the alive members that Metrics[0] lists.
+	MetricsMembers bool
+	Name           string
+	Behavior       pb.Behavior
+	Algorithm      pb.Algorithm
+	Limit          int64
+	Period         time.Duration
+	Timeout        time.Duration // per request, and per read of a node's metrics
+	TLS            *client.TLS   // nil: plaintext
 
 	// Progress, if not nil, is where the run reports its progress as it
 	// goes, as showProgress does; TTY says whether it is a terminal.
@@ -91,6 +95,8 @@ func (o benchOptions) validate() error {
 		return errors.New("--addrs: empty address")
 	case slices.Contains(o.Metrics, ""):
 		return errors.New("--metrics: empty address")
+	case o.MetricsMembers && len(o.Metrics) == 0:
+		return errors.New("--metrics-members: no node to ask for its members; name one with --metrics")
 	}
 	return nil
 }
@@ -115,10 +121,13 @@ the server CPU that a check cost. It exits 2 if any request or check failed.
 Server CPU: before and after the run, bench reads process_cpu_seconds_total
 from GET /metrics at each HTTP address in --metrics, and divides the sum of
 the increases by the checks answered. List every node of a cluster (a
-forwarded check costs CPU on two); bench asks the first for /v1/members and
-warns if it lists more alive members. --metrics defaults to the target
-addresses with --protocol http, to localhost:8080 when no address is given,
-and is otherwise empty. Where a node serves no such metric, CPU is unknown.
+forwarded check costs CPU on two), or name one and add --metrics-members:
+bench then measures every alive member that node lists in GET /v1/members,
+at the HTTP address each member gossips. Otherwise bench asks the first for
+/v1/members and warns if it lists more alive members than were measured.
+--metrics defaults to the target addresses with --protocol http, to
+localhost:8080 when no address is given, and is otherwise empty. Where a
+node serves no such metric, CPU is unknown.
 
 --client drives the load through the Go client's Allow, one check a call,
 from --concurrency goroutines, as an application does, instead of Check
@@ -139,6 +148,7 @@ Flags:
 	useClient := fs.Bool("client", false, "call the Go client's Allow, one check a call, instead of sending Check requests (grpc only)")
 	route := fs.Bool("route", false, "with --client: one client that learns the cluster's ring through the addresses and sends each check straight to its key's owner")
 	metrics := fs.String("metrics", "", "comma-separated HTTP addresses of the nodes whose CPU is measured (default: see above)")
+	metricsMembers := fs.Bool("metrics-members", false, "measure every alive member the first --metrics node lists, instead of the --metrics list")
 	items := fs.Int("items", 1, fmt.Sprintf("items per request (1 to %d)", service.MaxItems))
 	concurrency := fs.Int("concurrency", 64, "workers, each with one request in flight")
 	duration := fs.Duration("duration", 10*time.Second, "stop after this long")
@@ -164,6 +174,7 @@ Flags:
 		Protocol: *protocol, Client: *useClient, Route: *route, Items: *items, Concurrency: *concurrency, Duration: *duration,
 		Count: *count, Keys: *keys, KeysDist: *keysDist, ZipfS: *zipfS, Name: *name, Limit: *limit,
 		Period: *period, Timeout: *timeout, TLS: tlsFlags.config(), Progress: stderr, TTY: isTerminal(stderr),
+		MetricsMembers: *metricsMembers,
 	}
 	switch {
 	case *addrs != "":
@@ -254,6 +265,11 @@ func bench(ctx context.Context, o benchOptions) (benchReport, error) {
 	checkers, err := newCheckers(o, &closers)
 	if err != nil {
 		return benchReport{}, err
+	}
+	if o.MetricsMembers {
+		if o.Metrics, err = memberMetrics(ctx, o); err != nil {
+			return benchReport{}, err
+		}
 	}
 	meter, err := newCPUMeter(o, &closers)
 	if err != nil {
@@ -350,6 +366,38 @@ func newCheckers(o benchOptions, closers *[]func()) ([]checker, error) {
 		}
 	}
 	return checkers, nil
+}
+
+// memberMetrics returns the HTTP addresses of the alive members that the
+// node at o.Metrics[0] lists, for --metrics-members. A member that
+// gossips no HTTP address (a node of an older version) is an error: its
+// CPU would be left out unseen.
+func memberMetrics(ctx context.Context, o benchOptions) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	base, tr, err := httpBase(o.TLS, o.Metrics[0], http.DefaultTransport.(*http.Transport))
+	if err != nil {
+		return nil, err
+	}
+	defer tr.CloseIdleConnections()
+	ms, err := nodeHTTP{addr: o.Metrics[0], base: base, hc: &http.Client{Transport: tr}}.members(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-members: %w", err)
+	}
+	var addrs []string
+	for _, m := range ms {
+		switch {
+		case m.State != string(cluster.Alive):
+		case m.HTTPAddr == "":
+			return nil, fmt.Errorf("--metrics-members: member %q gossips no HTTP address (an older version?): list the nodes in --metrics", m.Name)
+		default:
+			addrs = append(addrs, m.HTTPAddr)
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("--metrics-members: %s lists no alive member", o.Metrics[0])
+	}
+	return distinct(addrs), nil
 }
 
 // cpuMeter measures the CPU that the nodes in --metrics use during a run.

@@ -42,24 +42,25 @@ type benchReport struct {
 
 // benchSetup is the options of a run, as its report states them.
 type benchSetup struct {
-	Mode        string   `json:"mode"` // "rpc": Check requests; "client": client.Allow calls; "client-routed": the same, to owners
-	Protocol    string   `json:"protocol"`
-	Addrs       []string `json:"addrs"`
-	Metrics     []string `json:"metrics"`
-	Items       int      `json:"items"`
-	Concurrency int      `json:"concurrency"`
-	DurationS   float64  `json:"duration_s"`
-	Count       int64    `json:"count"`
-	Keys        int      `json:"keys"`
-	KeysDist    string   `json:"keys_dist"`
-	ZipfS       float64  `json:"zipf_s"` // 0 with uniform keys
-	Name        string   `json:"name"`
-	Behavior    string   `json:"behavior"`
-	Algorithm   string   `json:"algorithm"`
-	Limit       int64    `json:"limit"`
-	PeriodMs    int64    `json:"period_ms"`
-	TimeoutMs   int64    `json:"timeout_ms"`
-	TLS         bool     `json:"tls"`
+	Mode           string   `json:"mode"` // "rpc": Check requests; "client": client.Allow calls; "client-routed": the same, to owners
+	Protocol       string   `json:"protocol"`
+	Addrs          []string `json:"addrs"`
+	Metrics        []string `json:"metrics"` // the nodes measured: with metrics_members, the members found
+	MetricsMembers bool     `json:"metrics_members"`
+	Items          int      `json:"items"`
+	Concurrency    int      `json:"concurrency"`
+	DurationS      float64  `json:"duration_s"`
+	Count          int64    `json:"count"`
+	Keys           int      `json:"keys"`
+	KeysDist       string   `json:"keys_dist"`
+	ZipfS          float64  `json:"zipf_s"` // 0 with uniform keys
+	Name           string   `json:"name"`
+	Behavior       string   `json:"behavior"`
+	Algorithm      string   `json:"algorithm"`
+	Limit          int64    `json:"limit"`
+	PeriodMs       int64    `json:"period_ms"`
+	TimeoutMs      int64    `json:"timeout_ms"`
+	TLS            bool     `json:"tls"`
 }
 
 // latencyUs is a run's latency percentiles in µs.
@@ -80,7 +81,7 @@ type nodeCPU struct {
 
 func (o benchOptions) setup() benchSetup {
 	s := benchSetup{
-		Mode: "rpc", Protocol: o.Protocol, Addrs: o.Addrs, Metrics: o.Metrics, Items: o.Items,
+		Mode: "rpc", Protocol: o.Protocol, Addrs: o.Addrs, Metrics: o.Metrics, MetricsMembers: o.MetricsMembers, Items: o.Items,
 		Concurrency: o.Concurrency, DurationS: o.Duration.Seconds(), Count: o.Count, Keys: o.Keys,
 		KeysDist: o.KeysDist, Name: o.Name, Behavior: o.Behavior.String(), Algorithm: o.Algorithm.String(),
 		Limit: o.Limit, PeriodMs: o.Period.Milliseconds(), TimeoutMs: o.Timeout.Milliseconds(), TLS: o.TLS != nil,

@@ -266,6 +266,7 @@ func TestBenchFlags(t *testing.T) {
 		{[]string{"--route"}, "--route"},
 		{[]string{"--metrics", "127.0.0.1:1,,127.0.0.1:2"}, "--metrics"},
 		{[]string{"--addrs", "127.0.0.1:1,"}, "--addrs"},
+		{[]string{"--metrics-members"}, "--metrics-members"}, // no --metrics to ask
 	} {
 		t.Run(strings.Join(tc.args, "="), func(t *testing.T) {
 			// The address is unreachable: validation must fail before any I/O.
@@ -401,6 +402,45 @@ func TestBenchMetricsUnreachable(t *testing.T) {
 	o.Metrics = []string{grpcAddr}
 	if _, err := bench(context.Background(), o); err == nil || !strings.Contains(err.Error(), "--metrics") {
 		t.Errorf("bench with --metrics at the gRPC port: %v, want an error naming --metrics", err)
+	}
+}
+
+// TestBenchMetricsMembers: with --metrics-members, one node named is
+// enough: bench measures every alive member it lists, at the HTTP address
+// each gossips. A member that gossips none is an error, not a node left
+// out unseen.
+func TestBenchMetricsMembers(t *testing.T) {
+	c := startCluster(t, 3)
+	o := benchOpts("grpc", c.nodes[1].grpcAddr)
+	o.Count = 100
+	o.Metrics, o.MetricsMembers = []string{c.nodes[0].httpAddr}, true
+	rep, err := bench(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var measured, want []string
+	for _, n := range rep.Nodes {
+		if n.CPUSeconds == nil {
+			t.Errorf("node %s: CPU unknown: %s", n.Addr, n.Error)
+		}
+		measured = append(measured, n.Addr)
+	}
+	for _, n := range c.nodes {
+		want = append(want, n.httpAddr)
+	}
+	slices.Sort(measured)
+	slices.Sort(want)
+	if !slices.Equal(measured, want) || len(rep.Options.Metrics) != len(want) {
+		t.Errorf("measured %v (options.metrics %v), want the three members %v", measured, rep.Options.Metrics, want)
+	}
+	if !rep.Options.MetricsMembers || rep.Members != 3 || rep.CPUUsPerCheck == nil {
+		t.Errorf("metrics_members %v, members %d, cpu_us_per_check %s; want true, 3, known",
+			rep.Options.MetricsMembers, rep.Members, ptrString(rep.CPUUsPerCheck))
+	}
+
+	o.Metrics = []string{fakeNode(t, cpuMetric, 1, 1, 2)} // lists members without HTTP addresses
+	if _, err := bench(context.Background(), o); err == nil || !strings.Contains(err.Error(), "--metrics-members") {
+		t.Errorf("bench with members that gossip no HTTP address: %v, want an error naming --metrics-members", err)
 	}
 }
 
