@@ -567,6 +567,45 @@ func TestForwardRetriesTheNewOwner(t *testing.T) {
 	}
 }
 
+// TestForwardRetriesEachKeysNewOwner: a request whose keys node 2 owned,
+// forwarded as one group, fails as node 2 leaves the ring, which gives
+// one key to node 0 (the sender) and the other to node 1: each is tried
+// at its own new owner, not both at the first key's, which would decide
+// the second on a counter its owner does not know of.
+func TestForwardRetriesEachKeysNewOwner(t *testing.T) {
+	c, svcs := newFakeCluster(3)
+	without2 := ring.New(c.ring.Members()[:2]...)
+	keyTo := func(after string) string {
+		for k := 0; ; k++ {
+			key := fmt.Sprint("key-", k)
+			o, _ := c.ring.Owner(key)
+			n, _ := without2.Owner(key)
+			if o.Name == "node-2" && n.Name == after {
+				return key
+			}
+		}
+	}
+	to0, to1 := keyTo("node-0"), keyTo("node-1")
+	c.down["peer-2"] = true
+	c.onDown = func(string) { c.ring = without2 }
+	req := &pb.CheckRequest{Requests: []*pb.CheckItem{
+		{Name: "api", Key: to0, Limit: 10, DurationMs: 60_000},
+		{Name: "api", Key: to1, Limit: 10, DurationMs: 60_000},
+	}}
+	resp, err := svcs[0].Check(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, r := range resp.Responses {
+		if r.Status != pb.Status_UNDER_LIMIT || r.Remaining != 9 || r.Metadata[MetadataDecidedBy] != "" {
+			t.Errorf("check %d: %v, want admitted by its new owner, not a fallback", k, r)
+		}
+	}
+	if svcs[0].store.Len() != 1 || svcs[1].store.Len() != 1 {
+		t.Errorf("counters: node 0 %d, node 1 %d; want one each, with each key's new owner", svcs[0].store.Len(), svcs[1].store.Len())
+	}
+}
+
 // TestGlobalHitsAreFlushedOnShutdown: hits a node admitted from its grant
 // reach the owner at shutdown (Run ends, then FlushGlobal), even between
 // sync rounds.

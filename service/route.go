@@ -211,6 +211,7 @@ type remoteGroup struct {
 	js        []int // indexes into call.reqs
 	unbatched bool  // sent at once in an RPC of its own
 	mode      forwardMode
+	retried   bool // sent again after its first owner failed: not a third time
 }
 
 // groupByOwner groups c.reqs[js] into forwards: BATCHED checks bound for
@@ -313,21 +314,21 @@ func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup, st 
 		s.decideLanded(ctx, c, g.js)
 		return
 	}
-	if err != nil && !errors.Is(err, context.Canceled) {
+	if err != nil && !errors.Is(err, context.Canceled) && !g.retried {
 		// The ring may have changed while the request was in flight: try
-		// the key's new owner once. (The group's keys shared an owner, and
-		// keep sharing one: a ring maps equal keys alike, and a group of
-		// several keys is retried as a whole with the first key's owner.)
-		if owner, ok := s.ring().Owner(c.reqs[g.js[0]].Key); ok && owner.Name != g.owner.Name {
-			for _, j := range g.js {
-				c.owners[j] = owner
+		// each key's new owner once, deciding here those this node owns
+		// now. The group's keys shared the old owner, not always a new
+		// one: a member that leaves spreads its keys over the others.
+		if moved := s.regroup(c, g); moved != nil {
+			self := s.cluster.LocalMember().Name
+			for _, sub := range moved {
+				if sub.owner.Name == self {
+					s.decideLanded(ctx, c, sub.js)
+					continue
+				}
+				s.forwardGroup(ctx, c, sub, nil)
 			}
-			if owner.Name == s.cluster.LocalMember().Name {
-				s.decideLanded(ctx, c, g.js)
-				return
-			}
-			g.owner = owner
-			resp, err = s.send(ctx, owner, g.unbatched, g.mode, req)
+			return
 		}
 	}
 	if err == nil && len(resp.GetResponses()) != len(g.js) {
@@ -360,6 +361,43 @@ func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup, st 
 		c.results[i] = resp.Responses[k]
 		s.metrics.forwarded(c.items[i].Behavior)
 	}
+}
+
+// regroup returns g's checks grouped by their keys' owners in the ring
+// this node routes by now, each group marked retried, if that ring gives
+// any of them an owner other than g's; nil otherwise. The checks of an
+// all-or-nothing request that share a key share its owner, and so stay
+// together.
+func (s *Service) regroup(c *call, g *remoteGroup) []*remoteGroup {
+	r := s.ring()
+	var groups []*remoteGroup
+	for _, j := range g.js {
+		owner, ok := r.Owner(c.reqs[j].Key)
+		if !ok {
+			return nil // no member left to try
+		}
+		var sub *remoteGroup
+		for _, sg := range groups {
+			if sg.owner.Name == owner.Name {
+				sub = sg
+				break
+			}
+		}
+		if sub == nil {
+			sub = &remoteGroup{owner: owner, unbatched: g.unbatched, mode: g.mode, retried: true}
+			groups = append(groups, sub)
+		}
+		sub.js = append(sub.js, j)
+	}
+	if len(groups) == 1 && groups[0].owner.Name == g.owner.Name {
+		return nil
+	}
+	for _, sub := range groups {
+		for _, j := range sub.js {
+			c.owners[j] = sub.owner
+		}
+	}
+	return groups
 }
 
 // sending is a batched forward on its way to its owner (see start).
