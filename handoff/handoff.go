@@ -119,6 +119,10 @@ type Node struct {
 
 	changed chan struct{} // cap 1: coalesces bursts of changes
 	mu      sync.Mutex    // one hand-off at a time
+	// moving is held by a round from the moment it takes counters out of
+	// the store until each is with its owner or back in the store (see
+	// Hold).
+	moving sync.RWMutex
 
 	wait   time.Duration
 	waits  atomic.Pointer[waits] // of the newest ring seen
@@ -217,6 +221,17 @@ func (b *Batch) Fits(n int) bool {
 // here, and are offered again at the next ring change.
 func (n *Node) HandOff(ctx context.Context) int { return n.handOff(ctx).sent }
 
+// Hold keeps hand-off rounds from taking counters out of the store until
+// release is called, once the round in flight, if any, has put each of its
+// counters with its owner or back in the store. Meanwhile a counter is
+// either here (Store.Holds) or with its owner, never on its way: a leaving
+// node holds it while it decides where a check goes (see
+// service.Service.Leave). Many may hold it at once.
+func (n *Node) Hold() (release func()) {
+	n.moving.RLock()
+	return n.moving.RUnlock
+}
+
 // HandOffAll is a step of shutdown, once this node routes by the ring
 // without itself (service.Service.Leave), so that every counter it holds
 // belongs to another node: it hands off until
@@ -271,6 +286,7 @@ func (n *Node) handOff(ctx context.Context) tally {
 	self := n.cluster.LocalMember().Name
 	start := time.Now()
 	t := round{incomplete: map[string]bool{}}
+	n.moving.Lock()
 	batches := map[string]*Batch{}
 	failed := map[string]bool{}
 	var keep []limiter.Counter
@@ -319,6 +335,7 @@ func (n *Node) handOff(ctx context.Context) tally {
 			t.incomplete[name] = true
 		}
 	}
+	n.moving.Unlock()
 	n.metrics.pending.Set(float64(t.refused + t.kept))
 	if t.tally != (tally{}) {
 		n.log.Info("handed off counters", "sent", t.sent, "refused", t.refused, "kept", t.kept, "took", time.Since(start))

@@ -5,7 +5,6 @@ import (
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/peer"
-	"github.com/ringlimit/ringlimit/ring"
 )
 
 // Owner is the service's side of peer traffic: what other nodes ask of
@@ -24,8 +23,10 @@ func (s *Service) Owner() Owner { return Owner{s} }
 // it off already (the sender's ring lags), or it has not come yet (this
 // node's lags) and the other node still has it. Then the check is relayed,
 // once, to the owner in this node's ring, which decides it where it lands
-// (Relayed). A node that is leaving (Service.Leave) relays every check the
-// same way: it has handed its counters over, or is handing them over.
+// (Relayed). A node that is leaving (Service.Leave) does the same with
+// every check: it decides those whose counter it still holds, and relays
+// the others. See Service.settle, which decides which is which at a moment
+// when no counter is on its way.
 func (o Owner) Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
 	return o.s.forwarded(ctx, reqs, true)
 }
@@ -62,7 +63,6 @@ func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, mayRel
 	out := make([]*pb.CheckResponse, len(reqs))
 	self := s.cluster.LocalMember()
 	r := s.ring()
-	leaving := s.leaving.Load() != nil
 	for i, req := range reqs {
 		c, err := s.prepare(req)
 		if err != nil {
@@ -72,34 +72,14 @@ func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, mayRel
 			}
 			continue
 		}
-		c.ring, c.landed = r, !mayRelay
+		c.ring, c.landed, c.recheck = r, !mayRelay, mayRelay // decide relays what is elsewhere: see settle
 		for j := range c.owners {
 			c.owners[j] = self
-			if mayRelay && (leaving || s.elsewhere(c, j, r, self.Name)) {
-				if owner, ok := r.Owner(c.reqs[j].Key); ok { // the last node of the cluster has none: it decides
-					c.sendTo(j, owner, forwardRelay)
-				}
-			}
 		}
 		s.decide(ctx, c, every(len(c.reqs)))
 		out[i] = &pb.CheckResponse{Responses: c.results}
 	}
 	return out
-}
-
-// elsewhere reports whether the counter of c.reqs[j], forwarded here, is
-// on another node: r gives its key to another node and this node holds no
-// counter for it. LOCAL and GLOBAL checks are decided here as ever, and so
-// is a check of an all-or-nothing request, which must stay whole.
-func (s *Service) elsewhere(c *call, j int, r *ring.Ring, self string) bool {
-	if c.all {
-		return false
-	}
-	if b := c.items[c.pos[j]].Behavior; b == pb.Behavior_LOCAL || b == pb.Behavior_GLOBAL {
-		return false
-	}
-	owner, ok := r.Owner(c.reqs[j].Key)
-	return ok && owner.Name != self && !s.store.Holds(&c.reqs[j])
 }
 
 // AddGlobalHits takes node from's reports of GLOBAL counters this node

@@ -150,6 +150,42 @@ func TestLeavingNodeHandsOffBeforeOthersSeeItGo(t *testing.T) {
 	}
 }
 
+// TestLeavingNodeDecidesWhatItStillHolds: between Leave and the hand-off
+// that takes a counter, the leaving node is still the only one that has
+// it: a check forwarded to it then is decided there, on that counter, not
+// relayed to the new owner, which would decide it on an empty one (and
+// the hand-off's merge, which keeps the more charged state, would not take
+// that back). Once the counter is with the new owner, checks are relayed
+// there, and the limit holds throughout.
+func TestLeavingNodeDecidesWhatItStillHolds(t *testing.T) {
+	c, svcs := newFakeCluster(3)
+	after := c.ring.Without("node-2")
+	key, heir := keyMovingTo(t, c.ring, after, "node-2")
+	item := &pb.CheckItem{Name: "api", Key: key, Limit: 5, DurationMs: 3_600_000}
+	for range 3 {
+		check(t, svcs[0], item)
+	}
+	svcs[2].Leave()
+	if r := check(t, svcs[0], item); r.Status != pb.Status_UNDER_LIMIT || r.Remaining != 1 {
+		t.Errorf("forwarded to the leaving node before its hand-off: %v, want the 4th of 5 admitted, 1 remaining", r)
+	}
+	if n := svcs[heir].store.Len(); n != 0 {
+		t.Errorf("the new owner holds %d counters before the hand-off, want 0: the check was relayed", n)
+	}
+	if sent, left := svcs[2].HandOffAll(t.Context()); sent != 1 || left != 0 {
+		t.Fatalf("HandOffAll = %d sent, %d left; want 1, 0", sent, left)
+	}
+	if r := check(t, svcs[0], item); r.Status != pb.Status_UNDER_LIMIT || r.Remaining != 0 {
+		t.Errorf("forwarded to the leaving node after its hand-off: %v, want the 5th of 5 admitted by the new owner", r)
+	}
+	if r := check(t, svcs[0], item); r.Status != pb.Status_OVER_LIMIT {
+		t.Errorf("a 6th check: %v, want OVER_LIMIT", r.Status)
+	}
+	if n := svcs[2].store.Len(); n != 0 {
+		t.Errorf("the leaving node holds %d counters after relaying, want 0", n)
+	}
+}
+
 // TestRelayedChecksAreNotRelayedAgain: two nodes leaving at once, each
 // routing by a ring without itself only, could pass a check back and forth;
 // a relayed check is decided where it lands.

@@ -66,6 +66,9 @@ func pathOf(b pb.Behavior, owned bool) path {
 // The replicas of keys this node has just inherited (their owner left the
 // ring) become its counters first, so that none is decided without them.
 func (s *Service) decide(ctx context.Context, c *call, js []int) {
+	if !c.landed && s.leaving.Load() != nil {
+		s.keepLeaving(c, js)
+	}
 	s.replica.Promote(c.ring)
 	self := s.cluster.LocalMember().Name
 	both := make([]int, 2*len(js)) // store and remote, in one allocation
@@ -94,8 +97,108 @@ func (s *Service) decide(ctx context.Context, c *call, js []int) {
 		}
 	}
 	store, remote = s.pull(ctx, c, store, remote)
+	// Counters stay where they are (no hand-off round takes them out)
+	// from settle until the checks that settle leaves here are decided,
+	// but for those that borrow, which may wait on a parent's owner: a
+	// round must not wait on the network for them.
+	release := s.handoff.Hold()
+	store, moved := s.settle(c, store)
+	store, borrowing := splitBorrowing(c, store)
 	s.decideLocal(ctx, c, store, routeLocal)
-	s.forward(ctx, c, s.groupByOwner(c, remote))
+	release()
+	s.decideLocal(ctx, c, borrowing, routeLocal)
+	s.forward(ctx, c, s.groupByOwner(c, append(remote, moved...)))
+}
+
+// splitBorrowing splits c.reqs[js] into those without a ceiling and those
+// with one, in place.
+func splitBorrowing(c *call, js []int) (plain, borrowing []int) {
+	if c.borrows == nil {
+		return js, nil
+	}
+	plain = js[:0] // filtered in place: plain never passes the check being read
+	for _, j := range js {
+		if c.borrowing(j) != nil {
+			borrowing = append(borrowing, j)
+			continue
+		}
+		plain = append(plain, j)
+	}
+	return plain, borrowing
+}
+
+// keepLeaving makes c.reqs[js] go to this node's store, but LOCAL and
+// GLOBAL checks, which go as ever: this node is leaving (Leave), and
+// settle decides here those whose counter is still here, and relays the
+// others to their new owners.
+func (s *Service) keepLeaving(c *call, js []int) {
+	self := s.cluster.LocalMember()
+	for _, j := range js {
+		if b := c.items[c.pos[j]].Behavior; b != pb.Behavior_LOCAL && b != pb.Behavior_GLOBAL {
+			c.owners[j] = self
+		}
+	}
+	c.recheck = true
+}
+
+// settle takes, out of c.reqs[store] (bound for this node's store), the
+// checks whose counter is elsewhere, and makes them relays to the key's
+// owner, which decides them where they land: the ring this node routes
+// by now gives the key to another node, and this node holds no counter
+// for it, because it handed it off (the check was routed by an older
+// ring, or forwarded here by a node whose ring lags, or this node is
+// leaving) or has never had it. Those whose counter is here are decided
+// here: no other node has it yet, and the hand-off carries it on,
+// charged. The caller holds handoff.Node.Hold from before settle until
+// these are decided, so that no counter is on its way meanwhile: a hand-
+// off takes it out of the store either before settle looks (then it is
+// relayed to the owner, which has it) or after it is decided here.
+//
+// Only checks that may have moved are looked at again: those of a call
+// marked recheck (forwarded here, or this node is leaving), or routed by
+// a ring older than the current one. An all-or-nothing request stays
+// whole for each key: its checks are decided here if every counter it
+// would be decided on here is here, and relayed otherwise. Relayed and
+// pulled checks are decided where they land, as ever.
+func (s *Service) settle(c *call, store []int) (here, moved []int) {
+	r := s.ring()
+	if c.landed || len(store) == 0 || (!c.recheck && r == c.ring) {
+		return store, nil
+	}
+	self := s.cluster.LocalMember().Name
+	owners := make([]ring.Member, len(store)) // the zero Member: decided here
+	allHere := true
+	for k, j := range store {
+		if c.items[c.pos[j]].Behavior == pb.Behavior_LOCAL {
+			continue
+		}
+		if owner, ok := r.Owner(c.reqs[j].Key); ok && owner.Name != self && !s.store.Holds(&c.reqs[j]) {
+			owners[k] = owner
+			allHere = false
+		}
+	}
+	if allHere {
+		return store, nil
+	}
+	here = store[:0] // filtered in place: here never passes the check being read
+	for k, j := range store {
+		owner := owners[k]
+		if c.all && owner.Name == "" && c.items[c.pos[j]].Behavior != pb.Behavior_LOCAL {
+			// A counter of the request is elsewhere: every check whose key
+			// another node owns goes there, held here or not, so that the
+			// key's checks are decided together.
+			if o, ok := r.Owner(c.reqs[j].Key); ok && o.Name != self {
+				owner = o
+			}
+		}
+		if owner.Name == "" {
+			here = append(here, j)
+			continue
+		}
+		c.sendTo(j, owner, forwardRelay)
+		moved = append(moved, j)
+	}
+	return here, moved
 }
 
 // pull deals with the checks of c.reqs[store] whose counter may still be

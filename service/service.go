@@ -255,11 +255,16 @@ type call struct {
 	// landed says the checks were relayed or pulled here: they are decided
 	// here, never passed on again.
 	landed bool
-	items  []*pb.CheckItem
-	all    bool
-	reqs   []limiter.Request
-	pos    []int         // pos[j] is the item index of reqs[j]
-	owners []ring.Member // owners[j] owns reqs[j].Key; looked up once
+	// recheck says that a check bound for this node's store may not be
+	// this node's to decide by the time it gets there, even if ring has
+	// not changed: it was forwarded here, or this node is leaving (see
+	// settle).
+	recheck bool
+	items   []*pb.CheckItem
+	all     bool
+	reqs    []limiter.Request
+	pos     []int         // pos[j] is the item index of reqs[j]
+	owners  []ring.Member // owners[j] owns reqs[j].Key; looked up once
 	// borrows[j] is how reqs[j] borrows beyond its limit (see borrow.go),
 	// nil if it has no ceiling; borrows is nil when no request has one.
 	borrows []*borrowing
