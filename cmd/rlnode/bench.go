@@ -394,11 +394,21 @@ func memberMetrics(ctx context.Context, o benchOptions) ([]string, error) {
 			addrs = append(addrs, m.HTTPAddr)
 		}
 	}
-	if len(addrs) == 0 {
+	addrs = distinct(addrs)
+	switch {
+	case len(addrs) == 0:
 		return nil, fmt.Errorf("--metrics-members: %s lists no alive member", o.Metrics[0])
+	case len(addrs) > maxMetricsMembers:
+		return nil, fmt.Errorf("--metrics-members: %s lists %d alive members, more than the %d bench reads: list the nodes in --metrics",
+			o.Metrics[0], len(addrs), maxMetricsMembers)
 	}
-	return distinct(addrs), nil
+	return addrs, nil
 }
+
+// maxMetricsMembers bounds the members --metrics-members measures: far
+// more than a cluster has, so that a member list that is wrong (or forged)
+// cannot make bench open connections without end.
+const maxMetricsMembers = 1000
 
 // cpuMeter measures the CPU that the nodes in --metrics use during a run.
 type cpuMeter struct {

@@ -442,6 +442,20 @@ func TestBenchMetricsMembers(t *testing.T) {
 	if _, err := bench(context.Background(), o); err == nil || !strings.Contains(err.Error(), "--metrics-members") {
 		t.Errorf("bench with members that gossip no HTTP address: %v, want an error naming --metrics-members", err)
 	}
+
+	// A node that lists more members than any cluster has is not believed.
+	var many []api.Member
+	for i := range maxMetricsMembers + 1 {
+		many = append(many, api.Member{Name: fmt.Sprint("m", i), State: "alive", HTTPAddr: fmt.Sprintf("127.0.0.1:%d", 10000+i)})
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(map[string]any{"members": many})
+	}))
+	defer srv.Close()
+	o.Metrics = []string{strings.TrimPrefix(srv.URL, "http://")}
+	if _, err := bench(context.Background(), o); err == nil || !strings.Contains(err.Error(), "more than the 1000") {
+		t.Errorf("bench with %d members listed: %v, want a refusal naming the bound", len(many), err)
+	}
 }
 
 // TestBenchClient: with --client, the load goes through client.Allow, one
