@@ -166,18 +166,19 @@ func (s *Service) settle(c *call, store []int) (here, moved []int) {
 		return store, nil
 	}
 	self := s.cluster.LocalMember().Name
-	owners := make([]ring.Member, len(store)) // the zero Member: decided here
-	allHere := true
+	var owners []ring.Member // owners[k] is where store[k] goes; the zero Member: decided here. nil while all are.
 	for k, j := range store {
 		if c.items[c.pos[j]].Behavior == pb.Behavior_LOCAL {
 			continue
 		}
 		if owner, ok := r.Owner(c.reqs[j].Key); ok && owner.Name != self && !s.store.Holds(&c.reqs[j]) {
+			if owners == nil {
+				owners = make([]ring.Member, len(store))
+			}
 			owners[k] = owner
-			allHere = false
 		}
 	}
-	if allHere {
+	if owners == nil {
 		return store, nil
 	}
 	here = store[:0] // filtered in place: here never passes the check being read
