@@ -97,11 +97,17 @@ func (s *Service) decide(ctx context.Context, c *call, js []int) {
 		}
 	}
 	store, remote = s.pull(ctx, c, store, remote)
-	// Counters stay where they are (no hand-off round takes them out)
-	// from settle until the checks that settle leaves here are decided,
-	// but for those that borrow, which may wait on a parent's owner: a
-	// round must not wait on the network for them.
-	release := s.handoff.Hold()
+	// On a node that is leaving, which hands every counter off, counters
+	// stay where they are (no hand-off round takes them out) from settle
+	// until the checks that settle leaves here are decided, but for those
+	// that borrow, which may wait on a parent's owner. Other nodes do not
+	// wait for their rounds, which can take a forward deadline each when
+	// an owner is unreachable: for them a check routed just before a
+	// ring change may still find its counter on its way (see the README).
+	release := func() {}
+	if s.leaving.Load() != nil {
+		release = s.handoff.Hold()
+	}
 	store, moved := s.settle(c, store)
 	store, borrowing := splitBorrowing(c, store)
 	s.decideLocal(ctx, c, store, routeLocal)
@@ -149,10 +155,11 @@ func (s *Service) keepLeaving(c *call, js []int) {
 // ring, or forwarded here by a node whose ring lags, or this node is
 // leaving) or has never had it. Those whose counter is here are decided
 // here: no other node has it yet, and the hand-off carries it on,
-// charged. The caller holds handoff.Node.Hold from before settle until
-// these are decided, so that no counter is on its way meanwhile: a hand-
-// off takes it out of the store either before settle looks (then it is
-// relayed to the owner, which has it) or after it is decided here.
+// charged. On a leaving node the caller holds handoff.Node.Hold from
+// before settle until these are decided, so that no counter is on its way
+// meanwhile: a hand-off takes it out of the store either before settle
+// looks (then it is relayed to the owner, which has it) or after it is
+// decided here.
 //
 // Only checks that may have moved are looked at again: those of a call
 // marked recheck (forwarded here, or this node is leaving), or routed by

@@ -268,6 +268,7 @@ func TestRoutingClientExactWhileANodeLeaves(t *testing.T) {
 	c := startCluster(t, 3)
 	routed := c.routingClient(t, client.WithRingRefresh(time.Hour)) // only the nodes' answers make it ask again
 	waitForRing(t, routed, 3)
+	var stopped []int
 	for _, tc := range []struct {
 		name string
 		cl   *client.Client
@@ -279,6 +280,10 @@ func TestRoutingClientExactWhileANodeLeaves(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			exactWhileLeaving(t, c, tc.cl, tc.name, tc.stop)
 		})
+		// One node leaves at a time, as in a rolling restart: the next
+		// goes once the others have seen this one go.
+		stopped = append(stopped, tc.stop)
+		c.waitForMembers(t, len(c.nodes)-len(stopped), stopped...)
 	}
 }
 
