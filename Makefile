@@ -12,10 +12,18 @@ e2e:
 chaos: image
 	RINGLIMIT_IMAGE=$(IMAGE) go test -tags chaos -count=1 -v -run '^TestChaos' -timeout 15m ./e2e/
 
+# The public API (api/proto, for clients) and the peer protocol
+# (internal/peerpb, between nodes only) are generated apart: the peer
+# protocol imports the public check types.
 generate:
 	protoc -I api/proto --go_out=api/ringlimitv1 --go_opt=paths=source_relative \
 		--go-grpc_out=api/ringlimitv1 --go-grpc_opt=paths=source_relative \
-		api/proto/ringlimit.proto api/proto/peer.proto
+		api/proto/ringlimit.proto
+	protoc -I api/proto -I internal/peerpb \
+		--go_out=internal/peerpb --go_opt=paths=source_relative \
+		--go_opt=Mringlimit.proto=github.com/ringlimit/ringlimit/api/ringlimitv1 \
+		--go-grpc_out=internal/peerpb --go-grpc_opt=paths=source_relative \
+		internal/peerpb/peer.proto
 
 # Every benchmark quoted in BENCHMARKS.md, in one run. Needs redis-server
 # for the Redis+Lua baseline (apt-get install redis-server); the rest needs

@@ -45,6 +45,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -69,8 +70,8 @@ type Membership interface {
 
 // Peers sends GLOBAL traffic to other nodes: package peer's Pool.
 type Peers interface {
-	AddGlobalHits(ctx context.Context, addr, from string, reports []*pb.GlobalReport) error
-	UpdateGlobals(ctx context.Context, addr, from string, states []*pb.GlobalState) error
+	AddGlobalHits(ctx context.Context, addr, from string, reports []*peerpb.GlobalReport) error
+	UpdateGlobals(ctx context.Context, addr, from string, states []*peerpb.GlobalState) error
 }
 
 // Validate converts a check item a peer reported into the store's form,

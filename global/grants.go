@@ -8,6 +8,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -143,7 +144,7 @@ func (sh *shard) evictOne() {
 type outgoing struct {
 	owner   ring.Member
 	keys    []key
-	reports []*pb.GlobalReport
+	reports []*peerpb.GlobalReport
 }
 
 // Report sends each entry's account to the counter's owner: hits admitted,
@@ -224,8 +225,8 @@ func (e *entry) endRound(now time.Time) (send, forget bool) {
 	return send, !send && idle && e.granted == e.admitted && !now.Before(e.resetAt)
 }
 
-func (e *entry) report() *pb.GlobalReport {
-	return &pb.GlobalReport{
+func (e *entry) report() *peerpb.GlobalReport {
+	return &peerpb.GlobalReport{
 		Item: &pb.CheckItem{
 			Name: e.req.Name, Key: e.req.Key,
 			Limit: e.req.Limit.Count, DurationMs: e.req.Limit.Period.Milliseconds(), Burst: e.req.Limit.Burst,
@@ -265,7 +266,7 @@ func (n *Node) delivered(o *outgoing) {
 // entry.checkState and shard.keepGrants): for a counter this node tracks,
 // under the counter's limit; it rejects (logs, sampled, and counts) the
 // others.
-func (n *Node) Apply(from string, states []*pb.GlobalState) error {
+func (n *Node) Apply(from string, states []*peerpb.GlobalState) error {
 	r := n.cluster.Ring()
 	self := n.cluster.LocalMember().Name
 	if from == self || !isMember(r, from) {
@@ -299,7 +300,7 @@ func (n *Node) Apply(from string, states []*pb.GlobalState) error {
 
 // apply takes one valid owner's state into e, if e is not nil. The shard's
 // lock is held.
-func (n *Node) apply(e *entry, st *pb.GlobalState, self string, now time.Time) error {
+func (n *Node) apply(e *entry, st *peerpb.GlobalState, self string, now time.Time) error {
 	if e == nil {
 		return nil
 	}

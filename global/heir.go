@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -91,7 +91,7 @@ func (l *lease) startFrom(h *heirLease, capacity int64, now time.Time) {
 // yet reported used. A state that lends nothing forgets what was kept. It
 // returns an error, and keeps nothing, for grants that are not possible.
 // sh.mu is held.
-func (sh *shard) keepGrants(k key, owner string, st *pb.GlobalState, r *ring.Ring, now time.Time) error {
+func (sh *shard) keepGrants(k key, owner string, st *peerpb.GlobalState, r *ring.Ring, now time.Time) error {
 	h := &heirLease{owner: owner, at: now}
 	for _, gr := range st.GetGrants() {
 		if gr.GetEpoch() < 0 || gr.GetReceived() < 0 || gr.GetReceived() > gr.GetGranted() {

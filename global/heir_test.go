@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -19,7 +19,7 @@ func newShard() *shard { return &shard{heirs: map[key]*heirLease{}} }
 func TestKeepGrants(t *testing.T) {
 	r := ring.New(ring.Member{Name: "a"}, ring.Member{Name: "b"}, ring.Member{Name: "c"})
 	sh, k := newShard(), key{"api", "user:1"}
-	st := &pb.GlobalState{Grants: []*pb.GlobalGrant{
+	st := &peerpb.GlobalState{Grants: []*peerpb.GlobalGrant{
 		{Node: "a", Granted: 10, Received: 4, Epoch: 7}, // kept: 6 lent
 		{Node: "b", Granted: 5, Received: 5, Epoch: 1},  // nothing lent
 		{Node: "c", Granted: 9, Epoch: 2},               // the owner's own
@@ -41,7 +41,7 @@ func TestKeepGrants(t *testing.T) {
 	if got := h.outstanding(100, t0.Add(heirLeaseTTL+time.Nanosecond)); got != 0 {
 		t.Errorf("outstanding after the TTL: %d, want 0", got)
 	}
-	if err := sh.keepGrants(k, "c", &pb.GlobalState{Grants: []*pb.GlobalGrant{{Node: "a", Granted: 10, Received: 10, Epoch: 7}}}, r, t0); err != nil {
+	if err := sh.keepGrants(k, "c", &peerpb.GlobalState{Grants: []*peerpb.GlobalGrant{{Node: "a", Granted: 10, Received: 10, Epoch: 7}}}, r, t0); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := sh.heirs[k]; ok {
@@ -55,7 +55,7 @@ func TestKeepGrants(t *testing.T) {
 func TestKeepGrantsBounded(t *testing.T) {
 	r := ring.New(ring.Member{Name: "a"}, ring.Member{Name: "c"})
 	sh := newShard()
-	st := &pb.GlobalState{Grants: []*pb.GlobalGrant{{Node: "a", Granted: 1, Epoch: 1}}}
+	st := &peerpb.GlobalState{Grants: []*peerpb.GlobalGrant{{Node: "a", Granted: 1, Epoch: 1}}}
 	old := key{"api", "old"}
 	if err := sh.keepGrants(old, "c", st, r, t0); err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algorithms"
-	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -147,7 +147,7 @@ func (n *Node) payDebt(l *lease, peek *limiter.Request, remaining int64) int64 {
 // ErrUnknownSender, from this node's own name or from a node that is not
 // in this node's ring and was not within departedGrace. A report that does not validate is rejected
 // (logged, sampled, and counted) and the others are taken.
-func (n *Node) Receive(from string, reports []*pb.GlobalReport) error {
+func (n *Node) Receive(from string, reports []*peerpb.GlobalReport) error {
 	now := n.now()
 	if from == n.cluster.LocalMember().Name || !isMember(n.cluster.Ring(), from) && !n.members.recent(from, now) {
 		return fmt.Errorf("from: %q: %w", from, ErrUnknownSender)
@@ -157,7 +157,7 @@ func (n *Node) Receive(from string, reports []*pb.GlobalReport) error {
 }
 
 // receiveAll takes reports from a node known to be a member.
-func (n *Node) receiveAll(from string, reports []*pb.GlobalReport, now time.Time) {
+func (n *Node) receiveAll(from string, reports []*peerpb.GlobalReport, now time.Time) {
 	if n.inherit != nil {
 		n.inherit()
 	}
@@ -191,7 +191,7 @@ func (n *Node) receiveAll(from string, reports []*pb.GlobalReport, now time.Time
 // would grant it now), whichever is more. Its new forced hits, the
 // guaranteed hits of a parent, are owed whatever the grant (see owe).
 // sh.mu is held.
-func (n *Node) receive(sh *shard, k key, r *limiter.Request, from string, rep *pb.GlobalReport, members int64, now time.Time) (excess int64) {
+func (n *Node) receive(sh *shard, k key, r *limiter.Request, from string, rep *peerpb.GlobalReport, members int64, now time.Time) (excess int64) {
 	l := sh.lease(k, r, now)
 	nl := l.nodes[from]
 	allowed := int64(0)
@@ -255,7 +255,7 @@ func (n *Node) Broadcast(ctx context.Context) {
 	for _, m := range r.Members() {
 		inRing[m.Name] = true
 	}
-	var states []*pb.GlobalState
+	var states []*peerpb.GlobalState
 	for i := range n.shards {
 		sh := &n.shards[i]
 		sh.mu.Lock()
@@ -313,7 +313,7 @@ func (n *Node) Broadcast(ctx context.Context) {
 // state lends what l's counter has left, once it has paid what it can of
 // its debt, and returns the broadcast of its grants and state. The
 // shard's lock is held.
-func (n *Node) state(k key, l *lease, members int64, now time.Time) *pb.GlobalState {
+func (n *Node) state(k key, l *lease, members int64, now time.Time) *peerpb.GlobalState {
 	peek := l.req
 	peek.Now = now
 	counter := n.store.Check(&peek)
@@ -321,14 +321,14 @@ func (n *Node) state(k key, l *lease, members int64, now time.Time) *pb.GlobalSt
 	l.grant(remaining, members)
 	one := peek
 	one.Hits = 1
-	st := &pb.GlobalState{
+	st := &peerpb.GlobalState{
 		Name: k.name, Key: k.key, Limit: l.req.Limit.Count, Members: members,
 		Remaining:    max(0, remaining-l.outstanding()),
 		ResetTimeMs:  now.Add(counter.ResetAfter).UnixMilli(),
 		RetryAfterMs: max(0, n.store.Check(&one).RetryAfter.Milliseconds()),
 	}
 	for name, nl := range l.nodes {
-		st.Grants = append(st.Grants, &pb.GlobalGrant{Node: name, Granted: nl.granted, Epoch: nl.epoch, Received: nl.received})
+		st.Grants = append(st.Grants, &peerpb.GlobalGrant{Node: name, Granted: nl.granted, Epoch: nl.epoch, Received: nl.received})
 	}
 	return st
 }

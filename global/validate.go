@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algorithms"
-	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -86,7 +86,7 @@ func isMember(r *ring.Ring, name string) bool {
 // checkReport checks a report's counts: none negative, and no more hits
 // acknowledged than admitted. Its item, which must be there, is checked by
 // Config.Validate.
-func checkReport(rep *pb.GlobalReport) error {
+func checkReport(rep *peerpb.GlobalReport) error {
 	switch {
 	case rep.GetItem() == nil:
 		return errors.New("item: missing")
@@ -106,7 +106,7 @@ func checkReport(rep *pb.GlobalReport) error {
 
 // checkStateID checks a state's name and key against the bounds of a
 // counter's identity.
-func checkStateID(st *pb.GlobalState) error {
+func checkStateID(st *peerpb.GlobalState) error {
 	switch {
 	case st.GetName() == "" || len(st.GetName()) > limiter.MaxNameLen:
 		return fmt.Errorf("name: %d bytes, want 1..%d", len(st.GetName()), limiter.MaxNameLen)
@@ -122,7 +122,7 @@ func checkStateID(st *pb.GlobalState) error {
 // from node self at now: counts within what e's limit allows, times within
 // what it can take to refill (plus skew), and self's grant no larger than
 // the limit beyond what self has admitted already.
-func (e *entry) checkState(st *pb.GlobalState, self string, now time.Time, skew time.Duration) error {
+func (e *entry) checkState(st *peerpb.GlobalState, self string, now time.Time, skew time.Duration) error {
 	capacity := e.req.Limit.Capacity()
 	ahead := refillTime(e.req.Limit)
 	switch {

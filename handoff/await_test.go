@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ringlimit/ringlimit/algorithms"
-	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -52,7 +52,7 @@ type peers struct {
 	done     []string       // "addr:ring ID", in order
 }
 
-func (p *peers) HandOff(_ context.Context, addr, _ string, counters []*pb.CounterState) ([]*pb.Refusal, error) {
+func (p *peers) HandOff(_ context.Context, addr, _ string, counters []*peerpb.CounterState) ([]*peerpb.Refusal, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.down[addr] {

@@ -26,7 +26,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -64,7 +64,7 @@ type Membership interface {
 // the owner's refusals, by index into counters. An error with gRPC's code
 // RESOURCE_EXHAUSTED says the batch was too large to send or receive.
 type Peers interface {
-	HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) ([]*pb.Refusal, error)
+	HandOff(ctx context.Context, addr, from string, counters []*peerpb.CounterState) ([]*peerpb.Refusal, error)
 	// HandOffDone tells the node at addr that node from has handed it
 	// every counter it held for keys the node owns in the ring whose ID is
 	// ring.
@@ -199,14 +199,14 @@ func (rd *round) keep(owner string, counters int) {
 type Batch struct {
 	To       ring.Member
 	Counters []limiter.Counter
-	Records  []*pb.CounterState
+	Records  []*peerpb.CounterState
 	Bytes    int // of Records
 }
 
 // Add adds c, whose record is record.
 func (b *Batch) Add(c limiter.Counter, record []byte) {
 	b.Counters = append(b.Counters, c)
-	b.Records = append(b.Records, &pb.CounterState{Counter: record})
+	b.Records = append(b.Records, &peerpb.CounterState{Counter: record})
 	b.Bytes += len(record)
 }
 
@@ -401,7 +401,7 @@ func (n *Node) send(ctx context.Context, b *Batch, t *round) bool {
 			kept[i] = b.Counters[r.GetIndex()] // peer.Pool checked the indexes
 			reason := ReasonLabel(r.GetReason())
 			reasons[reason]++
-			if r.GetReason() == pb.Refusal_UNAVAILABLE {
+			if r.GetReason() == peerpb.Refusal_UNAVAILABLE {
 				t.unavailable++
 				t.incomplete[b.To.Name] = true
 			}
@@ -423,7 +423,7 @@ func (n *Node) send(ctx context.Context, b *Batch, t *round) bool {
 
 // taken returns the records of b an owner took: all but those it
 // refused.
-func (b *Batch) taken(refused []*pb.Refusal) [][]byte {
+func (b *Batch) taken(refused []*peerpb.Refusal) [][]byte {
 	skip := make([]bool, len(b.Records))
 	for _, r := range refused {
 		skip[r.GetIndex()] = true // peer.Pool checked the indexes
@@ -453,7 +453,7 @@ func (b *Batch) split(i int) (*Batch, *Batch) {
 // returns a Refusal for each it did not take: a record or state of an
 // unknown version, or one that does not decode or is impossible for its
 // limit. Refusals are logged (once per call) and counted.
-func (n *Node) Receive(from string, counters []*pb.CounterState) []*pb.Refusal {
+func (n *Node) Receive(from string, counters []*peerpb.CounterState) []*peerpb.Refusal {
 	refused := n.intake.Merge(n.store, counters, n.now())
 	for _, r := range refused {
 		n.metrics.refused.WithLabelValues("received", ReasonLabel(r.GetReason())).Inc()
@@ -490,8 +490,8 @@ type Merger interface {
 // each it did not take: UNKNOWN_VERSION for a record or state of a version
 // this build does not know, INVALID for one that does not decode or is
 // impossible, UNAVAILABLE otherwise. A refused record changes nothing.
-func (in Intake) Merge(m Merger, records []*pb.CounterState, now time.Time) []*pb.Refusal {
-	var refused []*pb.Refusal
+func (in Intake) Merge(m Merger, records []*peerpb.CounterState, now time.Time) []*peerpb.Refusal {
+	var refused []*peerpb.Refusal
 	for i, cs := range records {
 		var c limiter.Counter
 		err := c.UnmarshalBinary(cs.GetCounter())
@@ -508,12 +508,12 @@ func (in Intake) Merge(m Merger, records []*pb.CounterState, now time.Time) []*p
 			}
 		}
 		if err != nil {
-			r := &pb.Refusal{Index: int32(i), Reason: pb.Refusal_UNAVAILABLE, Detail: err.Error()}
+			r := &peerpb.Refusal{Index: int32(i), Reason: peerpb.Refusal_UNAVAILABLE, Detail: err.Error()}
 			switch {
 			case errors.Is(err, limiter.ErrUnknownVersion):
-				r.Reason = pb.Refusal_UNKNOWN_VERSION
+				r.Reason = peerpb.Refusal_UNKNOWN_VERSION
 			case errors.Is(err, limiter.ErrBadCounter):
-				r.Reason = pb.Refusal_INVALID
+				r.Reason = peerpb.Refusal_INVALID
 			}
 			refused = append(refused, r)
 		}
@@ -543,7 +543,7 @@ func (in Intake) untilNow(c limiter.Counter, now time.Time) (limiter.Counter, ti
 }
 
 // ReasonLabel is a refusal reason as a metric label, e.g. "invalid".
-func ReasonLabel(r pb.Refusal_Reason) string { return strings.ToLower(r.String()) }
+func ReasonLabel(r peerpb.Refusal_Reason) string { return strings.ToLower(r.String()) }
 
 type metrics struct {
 	counters *prometheus.CounterVec
@@ -576,7 +576,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 	}
 	for _, direction := range []string{"sent", "received"} {
 		m.counters.WithLabelValues(direction) // exported as 0 before the first hand-off
-		for _, reason := range []pb.Refusal_Reason{pb.Refusal_UNKNOWN_VERSION, pb.Refusal_INVALID, pb.Refusal_UNAVAILABLE} {
+		for _, reason := range []peerpb.Refusal_Reason{peerpb.Refusal_UNKNOWN_VERSION, peerpb.Refusal_INVALID, peerpb.Refusal_UNAVAILABLE} {
 			m.refused.WithLabelValues(direction, ReasonLabel(reason))
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 )
 
 // Membership is what a Guard needs from the cluster.
@@ -94,15 +94,15 @@ func (g *Guard) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	}
 	var from string
 	switch r := req.(type) {
-	case *pb.ForwardRequest:
+	case *peerpb.ForwardRequest:
 		return handler(ctx, req)
-	case *pb.GlobalHitsRequest:
+	case *peerpb.GlobalHitsRequest:
 		from = r.GetFrom()
-	case *pb.HandOffRequest:
+	case *peerpb.HandOffRequest:
 		from = r.GetFrom()
-	case *pb.GlobalUpdateRequest:
+	case *peerpb.GlobalUpdateRequest:
 		from = r.GetFrom()
-	case *pb.ReplicateRequest:
+	case *peerpb.ReplicateRequest:
 		from = r.GetFrom()
 	default:
 		return handler(ctx, req) // no peer method else; nothing to check

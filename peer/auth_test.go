@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/internal/testpki"
 )
 
@@ -42,7 +42,7 @@ func guarded(t *testing.T, h Handler, ca *testpki.CA, m members) (string, *prome
 
 // dialAs returns a Peer client with a certificate for name from ca, or a
 // plaintext one if ca is nil.
-func dialAs(t *testing.T, addr string, ca *testpki.CA, name string) pb.PeerClient {
+func dialAs(t *testing.T, addr string, ca *testpki.CA, name string) peerpb.PeerClient {
 	t.Helper()
 	creds := insecure.NewCredentials()
 	if ca != nil {
@@ -53,7 +53,7 @@ func dialAs(t *testing.T, addr string, ca *testpki.CA, name string) pb.PeerClien
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return pb.NewPeerClient(cc)
+	return peerpb.NewPeerClient(cc)
 }
 
 // refusals reads ringlimit_peer_refused_total{reason} from reg.
@@ -85,10 +85,10 @@ func TestGuardBindsNamesToCertificates(t *testing.T) {
 	asB := dialAs(t, addr, ca, "b")
 
 	// As itself: accepted.
-	if _, err := asB.HandOff(t.Context(), &pb.HandOffRequest{From: "b", Counters: []*pb.CounterState{{Counter: []byte{1}}}}); err != nil {
+	if _, err := asB.HandOff(t.Context(), &peerpb.HandOffRequest{From: "b", Counters: []*peerpb.CounterState{{Counter: []byte{1}}}}); err != nil {
 		t.Fatalf("hand-off from b as b: %v", err)
 	}
-	if _, err := asB.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: "b", Reports: []*pb.GlobalReport{{Admitted: 1}}}); err != nil {
+	if _, err := asB.AddGlobalHits(t.Context(), &peerpb.GlobalHitsRequest{From: "b", Reports: []*peerpb.GlobalReport{{Admitted: 1}}}); err != nil {
 		t.Fatalf("report from b as b: %v", err)
 	}
 	h.mu.Lock()
@@ -97,10 +97,10 @@ func TestGuardBindsNamesToCertificates(t *testing.T) {
 
 	// As c, a member, with b's certificate: refused.
 	for rpc, err := range map[string]error{
-		"HandOff":       second(asB.HandOff(t.Context(), &pb.HandOffRequest{From: "c", Counters: []*pb.CounterState{{Counter: []byte{1}}}})),
-		"AddGlobalHits": second(asB.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: "c", Reports: []*pb.GlobalReport{{Admitted: 1e9}}})),
-		"UpdateGlobals": second(asB.UpdateGlobals(t.Context(), &pb.GlobalUpdateRequest{From: "c", States: []*pb.GlobalState{{Key: "c:1", Remaining: 1e9}}})),
-		"Replicate":     second(asB.Replicate(t.Context(), &pb.ReplicateRequest{From: "c", Counters: []*pb.CounterState{{Counter: []byte{1}}}})),
+		"HandOff":       second(asB.HandOff(t.Context(), &peerpb.HandOffRequest{From: "c", Counters: []*peerpb.CounterState{{Counter: []byte{1}}}})),
+		"AddGlobalHits": second(asB.AddGlobalHits(t.Context(), &peerpb.GlobalHitsRequest{From: "c", Reports: []*peerpb.GlobalReport{{Admitted: 1e9}}})),
+		"UpdateGlobals": second(asB.UpdateGlobals(t.Context(), &peerpb.GlobalUpdateRequest{From: "c", States: []*peerpb.GlobalState{{Key: "c:1", Remaining: 1e9}}})),
+		"Replicate":     second(asB.Replicate(t.Context(), &peerpb.ReplicateRequest{From: "c", Counters: []*peerpb.CounterState{{Counter: []byte{1}}}})),
 	} {
 		if status.Code(err) != codes.PermissionDenied {
 			t.Errorf("%s from c with b's certificate: %v, want PermissionDenied", rpc, err)
@@ -112,7 +112,7 @@ func TestGuardBindsNamesToCertificates(t *testing.T) {
 
 	// A certificate of the cluster CA for a name that is not a member.
 	asX := dialAs(t, addr, ca, "x")
-	if _, err := asX.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: "x", Reports: []*pb.GlobalReport{{Admitted: 1e9}}}); status.Code(err) != codes.PermissionDenied {
+	if _, err := asX.AddGlobalHits(t.Context(), &peerpb.GlobalHitsRequest{From: "x", Reports: []*peerpb.GlobalReport{{Admitted: 1e9}}}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("report from x, not a member: %v, want PermissionDenied", err)
 	}
 	if got := refusals(t, reg, refusedNotMember); got != 1 {
@@ -136,10 +136,10 @@ func TestGuardWithoutTLS(t *testing.T) {
 	addr, reg := guarded(t, h, nil, members{"a", "b"})
 	c := dialAs(t, addr, nil, "")
 	for rpc, err := range map[string]error{
-		"HandOff":       second(c.HandOff(t.Context(), &pb.HandOffRequest{From: "ghost", Counters: []*pb.CounterState{{Counter: []byte{1}}}})),
-		"Replicate":     second(c.Replicate(t.Context(), &pb.ReplicateRequest{From: "ghost", Counters: []*pb.CounterState{{Counter: []byte{1}}}})),
-		"AddGlobalHits": second(c.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: "ghost", Reports: []*pb.GlobalReport{{Admitted: 1e9}}})),
-		"UpdateGlobals": second(c.UpdateGlobals(t.Context(), &pb.GlobalUpdateRequest{States: []*pb.GlobalState{{Key: "a:1", Remaining: 1e9}}})),
+		"HandOff":       second(c.HandOff(t.Context(), &peerpb.HandOffRequest{From: "ghost", Counters: []*peerpb.CounterState{{Counter: []byte{1}}}})),
+		"Replicate":     second(c.Replicate(t.Context(), &peerpb.ReplicateRequest{From: "ghost", Counters: []*peerpb.CounterState{{Counter: []byte{1}}}})),
+		"AddGlobalHits": second(c.AddGlobalHits(t.Context(), &peerpb.GlobalHitsRequest{From: "ghost", Reports: []*peerpb.GlobalReport{{Admitted: 1e9}}})),
+		"UpdateGlobals": second(c.UpdateGlobals(t.Context(), &peerpb.GlobalUpdateRequest{States: []*peerpb.GlobalState{{Key: "a:1", Remaining: 1e9}}})),
 	} {
 		if status.Code(err) != codes.PermissionDenied {
 			t.Errorf("%s from a non-member: %v, want PermissionDenied", rpc, err)
@@ -148,7 +148,7 @@ func TestGuardWithoutTLS(t *testing.T) {
 	if got := refusals(t, reg, refusedNotMember); got != 4 {
 		t.Errorf("not_member refusals = %v, want 4", got)
 	}
-	if _, err := c.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: "b", Reports: []*pb.GlobalReport{{Admitted: 1}}}); err != nil {
+	if _, err := c.AddGlobalHits(t.Context(), &peerpb.GlobalHitsRequest{From: "b", Reports: []*peerpb.GlobalReport{{Admitted: 1}}}); err != nil {
 		t.Errorf("report from member b: %v", err)
 	}
 	h.mu.Lock()

@@ -12,6 +12,7 @@ import (
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/internal/mux"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 )
 
 // Forward asks the owner at addr to decide req, batched with concurrent
@@ -91,7 +92,7 @@ func (f *forwarding) wait(stop <-chan struct{}) (*pb.CheckResponse, error) {
 // ForwardNow is Forward without batching: one RPC for this request alone. It
 // does not need Run.
 func (p *Pool) ForwardNow(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	return p.forwardNow(ctx, addr, &pb.ForwardRequest{Requests: []*pb.CheckRequest{req}})
+	return p.forwardNow(ctx, addr, &peerpb.ForwardRequest{Requests: []*pb.CheckRequest{req}})
 }
 
 // Relay is ForwardNow for a check forwarded to this node whose counter is
@@ -99,7 +100,7 @@ func (p *Pool) ForwardNow(ctx context.Context, addr string, req *pb.CheckRequest
 // owner at addr decides it there, never passing it on again, so that two
 // nodes whose rings disagree cannot pass a check back and forth.
 func (p *Pool) Relay(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	return p.forwardNow(ctx, addr, &pb.ForwardRequest{Requests: []*pb.CheckRequest{req}, Relayed: true})
+	return p.forwardNow(ctx, addr, &peerpb.ForwardRequest{Requests: []*pb.CheckRequest{req}, Relayed: true})
 }
 
 // ErrNotHere is Pull's answer when the node asked does not hold the
@@ -111,7 +112,7 @@ var ErrNotHere = errors.New("the counters are not here")
 // this node yet). It returns ErrNotHere, wrapped, when that node does not
 // hold them all, having decided nothing.
 func (p *Pool) Pull(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	resp, err := p.forwardNow(ctx, addr, &pb.ForwardRequest{Requests: []*pb.CheckRequest{req}, Pulled: true})
+	resp, err := p.forwardNow(ctx, addr, &peerpb.ForwardRequest{Requests: []*pb.CheckRequest{req}, Pulled: true})
 	if status.Code(err) == codes.NotFound {
 		return nil, fmt.Errorf("pull from %s: %w", addr, ErrNotHere)
 	}
@@ -119,9 +120,9 @@ func (p *Pool) Pull(ctx context.Context, addr string, req *pb.CheckRequest) (*pb
 }
 
 // forwardNow sends fwd, of one request, in an RPC of its own.
-func (p *Pool) forwardNow(ctx context.Context, addr string, fwd *pb.ForwardRequest) (*pb.CheckResponse, error) {
+func (p *Pool) forwardNow(ctx context.Context, addr string, fwd *peerpb.ForwardRequest) (*pb.CheckResponse, error) {
 	start := time.Now()
-	resp, err := unary(ctx, p, "forward", addr, pb.PeerClient.Forward, fwd)
+	resp, err := unary(ctx, p, "forward", addr, peerpb.PeerClient.Forward, fwd)
 	if err == nil && len(resp.GetResponses()) != 1 {
 		err = fmt.Errorf("forward to %s: peer answered %d responses to 1 request", addr, len(resp.GetResponses()))
 	}
@@ -138,15 +139,15 @@ func (p *Pool) forwardNow(ctx context.Context, addr string, fwd *pb.ForwardReque
 
 // AddGlobalHits sends node from's reports of GLOBAL counters to their
 // owner at addr.
-func (p *Pool) AddGlobalHits(ctx context.Context, addr, from string, reports []*pb.GlobalReport) error {
-	_, err := unary(ctx, p, "add global hits", addr, pb.PeerClient.AddGlobalHits, &pb.GlobalHitsRequest{From: from, Reports: reports})
+func (p *Pool) AddGlobalHits(ctx context.Context, addr, from string, reports []*peerpb.GlobalReport) error {
+	_, err := unary(ctx, p, "add global hits", addr, peerpb.PeerClient.AddGlobalHits, &peerpb.GlobalHitsRequest{From: from, Reports: reports})
 	return err
 }
 
 // UpdateGlobals sends owner from's state of GLOBAL keys to the node at
 // addr.
-func (p *Pool) UpdateGlobals(ctx context.Context, addr, from string, states []*pb.GlobalState) error {
-	_, err := unary(ctx, p, "update globals", addr, pb.PeerClient.UpdateGlobals, &pb.GlobalUpdateRequest{From: from, States: states})
+func (p *Pool) UpdateGlobals(ctx context.Context, addr, from string, states []*peerpb.GlobalState) error {
+	_, err := unary(ctx, p, "update globals", addr, peerpb.PeerClient.UpdateGlobals, &peerpb.GlobalUpdateRequest{From: from, States: states})
 	return err
 }
 
@@ -156,8 +157,8 @@ func (p *Pool) UpdateGlobals(ctx context.Context, addr, from string, states []*p
 // counter was taken. An answer whose refusals do not name distinct
 // counters, or whose accepted count disagrees with them, is an error, as
 // is a failed call: then the caller cannot know what was taken.
-func (p *Pool) HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) ([]*pb.Refusal, error) {
-	resp, err := unary(ctx, p, "hand off", addr, pb.PeerClient.HandOff, &pb.HandOffRequest{From: from, Counters: counters})
+func (p *Pool) HandOff(ctx context.Context, addr, from string, counters []*peerpb.CounterState) ([]*peerpb.Refusal, error) {
+	resp, err := unary(ctx, p, "hand off", addr, peerpb.PeerClient.HandOff, &peerpb.HandOffRequest{From: from, Counters: counters})
 	if err != nil {
 		return nil, err
 	}
@@ -167,15 +168,15 @@ func (p *Pool) HandOff(ctx context.Context, addr, from string, counters []*pb.Co
 // HandOffDone tells the node at addr that node from has handed it every
 // counter it held for keys the node owns in the ring whose ID is ring.
 func (p *Pool) HandOffDone(ctx context.Context, addr, from string, ring uint64) error {
-	_, err := unary(ctx, p, "hand off", addr, pb.PeerClient.HandOff, &pb.HandOffRequest{From: from, Done: ring})
+	_, err := unary(ctx, p, "hand off", addr, peerpb.PeerClient.HandOff, &peerpb.HandOffRequest{From: from, Done: ring})
 	return err
 }
 
 // Replicate gives copies of counters that node from owns to the node at
 // addr, which would own them were from gone, and returns its refusals as
 // HandOff does: an answer that does not add up is an error.
-func (p *Pool) Replicate(ctx context.Context, addr, from string, counters []*pb.CounterState) ([]*pb.Refusal, error) {
-	resp, err := unary(ctx, p, "replicate", addr, pb.PeerClient.Replicate, &pb.ReplicateRequest{From: from, Counters: counters})
+func (p *Pool) Replicate(ctx context.Context, addr, from string, counters []*peerpb.CounterState) ([]*peerpb.Refusal, error) {
+	resp, err := unary(ctx, p, "replicate", addr, peerpb.PeerClient.Replicate, &peerpb.ReplicateRequest{From: from, Counters: counters})
 	if err != nil {
 		return nil, err
 	}
@@ -186,13 +187,13 @@ func (p *Pool) Replicate(ctx context.Context, addr, from string, counters []*pb.
 // ReplicateResponse.
 type answer interface {
 	GetAccepted() int64
-	GetRefused() []*pb.Refusal
+	GetRefused() []*peerpb.Refusal
 }
 
 // checkAnswer returns a's refusals of n counters sent by op to addr,
 // unless they do not name distinct counters or disagree with a's
 // accepted count: then the caller cannot know what was taken.
-func checkAnswer(op, addr string, a answer, n int) ([]*pb.Refusal, error) {
+func checkAnswer(op, addr string, a answer, n int) ([]*peerpb.Refusal, error) {
 	refused := a.GetRefused()
 	if err := checkRefusals(refused, n); err != nil {
 		return nil, fmt.Errorf("%s to %s: peer %w", op, addr, err)
@@ -203,8 +204,8 @@ func checkAnswer(op, addr string, a answer, n int) ([]*pb.Refusal, error) {
 	return refused, nil
 }
 
-// rpc is a method of pb.PeerClient, as a method expression.
-type rpc[Req, Resp any] func(pb.PeerClient, context.Context, Req, ...grpc.CallOption) (Resp, error)
+// rpc is a method of peerpb.PeerClient, as a method expression.
+type rpc[Req, Resp any] func(peerpb.PeerClient, context.Context, Req, ...grpc.CallOption) (Resp, error)
 
 // unary makes one RPC to addr, bounded by Config.Timeout, and wraps its
 // error with op and addr.

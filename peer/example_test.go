@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/peer"
 )
 
@@ -24,17 +25,17 @@ func (owner) Forwarded(_ context.Context, reqs []*pb.CheckRequest) []*pb.CheckRe
 	}
 	return out
 }
-func (owner) AddGlobalHits(context.Context, string, []*pb.GlobalReport) error   { return nil }
-func (owner) UpdateGlobals(context.Context, string, []*pb.GlobalState) error    { return nil }
-func (owner) HandOff(context.Context, string, []*pb.CounterState) []*pb.Refusal { return nil }
+func (owner) AddGlobalHits(context.Context, string, []*peerpb.GlobalReport) error       { return nil }
+func (owner) UpdateGlobals(context.Context, string, []*peerpb.GlobalState) error        { return nil }
+func (owner) HandOff(context.Context, string, []*peerpb.CounterState) []*peerpb.Refusal { return nil }
 func (o owner) Relayed(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
 	return o.Forwarded(ctx, reqs)
 }
 func (o owner) Pulled(ctx context.Context, reqs []*pb.CheckRequest) ([]*pb.CheckResponse, error) {
 	return o.Forwarded(ctx, reqs), nil
 }
-func (owner) HandOffDone(context.Context, string, uint64)                         {}
-func (owner) Replicate(context.Context, string, []*pb.CounterState) []*pb.Refusal { return nil }
+func (owner) HandOffDone(context.Context, string, uint64)                                 {}
+func (owner) Replicate(context.Context, string, []*peerpb.CounterState) []*peerpb.Refusal { return nil }
 
 // Example wires an owner's Server and a forwarding node's Pool over loopback.
 func Example() {

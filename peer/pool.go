@@ -19,6 +19,7 @@ import (
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/internal/mux"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/internal/wire"
 )
 
@@ -109,9 +110,9 @@ type Pool struct {
 // its batches travel on.
 type conn struct {
 	cc     *grpc.ClientConn
-	client pb.PeerClient
+	client peerpb.PeerClient
 	batch  *batcher
-	stream *mux.Client[pb.ForwardStreamRequest, pb.ForwardStreamResponse] // nil: Forward RPCs only
+	stream *mux.Client[peerpb.ForwardStreamRequest, peerpb.ForwardStreamResponse] // nil: Forward RPCs only
 }
 
 // close ends c's stream and closes its connection.
@@ -250,20 +251,21 @@ func (p *Pool) peer(addr string) (*conn, error) {
 	// The send limit matches the peer server's receive limit, so that an
 	// oversized message fails here, with codes.ResourceExhausted, before
 	// it is sent.
+	var v versions // the name the node serves the Peer service under (see LegacyServiceName)
 	opts := append(slices.Clip(p.conf.DialOptions), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxMessageBytes), grpc.ForceCodecV2(wire.Codec{})))
-	cc, err := grpc.NewClient(addr, opts...)
+	cc, err := grpc.NewClient(addr, append(opts, v.dialOptions()...)...)
 	if err != nil {
 		return nil, err
 	}
-	c = &conn{cc: cc, client: pb.NewPeerClient(cc)}
+	c = &conn{cc: cc, client: peerpb.NewPeerClient(cc)}
 	if p.conf.Name != "" {
-		c.stream = mux.NewClient(mux.Config[pb.ForwardStreamRequest, pb.ForwardStreamResponse]{
-			Open: func(ctx context.Context, opts ...grpc.CallOption) (pb.Peer_ForwardStreamClient, error) {
+		c.stream = mux.NewClient(mux.Config[peerpb.ForwardStreamRequest, peerpb.ForwardStreamResponse]{
+			Open: func(ctx context.Context, opts ...grpc.CallOption) (peerpb.Peer_ForwardStreamClient, error) {
 				return c.client.ForwardStream(metadata.AppendToOutgoingContext(ctx, SenderHeader, p.conf.Name), opts...)
 			},
 			Ready: func() bool { return cc.GetState() == connectivity.Ready },
-			Stamp: func(r *pb.ForwardStreamRequest, id uint64, timeoutMs int64) { r.Id, r.TimeoutMs = id, timeoutMs },
-			ID:    (*pb.ForwardStreamResponse).GetId,
+			Stamp: func(r *peerpb.ForwardStreamRequest, id uint64, timeoutMs int64) { r.Id, r.TimeoutMs = id, timeoutMs },
+			ID:    (*peerpb.ForwardStreamResponse).GetId,
 		})
 	}
 	c.batch = newBatcher(p.conf.BatchWait, p.conf.BatchLimit, maxInFlight, c.sendFunc(p.conf.Timeout), p.metrics.batchSize)
@@ -287,7 +289,7 @@ func (c *conn) sendFunc(timeout time.Duration) sendFunc {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		if c.stream != nil {
-			resp, err := c.stream.Call(ctx, &pb.ForwardStreamRequest{Requests: reqs})
+			resp, err := c.stream.Call(ctx, &peerpb.ForwardStreamRequest{Requests: reqs})
 			switch {
 			case errors.Is(err, mux.ErrClosed):
 				return nil, status.Error(codes.Canceled, "peer connection closed") // as the Forward RPC fails
@@ -298,7 +300,7 @@ func (c *conn) sendFunc(timeout time.Duration) sendFunc {
 				return resp.GetResponses(), err
 			}
 		}
-		resp, err := c.client.Forward(ctx, &pb.ForwardRequest{Requests: reqs})
+		resp, err := c.client.Forward(ctx, &peerpb.ForwardRequest{Requests: reqs})
 		return resp.GetResponses(), err
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 )
 
 // startPool returns a Pool whose Run runs until stop or the test's cleanup,
@@ -225,7 +226,7 @@ func TestShutdown(t *testing.T) {
 		t.Errorf("Forward after Run: %v, want ErrClosed", err)
 	}
 	// Unary calls work until Close, e.g. to hand off while shutting down.
-	if refused, err := p.HandOff(t.Context(), addr, "me", []*pb.CounterState{{Counter: []byte{1}}}); err != nil || len(refused) != 0 {
+	if refused, err := p.HandOff(t.Context(), addr, "me", []*peerpb.CounterState{{Counter: []byte{1}}}); err != nil || len(refused) != 0 {
 		t.Errorf("HandOff after Run = %v, %v; want no refusals, nil", refused, err)
 	}
 	if err := p.Close(); err != nil {
@@ -286,26 +287,32 @@ func TestUnaryCalls(t *testing.T) {
 	addr := serve(t, h)
 	p := NewPool(Config{}) // no Run: unary calls don't need it
 	defer p.Close()
+	unaryCalls(t, p, addr, h)
+}
 
+// unaryCalls makes every unary call of the Pool to the node at addr,
+// which serves h, and checks what h saw.
+func unaryCalls(t *testing.T, p *Pool, addr string, h *fakeHandler) {
+	t.Helper()
 	resp, err := p.ForwardNow(t.Context(), addr, check("now", 1))
 	if err != nil || keyOf(resp) != "now" {
 		t.Fatalf("ForwardNow = %v, %v; want the answer for now", resp, err)
 	}
-	if err := p.AddGlobalHits(t.Context(), addr, "me", []*pb.GlobalReport{{Item: &pb.CheckItem{Key: "g"}, Admitted: 4}}); err != nil {
+	if err := p.AddGlobalHits(t.Context(), addr, "me", []*peerpb.GlobalReport{{Item: &pb.CheckItem{Key: "g"}, Admitted: 4}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.UpdateGlobals(t.Context(), addr, "owner", []*pb.GlobalState{{Key: "g", Remaining: 3}}); err != nil {
+	if err := p.UpdateGlobals(t.Context(), addr, "owner", []*peerpb.GlobalState{{Key: "g", Remaining: 3}}); err != nil {
 		t.Fatal(err)
 	}
-	refused, err := p.HandOff(t.Context(), addr, "me", []*pb.CounterState{{Counter: []byte{1}}, {}})
-	if err != nil || len(refused) != 1 || refused[0].GetIndex() != 1 || refused[0].GetReason() != pb.Refusal_INVALID {
+	refused, err := p.HandOff(t.Context(), addr, "me", []*peerpb.CounterState{{Counter: []byte{1}}, {}})
+	if err != nil || len(refused) != 1 || refused[0].GetIndex() != 1 || refused[0].GetReason() != peerpb.Refusal_INVALID {
 		t.Fatalf("HandOff = %v, %v; want counter 1 refused as INVALID", refused, err)
 	}
 	if err := p.HandOffDone(t.Context(), addr, "me", 42); err != nil {
 		t.Fatal(err)
 	}
-	refused, err = p.Replicate(t.Context(), addr, "me", []*pb.CounterState{{}, {Counter: []byte{1}}})
-	if err != nil || len(refused) != 1 || refused[0].GetIndex() != 0 || refused[0].GetReason() != pb.Refusal_INVALID {
+	refused, err = p.Replicate(t.Context(), addr, "me", []*peerpb.CounterState{{}, {Counter: []byte{1}}})
+	if err != nil || len(refused) != 1 || refused[0].GetIndex() != 0 || refused[0].GetReason() != peerpb.Refusal_INVALID {
 		t.Fatalf("Replicate = %v, %v; want counter 0 refused as INVALID", refused, err)
 	}
 	if resp, err := p.Pull(t.Context(), addr, check("held", 1)); err != nil || keyOf(resp) != "held" {

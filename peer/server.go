@@ -13,6 +13,7 @@ import (
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/internal/mux"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/internal/wire"
 )
 
@@ -85,15 +86,15 @@ type Handler interface {
 	// error, and takes nothing, when it refuses the request because of its
 	// sender (not a member of the cluster); Server answers that with
 	// codes.PermissionDenied.
-	AddGlobalHits(ctx context.Context, from string, reports []*pb.GlobalReport) error
+	AddGlobalHits(ctx context.Context, from string, reports []*peerpb.GlobalReport) error
 	// UpdateGlobals applies owner from's view of GLOBAL counters. It
 	// returns an error, and applies nothing, when it refuses the request
 	// because of its sender, as AddGlobalHits does.
-	UpdateGlobals(ctx context.Context, from string, states []*pb.GlobalState) error
+	UpdateGlobals(ctx context.Context, from string, states []*peerpb.GlobalState) error
 	// HandOff takes over counters that node from no longer owns and returns
 	// one Refusal, naming the counter by its index in counters, for each it
 	// did not take; every other counter was taken.
-	HandOff(ctx context.Context, from string, counters []*pb.CounterState) []*pb.Refusal
+	HandOff(ctx context.Context, from string, counters []*peerpb.CounterState) []*peerpb.Refusal
 	// HandOffDone takes node from's word that it has handed this node
 	// every counter it held for keys this node owns in the ring whose ID
 	// is ring (see HandOffRequest.done). Server calls it after HandOff, for
@@ -102,17 +103,17 @@ type Handler interface {
 	// Replicate keeps copies of counters that node from owns, to take over
 	// should from crash, and returns one Refusal, naming the counter by
 	// its index in counters, for each it did not keep.
-	Replicate(ctx context.Context, from string, counters []*pb.CounterState) []*pb.Refusal
+	Replicate(ctx context.Context, from string, counters []*peerpb.CounterState) []*peerpb.Refusal
 }
 
 // Server is the gRPC Peer service. It checks the bounds of each RPC,
 // refusing (and counting) what no honest peer sends, and delegates the
 // rest to its Handler. Server is safe for concurrent use.
 type Server struct {
-	pb.UnimplementedPeerServer
+	peerpb.UnimplementedPeerServer
 	h       Handler
 	refused *prometheus.CounterVec
-	streams mux.Server[pb.ForwardStreamRequest, pb.ForwardStreamResponse]
+	streams mux.Server[peerpb.ForwardStreamRequest, peerpb.ForwardStreamResponse]
 }
 
 // NewServer returns a Server that delegates to h. Its metric,
@@ -127,15 +128,17 @@ func NewServer(h Handler, reg prometheus.Registerer) *Server {
 		reg.MustRegister(refused)
 	}
 	s := &Server{h: h, refused: refused}
-	s.streams = mux.Server[pb.ForwardStreamRequest, pb.ForwardStreamResponse]{Timeout: forwardTimeout, Handle: s.forwardMessage, Notice: drainNotice}
+	s.streams = mux.Server[peerpb.ForwardStreamRequest, peerpb.ForwardStreamResponse]{Timeout: forwardTimeout, Handle: s.forwardMessage, Notice: drainNotice}
 	return s
 }
 
 // Register registers s as the Peer service on g (usually a *grpc.Server
 // listening on the peer address only, never the public one, built with
-// ServerOptions).
+// ServerOptions), under its name and under LegacyServiceName, which nodes
+// of the previous version call.
 func (s *Server) Register(g grpc.ServiceRegistrar) {
-	pb.RegisterPeerServer(g, s)
+	peerpb.RegisterPeerServer(g, s)
+	g.RegisterService(legacyDesc(), s)
 }
 
 // refuse counts a refused RPC and returns its error.
@@ -148,12 +151,12 @@ func (s *Server) refuse(rpc, reason string, code codes.Code, format string, args
 // codes.InvalidArgument, a batch of more than MaxForwardItems requests or
 // items, or holding a request of more than MaxRequestItems items; and
 // reports a Handler that does not answer every request with codes.Internal.
-func (s *Server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.ForwardResponse, error) {
+func (s *Server) Forward(ctx context.Context, req *peerpb.ForwardRequest) (*peerpb.ForwardResponse, error) {
 	resps, err := s.forward(ctx, req.GetRequests(), req.GetPulled(), req.GetRelayed())
 	if err != nil {
 		return nil, err
 	}
-	return &pb.ForwardResponse{Responses: resps}, nil
+	return &peerpb.ForwardResponse{Responses: resps}, nil
 }
 
 // ForwardStream decides the batches of a stream of forwards (see
@@ -161,7 +164,7 @@ func (s *Server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Forwa
 // pulled; a batch Forward would refuse is answered with its status, and
 // the stream goes on. The sender must name itself in the stream's
 // SenderHeader (Guard.Stream checks who it is).
-func (s *Server) ForwardStream(stream pb.Peer_ForwardStreamServer) error {
+func (s *Server) ForwardStream(stream peerpb.Peer_ForwardStreamServer) error {
 	if err := s.checkSender("forward", Sender(stream.Context())); err != nil {
 		return err
 	}
@@ -175,17 +178,17 @@ func (s *Server) ForwardStream(stream pb.Peer_ForwardStreamServer) error {
 func (s *Server) Drain() { s.streams.Drain() }
 
 // forwardMessage answers one batch of a ForwardStream.
-func (s *Server) forwardMessage(ctx context.Context, req *pb.ForwardStreamRequest) *pb.ForwardStreamResponse {
+func (s *Server) forwardMessage(ctx context.Context, req *peerpb.ForwardStreamRequest) *peerpb.ForwardStreamResponse {
 	resps, err := s.forward(ctx, req.GetRequests(), false, false)
-	return &pb.ForwardStreamResponse{Id: req.GetId(), Responses: resps, Status: mux.Status(err)}
+	return &peerpb.ForwardStreamResponse{Id: req.GetId(), Responses: resps, Status: mux.Status(err)}
 }
 
 // drainNotice asks a sender to end its ForwardStream.
-func drainNotice() *pb.ForwardStreamResponse {
-	return &pb.ForwardStreamResponse{Status: mux.Status(status.Error(codes.Unavailable, "node stopping: end the stream"))}
+func drainNotice() *peerpb.ForwardStreamResponse {
+	return &peerpb.ForwardStreamResponse{Status: mux.Status(status.Error(codes.Unavailable, "node stopping: end the stream"))}
 }
 
-func forwardTimeout(req *pb.ForwardStreamRequest) time.Duration {
+func forwardTimeout(req *peerpb.ForwardStreamRequest) time.Duration {
 	return time.Duration(req.GetTimeoutMs()) * time.Millisecond
 }
 
@@ -232,26 +235,26 @@ func (s *Server) forward(ctx context.Context, reqs []*pb.CheckRequest, pulled, r
 // AddGlobalHits passes hits for GLOBAL keys to the Handler, unless the
 // sender's name is malformed (codes.InvalidArgument) or the Handler
 // refuses the sender (codes.PermissionDenied).
-func (s *Server) AddGlobalHits(ctx context.Context, req *pb.GlobalHitsRequest) (*pb.GlobalHitsResponse, error) {
+func (s *Server) AddGlobalHits(ctx context.Context, req *peerpb.GlobalHitsRequest) (*peerpb.GlobalHitsResponse, error) {
 	if err := s.checkSender("global_report", req.GetFrom()); err != nil {
 		return nil, err
 	}
 	if err := s.h.AddGlobalHits(ctx, req.GetFrom(), req.GetReports()); err != nil {
 		return nil, s.refuse("global_report", "unknown_sender", codes.PermissionDenied, "%v", err)
 	}
-	return &pb.GlobalHitsResponse{}, nil
+	return &peerpb.GlobalHitsResponse{}, nil
 }
 
 // UpdateGlobals passes the owner's GLOBAL states to the Handler, refusing
 // them as AddGlobalHits refuses reports.
-func (s *Server) UpdateGlobals(ctx context.Context, req *pb.GlobalUpdateRequest) (*pb.GlobalUpdateResponse, error) {
+func (s *Server) UpdateGlobals(ctx context.Context, req *peerpb.GlobalUpdateRequest) (*peerpb.GlobalUpdateResponse, error) {
 	if err := s.checkSender("global_state", req.GetFrom()); err != nil {
 		return nil, err
 	}
 	if err := s.h.UpdateGlobals(ctx, req.GetFrom(), req.GetStates()); err != nil {
 		return nil, s.refuse("global_state", "unknown_sender", codes.PermissionDenied, "%v", err)
 	}
-	return &pb.GlobalUpdateResponse{}, nil
+	return &peerpb.GlobalUpdateResponse{}, nil
 }
 
 // HandOff passes handed-off counters to the Handler and reports which it
@@ -260,7 +263,7 @@ func (s *Server) UpdateGlobals(ctx context.Context, req *pb.GlobalUpdateRequest)
 // codes.InvalidArgument, a malformed sender's name and more than
 // MaxHandOffCounters counters, and reports a Handler that refuses a counter
 // it was not given with codes.Internal.
-func (s *Server) HandOff(ctx context.Context, req *pb.HandOffRequest) (*pb.HandOffResponse, error) {
+func (s *Server) HandOff(ctx context.Context, req *peerpb.HandOffRequest) (*peerpb.HandOffResponse, error) {
 	counters := req.GetCounters()
 	refused, err := s.takeCounters(ctx, "handoff", req.GetFrom(), counters, s.h.HandOff)
 	if err != nil {
@@ -269,28 +272,28 @@ func (s *Server) HandOff(ctx context.Context, req *pb.HandOffRequest) (*pb.HandO
 	if done := req.GetDone(); done != 0 {
 		s.h.HandOffDone(ctx, req.GetFrom(), done)
 	}
-	return &pb.HandOffResponse{Accepted: int64(len(counters) - len(refused)), Refused: refused}, nil
+	return &peerpb.HandOffResponse{Accepted: int64(len(counters) - len(refused)), Refused: refused}, nil
 }
 
 // Replicate passes replicated counters to the Handler and reports which
 // it refused. It refuses the RPC as HandOff does: a malformed sender's
 // name, more than MaxHandOffCounters counters, and a Handler that refuses
 // a counter it was not given (codes.Internal).
-func (s *Server) Replicate(ctx context.Context, req *pb.ReplicateRequest) (*pb.ReplicateResponse, error) {
+func (s *Server) Replicate(ctx context.Context, req *peerpb.ReplicateRequest) (*peerpb.ReplicateResponse, error) {
 	counters := req.GetCounters()
 	refused, err := s.takeCounters(ctx, "replicate", req.GetFrom(), counters, s.h.Replicate)
 	if err != nil {
 		return nil, err
 	}
-	return &pb.ReplicateResponse{Accepted: int64(len(counters) - len(refused)), Refused: refused}, nil
+	return &peerpb.ReplicateResponse{Accepted: int64(len(counters) - len(refused)), Refused: refused}, nil
 }
 
 // takeCounters is the part HandOff and Replicate (rpc) share: it checks
 // the sender's name and the number of counters, passes them (if any) to
 // handle, and checks that the refusals name distinct counters of those
 // given.
-func (s *Server) takeCounters(ctx context.Context, rpc, from string, counters []*pb.CounterState,
-	handle func(ctx context.Context, from string, counters []*pb.CounterState) []*pb.Refusal) ([]*pb.Refusal, error) {
+func (s *Server) takeCounters(ctx context.Context, rpc, from string, counters []*peerpb.CounterState,
+	handle func(ctx context.Context, from string, counters []*peerpb.CounterState) []*peerpb.Refusal) ([]*peerpb.Refusal, error) {
 	if err := s.checkSender(rpc, from); err != nil {
 		return nil, err
 	}
@@ -323,7 +326,7 @@ func (s *Server) checkSender(rpc, from string) error {
 
 // checkRefusals reports refusals that do not name distinct counters among
 // n, which would make "every counter not refused was accepted" a lie.
-func checkRefusals(refused []*pb.Refusal, n int) error {
+func checkRefusals(refused []*peerpb.Refusal, n int) error {
 	seen := make(map[int32]bool, len(refused))
 	for _, r := range refused {
 		i := r.GetIndex()

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 )
 
 // fakeHandler echoes forwarded requests (see echo) and counts calls. If
@@ -27,12 +28,12 @@ type fakeHandler struct {
 	forwards atomic.Int64
 	relays   atomic.Int64                                 // of forwards: those relayed
 	answer   func([]*pb.CheckRequest) []*pb.CheckResponse // nil means echo
-	refusals []*pb.Refusal                                // if non-nil, HandOff's answer
+	refusals []*peerpb.Refusal                            // if non-nil, HandOff's answer
 
 	mu         sync.Mutex
-	hits       []*pb.GlobalReport
+	hits       []*peerpb.GlobalReport
 	reportedBy string
-	states     []*pb.GlobalState
+	states     []*peerpb.GlobalState
 	updatedBy  string
 	handedBy   string
 	replicaOf  string   // sender of the last Replicate
@@ -74,7 +75,7 @@ func (h *fakeHandler) Pulled(ctx context.Context, reqs []*pb.CheckRequest) ([]*p
 	return h.Forwarded(ctx, reqs), nil
 }
 
-func (h *fakeHandler) AddGlobalHits(_ context.Context, from string, reports []*pb.GlobalReport) error {
+func (h *fakeHandler) AddGlobalHits(_ context.Context, from string, reports []*peerpb.GlobalReport) error {
 	if from == h.stranger {
 		return errors.New("a stranger")
 	}
@@ -85,7 +86,7 @@ func (h *fakeHandler) AddGlobalHits(_ context.Context, from string, reports []*p
 	return nil
 }
 
-func (h *fakeHandler) UpdateGlobals(_ context.Context, from string, states []*pb.GlobalState) error {
+func (h *fakeHandler) UpdateGlobals(_ context.Context, from string, states []*peerpb.GlobalState) error {
 	if from == h.stranger {
 		return errors.New("a stranger")
 	}
@@ -98,7 +99,7 @@ func (h *fakeHandler) UpdateGlobals(_ context.Context, from string, states []*pb
 
 // HandOff refuses, as INVALID, every counter with an empty record, unless
 // refusals says what to answer.
-func (h *fakeHandler) HandOff(_ context.Context, from string, counters []*pb.CounterState) []*pb.Refusal {
+func (h *fakeHandler) HandOff(_ context.Context, from string, counters []*peerpb.CounterState) []*peerpb.Refusal {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.handedBy = from
@@ -109,18 +110,18 @@ func (h *fakeHandler) HandOff(_ context.Context, from string, counters []*pb.Cou
 }
 
 // emptyRefused refuses, as INVALID, every counter with an empty record.
-func emptyRefused(counters []*pb.CounterState) []*pb.Refusal {
-	var refused []*pb.Refusal
+func emptyRefused(counters []*peerpb.CounterState) []*peerpb.Refusal {
+	var refused []*peerpb.Refusal
 	for i, c := range counters {
 		if len(c.GetCounter()) == 0 {
-			refused = append(refused, &pb.Refusal{Index: int32(i), Reason: pb.Refusal_INVALID, Detail: "empty"})
+			refused = append(refused, &peerpb.Refusal{Index: int32(i), Reason: peerpb.Refusal_INVALID, Detail: "empty"})
 		}
 	}
 	return refused
 }
 
 // Replicate refuses counters as HandOff does.
-func (h *fakeHandler) Replicate(_ context.Context, from string, counters []*pb.CounterState) []*pb.Refusal {
+func (h *fakeHandler) Replicate(_ context.Context, from string, counters []*peerpb.CounterState) []*peerpb.Refusal {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.replicaOf = from
@@ -142,14 +143,18 @@ func serve(t testing.TB, h Handler) string {
 
 // serveService is serve for any implementation of the Peer service, such
 // as one that breaks the protocol, with the server options opts.
-func serveService(t testing.TB, srv pb.PeerServer, opts ...grpc.ServerOption) string {
+func serveService(t testing.TB, srv peerpb.PeerServer, opts ...grpc.ServerOption) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := grpc.NewServer(append(ServerOptions(), opts...)...)
-	pb.RegisterPeerServer(g, srv)
+	if s, ok := srv.(*Server); ok {
+		s.Register(g) // as a node registers it: under both names
+	} else {
+		peerpb.RegisterPeerServer(g, srv)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -208,7 +213,7 @@ func TestServerForwardBounds(t *testing.T) {
 			h := &fakeHandler{answer: tt.answer}
 			reg := prometheus.NewRegistry()
 			client := dial(t, serveService(t, NewServer(h, reg)))
-			resp, err := client.Forward(t.Context(), &pb.ForwardRequest{Requests: tt.reqs})
+			resp, err := client.Forward(t.Context(), &peerpb.ForwardRequest{Requests: tt.reqs})
 			if got := status.Code(err); got != tt.want {
 				t.Fatalf("code = %v (%v), want %v", got, err, tt.want)
 			}
@@ -235,23 +240,23 @@ func TestServerRefusesBadSenders(t *testing.T) {
 	h := &fakeHandler{stranger: "mallory"}
 	reg := prometheus.NewRegistry()
 	client := dial(t, serveService(t, NewServer(h, reg)))
-	reports := []*pb.GlobalReport{{Item: &pb.CheckItem{Name: "n", Key: "k"}, Admitted: 1_000_000_000}}
-	states := []*pb.GlobalState{{Name: "n", Key: "k", Remaining: 1_000_000_000}}
+	reports := []*peerpb.GlobalReport{{Item: &pb.CheckItem{Name: "n", Key: "k"}, Admitted: 1_000_000_000}}
+	states := []*peerpb.GlobalState{{Name: "n", Key: "k", Remaining: 1_000_000_000}}
 	calls := map[string]func(from string) error{
 		"global_report": func(from string) error {
-			_, err := client.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: from, Reports: reports})
+			_, err := client.AddGlobalHits(t.Context(), &peerpb.GlobalHitsRequest{From: from, Reports: reports})
 			return err
 		},
 		"global_state": func(from string) error {
-			_, err := client.UpdateGlobals(t.Context(), &pb.GlobalUpdateRequest{From: from, States: states})
+			_, err := client.UpdateGlobals(t.Context(), &peerpb.GlobalUpdateRequest{From: from, States: states})
 			return err
 		},
 		"handoff": func(from string) error {
-			_, err := client.HandOff(t.Context(), &pb.HandOffRequest{From: from, Counters: []*pb.CounterState{{Counter: []byte{1}}}})
+			_, err := client.HandOff(t.Context(), &peerpb.HandOffRequest{From: from, Counters: []*peerpb.CounterState{{Counter: []byte{1}}}})
 			return err
 		},
 		"replicate": func(from string) error {
-			_, err := client.Replicate(t.Context(), &pb.ReplicateRequest{From: from, Counters: []*pb.CounterState{{Counter: []byte{1}}}})
+			_, err := client.Replicate(t.Context(), &peerpb.ReplicateRequest{From: from, Counters: []*peerpb.CounterState{{Counter: []byte{1}}}})
 			return err
 		},
 	}
@@ -292,15 +297,15 @@ func TestServerRefusesBadSenders(t *testing.T) {
 func TestServerHandOffBounds(t *testing.T) {
 	h := &fakeHandler{}
 	client := dial(t, serve(t, h))
-	counters := make([]*pb.CounterState, MaxHandOffCounters+1)
+	counters := make([]*peerpb.CounterState, MaxHandOffCounters+1)
 	for i := range counters {
-		counters[i] = &pb.CounterState{Counter: []byte{1}}
+		counters[i] = &peerpb.CounterState{Counter: []byte{1}}
 	}
-	_, err := client.HandOff(t.Context(), &pb.HandOffRequest{From: "a", Counters: counters})
+	_, err := client.HandOff(t.Context(), &peerpb.HandOffRequest{From: "a", Counters: counters})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("HandOff of %d counters: %v, want InvalidArgument", len(counters), err)
 	}
-	_, err = client.Replicate(t.Context(), &pb.ReplicateRequest{From: "a", Counters: counters})
+	_, err = client.Replicate(t.Context(), &peerpb.ReplicateRequest{From: "a", Counters: counters})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("Replicate of %d counters: %v, want InvalidArgument", len(counters), err)
 	}
@@ -315,8 +320,8 @@ func TestServerHandOffBounds(t *testing.T) {
 func TestServerReceiveLimit(t *testing.T) {
 	h := &fakeHandler{}
 	addr := serve(t, h)
-	big := []*pb.CounterState{{Counter: make([]byte, MaxMessageBytes)}}
-	_, err := dial(t, addr).HandOff(t.Context(), &pb.HandOffRequest{From: "a", Counters: big}, grpc.MaxCallSendMsgSize(2*MaxMessageBytes))
+	big := []*peerpb.CounterState{{Counter: make([]byte, MaxMessageBytes)}}
+	_, err := dial(t, addr).HandOff(t.Context(), &peerpb.HandOffRequest{From: "a", Counters: big}, grpc.MaxCallSendMsgSize(2*MaxMessageBytes))
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("server took a message over MaxMessageBytes: %v, want ResourceExhausted", err)
 	}
@@ -332,14 +337,14 @@ func TestServerReceiveLimit(t *testing.T) {
 
 // dial returns a raw Peer client to addr, as an attacker (or a peer) would
 // have; it is closed at the test's cleanup.
-func dial(t *testing.T, addr string) pb.PeerClient {
+func dial(t *testing.T, addr string) peerpb.PeerClient {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cc.Close() })
-	return pb.NewPeerClient(cc)
+	return peerpb.NewPeerClient(cc)
 }
 
 // refusedRPCs reads ringlimit_peer_refused_rpcs_total{rpc,reason}.
@@ -370,22 +375,22 @@ func refusedRPCs(t *testing.T, reg *prometheus.Registry, rpc, reason string) flo
 // refuse, and a handler that refuses counters it was not given is a bug
 // the server reports rather than passes on.
 func TestServerHandOffRefusals(t *testing.T) {
-	two := []*pb.CounterState{{Counter: []byte{1}}, {Counter: []byte{1}}}
+	two := []*peerpb.CounterState{{Counter: []byte{1}}, {Counter: []byte{1}}}
 	for _, tt := range []struct {
 		name     string
-		refusals []*pb.Refusal
+		refusals []*peerpb.Refusal
 		want     codes.Code
 		accepted int64
 	}{
-		{"none refused", []*pb.Refusal{}, codes.OK, 2},
-		{"one refused", []*pb.Refusal{{Index: 1, Reason: pb.Refusal_UNKNOWN_VERSION}}, codes.OK, 1},
-		{"index out of range", []*pb.Refusal{{Index: 2}}, codes.Internal, 0},
-		{"negative index", []*pb.Refusal{{Index: -1}}, codes.Internal, 0},
-		{"refused twice", []*pb.Refusal{{Index: 0}, {Index: 0}}, codes.Internal, 0},
+		{"none refused", []*peerpb.Refusal{}, codes.OK, 2},
+		{"one refused", []*peerpb.Refusal{{Index: 1, Reason: peerpb.Refusal_UNKNOWN_VERSION}}, codes.OK, 1},
+		{"index out of range", []*peerpb.Refusal{{Index: 2}}, codes.Internal, 0},
+		{"negative index", []*peerpb.Refusal{{Index: -1}}, codes.Internal, 0},
+		{"refused twice", []*peerpb.Refusal{{Index: 0}, {Index: 0}}, codes.Internal, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h := &fakeHandler{refusals: tt.refusals}
-			resp, err := NewServer(h, nil).HandOff(t.Context(), &pb.HandOffRequest{From: "a", Counters: two})
+			resp, err := NewServer(h, nil).HandOff(t.Context(), &peerpb.HandOffRequest{From: "a", Counters: two})
 			if got := status.Code(err); got != tt.want {
 				t.Fatalf("code = %v (%v), want %v", got, err, tt.want)
 			}
@@ -399,11 +404,11 @@ func TestServerHandOffRefusals(t *testing.T) {
 // handOffAnswer is a Peer service whose HandOff always gives one answer,
 // however wrong.
 type handOffAnswer struct {
-	pb.UnimplementedPeerServer
-	resp *pb.HandOffResponse
+	peerpb.UnimplementedPeerServer
+	resp *peerpb.HandOffResponse
 }
 
-func (h handOffAnswer) HandOff(context.Context, *pb.HandOffRequest) (*pb.HandOffResponse, error) {
+func (h handOffAnswer) HandOff(context.Context, *peerpb.HandOffRequest) (*peerpb.HandOffResponse, error) {
 	return h.resp, nil
 }
 
@@ -411,17 +416,17 @@ func (h handOffAnswer) HandOff(context.Context, *pb.HandOffRequest) (*pb.HandOff
 // counters were taken is an error, so the sender keeps them all rather
 // than guess.
 func TestPoolHandOffChecksTheAnswer(t *testing.T) {
-	two := []*pb.CounterState{{Counter: []byte{1}}, {Counter: []byte{2}}}
+	two := []*peerpb.CounterState{{Counter: []byte{1}}, {Counter: []byte{2}}}
 	for _, tt := range []struct {
 		name string
-		resp *pb.HandOffResponse
+		resp *peerpb.HandOffResponse
 		ok   bool
 	}{
-		{"all taken", &pb.HandOffResponse{Accepted: 2}, true},
-		{"one refused", &pb.HandOffResponse{Accepted: 1, Refused: []*pb.Refusal{{Index: 0}}}, true},
-		{"accepted disagrees", &pb.HandOffResponse{Accepted: 2, Refused: []*pb.Refusal{{Index: 0}}}, false},
-		{"refusal out of range", &pb.HandOffResponse{Accepted: 1, Refused: []*pb.Refusal{{Index: 5}}}, false},
-		{"refused twice", &pb.HandOffResponse{Accepted: 0, Refused: []*pb.Refusal{{Index: 1}, {Index: 1}}}, false},
+		{"all taken", &peerpb.HandOffResponse{Accepted: 2}, true},
+		{"one refused", &peerpb.HandOffResponse{Accepted: 1, Refused: []*peerpb.Refusal{{Index: 0}}}, true},
+		{"accepted disagrees", &peerpb.HandOffResponse{Accepted: 2, Refused: []*peerpb.Refusal{{Index: 0}}}, false},
+		{"refusal out of range", &peerpb.HandOffResponse{Accepted: 1, Refused: []*peerpb.Refusal{{Index: 5}}}, false},
+		{"refused twice", &peerpb.HandOffResponse{Accepted: 0, Refused: []*peerpb.Refusal{{Index: 1}, {Index: 1}}}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			addr := serveService(t, handOffAnswer{resp: tt.resp})

@@ -16,13 +16,14 @@ import (
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/internal/mux"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/internal/testpki"
 )
 
 // forwardStream opens a ForwardStream on c, naming itself from (none if
 // empty), sends a batch of two requests and returns the first answer or
 // the stream's error.
-func forwardStream(t *testing.T, c pb.PeerClient, from string) (*pb.ForwardStreamResponse, error) {
+func forwardStream(t *testing.T, c peerpb.PeerClient, from string) (*peerpb.ForwardStreamResponse, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	t.Cleanup(cancel)
@@ -33,7 +34,7 @@ func forwardStream(t *testing.T, c pb.PeerClient, from string) (*pb.ForwardStrea
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Send(&pb.ForwardStreamRequest{Id: 1, Requests: []*pb.CheckRequest{check("x", 1), check("y", 2)}}); err != nil && err != io.EOF {
+	if err := s.Send(&peerpb.ForwardStreamRequest{Id: 1, Requests: []*pb.CheckRequest{check("x", 1), check("y", 2)}}); err != nil && err != io.EOF {
 		return nil, err
 	}
 	return s.Recv() // after a refusal, Send may say only io.EOF: Recv says why
@@ -54,7 +55,7 @@ func TestForwardStreamGuard(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		client pb.PeerClient
+		client peerpb.PeerClient
 		from   string
 		reason string
 	}{
@@ -96,7 +97,7 @@ func TestForwardStreamBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	s, err := pb.NewPeerClient(cc).ForwardStream(metadata.AppendToOutgoingContext(t.Context(), SenderHeader, "a"))
+	s, err := peerpb.NewPeerClient(cc).ForwardStream(metadata.AppendToOutgoingContext(t.Context(), SenderHeader, "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestForwardStreamBounds(t *testing.T) {
 		{requests(MaxForwardItems+1, 0), codes.InvalidArgument},
 		{[]*pb.CheckRequest{check("ok", 2)}, codes.OK},
 	} {
-		if err := s.Send(&pb.ForwardStreamRequest{Id: uint64(i + 1), Requests: tc.reqs}); err != nil {
+		if err := s.Send(&peerpb.ForwardStreamRequest{Id: uint64(i + 1), Requests: tc.reqs}); err != nil {
 			t.Fatal(err)
 		}
 		resp, err := s.Recv()

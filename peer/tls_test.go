@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/internal/testpki"
 	"github.com/ringlimit/ringlimit/internal/tlsfiles"
 )
@@ -24,7 +25,7 @@ func tlsSource(t *testing.T, ca, trust *testpki.CA, name string) *tlsfiles.Sourc
 }
 
 // serveMutualTLS serves h on a loopback port with mutual TLS from ca.
-func serveMutualTLS(t *testing.T, ca *testpki.CA, srv pb.PeerServer) string {
+func serveMutualTLS(t *testing.T, ca *testpki.CA, srv peerpb.PeerServer) string {
 	t.Helper()
 	src := tlsSource(t, ca, ca, "a")
 	return serveService(t, srv, grpc.Creds(credentials.NewTLS(src.ServerConfig())))
@@ -40,21 +41,21 @@ func TestPeerPortRefusesStrangers(t *testing.T) {
 	h := &fakeHandler{}
 	addr := serveMutualTLS(t, ca, NewServer(h, nil))
 
-	calls := map[string]func(pb.PeerClient) error{
-		"Forward": func(c pb.PeerClient) error {
-			_, err := c.Forward(t.Context(), &pb.ForwardRequest{Requests: []*pb.CheckRequest{check("k", 1)}})
+	calls := map[string]func(peerpb.PeerClient) error{
+		"Forward": func(c peerpb.PeerClient) error {
+			_, err := c.Forward(t.Context(), &peerpb.ForwardRequest{Requests: []*pb.CheckRequest{check("k", 1)}})
 			return err
 		},
-		"HandOff": func(c pb.PeerClient) error {
-			_, err := c.HandOff(t.Context(), &pb.HandOffRequest{From: "b", Counters: []*pb.CounterState{{Counter: []byte{1}}}})
+		"HandOff": func(c peerpb.PeerClient) error {
+			_, err := c.HandOff(t.Context(), &peerpb.HandOffRequest{From: "b", Counters: []*peerpb.CounterState{{Counter: []byte{1}}}})
 			return err
 		},
-		"AddGlobalHits": func(c pb.PeerClient) error {
-			_, err := c.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: "b", Reports: []*pb.GlobalReport{{Admitted: 1e9}}})
+		"AddGlobalHits": func(c peerpb.PeerClient) error {
+			_, err := c.AddGlobalHits(t.Context(), &peerpb.GlobalHitsRequest{From: "b", Reports: []*peerpb.GlobalReport{{Admitted: 1e9}}})
 			return err
 		},
-		"UpdateGlobals": func(c pb.PeerClient) error {
-			_, err := c.UpdateGlobals(t.Context(), &pb.GlobalUpdateRequest{States: []*pb.GlobalState{{Name: "n", Key: "k", Remaining: 1e9}}})
+		"UpdateGlobals": func(c peerpb.PeerClient) error {
+			_, err := c.UpdateGlobals(t.Context(), &peerpb.GlobalUpdateRequest{States: []*peerpb.GlobalState{{Name: "n", Key: "k", Remaining: 1e9}}})
 			return err
 		},
 	}
@@ -71,7 +72,7 @@ func TestPeerPortRefusesStrangers(t *testing.T) {
 		}
 		defer cc.Close()
 		for rpc, call := range calls {
-			if err := call(pb.NewPeerClient(cc)); err == nil {
+			if err := call(peerpb.NewPeerClient(cc)); err == nil {
 				t.Errorf("%s: %s succeeded", who, rpc)
 			}
 		}

@@ -45,8 +45,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/handoff"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -65,7 +65,7 @@ type Membership interface {
 // Peers sends replicas to a key's heir: package peer's Pool. It returns
 // the heir's refusals, by index into counters.
 type Peers interface {
-	Replicate(ctx context.Context, addr, from string, counters []*pb.CounterState) ([]*pb.Refusal, error)
+	Replicate(ctx context.Context, addr, from string, counters []*peerpb.CounterState) ([]*peerpb.Refusal, error)
 }
 
 // Config configures a Node. Store, Replicas and Cluster are required;
@@ -284,7 +284,7 @@ func (n *Node) send(ctx context.Context, b *handoff.Batch, failed map[string]boo
 // the replicas after validating it as hand-off does (handoff.Intake), and
 // returns a Refusal for each it did not keep. Replicas are never used to
 // decide a check until Promote makes them this node's counters.
-func (n *Node) Receive(from string, counters []*pb.CounterState) []*pb.Refusal {
+func (n *Node) Receive(from string, counters []*peerpb.CounterState) []*peerpb.Refusal {
 	refused := n.intake.Merge(n.replicas, counters, n.now())
 	for _, r := range refused {
 		n.metrics.refused.WithLabelValues(handoff.ReasonLabel(r.GetReason())).Inc()
@@ -393,7 +393,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) metrics {
 	for _, o := range []string{"sent", "failed"} {
 		m.batches.WithLabelValues(o)
 	}
-	for _, r := range []pb.Refusal_Reason{pb.Refusal_UNKNOWN_VERSION, pb.Refusal_INVALID, pb.Refusal_UNAVAILABLE} {
+	for _, r := range []peerpb.Refusal_Reason{peerpb.Refusal_UNKNOWN_VERSION, peerpb.Refusal_INVALID, peerpb.Refusal_UNAVAILABLE} {
 		m.refused.WithLabelValues(handoff.ReasonLabel(r))
 	}
 	if reg != nil {

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ringlimit/ringlimit/algorithms"
-	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/handoff"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -59,7 +59,7 @@ type network struct {
 	calls []call
 }
 
-func (w *network) Replicate(_ context.Context, addr, from string, counters []*pb.CounterState) ([]*pb.Refusal, error) {
+func (w *network) Replicate(_ context.Context, addr, from string, counters []*peerpb.CounterState) ([]*peerpb.Refusal, error) {
 	w.mu.Lock()
 	n, down := w.nodes[addr], w.down[addr]
 	bytes := 0
@@ -219,7 +219,7 @@ func TestReplicateRepeatedAndStaleBatchesDoNoHarm(t *testing.T) {
 	c.spend(0, key, 4)
 	newer := records(t, c.nodes[0].store)
 	heir := c.nodes[c.heirOf(key)]
-	for _, batch := range [][]*pb.CounterState{newer, newer, old} {
+	for _, batch := range [][]*peerpb.CounterState{newer, newer, old} {
 		if refused := heir.Receive("n0", batch); len(refused) != 0 {
 			t.Fatalf("refused %v", refused)
 		}
@@ -230,15 +230,15 @@ func TestReplicateRepeatedAndStaleBatchesDoNoHarm(t *testing.T) {
 }
 
 // records returns the records of every counter of s.
-func records(t *testing.T, s *limiter.Store) []*pb.CounterState {
+func records(t *testing.T, s *limiter.Store) []*peerpb.CounterState {
 	t.Helper()
-	var out []*pb.CounterState
+	var out []*peerpb.CounterState
 	for c := range s.Counters() {
 		b, err := c.AppendBinary(nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, &pb.CounterState{Counter: b})
+		out = append(out, &peerpb.CounterState{Counter: b})
 	}
 	return out
 }

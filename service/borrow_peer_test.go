@@ -6,6 +6,7 @@ import (
 	"time"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -20,26 +21,26 @@ func TestPeerAttackForcedHits(t *testing.T) {
 	client := servePeer(t, svcs[0], nil)
 	parentKey := c.keyOwnedBy(0)
 	parent := &pb.CheckItem{Name: "api", Key: parentKey, Limit: 10, DurationMs: 3_600_000, Behavior: pb.Behavior_GLOBAL}
-	send := func(reports ...*pb.GlobalReport) {
+	send := func(reports ...*peerpb.GlobalReport) {
 		t.Helper()
-		if _, err := client.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: "node-1", Reports: reports}); err != nil {
+		if _, err := client.AddGlobalHits(t.Context(), &peerpb.GlobalHitsRequest{From: "node-1", Reports: reports}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	send(
-		&pb.GlobalReport{Item: parent, Forced: -1, Epoch: 1},
-		&pb.GlobalReport{Item: parent, Forced: 5, ForcedAcked: 6, Epoch: 1},
-		&pb.GlobalReport{Item: parent, Forced: 5, ForcedAcked: -1, Epoch: 1},
+		&peerpb.GlobalReport{Item: parent, Forced: -1, Epoch: 1},
+		&peerpb.GlobalReport{Item: parent, Forced: 5, ForcedAcked: 6, Epoch: 1},
+		&peerpb.GlobalReport{Item: parent, Forced: 5, ForcedAcked: -1, Epoch: 1},
 	)
 	if got := metricSum(t, reg, "ringlimit_peer_rejected_total", "kind", "global_report", "reason", "invalid"); got != 3 || svcs[0].store.Len() != 0 {
 		t.Fatalf("impossible forced counts: %v rejected, %d counters; want 3 rejected, none made", got, svcs[0].store.Len())
 	}
-	send(&pb.GlobalReport{Item: parent, Forced: 4, Epoch: 1})
-	send(&pb.GlobalReport{Item: parent, Forced: 4, Epoch: 1}) // the same report again
+	send(&peerpb.GlobalReport{Item: parent, Forced: 4, Epoch: 1})
+	send(&peerpb.GlobalReport{Item: parent, Forced: 4, Epoch: 1}) // the same report again
 	if got := remaining(svcs[0], parent); got != 6 {
 		t.Errorf("after 4 forced hits, reported twice, the parent has %d left, want 6", got)
 	}
-	send(&pb.GlobalReport{Item: parent, Forced: 1_000_000_000, ForcedAcked: 4, Epoch: 1})
+	send(&peerpb.GlobalReport{Item: parent, Forced: 1_000_000_000, ForcedAcked: 4, Epoch: 1})
 	if got := remaining(svcs[0], parent); got != 0 {
 		t.Errorf("after a billion forced hits the parent has %d left, want 0", got)
 	}

@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -35,9 +36,9 @@ type fakeCluster struct {
 	// fails: a test can change the ring as the call is in flight.
 	onDown func(addr string)
 	// onHandOff, if set, sees (and may alter) every hand-off in flight.
-	onHandOff func(counters []*pb.CounterState)
+	onHandOff func(counters []*peerpb.CounterState)
 	// onUpdate, if set, sees every GLOBAL broadcast in flight.
-	onUpdate func(from string, states []*pb.GlobalState)
+	onUpdate func(from string, states []*peerpb.GlobalState)
 }
 
 type fakeMember struct {
@@ -140,7 +141,7 @@ func (c *fakeCluster) Pull(ctx context.Context, addr string, req *pb.CheckReques
 	return resps[0], nil
 }
 
-func (c *fakeCluster) AddGlobalHits(ctx context.Context, addr, from string, reports []*pb.GlobalReport) error {
+func (c *fakeCluster) AddGlobalHits(ctx context.Context, addr, from string, reports []*peerpb.GlobalReport) error {
 	o, err := c.peer(ctx, addr)
 	if err != nil {
 		return err
@@ -148,7 +149,7 @@ func (c *fakeCluster) AddGlobalHits(ctx context.Context, addr, from string, repo
 	return o.AddGlobalHits(ctx, from, reports)
 }
 
-func (c *fakeCluster) UpdateGlobals(ctx context.Context, addr, from string, states []*pb.GlobalState) error {
+func (c *fakeCluster) UpdateGlobals(ctx context.Context, addr, from string, states []*peerpb.GlobalState) error {
 	o, err := c.peer(ctx, addr)
 	if err != nil {
 		return err
@@ -159,7 +160,7 @@ func (c *fakeCluster) UpdateGlobals(ctx context.Context, addr, from string, stat
 	return o.UpdateGlobals(ctx, from, states)
 }
 
-func (c *fakeCluster) HandOff(ctx context.Context, addr, from string, counters []*pb.CounterState) ([]*pb.Refusal, error) {
+func (c *fakeCluster) HandOff(ctx context.Context, addr, from string, counters []*peerpb.CounterState) ([]*peerpb.Refusal, error) {
 	o, err := c.peer(ctx, addr)
 	if err != nil {
 		return nil, err
@@ -179,7 +180,7 @@ func (c *fakeCluster) HandOffDone(ctx context.Context, addr, from string, ring u
 	return nil
 }
 
-func (c *fakeCluster) Replicate(ctx context.Context, addr, from string, counters []*pb.CounterState) ([]*pb.Refusal, error) {
+func (c *fakeCluster) Replicate(ctx context.Context, addr, from string, counters []*peerpb.CounterState) ([]*peerpb.Refusal, error) {
 	o, err := c.peer(ctx, addr)
 	if err != nil {
 		return nil, err

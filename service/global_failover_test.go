@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 )
 
 // TestGlobalFailoverKeepsGrantsReserved: node-2 owns a GLOBAL key whose
@@ -127,25 +128,25 @@ func TestPeerAttackHeirGrants(t *testing.T) {
 	svcs[2].replica.Replicate(t.Context())
 
 	client := servePeer(t, svcs[1], nil)
-	state := func(grants ...*pb.GlobalGrant) []*pb.GlobalState {
-		return []*pb.GlobalState{{Name: item.Name, Key: item.Key, Limit: 10, Remaining: 9, Members: 3,
+	state := func(grants ...*peerpb.GlobalGrant) []*peerpb.GlobalState {
+		return []*peerpb.GlobalState{{Name: item.Name, Key: item.Key, Limit: 10, Remaining: 9, Members: 3,
 			ResetTimeMs: t0.UnixMilli(), Grants: grants}}
 	}
-	if _, err := client.UpdateGlobals(t.Context(), &pb.GlobalUpdateRequest{From: "mallory",
-		States: state(&pb.GlobalGrant{Node: "node-0", Granted: 9, Epoch: 1})}); err == nil {
+	if _, err := client.UpdateGlobals(t.Context(), &peerpb.GlobalUpdateRequest{From: "mallory",
+		States: state(&peerpb.GlobalGrant{Node: "node-0", Granted: 9, Epoch: 1})}); err == nil {
 		t.Error("a stranger's broadcast was taken")
 	}
 	for _, attack := range []struct {
 		from  string
-		grant *pb.GlobalGrant
+		grant *peerpb.GlobalGrant
 	}{
-		{"node-0", &pb.GlobalGrant{Node: "node-0", Granted: 9, Epoch: 1}},              // not the key's owner
-		{"node-2", &pb.GlobalGrant{Node: "node-0", Granted: 5, Received: 9, Epoch: 1}}, // charged more than lent
-		{"node-2", &pb.GlobalGrant{Node: "node-0", Granted: 9, Received: -1, Epoch: 1}},
-		{"node-2", &pb.GlobalGrant{Node: "node-0", Granted: 9, Epoch: -1}},
-		{"node-2", &pb.GlobalGrant{Node: "mallory", Granted: 9, Epoch: 1}}, // not a member: ignored
+		{"node-0", &peerpb.GlobalGrant{Node: "node-0", Granted: 9, Epoch: 1}},              // not the key's owner
+		{"node-2", &peerpb.GlobalGrant{Node: "node-0", Granted: 5, Received: 9, Epoch: 1}}, // charged more than lent
+		{"node-2", &peerpb.GlobalGrant{Node: "node-0", Granted: 9, Received: -1, Epoch: 1}},
+		{"node-2", &peerpb.GlobalGrant{Node: "node-0", Granted: 9, Epoch: -1}},
+		{"node-2", &peerpb.GlobalGrant{Node: "mallory", Granted: 9, Epoch: 1}}, // not a member: ignored
 	} {
-		if _, err := client.UpdateGlobals(t.Context(), &pb.GlobalUpdateRequest{From: attack.from, States: state(attack.grant)}); err != nil {
+		if _, err := client.UpdateGlobals(t.Context(), &peerpb.GlobalUpdateRequest{From: attack.from, States: state(attack.grant)}); err != nil {
 			t.Errorf("broadcast from %s: %v, want taken and its state rejected or ignored", attack.from, err)
 		}
 	}

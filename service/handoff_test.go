@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringlimit/ringlimit/algorithms"
-	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/handoff"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -74,7 +74,7 @@ func TestHandOffRefusalsAreKeptAndCounted(t *testing.T) {
 	})
 	// A node of a later version would send newer's record in a format this
 	// one does not know.
-	c.onHandOff = func(counters []*pb.CounterState) {
+	c.onHandOff = func(counters []*peerpb.CounterState) {
 		for _, cs := range counters {
 			var rec limiter.Counter
 			if err := rec.UnmarshalBinary(cs.Counter); err == nil && rec.Key == newer {
@@ -158,7 +158,7 @@ func TestHandOffUnreachableOwnerKeepsCounters(t *testing.T) {
 func TestHandOffBatchesPerOwner(t *testing.T) {
 	c, svcs := newFakeCluster(3)
 	calls := 0
-	c.onHandOff = func(counters []*pb.CounterState) {
+	c.onHandOff = func(counters []*peerpb.CounterState) {
 		calls++
 		if len(counters) > handoff.MaxBatch {
 			t.Errorf("one hand-off RPC of %d counters, more than %d", len(counters), handoff.MaxBatch)

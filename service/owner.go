@@ -4,6 +4,7 @@ import (
 	"context"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/peer"
 )
 
@@ -85,21 +86,21 @@ func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, mayRel
 // AddGlobalHits takes node from's reports of GLOBAL counters this node
 // owns; new grants and state go out with the next broadcast. It refuses
 // reports from a node that is not a member (see global.Node.Receive).
-func (o Owner) AddGlobalHits(_ context.Context, from string, reports []*pb.GlobalReport) error {
+func (o Owner) AddGlobalHits(_ context.Context, from string, reports []*peerpb.GlobalReport) error {
 	return o.s.global.Receive(from, reports)
 }
 
 // UpdateGlobals takes owner from's broadcast of GLOBAL counters. It
 // refuses a broadcast from a node that is not a member, and each state
 // whose key from does not own (see global.Node.Apply).
-func (o Owner) UpdateGlobals(_ context.Context, from string, states []*pb.GlobalState) error {
+func (o Owner) UpdateGlobals(_ context.Context, from string, states []*peerpb.GlobalState) error {
 	return o.s.global.Apply(from, states)
 }
 
 // HandOff merges counters another node no longer owns into this node's
 // store (see handoff.Node.Receive) and returns a Refusal for each it did
 // not take.
-func (o Owner) HandOff(_ context.Context, from string, counters []*pb.CounterState) []*pb.Refusal {
+func (o Owner) HandOff(_ context.Context, from string, counters []*peerpb.CounterState) []*peerpb.Refusal {
 	return o.s.handoff.Receive(from, counters)
 }
 
@@ -113,6 +114,6 @@ func (o Owner) HandOffDone(_ context.Context, from string, ring uint64) {
 // Replicate keeps copies of counters that node from owns, to take over
 // should from crash (see replica.Node.Receive), and returns a Refusal for
 // each it did not keep.
-func (o Owner) Replicate(_ context.Context, from string, counters []*pb.CounterState) []*pb.Refusal {
+func (o Owner) Replicate(_ context.Context, from string, counters []*peerpb.CounterState) []*peerpb.Refusal {
 	return o.s.replica.Receive(from, counters)
 }

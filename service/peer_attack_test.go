@@ -19,6 +19,7 @@ import (
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/global"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/ring"
@@ -32,7 +33,7 @@ import (
 
 // servePeer serves s's peer side on 127.0.0.1 as cmd/rlnode does, with
 // its metrics in reg, and returns a raw client to it.
-func servePeer(t *testing.T, s *Service, reg prometheus.Registerer) pb.PeerClient {
+func servePeer(t *testing.T, s *Service, reg prometheus.Registerer) peerpb.PeerClient {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -54,7 +55,7 @@ func servePeer(t *testing.T, s *Service, reg prometheus.Registerer) pb.PeerClien
 		g.Stop()
 		<-done
 	})
-	return pb.NewPeerClient(cc)
+	return peerpb.NewPeerClient(cc)
 }
 
 // TestPeerBoundsMatchThePublicAPI: a forwarded request carries at most
@@ -84,7 +85,7 @@ func TestPeerAttackForwardInvalidItems(t *testing.T) {
 		{Name: "api", Key: "", Limit: 10, DurationMs: 1000},
 		{Name: "api", Key: "k", Limit: 10, DurationMs: 1000, Hits: hits(-5)},
 	}
-	resp, err := client.Forward(t.Context(), &pb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: bad}}})
+	resp, err := client.Forward(t.Context(), &peerpb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: bad}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func TestPeerAttackGlobalReportFromStranger(t *testing.T) {
 	client := servePeer(t, svcs[0], reg)
 	item := globalItem(c.keyOwnedBy(0))
 	for _, from := range []string{"mallory", "node-0"} { // a stranger, and this node's own name
-		_, err := client.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: from, Reports: []*pb.GlobalReport{
+		_, err := client.AddGlobalHits(t.Context(), &peerpb.GlobalHitsRequest{From: from, Reports: []*peerpb.GlobalReport{
 			{Item: item, Admitted: 1_000_000_000, Epoch: 1},
 		}})
 		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "not a member") {
@@ -146,7 +147,7 @@ func TestPeerAttackGlobalReportOverGrant(t *testing.T) {
 	client := servePeer(t, svcs[0], nil)
 	item := globalItem(c.keyOwnedBy(0))
 	for _, admitted := range []int64{1_000_000_000, 2_000_000_000} {
-		if _, err := client.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: "node-1", Reports: []*pb.GlobalReport{
+		if _, err := client.AddGlobalHits(t.Context(), &peerpb.GlobalHitsRequest{From: "node-1", Reports: []*peerpb.GlobalReport{
 			{Item: item, Admitted: admitted, Epoch: 7},
 		}}); err != nil {
 			t.Fatal(err)
@@ -176,7 +177,7 @@ func TestPeerAttackGlobalReportInvalid(t *testing.T) {
 	zero.Limit = 0
 	long := proto.CloneOf(item)
 	long.Key = strings.Repeat("k", MaxKeyLen+1)
-	reports := []*pb.GlobalReport{
+	reports := []*peerpb.GlobalReport{
 		{Item: item, Admitted: 5, Acked: 6, Epoch: 1},
 		{Item: item, Admitted: 5, Epoch: -1},
 		{Item: item, Admitted: -5, Acked: -10, Epoch: 1},
@@ -185,7 +186,7 @@ func TestPeerAttackGlobalReportInvalid(t *testing.T) {
 		{Item: long, Admitted: 5, Epoch: 1},
 		{Admitted: 5, Epoch: 1},
 	}
-	if _, err := client.AddGlobalHits(t.Context(), &pb.GlobalHitsRequest{From: "node-1", Reports: reports}); err != nil {
+	if _, err := client.AddGlobalHits(t.Context(), &peerpb.GlobalHitsRequest{From: "node-1", Reports: reports}); err != nil {
 		t.Fatal(err)
 	}
 	if svcs[0].store.Len() != 0 {
@@ -205,9 +206,9 @@ func TestPeerAttackGlobalReportInvalid(t *testing.T) {
 func TestPeerAttackGrantUpdate(t *testing.T) {
 	c, svcs, reg := newFakeClusterMetered(3, 0)
 	item := globalItem(c.keyOwnedBy(1))
-	var legit *pb.GlobalState
+	var legit *peerpb.GlobalState
 	var mu sync.Mutex // broadcasts go to the members concurrently
-	c.onUpdate = func(from string, states []*pb.GlobalState) {
+	c.onUpdate = func(from string, states []*peerpb.GlobalState) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, st := range states {
@@ -232,31 +233,31 @@ func TestPeerAttackGrantUpdate(t *testing.T) {
 	}
 
 	client := servePeer(t, svcs[0], nil)
-	crafted := func(f func(st *pb.GlobalState)) []*pb.GlobalState {
+	crafted := func(f func(st *peerpb.GlobalState)) []*peerpb.GlobalState {
 		st := proto.CloneOf(legit)
 		f(st)
-		return []*pb.GlobalState{st}
+		return []*peerpb.GlobalState{st}
 	}
-	huge := crafted(func(st *pb.GlobalState) {
+	huge := crafted(func(st *peerpb.GlobalState) {
 		for _, gr := range st.Grants {
 			gr.Granted = 1_000_000_000
 		}
 	})
-	if _, err := client.UpdateGlobals(t.Context(), &pb.GlobalUpdateRequest{From: "mallory", States: huge}); status.Code(err) != codes.PermissionDenied {
+	if _, err := client.UpdateGlobals(t.Context(), &peerpb.GlobalUpdateRequest{From: "mallory", States: huge}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("a stranger's broadcast: %v, want PermissionDenied", err)
 	}
 	for _, attack := range []struct {
 		from   string
-		states []*pb.GlobalState
+		states []*peerpb.GlobalState
 	}{
 		{"node-2", huge}, // a member, not the key's owner
 		{"node-1", huge}, // the owner, lending more than the limit
-		{"node-1", crafted(func(st *pb.GlobalState) { st.ResetTimeMs = t0.Add(365 * 24 * time.Hour).UnixMilli() })},
-		{"node-1", crafted(func(st *pb.GlobalState) { st.Remaining = 1_000_000 })},
-		{"node-1", crafted(func(st *pb.GlobalState) { st.RetryAfterMs = -1 })},
-		{"node-1", crafted(func(st *pb.GlobalState) { st.Name = strings.Repeat("n", MaxNameLen+1) })},
+		{"node-1", crafted(func(st *peerpb.GlobalState) { st.ResetTimeMs = t0.Add(365 * 24 * time.Hour).UnixMilli() })},
+		{"node-1", crafted(func(st *peerpb.GlobalState) { st.Remaining = 1_000_000 })},
+		{"node-1", crafted(func(st *peerpb.GlobalState) { st.RetryAfterMs = -1 })},
+		{"node-1", crafted(func(st *peerpb.GlobalState) { st.Name = strings.Repeat("n", MaxNameLen+1) })},
 	} {
-		if _, err := client.UpdateGlobals(t.Context(), &pb.GlobalUpdateRequest{From: attack.from, States: attack.states}); err != nil {
+		if _, err := client.UpdateGlobals(t.Context(), &peerpb.GlobalUpdateRequest{From: attack.from, States: attack.states}); err != nil {
 			t.Errorf("broadcast from %s: %v, want taken and its state rejected", attack.from, err)
 		}
 	}
@@ -300,20 +301,20 @@ func record(alg limiter.Algorithm, name, key string, l algorithms.Limit, last in
 // sendCounters sends counters to client by hand-off or replication, the
 // two RPCs that carry counters, and returns the answer's accepted count
 // and refusals.
-type sendCounters func(t *testing.T, client pb.PeerClient, from string, counters []*pb.CounterState) (int64, []*pb.Refusal)
+type sendCounters func(t *testing.T, client peerpb.PeerClient, from string, counters []*peerpb.CounterState) (int64, []*peerpb.Refusal)
 
 // counterRPCs are the RPCs that carry counters; the same attacks apply to
 // both.
 var counterRPCs = map[string]sendCounters{
-	"HandOff": func(t *testing.T, client pb.PeerClient, from string, counters []*pb.CounterState) (int64, []*pb.Refusal) {
-		resp, err := client.HandOff(t.Context(), &pb.HandOffRequest{From: from, Counters: counters})
+	"HandOff": func(t *testing.T, client peerpb.PeerClient, from string, counters []*peerpb.CounterState) (int64, []*peerpb.Refusal) {
+		resp, err := client.HandOff(t.Context(), &peerpb.HandOffRequest{From: from, Counters: counters})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return resp.GetAccepted(), resp.GetRefused()
 	},
-	"Replicate": func(t *testing.T, client pb.PeerClient, from string, counters []*pb.CounterState) (int64, []*pb.Refusal) {
-		resp, err := client.Replicate(t.Context(), &pb.ReplicateRequest{From: from, Counters: counters})
+	"Replicate": func(t *testing.T, client peerpb.PeerClient, from string, counters []*peerpb.CounterState) (int64, []*peerpb.Refusal) {
+		resp, err := client.Replicate(t.Context(), &peerpb.ReplicateRequest{From: from, Counters: counters})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -353,16 +354,16 @@ func testCraftedCounters(t *testing.T, send sendCounters) {
 		record(limiter.TokenBucket, "api", key, algorithms.Limit{Count: MaxLimit * 10, Period: time.Second}, now, bucket),
 		{limiter.CounterVersion},
 	}
-	counters := make([]*pb.CounterState, len(records))
+	counters := make([]*peerpb.CounterState, len(records))
 	for i, r := range records {
-		counters[i] = &pb.CounterState{Counter: r}
+		counters[i] = &peerpb.CounterState{Counter: r}
 	}
 	accepted, refused := send(t, client, "node-1", counters)
 	if accepted != 0 || len(refused) != len(records) {
 		t.Fatalf("accepted %d, refused %d of %d crafted counters; want all refused", accepted, len(refused), len(records))
 	}
 	for _, r := range refused {
-		if r.GetReason() != pb.Refusal_INVALID || r.GetDetail() == "" {
+		if r.GetReason() != peerpb.Refusal_INVALID || r.GetDetail() == "" {
 			t.Errorf("counter %d refused as %v (%q), want INVALID with a reason", r.GetIndex(), r.GetReason(), r.GetDetail())
 		}
 	}
@@ -382,7 +383,7 @@ func TestPeerAttackReplicaDecidesNothing(t *testing.T) {
 	c, svcs := newFakeCluster(2)
 	client := servePeer(t, svcs[0], nil)
 	key := c.keyOwnedBy(1)
-	spent := []*pb.CounterState{{Counter: record(limiter.TokenBucket, "api", key, algorithms.Limit{Count: 10, Period: time.Minute},
+	spent := []*peerpb.CounterState{{Counter: record(limiter.TokenBucket, "api", key, algorithms.Limit{Count: 10, Period: time.Minute},
 		t0.UnixNano(), encoded(&algorithms.TokenBucket{Full: t0.Add(time.Minute).UnixNano()}))}}
 	for range 3 {
 		if accepted, refused := counterRPCs["Replicate"](t, client, "node-1", spent); accepted != 1 || len(refused) != 0 {
@@ -418,16 +419,16 @@ func TestPeerAttackHandOffRefill(t *testing.T) {
 		}
 	}
 	nextWindow := &algorithms.FixedWindow{Start: t0.Truncate(time.Minute).Add(time.Minute).UnixNano()}
-	records := []*pb.CounterState{
+	records := []*peerpb.CounterState{
 		{Counter: record(limiter.FixedWindow, "window", key, minute, t0.UnixNano(), encoded(nextWindow))},
 		{Counter: record(limiter.TokenBucket, "bucket", key, minute, t0.Add(9*time.Minute).UnixNano(), encoded(&algorithms.TokenBucket{Full: t0.UnixNano()}))},
 	}
 	for range 3 {
-		resp, err := client.HandOff(t.Context(), &pb.HandOffRequest{From: "node-1", Counters: records})
+		resp, err := client.HandOff(t.Context(), &peerpb.HandOffRequest{From: "node-1", Counters: records})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := resp.GetRefused(); len(r) != 1 || r[0].GetIndex() != 0 || r[0].GetReason() != pb.Refusal_INVALID {
+		if r := resp.GetRefused(); len(r) != 1 || r[0].GetIndex() != 0 || r[0].GetReason() != peerpb.Refusal_INVALID {
 			t.Errorf("refused %v, want the window that begins later refused as INVALID", r)
 		}
 	}
@@ -450,12 +451,12 @@ func FuzzPeerHandlers(f *testing.F) {
 	spacing := record(limiter.Spacing, "api", "user:1", limiter.SpacingLimit(500*time.Millisecond), t0.UnixNano(),
 		encoded(&algorithms.Spacing{Next: t0.Add(500 * time.Millisecond).UnixNano()}))
 	for rpc, m := range []proto.Message{
-		&pb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: []*pb.CheckItem{item}}}, Relayed: true, Pulled: true},
-		&pb.GlobalHitsRequest{From: "node-1", Reports: []*pb.GlobalReport{{Item: item, Admitted: 3, Acked: 1, Epoch: 2, Want: true}}},
-		&pb.GlobalUpdateRequest{From: "node-1", States: []*pb.GlobalState{{Name: "api", Key: "user:1", Limit: 10, Remaining: 4,
-			ResetTimeMs: t0.UnixMilli(), Grants: []*pb.GlobalGrant{{Node: "node-0", Granted: 3, Epoch: 2, Received: 1}}}}},
-		&pb.HandOffRequest{From: "node-1", Counters: []*pb.CounterState{{Counter: rec}, {Counter: []byte{1, 2}}}, Done: 7},
-		&pb.ReplicateRequest{From: "node-1", Counters: []*pb.CounterState{{Counter: rec}, {Counter: []byte{1, 2}}}},
+		&peerpb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: []*pb.CheckItem{item}}}, Relayed: true, Pulled: true},
+		&peerpb.GlobalHitsRequest{From: "node-1", Reports: []*peerpb.GlobalReport{{Item: item, Admitted: 3, Acked: 1, Epoch: 2, Want: true}}},
+		&peerpb.GlobalUpdateRequest{From: "node-1", States: []*peerpb.GlobalState{{Name: "api", Key: "user:1", Limit: 10, Remaining: 4,
+			ResetTimeMs: t0.UnixMilli(), Grants: []*peerpb.GlobalGrant{{Node: "node-0", Granted: 3, Epoch: 2, Received: 1}}}}},
+		&peerpb.HandOffRequest{From: "node-1", Counters: []*peerpb.CounterState{{Counter: rec}, {Counter: []byte{1, 2}}}, Done: 7},
+		&peerpb.ReplicateRequest{From: "node-1", Counters: []*peerpb.CounterState{{Counter: rec}, {Counter: []byte{1, 2}}}},
 	} {
 		b, err := proto.Marshal(m)
 		if err != nil {
@@ -478,11 +479,11 @@ func FuzzPeerHandlers(f *testing.F) {
 		rpc byte
 		m   proto.Message
 	}{
-		{0, &pb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: []*pb.CheckItem{spaced, {Name: "a", Key: "k", MinIntervalMs: 9}}, All: true}}}},
-		{0, &pb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: []*pb.CheckItem{borrowing}}}}},
-		{1, &pb.GlobalHitsRequest{From: "node-1", Reports: []*pb.GlobalReport{{Item: item, Admitted: 3, Acked: 1, Epoch: 2, Forced: 7, ForcedAcked: 2}}}},
-		{3, &pb.HandOffRequest{From: "node-1", Counters: []*pb.CounterState{{Counter: spacing}}}},
-		{4, &pb.ReplicateRequest{From: "node-1", Counters: []*pb.CounterState{{Counter: ceilingRec}}}},
+		{0, &peerpb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: []*pb.CheckItem{spaced, {Name: "a", Key: "k", MinIntervalMs: 9}}, All: true}}}},
+		{0, &peerpb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: []*pb.CheckItem{borrowing}}}}},
+		{1, &peerpb.GlobalHitsRequest{From: "node-1", Reports: []*peerpb.GlobalReport{{Item: item, Admitted: 3, Acked: 1, Epoch: 2, Forced: 7, ForcedAcked: 2}}}},
+		{3, &peerpb.HandOffRequest{From: "node-1", Counters: []*peerpb.CounterState{{Counter: spacing}}}},
+		{4, &peerpb.ReplicateRequest{From: "node-1", Counters: []*peerpb.CounterState{{Counter: ceilingRec}}}},
 	} {
 		b, err := proto.Marshal(seed.m)
 		if err != nil {
@@ -496,7 +497,7 @@ func FuzzPeerHandlers(f *testing.F) {
 		ctx := t.Context()
 		switch rpc % 5 {
 		case 0:
-			var req pb.ForwardRequest
+			var req peerpb.ForwardRequest
 			if proto.Unmarshal(data, &req) != nil {
 				return
 			}
@@ -505,22 +506,22 @@ func FuzzPeerHandlers(f *testing.F) {
 				t.Fatalf("%d responses to %d requests", len(resp.GetResponses()), len(req.GetRequests()))
 			}
 		case 1:
-			var req pb.GlobalHitsRequest
+			var req peerpb.GlobalHitsRequest
 			if proto.Unmarshal(data, &req) == nil {
 				_, _ = srv.AddGlobalHits(ctx, &req)
 			}
 		case 2:
-			var req pb.GlobalUpdateRequest
+			var req peerpb.GlobalUpdateRequest
 			if proto.Unmarshal(data, &req) == nil {
 				_, _ = srv.UpdateGlobals(ctx, &req)
 			}
 		case 3:
-			var req pb.HandOffRequest
+			var req peerpb.HandOffRequest
 			if proto.Unmarshal(data, &req) == nil {
 				_, _ = srv.HandOff(ctx, &req)
 			}
 		case 4:
-			var req pb.ReplicateRequest
+			var req peerpb.ReplicateRequest
 			if proto.Unmarshal(data, &req) == nil {
 				_, _ = srv.Replicate(ctx, &req)
 			}
@@ -568,7 +569,7 @@ func TestGlobalLastReportOfADepartedNode(t *testing.T) {
 
 	now = now.Add(2 * time.Minute)
 	syncRound(svcs[:2])
-	report := []*pb.GlobalReport{{Item: item, Admitted: 100, Epoch: 1 << 62}}
+	report := []*peerpb.GlobalReport{{Item: item, Admitted: 100, Epoch: 1 << 62}}
 	if err := svcs[0].Owner().AddGlobalHits(t.Context(), "node-2", report); !errors.Is(err, global.ErrUnknownSender) {
 		t.Errorf("a report from node-2 two minutes after it left: %v, want ErrUnknownSender", err)
 	}

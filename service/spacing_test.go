@@ -9,6 +9,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -258,16 +259,16 @@ func TestPeerAttackCraftedSpacing(t *testing.T) {
 				record(limiter.Spacing, "api", key, second, now, encoded(&algorithms.GCRA{TAT: now})),
 				record(limiter.Algorithm(limiter.NumAlgorithms), "api", key, second, now, spacing(now)),
 			}
-			counters := []*pb.CounterState{{Counter: good}}
+			counters := []*peerpb.CounterState{{Counter: good}}
 			for _, b := range bad {
-				counters = append(counters, &pb.CounterState{Counter: b})
+				counters = append(counters, &peerpb.CounterState{Counter: b})
 			}
 			accepted, refused := send(t, client, "node-1", counters)
 			if accepted != 1 || len(refused) != len(bad) {
 				t.Fatalf("accepted %d, refused %d; want the good spacing taken and the %d crafted ones refused", accepted, len(refused), len(bad))
 			}
 			for _, r := range refused {
-				if r.GetIndex() == 0 || r.GetReason() != pb.Refusal_INVALID || r.GetDetail() == "" {
+				if r.GetIndex() == 0 || r.GetReason() != peerpb.Refusal_INVALID || r.GetDetail() == "" {
 					t.Errorf("counter %d refused as %v (%q), want a crafted one refused as INVALID with a reason", r.GetIndex(), r.GetReason(), r.GetDetail())
 				}
 			}
@@ -287,7 +288,7 @@ func TestPeerAttackForwardSpacing(t *testing.T) {
 		{Name: "api", Key: "k", MinIntervalMs: 1000, Burst: 5},
 		{Name: "api", Key: "k", Algorithm: pb.Algorithm(limiter.Spacing), Limit: 1, DurationMs: 1000},
 	}
-	resp, err := client.Forward(t.Context(), &pb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: bad}}})
+	resp, err := client.Forward(t.Context(), &peerpb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: bad}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -34,7 +34,7 @@ func FuzzDecode(f *testing.F) {
 			return nil
 		})
 		for _, r := range records {
-			intake.Merge(store, []*pb.CounterState{{Counter: r}}, t0.Add(time.Second))
+			intake.Merge(store, []*peerpb.CounterState{{Counter: r}}, t0.Add(time.Second))
 		}
 		if err != nil {
 			return

@@ -3,8 +3,8 @@ package snapshot
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/handoff"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 )
 
 type metrics struct {
@@ -69,7 +69,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		m.loadErrors.WithLabelValues(r.reason)
 	}
 	m.loadErrors.WithLabelValues("io")
-	for _, r := range []pb.Refusal_Reason{pb.Refusal_INVALID, pb.Refusal_UNKNOWN_VERSION, pb.Refusal_UNAVAILABLE} {
+	for _, r := range []peerpb.Refusal_Reason{peerpb.Refusal_INVALID, peerpb.Refusal_UNKNOWN_VERSION, peerpb.Refusal_UNAVAILABLE} {
 		m.refused.WithLabelValues(handoff.ReasonLabel(r))
 	}
 	return m

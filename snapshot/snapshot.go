@@ -44,8 +44,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/handoff"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -300,8 +300,8 @@ func (d *Dir) Load(ctx context.Context, in handoff.Intake) int {
 	now := d.now()
 	taken, refused := 0, map[string]int{}
 	var first string
-	cs := &pb.CounterState{}
-	one := []*pb.CounterState{cs}
+	cs := &peerpb.CounterState{}
+	one := []*peerpb.CounterState{cs}
 	_, err = Decode(f, d.limits, func(record []byte) error {
 		cs.Counter = record // Intake copies what it keeps
 		if r := in.Merge(d.store, one, now); len(r) > 0 {

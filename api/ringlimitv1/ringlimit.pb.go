@@ -23,7 +23,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Algorithm names the rate-limit algorithm of a check (see DESIGN.md).
+// Algorithm names the rate-limit algorithm of a check (see docs/algorithms.md).
 type Algorithm int32
 
 const (

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 )
 
 // decodeKnown decodes b into m by hand, if m is of a type this package
@@ -51,7 +52,7 @@ func decodeKnown(b []byte, m proto.Message) bool {
 			}
 			return true
 		})
-	case *pb.ForwardRequest:
+	case *peerpb.ForwardRequest:
 		m.Reset()
 		return d.forwardRequest(b, &m.Requests, func(f field) bool {
 			switch {
@@ -64,7 +65,7 @@ func decodeKnown(b []byte, m proto.Message) bool {
 			}
 			return true
 		})
-	case *pb.ForwardStreamRequest:
+	case *peerpb.ForwardStreamRequest:
 		m.Reset()
 		return d.forwardRequest(b, &m.Requests, func(f field) bool {
 			switch {
@@ -77,10 +78,10 @@ func decodeKnown(b []byte, m proto.Message) bool {
 			}
 			return true
 		})
-	case *pb.ForwardResponse:
+	case *peerpb.ForwardResponse:
 		m.Reset()
 		return d.forwardResponse(b, 1, &m.Responses, nil)
-	case *pb.ForwardStreamResponse:
+	case *peerpb.ForwardStreamResponse:
 		m.Reset()
 		return d.forwardResponse(b, 2, &m.Responses, func(f field) bool {
 			switch {

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 )
 
 // encoder encodes one message by hand, in two passes: plan adds up the
@@ -48,15 +49,15 @@ func (e *encoder) plan(m proto.Message) (int, bool) {
 	case *pb.CheckStreamResponse:
 		n, ok := e.results(m.Responses)
 		return n + sizeVarint(m.Id) + sizeBytes(len(m.Status)) + sizeFixed(m.Ring), ok
-	case *pb.ForwardRequest:
+	case *peerpb.ForwardRequest:
 		n, ok := e.requests(m.Requests)
 		return n + sizeBool(m.Relayed) + sizeBool(m.Pulled), ok
-	case *pb.ForwardStreamRequest:
+	case *peerpb.ForwardStreamRequest:
 		n, ok := e.requests(m.Requests)
 		return n + sizeVarint(m.Id) + sizeVarint(uint64(m.TimeoutMs)), ok
-	case *pb.ForwardResponse:
+	case *peerpb.ForwardResponse:
 		return e.responses(m.Responses)
-	case *pb.ForwardStreamResponse:
+	case *peerpb.ForwardStreamResponse:
 		n, ok := e.responses(m.Responses)
 		return n + sizeVarint(m.Id) + sizeBytes(len(m.Status)), ok
 	}
@@ -203,17 +204,17 @@ func (e *encoder) append(b []byte, m proto.Message) []byte {
 		b = e.appendResults(b, 2, m.Responses)
 		b = appendBytes(b, 3, m.Status)
 		b = appendFixed(b, 4, m.Ring)
-	case *pb.ForwardRequest:
+	case *peerpb.ForwardRequest:
 		b = e.appendRequests(b, 1, m.Requests)
 		b = appendBool(b, 2, m.Relayed)
 		b = appendBool(b, 3, m.Pulled)
-	case *pb.ForwardStreamRequest:
+	case *peerpb.ForwardStreamRequest:
 		b = e.appendRequests(b, 1, m.Requests)
 		b = appendVarint(b, 2, m.Id)
 		b = appendVarint(b, 3, uint64(m.TimeoutMs))
-	case *pb.ForwardResponse:
+	case *peerpb.ForwardResponse:
 		b = e.appendResponses(b, 1, m.Responses)
-	case *pb.ForwardStreamResponse:
+	case *peerpb.ForwardStreamResponse:
 		b = appendVarint(b, 1, m.Id)
 		b = e.appendResponses(b, 2, m.Responses)
 		b = appendBytes(b, 3, m.Status)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 )
 
 // kinds are the messages this package knows, each made new by its func.
@@ -20,10 +21,10 @@ var kinds = []func() proto.Message{
 	func() proto.Message { return &pb.CheckStreamRequest{} },
 	func() proto.Message { return &pb.CheckResponse{} },
 	func() proto.Message { return &pb.CheckStreamResponse{} },
-	func() proto.Message { return &pb.ForwardRequest{} },
-	func() proto.Message { return &pb.ForwardStreamRequest{} },
-	func() proto.Message { return &pb.ForwardResponse{} },
-	func() proto.Message { return &pb.ForwardStreamResponse{} },
+	func() proto.Message { return &peerpb.ForwardRequest{} },
+	func() proto.Message { return &peerpb.ForwardStreamRequest{} },
+	func() proto.Message { return &peerpb.ForwardResponse{} },
+	func() proto.Message { return &peerpb.ForwardStreamResponse{} },
 }
 
 func items() []*pb.CheckItem {
@@ -59,10 +60,10 @@ func messages() []proto.Message {
 		&pb.CheckStreamRequest{Id: 1},
 		&pb.CheckResponse{Responses: results()},
 		&pb.CheckStreamResponse{Id: 7, Responses: results(), Ring: 12345, Status: []byte{8, 14, 18, 3, 'b', 'a', 'd'}},
-		&pb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: items()}, {}, {Requests: items()[:1], All: true}}, Relayed: true, Pulled: true},
-		&pb.ForwardStreamRequest{Requests: []*pb.CheckRequest{{Requests: items()}}, Id: 3, TimeoutMs: 1},
-		&pb.ForwardResponse{Responses: []*pb.CheckResponse{{Responses: results()}, {}}},
-		&pb.ForwardStreamResponse{Id: 9, Responses: []*pb.CheckResponse{{Responses: results()}}, Status: []byte{8, 3}},
+		&peerpb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: items()}, {}, {Requests: items()[:1], All: true}}, Relayed: true, Pulled: true},
+		&peerpb.ForwardStreamRequest{Requests: []*pb.CheckRequest{{Requests: items()}}, Id: 3, TimeoutMs: 1},
+		&peerpb.ForwardResponse{Responses: []*pb.CheckResponse{{Responses: results()}, {}}},
+		&peerpb.ForwardStreamResponse{Id: 9, Responses: []*pb.CheckResponse{{Responses: results()}}, Status: []byte{8, 3}},
 	}
 }
 
@@ -239,8 +240,8 @@ func FuzzMarshal(f *testing.F) {
 		result := &pb.CheckResult{Status: pb.Status(algorithm), Limit: limit, Remaining: burst, ResetTimeMs: duration,
 			RetryAfterMs: hits, DelayMs: -limit, Error: text, ErrorCode: pb.ErrorCode(behavior)}
 		for _, m := range []proto.Message{
-			&pb.ForwardStreamRequest{Requests: []*pb.CheckRequest{{Requests: []*pb.CheckItem{item, item}, All: flag}}, Id: uint64(hits), TimeoutMs: burst},
-			&pb.ForwardStreamResponse{Id: uint64(limit), Responses: []*pb.CheckResponse{{Responses: []*pb.CheckResult{result}}}, Status: []byte(text)},
+			&peerpb.ForwardStreamRequest{Requests: []*pb.CheckRequest{{Requests: []*pb.CheckItem{item, item}, All: flag}}, Id: uint64(hits), TimeoutMs: burst},
+			&peerpb.ForwardStreamResponse{Id: uint64(limit), Responses: []*pb.CheckResponse{{Responses: []*pb.CheckResult{result}}}, Status: []byte(text)},
 			&pb.CheckStreamResponse{Id: uint64(duration), Responses: []*pb.CheckResult{result, result}, Ring: uint64(burst)},
 		} {
 			got, err := Marshal(m)
@@ -262,8 +263,8 @@ func benchMessages() []proto.Message {
 	return []proto.Message{
 		&pb.CheckRequest{Requests: items},
 		&pb.CheckResponse{Responses: results},
-		&pb.ForwardStreamRequest{Requests: []*pb.CheckRequest{{Requests: items[:3]}, {Requests: items[3:7]}, {Requests: items[7:]}}, Id: 1},
-		&pb.ForwardStreamResponse{Responses: []*pb.CheckResponse{{Responses: results[:3]}, {Responses: results[3:7]}, {Responses: results[7:]}}, Id: 1},
+		&peerpb.ForwardStreamRequest{Requests: []*pb.CheckRequest{{Requests: items[:3]}, {Requests: items[3:7]}, {Requests: items[7:]}}, Id: 1},
+		&peerpb.ForwardStreamResponse{Responses: []*pb.CheckResponse{{Responses: results[:3]}, {Responses: results[3:7]}, {Responses: results[7:]}}, Id: 1},
 	}
 }
 

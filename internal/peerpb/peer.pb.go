@@ -6,10 +6,21 @@
 
 // Peer traffic between rlnode processes. Served only on --peer-addr, never
 // on the public gRPC listener, so that clients cannot inject it.
+//
+// This protocol is internal: it is versioned apart from the public API
+// (ringlimit.v1), which holds only what clients use, so that changing how
+// nodes talk to each other changes no client. Its messages carry the
+// public check types (ringlimit.v1.CheckRequest and CheckResponse), which
+// a node forwards as its clients sent them. Nodes of the version before
+// this package existed served the same service and messages under the
+// name ringlimit.v1.Peer; package peer serves both names and calls the old
+// one on a node that knows only it, so that a rolling upgrade works (see
+// peer.LegacyServiceName).
 
-package ringlimitv1
+package peerpb
 
 import (
+	ringlimitv1 "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -82,8 +93,8 @@ func (Refusal_Reason) EnumDescriptor() ([]byte, []int) {
 }
 
 type ForwardRequest struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Requests []*CheckRequest        `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	state    protoimpl.MessageState      `protogen:"open.v1"`
+	Requests []*ringlimitv1.CheckRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
 	// relayed says the sender passed these checks on, once, because it does
 	// not hold their counters although they were forwarded to it: it is
 	// leaving, or its ring gives the keys to the receiver. The receiver
@@ -129,7 +140,7 @@ func (*ForwardRequest) Descriptor() ([]byte, []int) {
 	return file_peer_proto_rawDescGZIP(), []int{0}
 }
 
-func (x *ForwardRequest) GetRequests() []*CheckRequest {
+func (x *ForwardRequest) GetRequests() []*ringlimitv1.CheckRequest {
 	if x != nil {
 		return x.Requests
 	}
@@ -151,8 +162,8 @@ func (x *ForwardRequest) GetPulled() bool {
 }
 
 type ForwardResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Responses     []*CheckResponse       `protobuf:"bytes,1,rep,name=responses,proto3" json:"responses,omitempty"`
+	state         protoimpl.MessageState       `protogen:"open.v1"`
+	Responses     []*ringlimitv1.CheckResponse `protobuf:"bytes,1,rep,name=responses,proto3" json:"responses,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -187,7 +198,7 @@ func (*ForwardResponse) Descriptor() ([]byte, []int) {
 	return file_peer_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *ForwardResponse) GetResponses() []*CheckResponse {
+func (x *ForwardResponse) GetResponses() []*ringlimitv1.CheckResponse {
 	if x != nil {
 		return x.Responses
 	}
@@ -197,8 +208,8 @@ func (x *ForwardResponse) GetResponses() []*CheckResponse {
 // ForwardStreamRequest is one batch of a ForwardStream: a ForwardRequest
 // that is neither relayed nor pulled, with an id for its answer.
 type ForwardStreamRequest struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Requests []*CheckRequest        `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	state    protoimpl.MessageState      `protogen:"open.v1"`
+	Requests []*ringlimitv1.CheckRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
 	// id is the sender's name for the batch, which its answer carries.
 	Id uint64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
 	// timeout_ms, when positive, is how long the sender waits for the
@@ -238,7 +249,7 @@ func (*ForwardStreamRequest) Descriptor() ([]byte, []int) {
 	return file_peer_proto_rawDescGZIP(), []int{2}
 }
 
-func (x *ForwardStreamRequest) GetRequests() []*CheckRequest {
+func (x *ForwardStreamRequest) GetRequests() []*ringlimitv1.CheckRequest {
 	if x != nil {
 		return x.Requests
 	}
@@ -264,7 +275,7 @@ type ForwardStreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// responses answer the batch's requests, in order.
-	Responses []*CheckResponse `protobuf:"bytes,2,rep,name=responses,proto3" json:"responses,omitempty"`
+	Responses []*ringlimitv1.CheckResponse `protobuf:"bytes,2,rep,name=responses,proto3" json:"responses,omitempty"`
 	// status, when not empty, is an encoded google.rpc.Status: the batch was
 	// refused whole, with the status Forward would have failed with, and
 	// responses is empty.
@@ -310,7 +321,7 @@ func (x *ForwardStreamResponse) GetId() uint64 {
 	return 0
 }
 
-func (x *ForwardStreamResponse) GetResponses() []*CheckResponse {
+func (x *ForwardStreamResponse) GetResponses() []*ringlimitv1.CheckResponse {
 	if x != nil {
 		return x.Responses
 	}
@@ -328,7 +339,7 @@ func (x *ForwardStreamResponse) GetStatus() []byte {
 type GlobalReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// item carries the name, key and limit (its hits are unused).
-	Item *CheckItem `protobuf:"bytes,1,opt,name=item,proto3" json:"item,omitempty"`
+	Item *ringlimitv1.CheckItem `protobuf:"bytes,1,opt,name=item,proto3" json:"item,omitempty"`
 	// admitted is the total hits this node admitted for the counter since
 	// it started tracking it: cumulative, so that a retried report never
 	// counts twice.
@@ -386,7 +397,7 @@ func (*GlobalReport) Descriptor() ([]byte, []int) {
 	return file_peer_proto_rawDescGZIP(), []int{4}
 }
 
-func (x *GlobalReport) GetItem() *CheckItem {
+func (x *GlobalReport) GetItem() *ringlimitv1.CheckItem {
 	if x != nil {
 		return x.Item
 	}
@@ -922,7 +933,7 @@ type Refusal struct {
 	// index is the counter's position in HandOffRequest.counters (or
 	// ReplicateRequest.counters).
 	Index  int32          `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Reason Refusal_Reason `protobuf:"varint,2,opt,name=reason,proto3,enum=ringlimit.v1.Refusal_Reason" json:"reason,omitempty"`
+	Reason Refusal_Reason `protobuf:"varint,2,opt,name=reason,proto3,enum=ringlimit.peer.v1.Refusal_Reason" json:"reason,omitempty"`
 	// detail says what is wrong, for logs.
 	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1149,7 +1160,7 @@ var File_peer_proto protoreflect.FileDescriptor
 const file_peer_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"peer.proto\x12\fringlimit.v1\x1a\x0fringlimit.proto\"z\n" +
+	"peer.proto\x12\x11ringlimit.peer.v1\x1a\x0fringlimit.proto\"z\n" +
 	"\x0eForwardRequest\x126\n" +
 	"\brequests\x18\x01 \x03(\v2\x1a.ringlimit.v1.CheckRequestR\brequests\x12\x18\n" +
 	"\arelayed\x18\x02 \x01(\bR\arelayed\x12\x16\n" +
@@ -1173,11 +1184,11 @@ const file_peer_proto_rawDesc = "" +
 	"\x05epoch\x18\x05 \x01(\x03R\x05epoch\x12\x14\n" +
 	"\x05acked\x18\x06 \x01(\x03R\x05acked\x12\x16\n" +
 	"\x06forced\x18\a \x01(\x03R\x06forced\x12!\n" +
-	"\fforced_acked\x18\b \x01(\x03R\vforcedAcked\"]\n" +
+	"\fforced_acked\x18\b \x01(\x03R\vforcedAcked\"b\n" +
 	"\x11GlobalHitsRequest\x12\x12\n" +
-	"\x04from\x18\x01 \x01(\tR\x04from\x124\n" +
-	"\areports\x18\x02 \x03(\v2\x1a.ringlimit.v1.GlobalReportR\areports\"\x14\n" +
-	"\x12GlobalHitsResponse\"\xfe\x01\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x129\n" +
+	"\areports\x18\x02 \x03(\v2\x1f.ringlimit.peer.v1.GlobalReportR\areports\"\x14\n" +
+	"\x12GlobalHitsResponse\"\x83\x02\n" +
 	"\vGlobalState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
@@ -1185,49 +1196,49 @@ const file_peer_proto_rawDesc = "" +
 	"\tremaining\x18\x04 \x01(\x03R\tremaining\x12\"\n" +
 	"\rreset_time_ms\x18\x05 \x01(\x03R\vresetTimeMs\x12\x18\n" +
 	"\amembers\x18\x06 \x01(\x03R\amembers\x12$\n" +
-	"\x0eretry_after_ms\x18\a \x01(\x03R\fretryAfterMs\x121\n" +
-	"\x06grants\x18\b \x03(\v2\x19.ringlimit.v1.GlobalGrantR\x06grants\"m\n" +
+	"\x0eretry_after_ms\x18\a \x01(\x03R\fretryAfterMs\x126\n" +
+	"\x06grants\x18\b \x03(\v2\x1e.ringlimit.peer.v1.GlobalGrantR\x06grants\"m\n" +
 	"\vGlobalGrant\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\agranted\x18\x02 \x01(\x03R\agranted\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12\x1a\n" +
-	"\breceived\x18\x04 \x01(\x03R\breceived\"\\\n" +
-	"\x13GlobalUpdateRequest\x121\n" +
-	"\x06states\x18\x01 \x03(\v2\x19.ringlimit.v1.GlobalStateR\x06states\x12\x12\n" +
+	"\breceived\x18\x04 \x01(\x03R\breceived\"a\n" +
+	"\x13GlobalUpdateRequest\x126\n" +
+	"\x06states\x18\x01 \x03(\v2\x1e.ringlimit.peer.v1.GlobalStateR\x06states\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\"\x16\n" +
 	"\x14GlobalUpdateResponse\"\x89\x01\n" +
 	"\fCounterState\x12\x18\n" +
 	"\acounter\x18\b \x01(\fR\acounterJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03J\x04\b\x03\x10\x04J\x04\b\x04\x10\x05J\x04\b\x05\x10\x06J\x04\b\x06\x10\aJ\x04\b\a\x10\bR\x04nameR\x03keyR\talgorithmR\x05wordsR\n" +
-	"full_at_nsR\x03logR\alast_ns\"p\n" +
+	"full_at_nsR\x03logR\alast_ns\"u\n" +
 	"\x0eHandOffRequest\x12\x12\n" +
-	"\x04from\x18\x01 \x01(\tR\x04from\x126\n" +
-	"\bcounters\x18\x02 \x03(\v2\x1a.ringlimit.v1.CounterStateR\bcounters\x12\x12\n" +
-	"\x04done\x18\x03 \x01(\x04R\x04done\"\xc2\x01\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12;\n" +
+	"\bcounters\x18\x02 \x03(\v2\x1f.ringlimit.peer.v1.CounterStateR\bcounters\x12\x12\n" +
+	"\x04done\x18\x03 \x01(\x04R\x04done\"\xc7\x01\n" +
 	"\aRefusal\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x05R\x05index\x124\n" +
-	"\x06reason\x18\x02 \x01(\x0e2\x1c.ringlimit.v1.Refusal.ReasonR\x06reason\x12\x16\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x129\n" +
+	"\x06reason\x18\x02 \x01(\x0e2!.ringlimit.peer.v1.Refusal.ReasonR\x06reason\x12\x16\n" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\"S\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fUNKNOWN_VERSION\x10\x01\x12\v\n" +
 	"\aINVALID\x10\x02\x12\x0f\n" +
-	"\vUNAVAILABLE\x10\x03\"^\n" +
+	"\vUNAVAILABLE\x10\x03\"c\n" +
 	"\x0fHandOffResponse\x12\x1a\n" +
-	"\baccepted\x18\x01 \x01(\x03R\baccepted\x12/\n" +
-	"\arefused\x18\x02 \x03(\v2\x15.ringlimit.v1.RefusalR\arefused\"^\n" +
+	"\baccepted\x18\x01 \x01(\x03R\baccepted\x124\n" +
+	"\arefused\x18\x02 \x03(\v2\x1a.ringlimit.peer.v1.RefusalR\arefused\"c\n" +
 	"\x10ReplicateRequest\x12\x12\n" +
-	"\x04from\x18\x01 \x01(\tR\x04from\x126\n" +
-	"\bcounters\x18\x02 \x03(\v2\x1a.ringlimit.v1.CounterStateR\bcounters\"`\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12;\n" +
+	"\bcounters\x18\x02 \x03(\v2\x1f.ringlimit.peer.v1.CounterStateR\bcounters\"e\n" +
 	"\x11ReplicateResponse\x12\x1a\n" +
-	"\baccepted\x18\x01 \x01(\x03R\baccepted\x12/\n" +
-	"\arefused\x18\x02 \x03(\v2\x15.ringlimit.v1.RefusalR\arefused2\xee\x03\n" +
-	"\x04Peer\x12F\n" +
-	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12R\n" +
-	"\rAddGlobalHits\x12\x1f.ringlimit.v1.GlobalHitsRequest\x1a .ringlimit.v1.GlobalHitsResponse\x12V\n" +
-	"\rUpdateGlobals\x12!.ringlimit.v1.GlobalUpdateRequest\x1a\".ringlimit.v1.GlobalUpdateResponse\x12F\n" +
-	"\aHandOff\x12\x1c.ringlimit.v1.HandOffRequest\x1a\x1d.ringlimit.v1.HandOffResponse\x12L\n" +
-	"\tReplicate\x12\x1e.ringlimit.v1.ReplicateRequest\x1a\x1f.ringlimit.v1.ReplicateResponse\x12\\\n" +
-	"\rForwardStream\x12\".ringlimit.v1.ForwardStreamRequest\x1a#.ringlimit.v1.ForwardStreamResponse(\x010\x01B<Z:github.com/ringlimit/ringlimit/api/ringlimitv1;ringlimitv1b\x06proto3"
+	"\baccepted\x18\x01 \x01(\x03R\baccepted\x124\n" +
+	"\arefused\x18\x02 \x03(\v2\x1a.ringlimit.peer.v1.RefusalR\arefused2\xaa\x04\n" +
+	"\x04Peer\x12P\n" +
+	"\aForward\x12!.ringlimit.peer.v1.ForwardRequest\x1a\".ringlimit.peer.v1.ForwardResponse\x12\\\n" +
+	"\rAddGlobalHits\x12$.ringlimit.peer.v1.GlobalHitsRequest\x1a%.ringlimit.peer.v1.GlobalHitsResponse\x12`\n" +
+	"\rUpdateGlobals\x12&.ringlimit.peer.v1.GlobalUpdateRequest\x1a'.ringlimit.peer.v1.GlobalUpdateResponse\x12P\n" +
+	"\aHandOff\x12!.ringlimit.peer.v1.HandOffRequest\x1a\".ringlimit.peer.v1.HandOffResponse\x12V\n" +
+	"\tReplicate\x12#.ringlimit.peer.v1.ReplicateRequest\x1a$.ringlimit.peer.v1.ReplicateResponse\x12f\n" +
+	"\rForwardStream\x12'.ringlimit.peer.v1.ForwardStreamRequest\x1a(.ringlimit.peer.v1.ForwardStreamResponse(\x010\x01B7Z5github.com/ringlimit/ringlimit/internal/peerpb;peerpbb\x06proto3"
 
 var (
 	file_peer_proto_rawDescOnce sync.Once
@@ -1244,54 +1255,54 @@ func file_peer_proto_rawDescGZIP() []byte {
 var file_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_peer_proto_goTypes = []any{
-	(Refusal_Reason)(0),           // 0: ringlimit.v1.Refusal.Reason
-	(*ForwardRequest)(nil),        // 1: ringlimit.v1.ForwardRequest
-	(*ForwardResponse)(nil),       // 2: ringlimit.v1.ForwardResponse
-	(*ForwardStreamRequest)(nil),  // 3: ringlimit.v1.ForwardStreamRequest
-	(*ForwardStreamResponse)(nil), // 4: ringlimit.v1.ForwardStreamResponse
-	(*GlobalReport)(nil),          // 5: ringlimit.v1.GlobalReport
-	(*GlobalHitsRequest)(nil),     // 6: ringlimit.v1.GlobalHitsRequest
-	(*GlobalHitsResponse)(nil),    // 7: ringlimit.v1.GlobalHitsResponse
-	(*GlobalState)(nil),           // 8: ringlimit.v1.GlobalState
-	(*GlobalGrant)(nil),           // 9: ringlimit.v1.GlobalGrant
-	(*GlobalUpdateRequest)(nil),   // 10: ringlimit.v1.GlobalUpdateRequest
-	(*GlobalUpdateResponse)(nil),  // 11: ringlimit.v1.GlobalUpdateResponse
-	(*CounterState)(nil),          // 12: ringlimit.v1.CounterState
-	(*HandOffRequest)(nil),        // 13: ringlimit.v1.HandOffRequest
-	(*Refusal)(nil),               // 14: ringlimit.v1.Refusal
-	(*HandOffResponse)(nil),       // 15: ringlimit.v1.HandOffResponse
-	(*ReplicateRequest)(nil),      // 16: ringlimit.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),     // 17: ringlimit.v1.ReplicateResponse
-	(*CheckRequest)(nil),          // 18: ringlimit.v1.CheckRequest
-	(*CheckResponse)(nil),         // 19: ringlimit.v1.CheckResponse
-	(*CheckItem)(nil),             // 20: ringlimit.v1.CheckItem
+	(Refusal_Reason)(0),               // 0: ringlimit.peer.v1.Refusal.Reason
+	(*ForwardRequest)(nil),            // 1: ringlimit.peer.v1.ForwardRequest
+	(*ForwardResponse)(nil),           // 2: ringlimit.peer.v1.ForwardResponse
+	(*ForwardStreamRequest)(nil),      // 3: ringlimit.peer.v1.ForwardStreamRequest
+	(*ForwardStreamResponse)(nil),     // 4: ringlimit.peer.v1.ForwardStreamResponse
+	(*GlobalReport)(nil),              // 5: ringlimit.peer.v1.GlobalReport
+	(*GlobalHitsRequest)(nil),         // 6: ringlimit.peer.v1.GlobalHitsRequest
+	(*GlobalHitsResponse)(nil),        // 7: ringlimit.peer.v1.GlobalHitsResponse
+	(*GlobalState)(nil),               // 8: ringlimit.peer.v1.GlobalState
+	(*GlobalGrant)(nil),               // 9: ringlimit.peer.v1.GlobalGrant
+	(*GlobalUpdateRequest)(nil),       // 10: ringlimit.peer.v1.GlobalUpdateRequest
+	(*GlobalUpdateResponse)(nil),      // 11: ringlimit.peer.v1.GlobalUpdateResponse
+	(*CounterState)(nil),              // 12: ringlimit.peer.v1.CounterState
+	(*HandOffRequest)(nil),            // 13: ringlimit.peer.v1.HandOffRequest
+	(*Refusal)(nil),                   // 14: ringlimit.peer.v1.Refusal
+	(*HandOffResponse)(nil),           // 15: ringlimit.peer.v1.HandOffResponse
+	(*ReplicateRequest)(nil),          // 16: ringlimit.peer.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),         // 17: ringlimit.peer.v1.ReplicateResponse
+	(*ringlimitv1.CheckRequest)(nil),  // 18: ringlimit.v1.CheckRequest
+	(*ringlimitv1.CheckResponse)(nil), // 19: ringlimit.v1.CheckResponse
+	(*ringlimitv1.CheckItem)(nil),     // 20: ringlimit.v1.CheckItem
 }
 var file_peer_proto_depIdxs = []int32{
-	18, // 0: ringlimit.v1.ForwardRequest.requests:type_name -> ringlimit.v1.CheckRequest
-	19, // 1: ringlimit.v1.ForwardResponse.responses:type_name -> ringlimit.v1.CheckResponse
-	18, // 2: ringlimit.v1.ForwardStreamRequest.requests:type_name -> ringlimit.v1.CheckRequest
-	19, // 3: ringlimit.v1.ForwardStreamResponse.responses:type_name -> ringlimit.v1.CheckResponse
-	20, // 4: ringlimit.v1.GlobalReport.item:type_name -> ringlimit.v1.CheckItem
-	5,  // 5: ringlimit.v1.GlobalHitsRequest.reports:type_name -> ringlimit.v1.GlobalReport
-	9,  // 6: ringlimit.v1.GlobalState.grants:type_name -> ringlimit.v1.GlobalGrant
-	8,  // 7: ringlimit.v1.GlobalUpdateRequest.states:type_name -> ringlimit.v1.GlobalState
-	12, // 8: ringlimit.v1.HandOffRequest.counters:type_name -> ringlimit.v1.CounterState
-	0,  // 9: ringlimit.v1.Refusal.reason:type_name -> ringlimit.v1.Refusal.Reason
-	14, // 10: ringlimit.v1.HandOffResponse.refused:type_name -> ringlimit.v1.Refusal
-	12, // 11: ringlimit.v1.ReplicateRequest.counters:type_name -> ringlimit.v1.CounterState
-	14, // 12: ringlimit.v1.ReplicateResponse.refused:type_name -> ringlimit.v1.Refusal
-	1,  // 13: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	6,  // 14: ringlimit.v1.Peer.AddGlobalHits:input_type -> ringlimit.v1.GlobalHitsRequest
-	10, // 15: ringlimit.v1.Peer.UpdateGlobals:input_type -> ringlimit.v1.GlobalUpdateRequest
-	13, // 16: ringlimit.v1.Peer.HandOff:input_type -> ringlimit.v1.HandOffRequest
-	16, // 17: ringlimit.v1.Peer.Replicate:input_type -> ringlimit.v1.ReplicateRequest
-	3,  // 18: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardStreamRequest
-	2,  // 19: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	7,  // 20: ringlimit.v1.Peer.AddGlobalHits:output_type -> ringlimit.v1.GlobalHitsResponse
-	11, // 21: ringlimit.v1.Peer.UpdateGlobals:output_type -> ringlimit.v1.GlobalUpdateResponse
-	15, // 22: ringlimit.v1.Peer.HandOff:output_type -> ringlimit.v1.HandOffResponse
-	17, // 23: ringlimit.v1.Peer.Replicate:output_type -> ringlimit.v1.ReplicateResponse
-	4,  // 24: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardStreamResponse
+	18, // 0: ringlimit.peer.v1.ForwardRequest.requests:type_name -> ringlimit.v1.CheckRequest
+	19, // 1: ringlimit.peer.v1.ForwardResponse.responses:type_name -> ringlimit.v1.CheckResponse
+	18, // 2: ringlimit.peer.v1.ForwardStreamRequest.requests:type_name -> ringlimit.v1.CheckRequest
+	19, // 3: ringlimit.peer.v1.ForwardStreamResponse.responses:type_name -> ringlimit.v1.CheckResponse
+	20, // 4: ringlimit.peer.v1.GlobalReport.item:type_name -> ringlimit.v1.CheckItem
+	5,  // 5: ringlimit.peer.v1.GlobalHitsRequest.reports:type_name -> ringlimit.peer.v1.GlobalReport
+	9,  // 6: ringlimit.peer.v1.GlobalState.grants:type_name -> ringlimit.peer.v1.GlobalGrant
+	8,  // 7: ringlimit.peer.v1.GlobalUpdateRequest.states:type_name -> ringlimit.peer.v1.GlobalState
+	12, // 8: ringlimit.peer.v1.HandOffRequest.counters:type_name -> ringlimit.peer.v1.CounterState
+	0,  // 9: ringlimit.peer.v1.Refusal.reason:type_name -> ringlimit.peer.v1.Refusal.Reason
+	14, // 10: ringlimit.peer.v1.HandOffResponse.refused:type_name -> ringlimit.peer.v1.Refusal
+	12, // 11: ringlimit.peer.v1.ReplicateRequest.counters:type_name -> ringlimit.peer.v1.CounterState
+	14, // 12: ringlimit.peer.v1.ReplicateResponse.refused:type_name -> ringlimit.peer.v1.Refusal
+	1,  // 13: ringlimit.peer.v1.Peer.Forward:input_type -> ringlimit.peer.v1.ForwardRequest
+	6,  // 14: ringlimit.peer.v1.Peer.AddGlobalHits:input_type -> ringlimit.peer.v1.GlobalHitsRequest
+	10, // 15: ringlimit.peer.v1.Peer.UpdateGlobals:input_type -> ringlimit.peer.v1.GlobalUpdateRequest
+	13, // 16: ringlimit.peer.v1.Peer.HandOff:input_type -> ringlimit.peer.v1.HandOffRequest
+	16, // 17: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
+	3,  // 18: ringlimit.peer.v1.Peer.ForwardStream:input_type -> ringlimit.peer.v1.ForwardStreamRequest
+	2,  // 19: ringlimit.peer.v1.Peer.Forward:output_type -> ringlimit.peer.v1.ForwardResponse
+	7,  // 20: ringlimit.peer.v1.Peer.AddGlobalHits:output_type -> ringlimit.peer.v1.GlobalHitsResponse
+	11, // 21: ringlimit.peer.v1.Peer.UpdateGlobals:output_type -> ringlimit.peer.v1.GlobalUpdateResponse
+	15, // 22: ringlimit.peer.v1.Peer.HandOff:output_type -> ringlimit.peer.v1.HandOffResponse
+	17, // 23: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
+	4,  // 24: ringlimit.peer.v1.Peer.ForwardStream:output_type -> ringlimit.peer.v1.ForwardStreamResponse
 	19, // [19:25] is the sub-list for method output_type
 	13, // [13:19] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
@@ -1304,7 +1315,6 @@ func file_peer_proto_init() {
 	if File_peer_proto != nil {
 		return
 	}
-	file_ringlimit_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -6,8 +6,18 @@
 
 // Peer traffic between rlnode processes. Served only on --peer-addr, never
 // on the public gRPC listener, so that clients cannot inject it.
+//
+// This protocol is internal: it is versioned apart from the public API
+// (ringlimit.v1), which holds only what clients use, so that changing how
+// nodes talk to each other changes no client. Its messages carry the
+// public check types (ringlimit.v1.CheckRequest and CheckResponse), which
+// a node forwards as its clients sent them. Nodes of the version before
+// this package existed served the same service and messages under the
+// name ringlimit.v1.Peer; package peer serves both names and calls the old
+// one on a node that knows only it, so that a rolling upgrade works (see
+// peer.LegacyServiceName).
 
-package ringlimitv1
+package peerpb
 
 import (
 	context "context"
@@ -22,12 +32,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Peer_Forward_FullMethodName       = "/ringlimit.v1.Peer/Forward"
-	Peer_AddGlobalHits_FullMethodName = "/ringlimit.v1.Peer/AddGlobalHits"
-	Peer_UpdateGlobals_FullMethodName = "/ringlimit.v1.Peer/UpdateGlobals"
-	Peer_HandOff_FullMethodName       = "/ringlimit.v1.Peer/HandOff"
-	Peer_Replicate_FullMethodName     = "/ringlimit.v1.Peer/Replicate"
-	Peer_ForwardStream_FullMethodName = "/ringlimit.v1.Peer/ForwardStream"
+	Peer_Forward_FullMethodName       = "/ringlimit.peer.v1.Peer/Forward"
+	Peer_AddGlobalHits_FullMethodName = "/ringlimit.peer.v1.Peer/AddGlobalHits"
+	Peer_UpdateGlobals_FullMethodName = "/ringlimit.peer.v1.Peer/UpdateGlobals"
+	Peer_HandOff_FullMethodName       = "/ringlimit.peer.v1.Peer/HandOff"
+	Peer_Replicate_FullMethodName     = "/ringlimit.peer.v1.Peer/Replicate"
+	Peer_ForwardStream_FullMethodName = "/ringlimit.peer.v1.Peer/ForwardStream"
 )
 
 // PeerClient is the client API for Peer service.
@@ -309,7 +319,7 @@ type Peer_ForwardStreamServer = grpc.BidiStreamingServer[ForwardStreamRequest, F
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var Peer_ServiceDesc = grpc.ServiceDesc{
-	ServiceName: "ringlimit.v1.Peer",
+	ServiceName: "ringlimit.peer.v1.Peer",
 	HandlerType: (*PeerServer)(nil),
 	Methods: []grpc.MethodDesc{
 		{
