@@ -21,7 +21,7 @@ import (
 
 // The shapes of POST /v1/check as structs for encoding/json: the
 // reference that appendCheckResponse and decodeCheckRequest are tested
-// against, and the shape DESIGN.md and the README give.
+// against, and the shape DESIGN.md and docs/checks.md give.
 
 type checkResponseJSON struct {
 	Responses []checkResultJSON `json:"responses"`

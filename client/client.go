@@ -67,7 +67,8 @@ type (
 	Behavior  = pb.Behavior
 )
 
-// The algorithms and behaviours; see the README for what each does.
+// The algorithms and behaviours; docs/algorithms.md and docs/cluster.md
+// (Behaviours) say what each does.
 const (
 	TokenBucket   = pb.Algorithm_TOKEN_BUCKET
 	GCRA          = pb.Algorithm_GCRA
@@ -98,7 +99,7 @@ const (
 // Ceiling, when above Count, lets a key borrow beyond Count, up to Ceiling
 // hits a Period, while Parent, a limit every key that names it shares,
 // has room: Count is then the key's guarantee, and a Decision says
-// Borrowed when hits were admitted beyond it (see the README: Borrowing).
+// Borrowed when hits were admitted beyond it (see docs/checks.md: Borrowing).
 // Ceiling and Parent go together; not with Global.
 type Limit struct {
 	Name        string

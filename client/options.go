@@ -71,7 +71,7 @@ func WithoutStreams() Option {
 // to the balancer in front of several), which forwards each to its key's
 // owner. With several, or WithCluster, the client routes: it learns the
 // members and their ring from the nodes and sends each check straight to
-// its key's owner, saving that hop (see the README).
+// its key's owner, saving that hop (see docs/go.md: Routing).
 //
 // Either way, concurrent checks bound for one node share RPCs, unless
 // WithoutBatching: a check that finds no RPC in flight to its node goes

@@ -22,7 +22,7 @@ type borrowRound struct {
 	sofar, borrowed, guaranteed int64
 	// away is the guaranteed hits of the round whose key's owner is not
 	// the parent's owner: the most the parent may learn of only at the
-	// round's end (see README: Borrowing).
+	// round's end (see docs/checks.md: Borrowing).
 	away int64
 }
 
@@ -31,7 +31,7 @@ type borrowRound struct {
 // borrowing up to 50. Two keys are busy from the start and the third
 // wakes up later; every key is offered 8 checks a round through every
 // node, far more than the parent has, and a GLOBAL sync round follows
-// each round. It checks the bound the README states: the keys never
+// each round. It checks the bound docs/checks.md states: the keys never
 // borrow more than the parent holds, and at the end of each round in
 // which a hit was borrowed, the hits admitted so far in the parent's
 // window are at most the parent's limit plus the guaranteed hits of that

@@ -103,7 +103,8 @@ func (s *Service) decide(ctx context.Context, c *call, js []int) {
 	// that borrow, which may wait on a parent's owner. Other nodes do not
 	// wait for their rounds, which can take a forward deadline each when
 	// an owner is unreachable: for them a check routed just before a
-	// ring change may still find its counter on its way (see the README).
+	// ring change may still find its counter on its way (docs/cluster.md,
+	// "What is left").
 	release := func() {}
 	if s.leaving.Load() != nil {
 		release = s.handoff.Hold()

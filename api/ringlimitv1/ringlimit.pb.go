@@ -429,7 +429,7 @@ func (x *CheckItem) GetParent() *ParentLimit {
 // ParentLimit is the shared limit a check with a ceiling borrows from: the
 // counter of the check's name and this key, of the check's algorithm,
 // admitting limit hits per duration_ms (its burst is limit). It is kept
-// cluster-wide with the GLOBAL machinery (see README: Borrowing).
+// cluster-wide with the GLOBAL machinery (see docs/checks.md: Borrowing).
 type ParentLimit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// key names the parent counter, with the check's name: every check

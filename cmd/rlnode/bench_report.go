@@ -15,8 +15,8 @@ import (
 const benchSchema = 1
 
 // benchReport is what a run measured. `rlnode bench --json` prints it as
-// one JSON object, which the README documents key by key, for programs
-// that compare or plot runs.
+// one JSON object, which docs/operations.md documents key by key, for
+// programs that compare or plot runs.
 type benchReport struct {
 	Schema         int        `json:"schema"`
 	Started        time.Time  `json:"started"` // UTC

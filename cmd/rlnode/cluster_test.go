@@ -149,9 +149,9 @@ func TestClusterSpacingIsExact(t *testing.T) {
 // Every guarantee is admitted, and, cluster-wide, the tenants borrow no
 // more than the parent holds. (The burst is over within a round or two,
 // so the guaranteed hits of other nodes reach the parent's owner after
-// the borrowers have taken its room: the README's bound, the parent plus
-// the guarantees admitted away from its owner in a round, is then the
-// parent plus all of them.)
+// the borrowers have taken its room: the bound docs/checks.md states,
+// the parent plus the guarantees admitted away from its owner in a round,
+// is then the parent plus all of them.)
 func TestClusterBorrowing(t *testing.T) {
 	const tenants, guarantee, parent = 6, 10, 200
 	c := startCluster(t, 3)

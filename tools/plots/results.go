@@ -29,8 +29,9 @@ var modes = []mode{
 // reportSchema is the version of `rlnode bench --json` this program reads.
 const reportSchema = 1
 
-// report is the part of `rlnode bench --json` (schema 1, keys as the
-// README documents them) that the charts and the progress lines use.
+// report is the part of `rlnode bench --json` (schema 1, keys as
+// docs/operations.md documents them) that the charts and the progress
+// lines use.
 // The Redis load fills in the same keys with the same meanings.
 type report struct {
 	Schema       int       `json:"schema"`
