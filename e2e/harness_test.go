@@ -86,6 +86,10 @@ type testCluster struct {
 	// the same whenever a node of that name starts (e.g. its own
 	// --snapshot-dir, as a pod keeps its volume).
 	nodeArgs func(name string) []string
+	// bins, if not nil, names the binary a node of a name starts from
+	// when it is not this version's (a rolling upgrade's older nodes);
+	// the test may change it between starts.
+	bins map[string]string
 }
 
 // startCluster starts n nodes, each but the first joining the first, and
@@ -103,6 +107,16 @@ func startClusterWith(t testing.TB, n int, nodeArgs func(name string) []string, 
 		t.Skip("e2e tests need the rlnode binary; skipped in -short mode")
 	}
 	c := &testCluster{t: t, args: args, nodeArgs: nodeArgs}
+	c.startAll(n)
+	return c
+}
+
+// startAll starts n nodes, each but the first joining the first, and waits
+// until every node is ready and lists n alive members, as startCluster
+// says.
+func (c *testCluster) startAll(n int) {
+	t := c.t
+	t.Helper()
 	t.Cleanup(c.stopAll)
 	start := time.Now()
 	for range n {
@@ -110,7 +124,6 @@ func startClusterWith(t testing.TB, n int, nodeArgs func(name string) []string, 
 	}
 	c.waitConverged(n)
 	t.Logf("%d nodes started and converged in %v", n, time.Since(start).Round(time.Millisecond))
-	return c
 }
 
 // add starts one more node, joining the first, and waits until it answers
@@ -183,7 +196,11 @@ func (c *testCluster) start(name string) (*node, error) {
 	if c.nodeArgs != nil {
 		args = append(args, c.nodeArgs(name)...)
 	}
-	n.cmd = exec.Command(rlnodeBin, args...)
+	bin := rlnodeBin
+	if b, ok := c.bins[name]; ok {
+		bin = b
+	}
+	n.cmd = exec.Command(bin, args...)
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
 	n.cmd.SysProcAttr = sysProcAttr()
 	if err := n.cmd.Start(); err != nil {

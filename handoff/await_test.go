@@ -302,6 +302,46 @@ func TestHandOffSaysDone(t *testing.T) {
 	}
 }
 
+// Run tries again, without waiting for the next ring change, to hand
+// off counters an owner did not take: b refuses at first (it has just
+// joined and does not know this node yet), then takes them.
+func TestRunRetriesWhatWasKept(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := limiter.New(limiter.Config{})
+		m := newMembers("a", "a", "b")
+		p := &peers{down: map[string]bool{"b": true}}
+		n := New(Config{Store: store, Cluster: m, Peers: p, MaxClockSkew: time.Second})
+		r := m.Ring()
+		req := limiter.Request{Name: "api", Key: keyOf(t, r, "b", r, "b"), Algorithm: limiter.TokenBucket, Hits: 1,
+			Limit: algorithms.Limit{Count: 10, Period: time.Minute}, Now: time.Now()}
+		store.Decide(&req)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- n.Run(ctx) }()
+		n.RingChanged()
+		synctest.Wait()
+		if store.Len() != 1 {
+			t.Fatalf("store holds %d counters after b refused, want 1 kept", store.Len())
+		}
+		for range 5 { // b stays down: rounds go on, further apart
+			time.Sleep(retryMax)
+			synctest.Wait()
+		}
+		p.mu.Lock()
+		p.down["b"] = false
+		p.mu.Unlock()
+		time.Sleep(retryMax)
+		synctest.Wait()
+		if store.Len() != 0 || p.counters["b"] != 1 {
+			t.Errorf("after b came back: %d counters held here, %d taken by b; want 0 and 1", store.Len(), p.counters["b"])
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+}
+
 // A member that joins has no counters: the members already there do not
 // wait for it, whichever ring they compare with.
 func TestAwaitDoesNotWaitForANewMember(t *testing.T) {

@@ -163,14 +163,37 @@ func (n *Node) RingChanged() {
 	}
 }
 
-// Run hands off after every ring change until ctx ends.
+// Retry bounds the wait between rounds of Run while counters are left
+// that an owner did not take.
+const (
+	retryMin = 50 * time.Millisecond
+	retryMax = time.Second
+)
+
+// Run hands off after every ring change until ctx ends. While a round
+// leaves counters here that their owner did not take (it could not be
+// reached, or refused them for now: a node that has just joined refuses
+// members its gossip has not told it of yet), it tries again, waiting a
+// little longer each time (retryMin doubling to retryMax), rather than
+// until the next ring change: the owner, which waits for the counters
+// only --handoff-wait, would decide their keys on empty counters
+// meanwhile.
 func (n *Node) Run(ctx context.Context) error {
+	retry := time.NewTimer(retryMax)
+	retry.Stop()
+	defer retry.Stop()
+	wait := retryMin
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-n.changed:
-			n.HandOff(ctx)
+			wait = retryMin
+		case <-retry.C:
+		}
+		if t := n.handOff(ctx); t.kept > 0 || t.unavailable > 0 {
+			retry.Reset(wait)
+			wait = min(2*wait, retryMax)
 		}
 	}
 }
