@@ -8,7 +8,9 @@
 // table per algorithm, so that a token bucket costs the bytes of a token
 // bucket rather than of the largest state. The store is bounded: beyond
 // Config.MaxKeys the least recently used counters are evicted, and beyond
-// Config.MaxLogEntries the least recently used sliding logs. Counters
+// Config.MaxLogEntries the least recently used sliding logs. A table keeps
+// each limit its counters hold once, and only while one holds it (see
+// limits), so its limits are bounded by its counters. Counters
 // that are back to full carry no information, so the store drops idle
 // counters it meets at the cold end of a table as it inserts new ones,
 // without any background scan.
@@ -357,7 +359,7 @@ func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit,
 	}
 	now = max(now, e.last)
 	e.last = now
-	follow[S, P](e, now, l)
+	t.follow(e, now, l)
 	d := takeOrAdd[S, P](&e.state, time.Unix(0, now), l, n, chargeRefused)
 	e.changed = true
 	t.touch(idx)
@@ -368,7 +370,7 @@ func (t *table[S, P]) check(idx int32, reset bool, now int64, l algorithms.Limit
 	if idx >= 0 && !reset {
 		e := &t.entries[idx]
 		now = max(now, e.last)
-		follow[S, P](e, now, l)
+		t.follow(e, now, l)
 		return P(&e.state).Check(time.Unix(0, now), l, n)
 	}
 	var rest S
