@@ -20,8 +20,12 @@ type logBudget struct {
 type sized interface{ Cap() int }
 
 // footprint returns the entries the state at idx has room for; 0 for a
-// fixed-size state.
+// fixed-size state, and in a table outside the budget, which holds only
+// those: every decision asks, and the type assertion is not free.
 func (t *table[S, P]) footprint(idx int32) int64 {
+	if t.logs.used == nil {
+		return 0
+	}
 	if s, ok := any(P(&t.entries[idx].state)).(sized); ok {
 		return int64(s.Cap())
 	}
