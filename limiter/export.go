@@ -305,7 +305,7 @@ func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter) error {
 		P(&e.state).Clamp(time.Unix(0, e.last), t.limit(e))
 	}
 	e.changed = true
-	store.evictedLogs(t.settle(idx, before))
+	t.settle(idx, before)
 	return nil
 }
 
