@@ -50,16 +50,18 @@ func (e *entry[S]) inUse() bool { return e.id != "" }
 // table maps counter ids to the counters of one algorithm, in one shard.
 // It is an open-addressing hash index over a slice of entries; the index
 // costs 8 bytes a slot, where a Go map would repeat the 16-byte string
-// header. Not safe for concurrent use: the shard's lock guards it.
+// header. Not safe for concurrent use: the shard's lock guards it. What a
+// decision reads (the index, the entries, the LRU ends, the log budget's
+// count and the interned limits' values) comes first, in few cache lines.
 type table[S any, P state[S]] struct {
 	index   index // fold(xxhash of id) → entry index
 	entries []entry[S]
-	limits  limits
 	free    int32 // head of the free list of entries, linked by next; -1 if none
 	head    int32 // most recently used, -1 if empty
 	tail    int32 // least recently used, -1 if empty
 	n       int   // entries in use
 	logs    logBudget
+	limits  limits
 }
 
 func newTable[S any, P state[S]]() *table[S, P] {
