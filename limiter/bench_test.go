@@ -83,18 +83,31 @@ func BenchmarkMutexMapBaseline(b *testing.B) {
 
 // BenchmarkMemoryPerKey reports the heap cost of a token-bucket counter
 // with a ~20-byte key, as the metric bytes/key (its ns/op is the cost of
-// filling a store with a million counters).
+// filling a store with a million counters), all under one limit.
 func BenchmarkMemoryPerKey(b *testing.B) {
-	keys := benchKeyNames(benchKeys)
 	l := algorithms.Limit{Count: 1000, Period: time.Hour}
+	memoryPerKey(b, func(int) algorithms.Limit { return l })
+}
+
+// BenchmarkMemoryPerKeyOwnLimit is BenchmarkMemoryPerKey with every
+// counter under a limit of its own, so each interns one: the most a
+// counter costs (see limits).
+func BenchmarkMemoryPerKeyOwnLimit(b *testing.B) {
+	memoryPerKey(b, func(i int) algorithms.Limit { return algorithms.Limit{Count: int64(1000 + i), Period: time.Hour} })
+}
+
+// memoryPerKey fills a store with a million token buckets, counter i
+// under limit(i), and reports the heap they take as bytes/key.
+func memoryPerKey(b *testing.B, limit func(i int) algorithms.Limit) {
+	keys := benchKeyNames(benchKeys)
 	var perKey float64
 	for b.Loop() {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		s := New(Config{MaxKeys: benchKeys})
-		for _, k := range keys {
-			s.Decide(&Request{Name: "api", Key: k, Hits: 1, Now: t0, Limit: l})
+		for i, k := range keys {
+			s.Decide(&Request{Name: "api", Key: k, Hits: 1, Now: t0, Limit: limit(i)})
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)

@@ -171,7 +171,7 @@ func (t *table[S, P]) counter(a Algorithm, idx int32) (Counter, error) {
 	e := &t.entries[idx]
 	state, err := P(&e.state).AppendBinary(nil)
 	role, name, key := splitID(e.id)
-	return Counter{Name: name, Key: key, Algorithm: a, Role: role, Limit: e.limit, Last: e.last, State: state}, err
+	return Counter{Name: name, Key: key, Algorithm: a, Role: role, Limit: t.limit(e), Last: e.last, State: state}, err
 }
 
 // charged appends to out the counters not back to full at now (Unix ns),
@@ -191,7 +191,7 @@ func (t *table[S, P]) charged(a Algorithm, now int64, out []Counter, states []by
 			continue
 		}
 		role, name, key := splitID(e.id)
-		out = append(out, Counter{Name: name, Key: key, Algorithm: a, Role: role, Limit: e.limit, Last: e.last,
+		out = append(out, Counter{Name: name, Key: key, Algorithm: a, Role: role, Limit: t.limit(e), Last: e.last,
 			State: states[start:len(states):len(states)]})
 	}
 	return out, states
@@ -291,21 +291,21 @@ func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter) error {
 		store.makeRoom(sh, t, c.Last)
 		idx = t.insert(id, hash, c.Last)
 		store.held.Add(1)
-		t.entries[idx].limit = c.Limit
+		t.setLimit(&t.entries[idx], c.Limit)
 	}
 	e := &t.entries[idx]
 	before := t.footprint(idx)
-	twoLimits := e.limit != c.Limit
+	twoLimits := t.limit(e) != c.Limit
 	P(&e.state).Merge(s)
 	if c.Last >= e.last {
-		e.limit = c.Limit
+		t.setLimit(e, c.Limit)
 	}
 	e.last = max(e.last, c.Last)
 	if twoLimits {
-		P(&e.state).Clamp(time.Unix(0, e.last), e.limit)
+		P(&e.state).Clamp(time.Unix(0, e.last), t.limit(e))
 	}
 	e.changed = true
-	store.evictedLogs(t.settle(idx, before))
+	t.settle(idx, before)
 	return nil
 }
 

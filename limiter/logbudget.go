@@ -12,16 +12,21 @@ const DefaultMaxLogEntries = 10_000_000
 // shard shares the store's count; for the other tables used is nil, as
 // their states have a fixed size.
 type logBudget struct {
-	used *atomic.Int64 // entries all the store's logs have room for
-	max  int64
+	used    *atomic.Int64 // entries all the store's logs have room for
+	max     int64
+	evicted func(n int) // counts n logs evicted (Store.evictedLogs)
 }
 
 // sized is a state whose memory varies: algorithms.SlidingLog.
 type sized interface{ Cap() int }
 
 // footprint returns the entries the state at idx has room for; 0 for a
-// fixed-size state.
+// fixed-size state, and in a table outside the budget, which holds only
+// those: every decision asks, and the type assertion is not free.
 func (t *table[S, P]) footprint(idx int32) int64 {
+	if t.logs.used == nil {
+		return 0
+	}
 	if s, ok := any(P(&t.entries[idx].state)).(sized); ok {
 		return int64(s.Cap())
 	}
@@ -30,21 +35,29 @@ func (t *table[S, P]) footprint(idx int32) int64 {
 
 // settle accounts for the state at idx having grown or shrunk from before
 // entries and, while the store's logs hold more than the budget, evicts
-// the least recently used other counters of t. It returns how many it
-// evicted. Eviction stays within the shard whose lock is held, so the
-// store may exceed the budget by what one shard's logs hold when the
-// growing log is its only one: at most a full log a shard.
-func (t *table[S, P]) settle(idx int32, before int64) int {
-	if t.logs.used == nil {
-		return 0
+// the least recently used other counters of t, and counts them (the
+// budget's evicted). Eviction stays within the shard whose lock is held,
+// so the store may exceed the budget by what one shard's logs hold when
+// the growing log is its only one: at most a full log a shard. Every
+// decision calls it, so the case of a table outside the budget is an
+// inlined comparison.
+func (t *table[S, P]) settle(idx int32, before int64) {
+	if t.logs.used != nil {
+		t.settleLogs(idx, before)
 	}
+}
+
+// settleLogs is settle in a table inside the budget.
+func (t *table[S, P]) settleLogs(idx int32, before int64) {
 	t.logs.used.Add(t.footprint(idx) - before)
 	evicted := 0
 	for t.logs.used.Load() > t.logs.max && t.tail >= 0 && t.tail != idx {
 		t.evictOldest()
 		evicted++
 	}
-	return evicted
+	if evicted > 0 {
+		t.logs.evicted(evicted)
+	}
 }
 
 // forget accounts for the state at idx leaving the store.

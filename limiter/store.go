@@ -8,7 +8,9 @@
 // table per algorithm, so that a token bucket costs the bytes of a token
 // bucket rather than of the largest state. The store is bounded: beyond
 // Config.MaxKeys the least recently used counters are evicted, and beyond
-// Config.MaxLogEntries the least recently used sliding logs. Counters
+// Config.MaxLogEntries the least recently used sliding logs. A table keeps
+// each limit its counters hold once, and only while one holds it (see
+// limits), so its limits are bounded by its counters. Counters
 // that are back to full carry no information, so the store drops idle
 // counters it meets at the cold end of a table as it inserts new ones,
 // without any background scan.
@@ -117,7 +119,7 @@ func New(conf Config) *Store {
 	s.maxLogEntries = int64(maxLog)
 	for i := range s.shards {
 		logs := newTable[algorithms.SlidingLog]()
-		logs.logs = logBudget{used: &s.logEntries, max: int64(maxLog)}
+		logs.logs = logBudget{used: &s.logEntries, max: int64(maxLog), evicted: s.evictedLogs}
 		s.shards[i].tables = [NumAlgorithms]counters{
 			TokenBucket:   newTable[algorithms.TokenBucket](),
 			GCRA:          newTable[algorithms.GCRA](),
@@ -263,18 +265,13 @@ func (s *Store) take(sh *shard, r *Request) algorithms.Decision {
 		idx = t.insert(id, hash, now)
 		s.held.Add(1)
 	}
-	before := t.footprint(idx)
-	d := t.take(idx, r.Reset, now, r.Limit, r.Hits, r.ChargeRefused)
-	s.evictedLogs(t.settle(idx, before))
-	return d
+	return t.take(idx, r.Reset, now, r.Limit, r.Hits, r.ChargeRefused)
 }
 
 // evictedLogs counts n sliding logs evicted for the log budget.
 func (s *Store) evictedLogs(n int) {
-	if n > 0 {
-		s.held.Add(-int64(n))
-		s.metrics.logEvictions.Add(float64(n))
-	}
+	s.held.Add(-int64(n))
+	s.metrics.logEvictions.Add(float64(n))
 }
 
 // check reports what take would answer for n hits, charging nothing. A
@@ -318,12 +315,11 @@ type adder interface {
 	Add(now time.Time, l algorithms.Limit, n int64) algorithms.Decision
 }
 
-// takeOrAdd is s.Take, or s.Add when chargeRefused and s can add.
-func takeOrAdd[S any, P state[S]](s P, now time.Time, l algorithms.Limit, n int64, chargeRefused bool) algorithms.Decision {
-	if chargeRefused {
-		if a, ok := any(s).(adder); ok {
-			return a.Add(now, l, n)
-		}
+// addOrTake is s.Add if s can add (it counts refused hits too), else
+// s.Take: a request with ChargeRefused.
+func addOrTake[S any, P state[S]](s P, now time.Time, l algorithms.Limit, n int64) algorithms.Decision {
+	if a, ok := any(s).(adder); ok {
+		return a.Add(now, l, n)
 	}
 	return s.Take(now, l, n)
 }
@@ -337,8 +333,6 @@ type counters interface {
 	dropIdle(now int64, most int) int
 	oldest() (last int64, ok bool)
 	evictOldest()
-	footprint(idx int32) int64
-	settle(idx int32, before int64) (evicted int)
 	snapshot(a Algorithm, out []Counter) []Counter
 	charged(a Algorithm, now int64, out []Counter, states []byte) ([]Counter, []byte)
 	changed(a Algorithm, out []Counter) []Counter
@@ -349,18 +343,31 @@ type counters interface {
 	merge(store *Store, sh *shard, c *Counter) error
 }
 
+// take decides n hits under l on the counter at idx at now (Unix ns), and
+// charges them if admitted (or, with chargeRefused, if the state can count
+// refused hits: addOrTake), and settles the log budget (see settle). The
+// store makes this one call through the counters interface per decision,
+// and the common case calls Take directly: each call and each copy of the
+// decision on this path costs.
 func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit, n int64, chargeRefused bool) algorithms.Decision {
 	e := &t.entries[idx]
+	before := t.footprint(idx)
 	if reset {
 		var zero S
 		e.state = zero
 	}
 	now = max(now, e.last)
 	e.last = now
-	follow[S, P](e, now, l)
-	d := takeOrAdd[S, P](&e.state, time.Unix(0, now), l, n, chargeRefused)
+	t.follow(e, now, l)
+	var d algorithms.Decision
+	if chargeRefused {
+		d = addOrTake[S, P](&e.state, time.Unix(0, now), l, n)
+	} else {
+		d = P(&e.state).Take(time.Unix(0, now), l, n)
+	}
 	e.changed = true
 	t.touch(idx)
+	t.settle(idx, before)
 	return d
 }
 
@@ -368,7 +375,7 @@ func (t *table[S, P]) check(idx int32, reset bool, now int64, l algorithms.Limit
 	if idx >= 0 && !reset {
 		e := &t.entries[idx]
 		now = max(now, e.last)
-		follow[S, P](e, now, l)
+		t.follow(e, now, l)
 		return P(&e.state).Check(time.Unix(0, now), l, n)
 	}
 	var rest S

@@ -26,19 +26,20 @@ type state[S any] interface {
 // The instant the counter is back to full (and so can be dropped as idle)
 // is not stored: it follows from state, limit and last (see fullAt), which
 // saves a word per counter and means a merged state's is never taken on
-// trust.
+// trust. Nor is the limit: the entry holds its index in the table's
+// interned limits (see limits), 4 bytes where the Limit is 24.
 //
 // changed says the counter was charged or merged since replication last
 // copied it out (see Store.Changed): take and merge set it, Changed clears
-// it. With padding it costs 8 bytes a counter (a token bucket's entry is
-// 80 bytes rather than 72).
+// it. It and the limit's index share the word after the LRU links, so a
+// token bucket's entry is 56 bytes.
 type entry[S any] struct {
 	id      string // role, name and key (appendID)
 	state   S
-	limit   algorithms.Limit // the limit of the latest evaluation, which state is valid under (see follow)
-	last    int64            // latest evaluation time (Unix ns): time never runs backwards for a counter
-	prev    int32            // towards the most recently used; -1 at the head
-	next    int32            // towards the least recently used; -1 at the tail
+	last    int64  // latest evaluation time (Unix ns): time never runs backwards for a counter
+	prev    int32  // towards the most recently used; -1 at the head
+	next    int32  // towards the least recently used; -1 at the tail
+	limit   uint32 // the index in the table's limits of the latest evaluation's limit, which state is valid under (see follow)
 	changed bool
 }
 
@@ -47,32 +48,38 @@ type entry[S any] struct {
 func (e *entry[S]) inUse() bool { return e.id != "" }
 
 // table maps counter ids to the counters of one algorithm, in one shard.
-// It is an open-addressing hash index (linear probing, backward-shift
-// deletion) over a slice of entries; the index costs 8 bytes a slot, where
-// a Go map would repeat the 16-byte string header. Not safe for concurrent
-// use: the shard's lock guards it.
+// It is an open-addressing hash index over a slice of entries; the index
+// costs 8 bytes a slot, where a Go map would repeat the 16-byte string
+// header. Not safe for concurrent use: the shard's lock guards it. What a
+// decision reads (the index, the entries, the LRU ends, the log budget's
+// count and the interned limits' values) comes first, in few cache lines.
 type table[S any, P state[S]] struct {
-	slots   []uint64 // 0 = empty, else hash<<32 | entry index+1; the hash picks the home slot
+	index   index // fold(xxhash of id) → entry index
 	entries []entry[S]
 	free    int32 // head of the free list of entries, linked by next; -1 if none
 	head    int32 // most recently used, -1 if empty
 	tail    int32 // least recently used, -1 if empty
 	n       int   // entries in use
 	logs    logBudget
+	limits  limits
 }
-
-const minSlots = 8
 
 func newTable[S any, P state[S]]() *table[S, P] {
-	return &table[S, P]{free: -1, head: -1, tail: -1}
+	return &table[S, P]{limits: newLimits(), free: -1, head: -1, tail: -1}
 }
+
+// limit returns the limit e was last evaluated with.
+func (t *table[S, P]) limit(e *entry[S]) algorithms.Limit { return t.limits.at(e.limit) }
+
+// setLimit makes l the limit of e, holding it in t's limits.
+func (t *table[S, P]) setLimit(e *entry[S], l algorithms.Limit) { e.limit = t.limits.swap(e.limit, l) }
 
 // fullAt returns the Unix ns at which the counter at idx is back to full:
 // the ResetAfter a peek at its last evaluation reports, from then. It is
 // what Take reported then, so deriving it loses nothing.
 func (t *table[S, P]) fullAt(idx int32) int64 {
 	e := &t.entries[idx]
-	return addClamped(e.last, P(&e.state).Check(time.Unix(0, e.last), e.limit, 0).ResetAfter)
+	return addClamped(e.last, P(&e.state).Check(time.Unix(0, e.last), t.limit(e), 0).ResetAfter)
 }
 
 // follow makes l the limit of e, evaluated at now (Unix ns, not before
@@ -80,40 +87,30 @@ func (t *table[S, P]) fullAt(idx int32) int64 {
 // clamped to what l allows at now (algorithms' Clamp), so that a check
 // with another limit (a hostile one, or the application's new one) is
 // decided on a state l could have left, and e's state stays valid under
-// e.limit at e.last, as hand-off checks. The common case, the same limit,
-// costs one comparison.
-func follow[S any, P state[S]](e *entry[S], now int64, l algorithms.Limit) {
-	if e.limit != l {
+// its limit at e.last, as hand-off checks. The common case, the same
+// limit, costs one comparison.
+func (t *table[S, P]) follow(e *entry[S], now int64, l algorithms.Limit) {
+	if t.limit(e) != l {
 		P(&e.state).Clamp(time.Unix(0, now), l)
-		e.limit, e.last = l, now
+		t.setLimit(e, l)
+		e.last = now
 	}
 }
 
 // find returns the index of the entry with the given id, or -1.
 func (t *table[S, P]) find(id []byte, hash uint32) int32 {
-	if len(t.slots) == 0 {
-		return -1
-	}
-	for i := t.home(hash); ; i = t.next(i) {
-		s := t.slots[i]
-		if s == 0 {
-			return -1
-		}
-		if uint32(s>>32) == hash {
-			idx := int32(uint32(s)) - 1
-			if t.entries[idx].id == string(id) {
-				return idx
-			}
+	for idx := range t.index.candidates(hash) {
+		if t.entries[idx].id == string(id) {
+			return idx
 		}
 	}
+	return -1
 }
 
-// insert adds a counter at rest for id and returns its index. The caller
-// has checked that id is absent.
+// insert adds a counter at rest for id, not yet evaluated (its limit
+// the zero Limit), and returns its index. The caller has checked that id
+// is absent.
 func (t *table[S, P]) insert(id []byte, hash uint32, now int64) int32 {
-	if (t.n+1)*5 > len(t.slots)*4 { // at most 80% full: tags keep long probe runs cheap
-		t.grow()
-	}
 	var idx int32
 	if t.free >= 0 {
 		idx = t.free
@@ -123,76 +120,17 @@ func (t *table[S, P]) insert(id []byte, hash uint32, now int64) int32 {
 		idx = int32(len(t.entries))
 		t.entries = append(t.entries, entry[S]{id: string(id), last: now})
 	}
-	t.place(uint64(hash)<<32 | uint64(idx+1))
+	t.index.add(hash, idx, t.n)
 	t.n++
 	t.pushFront(idx)
 	return idx
 }
 
-// home returns the slot a hash starts probing at. Multiplying rather than
-// masking maps hashes onto any table size, so that the table can grow by
-// half rather than double, which keeps its load, and memory, higher.
-func (t *table[S, P]) home(hash uint32) int {
-	return int(uint64(hash) * uint64(len(t.slots)) >> 32)
-}
-
-// next returns the slot after i, wrapping at the end.
-func (t *table[S, P]) next(i int) int {
-	if i++; i == len(t.slots) {
-		return 0
-	}
-	return i
-}
-
-// dist returns how many slots forward from a it is to b.
-func (t *table[S, P]) dist(a, b int) int {
-	if b >= a {
-		return b - a
-	}
-	return b + len(t.slots) - a
-}
-
-// place puts a slot value at the first free slot from its home.
-func (t *table[S, P]) place(slot uint64) {
-	for i := t.home(uint32(slot >> 32)); ; i = t.next(i) {
-		if t.slots[i] == 0 {
-			t.slots[i] = slot
-			return
-		}
-	}
-}
-
-func (t *table[S, P]) grow() {
-	old := t.slots
-	t.slots = make([]uint64, max(minSlots, len(old)+len(old)/2))
-	for _, s := range old {
-		if s != 0 {
-			t.place(s)
-		}
-	}
-}
-
 // remove deletes the entry at idx, which must be in use.
 func (t *table[S, P]) remove(idx int32, hash uint32) {
-	want := uint64(hash)<<32 | uint64(idx+1)
-	i := t.home(hash)
-	for t.slots[i] != want {
-		i = t.next(i)
-	}
-	// Backward-shift deletion: move later members of the probe run into
-	// the hole when their home slot allows it, so find needs no tombstones.
-	for j := t.next(i); ; j = t.next(j) {
-		s := t.slots[j]
-		if s == 0 {
-			break
-		}
-		if t.dist(t.home(uint32(s>>32)), j) >= t.dist(i, j) {
-			t.slots[i] = s
-			i = j
-		}
-	}
-	t.slots[i] = 0
+	t.index.delete(hash, idx)
 	t.forget(idx)
+	t.limits.release(t.entries[idx].limit)
 	t.unlink(idx)
 	t.entries[idx] = entry[S]{next: t.free}
 	t.free = idx
