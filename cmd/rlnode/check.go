@@ -12,6 +12,7 @@ import (
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/loadgen"
 )
 
 // checkUsage heads `rlnode check -h`.
@@ -73,7 +74,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("--algorithm: %w", err)
 	}
-	opts, err := dialOptions(tlsFlags.config(), *addr)
+	opts, err := loadgen.DialOptions(tlsFlags.config(), *addr)
 	if err != nil {
 		return err
 	}

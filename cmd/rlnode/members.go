@@ -5,12 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"text/tabwriter"
 	"time"
 
 	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/cluster"
+	"github.com/ringlimit/ringlimit/loadgen"
 )
 
 // runMembers is `rlnode members`: a node's view of the cluster as a table.
@@ -34,12 +35,12 @@ Flags:
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	base, tr, err := httpBase(tlsFlags.config(), *addr, http.DefaultTransport.(*http.Transport))
+	n, err := loadgen.NewNode(*addr, tlsFlags.config())
 	if err != nil {
 		return err
 	}
-	defer tr.CloseIdleConnections()
-	ms, err := nodeHTTP{addr: *addr, base: base, hc: &http.Client{Transport: tr}}.members(ctx)
+	defer n.Close()
+	ms, err := n.Members(ctx)
 	if err != nil {
 		return fmt.Errorf("members: %w", err)
 	}
@@ -51,7 +52,7 @@ Flags:
 			name += " (self)"
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.1f%%\t%s\n", name, m.State, m.GRPCAddr, m.GossipAddr, 100*m.Share,
-			replicasOf(ctx, m, tlsFlags))
+			replicasOf(ctx, m, tlsFlags.config()))
 	}
 	return w.Flush()
 }
@@ -59,18 +60,18 @@ Flags:
 // replicasOf returns how many replicas member m holds, read from its
 // metrics, or "-" if it is not alive, did not gossip its HTTP address
 // (an older node) or does not answer.
-func replicasOf(ctx context.Context, m api.Member, tlsFlags *clientTLS) string {
+func replicasOf(ctx context.Context, m api.Member, t *client.TLS) string {
 	if m.State != string(cluster.Alive) || m.HTTPAddr == "" {
 		return "-"
 	}
-	base, tr, err := httpBase(tlsFlags.config(), m.HTTPAddr, http.DefaultTransport.(*http.Transport))
+	n, err := loadgen.NewNode(m.HTTPAddr, t)
 	if err != nil {
 		return "-"
 	}
-	defer tr.CloseIdleConnections()
-	n, err := nodeHTTP{addr: m.HTTPAddr, base: base, hc: &http.Client{Transport: tr}}.replicas(ctx)
+	defer n.Close()
+	r, err := n.Replicas(ctx)
 	if err != nil {
 		return "-"
 	}
-	return fmt.Sprint(int64(n))
+	return fmt.Sprint(int64(r))
 }

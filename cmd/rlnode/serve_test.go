@@ -3,14 +3,14 @@ package main
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/nodetest"
 )
 
 // startNode serves a node on loopback ports chosen by the kernel and
@@ -19,48 +19,19 @@ import (
 func startNode(t *testing.T, args ...string) (httpAddr, grpcAddr string, stop func() error) {
 	t.Helper()
 	n, stop := startNamedNode(t, t.Name(), args...)
-	return n.httpAddr, n.grpcAddr, stop
+	return n.HTTPAddr(), n.GRPCAddr(), stop
 }
 
-// startNamedNode is startNode for one of several nodes in a test.
-func startNamedNode(t testing.TB, name string, args ...string) (*node, func() error) {
+// startNamedNode is startNode for one of several nodes in a test, with
+// the node's own flags args.
+func startNamedNode(t testing.TB, name string, args ...string) (*node.Node, func() error) {
 	t.Helper()
 	conf, err := parseConfig(append([]string{"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
 		"--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--node-name", name}, args...), env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	nodes := make(chan *node, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- serve(ctx, conf, slog.New(slog.DiscardHandler), func(n *node) { nodes <- n })
-	}()
-	select {
-	case n := <-nodes:
-		var once sync.Once
-		var stopErr error
-		stop := func() error {
-			once.Do(func() { cancel(); stopErr = <-done })
-			return stopErr
-		}
-		t.Cleanup(func() { stop() })
-		// The gossip port is known once the cluster's Run has bound it.
-		for deadline := time.Now().Add(10 * time.Second); n.cluster.GossipAddr() == ""; {
-			if time.Now().After(deadline) {
-				t.Fatal("gossip did not start within 10s")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		return n, stop
-	case err := <-done:
-		cancel()
-		t.Fatalf("serve: %v", err)
-	case <-time.After(10 * time.Second):
-		cancel()
-		t.Fatal("node did not start within 10s")
-	}
-	return nil, nil
+	return nodetest.Start(t, conf.Config)
 }
 
 func TestServeAnswersAndStops(t *testing.T) {
