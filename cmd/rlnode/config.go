@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 
@@ -23,6 +24,10 @@ type Config struct {
 	node.Config
 	LogLevel    string
 	MemoryLimit string
+	// loopback lists the address flags, with their values, of the ports
+	// that listen on loopback only because none was given and no security
+	// is configured (see protect).
+	loopback []string
 }
 
 // parseConfig reads flags from args, falling back to RLNODE_* variables via
@@ -35,11 +40,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs := flag.NewFlagSet("rlnode", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { writeUsage(fs) }
-	fs.StringVar(&c.HTTPAddr, "http-addr", d.HTTPAddr, "HTTP listen address (POST /v1/check, /metrics, /healthz, /readyz, /v1/members)")
-	fs.StringVar(&c.GRPCAddr, "grpc-addr", d.GRPCAddr, "gRPC listen address (ringlimit.v1.RateLimiter, health, reflection)")
-	fs.StringVar(&c.PeerAddr, "peer-addr", d.PeerAddr, "gRPC listen address for peer traffic only (forwards, hand-off, GLOBAL sync)")
-	fs.StringVar(&c.GossipAddr, "gossip-addr", d.GossipAddr, "memberlist bind address, TCP and UDP")
-	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "address other nodes use to reach this one (default: first non-loopback IP)")
+	fs.StringVar(&c.HTTPAddr, "http-addr", d.HTTPAddr, "HTTP listen address (POST /v1/check, /metrics, /healthz, /readyz, /v1/members)"+loopbackUsage)
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", d.GRPCAddr, "gRPC listen address (ringlimit.v1.RateLimiter, health, reflection)"+loopbackUsage)
+	fs.StringVar(&c.PeerAddr, "peer-addr", d.PeerAddr, "gRPC listen address for peer traffic only (forwards, hand-off, GLOBAL sync)"+loopbackUsage)
+	fs.StringVar(&c.GossipAddr, "gossip-addr", d.GossipAddr, "memberlist bind address, TCP and UDP"+loopbackUsage)
+	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "address other nodes use to reach this one (default: the IP --gossip-addr binds, 127.0.0.1 on loopback only; on all interfaces, the first private or else non-loopback IP)")
 	fs.StringVar(&join, "join", "", "comma-separated host:port or DNS names to join through (none: a one-node cluster)")
 	fs.StringVar(&c.NodeName, "node-name", hostname, "unique member name")
 	fs.IntVar(&c.MaxKeys, "max-keys", d.MaxKeys, "counters kept in memory; beyond it the least recently used are evicted")
@@ -74,12 +79,15 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	// given holds the flags set on the command line or, failing that, by
+	// their variable.
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
 		env := "RLNODE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(env); v != "" && !set[f.Name] {
+		if v := getenv(env); v != "" && !given[f.Name] {
+			given[f.Name] = true
 			if err := fs.Set(f.Name, v); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", env, err))
 			}
@@ -100,7 +108,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		}
 		c.GossipKeys = keys
 	}
-	return c, c.validate()
+	if err := c.validate(); err != nil {
+		return Config{}, err
+	}
+	return c, c.protect(given)
 }
 
 func (c Config) validate() error {
@@ -169,3 +180,84 @@ func parseGossipKeys(v string) ([][]byte, error) {
 	}
 	return keys, nil
 }
+
+// loopbackUsage ends the usage of each address flag: protect's rule.
+const loopbackUsage = "; given no address, with no TLS and no gossip key configured, on 127.0.0.1 only"
+
+// protect is rlnode's protected mode, as Redis has one: with no security
+// configured (no --tls-*, no --peer-tls-*, no --gossip-key), a port given
+// no address (flag or variable) listens on 127.0.0.1 only, so that a bare
+// start is not open to its network. An address given is honoured as
+// given. Gossip bound to 127.0.0.1 advertises 127.0.0.1 unless
+// --advertise-addr says otherwise, so nodes on one host find each other.
+//
+// A node whose peer or gossip port is on loopback only while the rest of
+// its settings reach other hosts (--join or --advertise-addr naming
+// another host, or the other of the two ports given all interfaces) could
+// not be reached by the nodes it joins, which would dial their own
+// loopback instead: that is an error, naming the flags that fix it.
+func (c *Config) protect(given map[string]bool) error {
+	if c.PeerTLS != (tlsfiles.Files{}) || c.TLS != (tlsfiles.Files{}) || len(c.GossipKeys) > 0 {
+		return nil
+	}
+	for _, a := range []struct {
+		flag string
+		addr *string
+	}{{"http-addr", &c.HTTPAddr}, {"grpc-addr", &c.GRPCAddr}, {"peer-addr", &c.PeerAddr}, {"gossip-addr", &c.GossipAddr}} {
+		if given[a.flag] {
+			continue
+		}
+		_, port, err := net.SplitHostPort(*a.addr)
+		if err != nil {
+			return fmt.Errorf("--%s: %w", a.flag, err) // a default without a port: a bug here
+		}
+		*a.addr = net.JoinHostPort("127.0.0.1", port)
+		c.loopback = append(c.loopback, fmt.Sprintf("--%s=%s", a.flag, *a.addr))
+	}
+	if given["peer-addr"] && given["gossip-addr"] {
+		return nil
+	}
+	var wide string
+	switch {
+	case c.AdvertiseAddr != "" && !loopbackHost(c.AdvertiseAddr):
+		wide = "--advertise-addr " + c.AdvertiseAddr
+	case given["peer-addr"] && !loopbackHost(c.PeerAddr):
+		wide = "--peer-addr " + c.PeerAddr
+	case given["gossip-addr"] && !loopbackHost(c.GossipAddr):
+		wide = "--gossip-addr " + c.GossipAddr
+	default:
+		for _, j := range c.Join {
+			if !loopbackHost(j) {
+				wide = "--join " + j
+				break
+			}
+		}
+	}
+	if wide == "" {
+		return nil
+	}
+	return fmt.Errorf("%s reaches other hosts, but with no TLS and no gossip key configured the peer and gossip ports given no address "+
+		"listen on 127.0.0.1 only, where other nodes cannot reach this one: give --peer-addr and --gossip-addr (e.g. :8082 and :7946), "+
+		"or configure peer TLS (--peer-tls-cert, --peer-tls-key, --peer-tls-ca) and a gossip key (--gossip-key)", wide)
+}
+
+// loopbackHost reports whether addr, a host or host:port, names this host
+// only: localhost or a loopback IP. An empty host (all interfaces) does
+// not.
+func loopbackHost(addr string) bool {
+	host := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// loopbackNote is the message a node in protected mode logs at start,
+// with c.loopback beside it.
+const loopbackNote = "listening on loopback only: no TLS and no gossip key are configured, and no address was given; " +
+	"to serve other hosts, give each address (e.g. --http-addr :8080 or RLNODE_HTTP_ADDR=:8080), " +
+	"or configure TLS (--tls-cert, --peer-tls-cert, ...) and a gossip key (--gossip-key)"

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"strings"
 
 	"github.com/ringlimit/ringlimit/node"
 )
@@ -12,6 +13,9 @@ import (
 // node once it is built and its ports are open, before it runs: tests
 // read its addresses there.
 func serve(ctx context.Context, conf Config, log *slog.Logger, onStart func(*node.Node)) error {
+	if len(conf.loopback) > 0 {
+		log.Warn(loopbackNote, "loopback", strings.Join(conf.loopback, " "))
+	}
 	n, err := node.New(conf.Config, log)
 	if err != nil {
 		return err

@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/nodetest"
 )
@@ -72,4 +76,102 @@ func TestServeAnswersAndStops(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Errorf("serve returned %v after shutdown, want nil", err)
 	}
+}
+
+// lockedBuffer is a log destination several goroutines write.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestServeLoopbackOnly starts a node as a bare `rlnode` would (no
+// address, no security), but for its ports, which the kernel chooses
+// here (the defaults may be taken on a shared machine): every port
+// listens on 127.0.0.1 only, gossip advertises 127.0.0.1, no other
+// address of the host reaches it, and one log line says so and how to
+// listen wider.
+func TestServeLoopbackOnly(t *testing.T) {
+	conf, err := parseConfig([]string{"--node-name", "bare"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []*string{&conf.HTTPAddr, &conf.GRPCAddr, &conf.PeerAddr, &conf.GossipAddr} {
+		host, _, err := net.SplitHostPort(*a)
+		if err != nil || host != "127.0.0.1" {
+			t.Fatalf("address %q (%v), want one on 127.0.0.1", *a, err)
+		}
+		*a = net.JoinHostPort(host, "0")
+	}
+	var logs lockedBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	nodes, done := make(chan *node.Node, 1), make(chan error, 1)
+	go func() {
+		done <- serve(ctx, conf, slog.New(slog.NewTextHandler(&logs, nil)), func(n *node.Node) { nodes <- n })
+	}()
+	var n *node.Node
+	select {
+	case n = <-nodes:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	}
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve returned %v after shutdown, want nil", err)
+		}
+	}()
+	var self cluster.MemberInfo
+	for deadline := time.Now().Add(10 * time.Second); self.GossipAddr == ""; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("gossip did not start within 10s")
+		}
+		if ms := n.Cluster().Members(); len(ms) == 1 {
+			self = ms[0]
+		}
+	}
+	for what, addr := range map[string]string{"http": n.HTTPAddr(), "grpc": n.GRPCAddr(), "peer": n.PeerAddr(), "gossip": n.Cluster().GossipAddr(),
+		"gossiped gossip": self.GossipAddr, "gossiped peer": self.PeerAddr, "gossiped grpc": self.GRPCAddr} {
+		if host, _, _ := net.SplitHostPort(addr); host != "127.0.0.1" {
+			t.Errorf("%s address %s, want 127.0.0.1", what, addr)
+		}
+	}
+	if ip := nonLoopbackIP(); ip != "" {
+		_, port, _ := net.SplitHostPort(n.HTTPAddr())
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort(ip, port), time.Second); err == nil {
+			c.Close()
+			t.Errorf("the HTTP port answers at %s, another address of this host", ip)
+		}
+	}
+	if got := strings.Count(logs.String(), "listening on loopback only"); got != 1 {
+		t.Errorf("%d log lines say the node listens on loopback only, want 1:\n%s", got, logs.String())
+	}
+	for _, want := range []string{"--http-addr :8080", "--gossip-key", "loopback=\"--http-addr=127.0.0.1:8080 --grpc-addr=127.0.0.1:8081"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+}
+
+// nonLoopbackIP returns an IPv4 address of this host other than
+// loopback, or "" if it has none.
+func nonLoopbackIP() string {
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			return n.IP.String()
+		}
+	}
+	return ""
 }
