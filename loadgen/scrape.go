@@ -108,6 +108,13 @@ func (n Node) cpu(ctx context.Context) (float64, error) {
 	return cpuSeconds(text)
 }
 
+// Healthy returns nil if the node answers GET /healthz, as a node's HTTP
+// port does.
+func (n Node) Healthy(ctx context.Context) error {
+	_, err := n.get(ctx, "/healthz", "text/plain")
+	return err
+}
+
 // Replicas returns how many replicas of other nodes' counters the node
 // holds (ringlimit_replicas).
 func (n Node) Replicas(ctx context.Context) (float64, error) {

@@ -24,10 +24,12 @@ Prints a node's view of the cluster: each member's name, state, gRPC and
 gossip addresses, and share of the ring, from its GET /v1/members; and
 the replicas of other nodes' counters each alive member holds, from its
 own GET /metrics (ringlimit_replicas; "-" when it cannot be read).
+--addr is the node's HTTP port (its --http-addr), where rlnode check
+takes its gRPC port.
 
 Flags:
 `)
-	addr := fs.String("addr", "localhost:8080", "HTTP address of a node")
+	addr := fs.String("addr", "localhost:8080", "HTTP address of a node (its --http-addr)")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
 	tlsFlags := addClientTLS(fs)
 	if err := fs.Parse(args); err != nil {
@@ -42,6 +44,10 @@ Flags:
 	defer n.Close()
 	ms, err := n.Members(ctx)
 	if err != nil {
+		if answersGRPC(ctx, *addr, tlsFlags.config()) {
+			return fmt.Errorf("members: %s is a gRPC port, not an HTTP one: rlnode members reads a node's HTTP port (its --http-addr, :8080 by default); "+
+				"rlnode check is the command that takes the gRPC port", *addr)
+		}
 		return fmt.Errorf("members: %w", err)
 	}
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
