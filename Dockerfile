@@ -30,4 +30,11 @@ USER 65532:65532
 # (forwards, hand-off, GLOBAL sync; keep private), memberlist gossip.
 EXPOSE 8080/tcp 8081/tcp 8082/tcp 7946/tcp 7946/udp
 
+# The addresses are given, so that the node listens on every interface of
+# the container (its own network; reached only as its ports are published
+# or as its network allows): without them, a node with no TLS and no
+# gossip key listens on loopback only, which nothing outside the
+# container reaches. A flag or another RLNODE_* value overrides them.
+ENV RLNODE_HTTP_ADDR=:8080 RLNODE_GRPC_ADDR=:8081 RLNODE_PEER_ADDR=:8082 RLNODE_GOSSIP_ADDR=:7946
+
 ENTRYPOINT ["/rlnode"]

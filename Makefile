@@ -63,7 +63,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./policy
 	go test -run '^$$' -fuzz '^FuzzShouldRateLimit$$' -fuzztime $(FUZZTIME) ./rls
 	go test -run '^$$' -fuzz '^FuzzParseGossipKeys$$' -fuzztime $(FUZZTIME) ./cmd/rlnode
-	go test -run '^$$' -fuzz '^FuzzCPUSeconds$$' -fuzztime $(FUZZTIME) ./cmd/rlnode
+	go test -run '^$$' -fuzz '^FuzzCPUSeconds$$' -fuzztime $(FUZZTIME) ./loadgen
 
 # The container image (see Dockerfile): a static rlnode built here, copied
 # into an image FROM scratch. IMAGE, VERSION and REVISION may be overridden.

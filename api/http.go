@@ -23,7 +23,8 @@ import (
 const MaxBodyBytes = 5 << 19
 
 // Handler returns the HTTP interface: POST /v1/check, GET /v1/members,
-// GET /metrics, GET /healthz and GET /readyz.
+// GET /metrics, GET /healthz and GET /readyz. Errors of the /v1/ paths,
+// a wrong method included, are JSON: {"error":"..."}.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	var check http.Handler = http.HandlerFunc(s.handleCheck)
@@ -31,7 +32,9 @@ func (s *Server) Handler() http.Handler {
 		check = s.conf.Admit(check)
 	}
 	mux.Handle("POST /v1/check", check)
+	mux.HandleFunc("/v1/check", methodNotAllowed("POST"))
 	mux.HandleFunc("GET /v1/members", s.handleMembers)
+	mux.HandleFunc("/v1/members", methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
@@ -98,6 +101,16 @@ func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	io.WriteString(w, "ready\n")
 	if s.conf.ReadyNote != "" {
 		io.WriteString(w, s.conf.ReadyNote+"\n")
+	}
+}
+
+// methodNotAllowed answers a request to an API path with a method it does
+// not take: 405 with the Allow header, as the mux would, but with the
+// JSON body every other error of the API has.
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeError(w, http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed: use %s", r.Method, allow))
 	}
 }
 

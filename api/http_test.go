@@ -263,3 +263,51 @@ func TestAdmitWrapsOnlyChecks(t *testing.T) {
 		}
 	}
 }
+
+// TestWrongMethodIsJSON: a wrong method on an API path is answered 405
+// with the Allow header and a JSON error body, as every other error of
+// the API is.
+func TestWrongMethodIsJSON(t *testing.T) {
+	srv := newTestServer(t)
+	for _, tc := range []struct{ method, path, allow string }{
+		{http.MethodGet, "/v1/check", "POST"},
+		{http.MethodPut, "/v1/check", "POST"},
+		{http.MethodPost, "/v1/members", "GET, HEAD"},
+	} {
+		req, err := http.NewRequest(tc.method, srv.URL+tc.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct{ Error string }
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != tc.allow ||
+			resp.Header.Get("Content-Type") != "application/json" || err != nil || !strings.Contains(body.Error, tc.method) {
+			t.Errorf("%s %s: %d, Allow %q, Content-Type %q, body %+v (%v); want 405, Allow %q and a JSON error naming the method",
+				tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), resp.Header.Get("Content-Type"), body, err, tc.allow)
+		}
+	}
+	if code, body := post(t, srv, `{"requests":[{"name":"api","key":"k","limit":1,"duration_ms":1000}]}`); code != http.StatusOK {
+		t.Errorf("POST /v1/check beside the 405 handler: %d %s", code, body)
+	}
+}
+
+// TestJSONCase pins the rule of docs/checks.md: field names are matched
+// exactly (a name in another case is refused, naming its spelling), enum
+// values in any case.
+func TestJSONCase(t *testing.T) {
+	srv := newTestServer(t)
+	code, body := post(t, srv, `{"requests":[{"name":"a","key":"k","limit":1,"duration_ms":1000,"algorithm":"gcra","behavior":"Local"},`+
+		`{"name":"b","key":"k","limit":1,"duration_ms":1000,"algorithm":"Sliding_Window","behavior":"unbatched"}]}`)
+	if code != http.StatusOK || strings.Count(body, `"status":"UNDER_LIMIT"`) != 2 || strings.Contains(body, `"error"`) {
+		t.Errorf("enum values in lower and mixed case: %d %s; want both answered", code, body)
+	}
+	code, body = post(t, srv, `{"requests":[{"name":"a","key":"k","Limit":1,"duration_ms":1000}]}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, `requests[0].Limit: unknown field (names are case-sensitive: \"limit\")`) {
+		t.Errorf("a field name in another case: %d %s; want 400 naming the field and its spelling", code, body)
+	}
+}

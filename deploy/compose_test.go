@@ -70,6 +70,13 @@ func TestComposeFile(t *testing.T) {
 		if !aliased {
 			t.Errorf("%s does not answer to the join name %s", name, host)
 		}
+		// Without TLS and a gossip key, a port given no address listens
+		// on loopback only, where the other containers cannot reach it.
+		for _, env := range []string{"RLNODE_HTTP_ADDR", "RLNODE_GRPC_ADDR", "RLNODE_PEER_ADDR", "RLNODE_GOSSIP_ADDR"} {
+			if host, _, err := net.SplitHostPort(s.Environment[env]); err != nil || host != "" {
+				t.Errorf("%s: %s %q, want an address on every interface (:port)", name, env, s.Environment[env])
+			}
+		}
 		if s.Environment["RLNODE_NODE_NAME"] != name {
 			t.Errorf("%s: RLNODE_NODE_NAME %q, want the service name", name, s.Environment["RLNODE_NODE_NAME"])
 		}

@@ -11,9 +11,10 @@ import (
 
 // Load reads the policies at path: a YAML file, or a directory whose
 // *.yaml and *.yml files (not those whose name starts with '.', such as a
-// Kubernetes ConfigMap's ..data) are read in name order. Each file holds
-// one domain per `---` document; a domain may be defined once. The first
-// error, an *Error naming file, line and field, rejects the whole set.
+// Kubernetes ConfigMap's ..data) are read in name order; a directory
+// without any is an error. Each file holds one domain per `---`
+// document; a domain may be defined once. The first error, an *Error
+// naming file, line and field, rejects the whole set.
 func Load(path string) (*Set, error) {
 	files, err := policyFiles(path)
 	if err != nil {
@@ -59,6 +60,11 @@ func policyFiles(path string) ([]string, error) {
 			continue
 		}
 		files = append(files, full)
+	}
+	if len(files) == 0 {
+		// An empty set would pass for policies that limit nothing: a
+		// mistyped or empty path must fail where it is given.
+		return nil, fmt.Errorf("policy directory %s: no policy files (*.yaml, *.yml)", path)
 	}
 	sort.Strings(files)
 	return files, nil

@@ -30,7 +30,9 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -254,6 +256,14 @@ func (s *Set) HasDomain(domain string) bool {
 	return ok
 }
 
+// Domains lists the domains of s, in name order.
+func (s *Set) Domains() []string {
+	if s == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(s.domains))
+}
+
 // Policies lists every descriptor with a rate_limit, in file order.
 func (s *Set) Policies() []Policy {
 	if s == nil {
@@ -333,11 +343,34 @@ var ErrNoPolicy = errors.New("no such policy")
 // ("key" alone is the entry with an empty value), with '%', '/' and '='
 // in keys and values escaped as %25, %2F and %3D. It is matched by the
 // same rules as an Envoy request (so "api/path=%2Fapi%2Fusers" finds
-// a "/api/*" wildcard).
+// a "/api/*" wildcard). When nothing matches, the error wraps ErrNoPolicy
+// and says why it may be: a domain that is not loaded, or a value written
+// without its escapes (with the escaped reference, if that one matches).
 func (s *Set) Resolve(ref string) (*Limit, error) {
+	domain, entries, err := parseRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	if m := s.Match(domain, entries); m.Limit != nil {
+		return m.Limit, nil
+	}
+	switch escaped := escapeRef(ref); {
+	case !s.HasDomain(domain):
+		return nil, fmt.Errorf("%q: %w: no domain %q is loaded", ref, ErrNoPolicy, domain)
+	case escaped == "":
+		return nil, fmt.Errorf("%q: %w", ref, ErrNoPolicy)
+	case s.matches(escaped):
+		return nil, fmt.Errorf("%q: %w (a '/', '=' or '%%' in a key or value is written %%2F, %%3D or %%25: did you mean %q?)", ref, ErrNoPolicy, escaped)
+	default:
+		return nil, fmt.Errorf("%q: %w (a '/', '=' or '%%' in a key or value is written %%2F, %%3D or %%25)", ref, ErrNoPolicy)
+	}
+}
+
+// parseRef splits a policy reference into its domain and entries.
+func parseRef(ref string) (string, []Entry, error) {
 	segs := strings.Split(ref, "/")
 	if len(segs) < 2 || segs[0] == "" {
-		return nil, fmt.Errorf("%q: want domain/key=value[/key=value...]", ref)
+		return "", nil, fmt.Errorf("%q: want domain/key=value[/key=value...]", ref)
 	}
 	entries := make([]Entry, len(segs)-1)
 	for i, seg := range segs[1:] {
@@ -347,12 +380,44 @@ func (s *Set) Resolve(ref string) (*Limit, error) {
 			entries[i].Value, err = url.PathUnescape(v)
 		}
 		if err != nil || entries[i].Key == "" {
-			return nil, fmt.Errorf("%q: bad segment %q", ref, seg)
+			return "", nil, fmt.Errorf("%q: bad segment %q", ref, seg)
 		}
 	}
-	m := s.Match(segs[0], entries)
-	if m.Limit == nil {
-		return nil, fmt.Errorf("%q: %w", ref, ErrNoPolicy)
+	return segs[0], entries, nil
+}
+
+// matches reports whether ref is a reference that names a policy.
+func (s *Set) matches(ref string) bool {
+	domain, entries, err := parseRef(ref)
+	return err == nil && s.Match(domain, entries).Limit != nil
+}
+
+// escapeRef returns ref as it would read had its values been escaped, or
+// "" if nothing in it looks unescaped: a segment "key=" with an empty value
+// followed by more segments reads as a value holding '/' (its escaped
+// value runs to the end of ref: "edge/path=/api/users" becomes
+// "edge/path=%2Fapi%2Fusers"), and a segment with two '=' as a value
+// holding '='.
+func escapeRef(ref string) string {
+	segs := strings.Split(ref, "/")
+	out := []string{segs[0]}
+	changed := false
+	for i := 1; i < len(segs); i++ {
+		k, v, ok := strings.Cut(segs[i], "=")
+		switch {
+		case ok && v == "" && i+1 < len(segs):
+			return strings.Join(append(out, k+"="+refSegment("/"+strings.Join(segs[i+1:], "/"))), "/")
+		case strings.Contains(v, "="):
+			v, changed = strings.ReplaceAll(v, "=", "%3D"), true
+		}
+		if ok {
+			out = append(out, k+"="+v)
+		} else {
+			out = append(out, k)
+		}
 	}
-	return m.Limit, nil
+	if !changed {
+		return ""
+	}
+	return strings.Join(out, "/")
 }

@@ -315,3 +315,38 @@ func TestAliasBomb(t *testing.T) {
 		t.Errorf("parse = %v, want an error", err)
 	}
 }
+
+// TestLoadNoPolicyFiles: a directory without policy files is an error, so
+// that a mistyped or empty path fails where it is given instead of
+// loading policies that limit nothing.
+func TestLoadNoPolicyFiles(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "no policy files (*.yaml, *.yml)") {
+		t.Errorf("empty directory: %v, want an error saying it holds no policy files", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("domain: a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "no policy files") {
+		t.Errorf("a directory of other files: %v, want an error saying it holds no policy files", err)
+	}
+}
+
+// TestResolveSaysWhy: a reference that names no policy says why it may
+// be: a domain not loaded, or a value written without its escapes, with
+// the escaped reference when that one names a policy.
+func TestResolveSaysWhy(t *testing.T) {
+	set := loadExample(t)
+	for _, tt := range []struct{ ref, want, unwanted string }{
+		{"nope/user=alice", `no such policy: no domain "nope" is loaded`, ""},
+		{"edge/path=/api/widgets", `no such policy (a '/', '=' or '%' in a key or value is written %2F, %3D or %25: did you mean "edge/path=%2Fapi%2Fwidgets"?)`, ""},
+		{"edge/tier=a=b", `no such policy (a '/', '=' or '%' in a key or value is written %2F, %3D or %25)`, "did you mean"},
+		{"edge/user=bob", `"edge/user=bob": no such policy`, "%2F"},
+	} {
+		_, err := set.Resolve(tt.ref)
+		if !errors.Is(err, ErrNoPolicy) || !strings.Contains(err.Error(), tt.want) ||
+			tt.unwanted != "" && strings.Contains(err.Error(), tt.unwanted) {
+			t.Errorf("Resolve(%q) = %v\nwant ErrNoPolicy saying %q", tt.ref, err, tt.want)
+		}
+	}
+}

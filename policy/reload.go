@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -70,7 +71,35 @@ func NewReloader(conf ReloaderConfig) (*Reloader, error) {
 		return nil, err
 	}
 	r.publish(set)
+	r.log.Info("policies loaded", logAttrs(r.path, set)...)
 	return r, nil
+}
+
+// maxLogged bounds the domain names and policy references that the log
+// line of a load names: enough to recognise a set, bounded for a large one.
+const maxLogged = 20
+
+// logAttrs describes set, loaded from path, for the log line of a load:
+// how many domains and policies it holds, and the first maxLogged of each.
+func logAttrs(path string, set *Set) []any {
+	refs := make([]string, 0, min(len(set.Policies()), maxLogged+1))
+	for _, p := range set.Policies() {
+		if len(refs) > maxLogged {
+			break
+		}
+		refs = append(refs, p.Ref)
+	}
+	return []any{"path", path, "domains", len(set.domains), "policies", len(set.policies),
+		"domain_names", firstOf(set.Domains(), len(set.domains)), "refs", firstOf(refs, len(set.policies))}
+}
+
+// firstOf joins the first maxLogged of names, of total, saying how many
+// more there are.
+func firstOf(names []string, total int) string {
+	if total <= maxLogged {
+		return strings.Join(names, ",")
+	}
+	return fmt.Sprintf("%s (+%d more)", strings.Join(names[:maxLogged], ","), total-maxLogged)
 }
 
 // Policies returns the policies in force: an immutable snapshot. A nil
@@ -111,7 +140,7 @@ func (r *Reloader) Reload() error {
 		return err
 	}
 	r.publish(set)
-	r.log.Info("policies reloaded", "path", r.path, "domains", len(set.domains), "policies", len(set.policies))
+	r.log.Info("policies reloaded", logAttrs(r.path, set)...)
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -189,4 +190,27 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestReloaderLogsWhatItLoads: the load at start (and each reload) logs
+// how many domains and policies are in force and names the first
+// maxLogged of each, not all of a large set.
+func TestReloaderLogsWhatItLoads(t *testing.T) {
+	var y strings.Builder
+	for i := range maxLogged + 2 {
+		fmt.Fprintf(&y, "---\ndomain: d%02d\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n", i)
+	}
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	writeFile(t, path, y.String())
+	var logs syncBuffer
+	newTestReloader(t, path, &logs)
+	line := logs.String()
+	for _, want := range []string{`msg="policies loaded"`, "domains=22 policies=22", `domain_names="d00,d01,`, `d19 (+2 more)"`, `refs="d00/k,d01/k,`, `d19/k (+2 more)"`} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log lacks %q:\n%s", want, line)
+		}
+	}
+	if strings.Contains(line, "d21") {
+		t.Errorf("log names more than %d domains:\n%s", maxLogged, line)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
@@ -457,16 +458,17 @@ func every(n int) []int {
 
 // Run drives the service's background work until ctx ends: GLOBAL sync
 // rounds, hand-off of counters this node no longer owns, replication of
-// changed counters to their heirs, and probes of suspect owners. Shutdown then calls HandOff and FlushGlobal, in that
-// order.
+// changed counters to their heirs, and probes of suspect owners.
+// Shutdown then calls HandOff and FlushGlobal, in that order. If one of
+// these loops fails, Run stops the others and returns its error, so that
+// the node's owner hears of it and stops too.
 func (s *Service) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	wg.Go(func() { s.handoff.Run(ctx) })
-	wg.Go(func() { s.replica.Run(ctx) })
-	wg.Go(func() { s.probe(ctx) })
-	err := s.global.Run(ctx)
-	wg.Wait()
-	return err
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.handoff.Run(ctx) })
+	g.Go(func() error { return s.replica.Run(ctx) })
+	g.Go(func() error { s.probe(ctx); return nil })
+	g.Go(func() error { return s.global.Run(ctx) })
+	return g.Wait()
 }
 
 // RingChanged tells the service that the ring changed, so that it hands

@@ -21,6 +21,7 @@ import (
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/internal/admit"
 	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // TestClientPortBoundsDescriptors checks that the client port decodes at
@@ -58,7 +59,7 @@ func TestParseConfigBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxInflight != admit.DefaultMax || c.MaxStreams != admit.DefaultMaxStreams || c.MaxConns != defaultMaxConns || c.MaxLogEntries != limiter.DefaultMaxLogEntries {
+	if c.MaxInflight != admit.DefaultMax || c.MaxStreams != admit.DefaultMaxStreams || c.MaxConns != node.DefaultMaxConns || c.MaxLogEntries != limiter.DefaultMaxLogEntries {
 		t.Errorf("defaults: %+v", c)
 	}
 	for _, args := range [][]string{
@@ -156,9 +157,9 @@ func TestMemoryLimit(t *testing.T) {
 // 2, saying why), while the first node stays ready.
 func TestDuplicateNodeName(t *testing.T) {
 	first, _ := startNamedNode(t, "dup")
-	second, stop := startNamedNode(t, "dup", "--join", first.cluster.GossipAddr())
+	second, stop := startNamedNode(t, "dup", "--join", first.Cluster().GossipAddr())
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		resp, err := http.Get("http://" + second.httpAddr + "/readyz")
+		resp, err := http.Get("http://" + second.HTTPAddr() + "/readyz")
 		if err != nil {
 			break // serve has stopped
 		}
@@ -174,7 +175,7 @@ func TestDuplicateNodeName(t *testing.T) {
 	if !errors.Is(err, cluster.ErrNameTaken) || exitCode(err, io.Discard) != 2 {
 		t.Errorf("serve of the second node = %v, want ErrNameTaken and exit status 2", err)
 	}
-	resp, err := http.Get("http://" + first.httpAddr + "/readyz")
+	resp, err := http.Get("http://" + first.HTTPAddr() + "/readyz")
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("the first node: %v %v, want ready", resp, err)
 	}

@@ -9,9 +9,13 @@ import (
 	"io"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/loadgen"
 )
 
 // checkUsage heads `rlnode check -h`.
@@ -27,6 +31,14 @@ refuses a request sooner than that after the last admitted one; without
 --parent-duration, shared by every key of --name that names --parent-key)
 has room; the verdict says when it borrowed.
 
+--hits 0 peeks: it charges nothing and says what a check of 1 would get
+now (PEEK, with the hits remaining; when none remain, a check of 1 would
+be refused, and is admitted again by the time the counter is full at the
+latest; "admits_one" with --json). A peek exits 0 whatever it finds.
+
+--addr is the node's gRPC port (its --grpc-addr), where rlnode members
+takes its HTTP port.
+
 Exit status: 0 allowed (UNDER_LIMIT), 1 refused (OVER_LIMIT), 2 an error:
 bad usage, an invalid check (the message names the field), or a node that
 cannot be reached within --timeout.
@@ -41,13 +53,13 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("rlnode check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	withUsage(fs, checkUsage)
-	addr := fs.String("addr", "localhost:8081", "gRPC address of a node")
+	addr := fs.String("addr", "localhost:8081", "gRPC address of a node (its --grpc-addr)")
 	name := fs.String("name", "cli", "limit name")
 	key := fs.String("key", "", "the limited entity, e.g. user:42 (required)")
 	limit := fs.Int64("limit", 0, "requests allowed per --duration (required)")
 	duration := fs.Duration("duration", time.Minute, "the period")
 	algorithm := fs.String("algorithm", "TOKEN_BUCKET", "TOKEN_BUCKET, GCRA, LEAKY_BUCKET, FIXED_WINDOW, SLIDING_WINDOW or SLIDING_LOG")
-	hits := fs.Int64("hits", 1, "cost of this request; 0 asks without charging")
+	hits := fs.Int64("hits", 1, "cost of this request; 0 peeks: it charges nothing and says whether a check of 1 would be admitted")
 	burst := fs.Int64("burst", 0, "bucket capacity (0: --limit)")
 	minInterval := fs.Duration("min-interval", 0, "least time between two admitted requests for --key (0: none; rounded up to the millisecond)")
 	ceiling := fs.Int64("ceiling", 0, "borrow beyond --limit up to this many per --duration while the parent has room (0: no borrowing)")
@@ -73,7 +85,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("--algorithm: %w", err)
 	}
-	opts, err := dialOptions(tlsFlags.config(), *addr)
+	opts, err := loadgen.DialOptions(tlsFlags.config(), *addr)
 	if err != nil {
 		return err
 	}
@@ -87,12 +99,24 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	l := client.Limit{Name: *name, Count: *limit, Period: *duration, Burst: *burst, Algorithm: client.Algorithm(alg), MinInterval: *minInterval,
 		Ceiling: *ceiling, Parent: client.Parent{Key: *parentKey, Count: *parentLimit, Period: *parentDuration}}
 	d, err := c.Take(ctx, l, *key, *hits)
+	if code := status.Code(err); (code == codes.Unavailable || code == codes.DeadlineExceeded) && answersHTTP(ctx, *addr, tlsFlags.config()) {
+		return fmt.Errorf("check %s: this is an HTTP port, not a gRPC one: rlnode check calls a node's gRPC port (its --grpc-addr, :8081 by default); "+
+			"rlnode members is the command that takes the HTTP port", *addr)
+	}
 	if err != nil {
 		return fmt.Errorf("check %s: %w", *addr, err)
 	}
-	if *asJSON {
-		err = json.NewEncoder(stdout).Encode(checkJSON(d))
-	} else {
+	peek := *hits == 0
+	switch {
+	case *asJSON:
+		out := checkJSON(d)
+		if peek {
+			out["admits_one"] = admitsOne(d)
+		}
+		err = json.NewEncoder(stdout).Encode(out)
+	case peek:
+		_, err = fmt.Fprintln(stdout, describePeek(d, time.Now()))
+	default:
 		_, err = fmt.Fprintln(stdout, describe(d, time.Now()))
 	}
 	if err == nil && !d.Allowed {
@@ -123,6 +147,30 @@ func checkJSON(d client.Decision) map[string]any {
 	}
 	return out
 }
+
+// describePeek says what a peek (a check of 0 hits, which is always
+// admitted and charges nothing) found, as what a check of 1 would get:
+// admitted while a hit remains; else refused now, and admitted again by
+// the time the counter is full at the latest (the answer of a peek does
+// not say sooner).
+func describePeek(d client.Decision, now time.Time) string {
+	reset := max(d.ResetAt.Sub(now).Round(time.Millisecond), 0)
+	line := fmt.Sprintf("PEEK  %d of %d remaining, full again in %v: ", d.Remaining, d.Limit, reset)
+	if admitsOne(d) {
+		line += "a check of 1 would be admitted"
+	} else {
+		line += fmt.Sprintf("a check of 1 would be refused now, and admitted again within %v at the latest", reset)
+	}
+	if d.DecidedBy != "" {
+		line += fmt.Sprintf(" (decided by %s)", d.DecidedBy)
+	}
+	return line
+}
+
+// admitsOne reports whether a check of 1 would be admitted now, by the
+// answer d to a peek: whole hits remaining count those a check could
+// take now.
+func admitsOne(d client.Decision) bool { return d.Allowed && d.Remaining > 0 }
 
 // describe says a verdict in a line a person reads at a glance.
 func describe(d client.Decision, now time.Time) string {

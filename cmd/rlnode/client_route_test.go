@@ -32,7 +32,7 @@ func (c *testCluster) forwarded(t *testing.T, tlsConf *tls.Config, skip ...int) 
 		if contains(skip, i) {
 			continue
 		}
-		resp, err := hc.Get(scheme + n.httpAddr + "/metrics")
+		resp, err := hc.Get(scheme + n.HTTPAddr() + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +61,7 @@ func (c *testCluster) routingClient(t *testing.T, opts ...client.Option) *client
 	t.Helper()
 	var addrs []string
 	for _, n := range c.nodes {
-		addrs = append(addrs, n.grpcAddr)
+		addrs = append(addrs, n.GRPCAddr())
 	}
 	cl, err := client.Open(addrs, opts...)
 	if err != nil {
@@ -189,7 +189,7 @@ func TestRoutingClientOverTLS(t *testing.T) {
 	ca := testpki.NewCA(t, "public")
 	srv := ca.Issue(t, "rlnode", "127.0.0.1").Write(t, t.TempDir(), "server", ca)
 	c := startCluster(t, 3, "--tls-cert", srv.Cert, "--tls-key", srv.Key)
-	seed := c.nodes[0].grpcAddr
+	seed := c.nodes[0].GRPCAddr()
 	opt, err := client.TLS{CA: srv.CA}.DialOption(seed)
 	if err != nil {
 		t.Fatal(err)
@@ -223,13 +223,13 @@ func BenchmarkClientRouting(b *testing.B) {
 	for i := range keys {
 		keys[i] = fmt.Sprint("user:", i)
 	}
-	routing, err := client.Open([]string{c.nodes[0].grpcAddr, c.nodes[1].grpcAddr, c.nodes[2].grpcAddr})
+	routing, err := client.Open([]string{c.nodes[0].GRPCAddr(), c.nodes[1].GRPCAddr(), c.nodes[2].GRPCAddr()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer routing.Close()
 	waitForRing(b, routing, 3)
-	unbatched, err := client.Open([]string{c.nodes[0].grpcAddr}, client.WithoutBatching())
+	unbatched, err := client.Open([]string{c.nodes[0].GRPCAddr()}, client.WithoutBatching())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 // keysNotOwnedBy returns n keys whose owner is not node i, so that checks
 // sent to node i are all forwarded.
 func (c *testCluster) keysNotOwnedBy(i, n int) []string {
-	r := c.nodes[i].cluster.Ring()
-	self := c.nodes[i].cluster.LocalMember().Name
+	r := c.nodes[i].Cluster().Ring()
+	self := c.nodes[i].Cluster().LocalMember().Name
 	var keys []string
 	for k := 0; len(keys) < n; k++ {
 		key := fmt.Sprint("bench:", k)

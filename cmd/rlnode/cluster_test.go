@@ -13,12 +13,13 @@ import (
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // testCluster is several nodes in this test process, on loopback, with
 // real memberlist and real gRPC.
 type testCluster struct {
-	nodes   []*node
+	nodes   []*node.Node
 	stops   []func() error
 	clients []*client.Client
 }
@@ -40,10 +41,10 @@ func startCluster(t testing.TB, n int, args ...string) *testCluster {
 func (c *testCluster) add(t testing.TB, args ...string) {
 	t.Helper()
 	if len(c.nodes) > 0 {
-		args = append([]string{"--join", c.nodes[0].cluster.GossipAddr()}, args...)
+		args = append([]string{"--join", c.nodes[0].Cluster().GossipAddr()}, args...)
 	}
 	n, stop := startNamedNode(t, fmt.Sprintf("node-%d", len(c.nodes)), args...)
-	cl, err := client.New(n.grpcAddr)
+	cl, err := client.New(n.GRPCAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func (c *testCluster) waitForMembers(t testing.TB, want int, skip ...int) {
 			if contains(skip, i) {
 				continue
 			}
-			ok = ok && n.cluster.Ring().Len() == want && n.cluster.Ready()
+			ok = ok && n.Cluster().Ring().Len() == want && n.Cluster().Ready()
 		}
 		if ok {
 			return
@@ -69,7 +70,7 @@ func (c *testCluster) waitForMembers(t testing.TB, want int, skip ...int) {
 		if time.Now().After(deadline) {
 			var lens []string
 			for _, n := range c.nodes {
-				lens = append(lens, fmt.Sprintf("%d/%v", n.cluster.Ring().Len(), n.cluster.Ready()))
+				lens = append(lens, fmt.Sprintf("%d/%v", n.Cluster().Ring().Len(), n.Cluster().Ready()))
 			}
 			t.Fatalf("cluster did not converge on %d members within 20s: rings %v", want, lens)
 		}
@@ -271,7 +272,7 @@ func TestMembersShowsReplicas(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		out.Reset()
-		if err := run(context.Background(), []string{"members", "--addr", c.nodes[0].httpAddr}, env(nil), &out, io.Discard); err != nil {
+		if err := run(context.Background(), []string{"members", "--addr", c.nodes[0].HTTPAddr()}, env(nil), &out, io.Discard); err != nil {
 			t.Fatal(err)
 		}
 		sum, rows := 0, 0

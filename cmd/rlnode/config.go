@@ -6,89 +6,64 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/ringlimit/ringlimit/algorithms"
-	"github.com/ringlimit/ringlimit/internal/admit"
 	"github.com/ringlimit/ringlimit/internal/tlsfiles"
-	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/peer"
-	"github.com/ringlimit/ringlimit/replica"
-	"github.com/ringlimit/ringlimit/service"
-	"github.com/ringlimit/ringlimit/snapshot"
 )
 
-// Config is every setting of a serving rlnode. Each field is a flag and,
-// when the flag is not given, an RLNODE_* environment variable named after
-// it (--http-addr is RLNODE_HTTP_ADDR).
+// Config is every setting of a serving rlnode: the node's, and the
+// process's own. Each field is a flag and, when the flag is not given, an
+// RLNODE_* environment variable named after it (--http-addr is
+// RLNODE_HTTP_ADDR).
 type Config struct {
-	HTTPAddr          string
-	GRPCAddr          string
-	PeerAddr          string
-	GossipAddr        string
-	AdvertiseAddr     string
-	Join              []string
-	NodeName          string
-	MaxKeys           int
-	BatchWait         time.Duration
-	BatchLimit        int
-	GlobalSync        time.Duration
-	PolicyFile        string
-	MaxClockSkew      time.Duration
-	ShutdownTimeout   time.Duration
-	HandOffWait       time.Duration
-	ReplicateInterval time.Duration
-	LogLevel          string
-	MaxInflight       int
-	MaxStreams        int
-	MaxConns          int
-	MemoryLimit       string
-	MaxLogEntries     int
-	SnapshotDir       string
-	SnapshotInterval  time.Duration
-	// PeerTLS is mutual TLS on the peer port; TLS is TLS on the HTTP and
-	// gRPC ports. Empty files mean plaintext.
-	PeerTLS tlsfiles.Files
-	TLS     tlsfiles.Files
-	// GossipKeys encrypt gossip; the first encrypts, all decrypt.
-	GossipKeys [][]byte
+	node.Config
+	LogLevel    string
+	MemoryLimit string
+	// loopback lists the address flags, with their values, of the ports
+	// that listen on loopback only because none was given and no security
+	// is configured (see protect).
+	loopback []string
 }
 
 // parseConfig reads flags from args, falling back to RLNODE_* variables via
 // getenv. It is the only reader of the environment.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	hostname, _ := os.Hostname()
+	d := node.DefaultConfig()
 	var c Config
 	var join, gossipKey string
 	fs := flag.NewFlagSet("rlnode", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { writeUsage(fs) }
-	fs.StringVar(&c.HTTPAddr, "http-addr", ":8080", "HTTP listen address (POST /v1/check, /metrics, /healthz, /readyz, /v1/members)")
-	fs.StringVar(&c.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (ringlimit.v1.RateLimiter, health, reflection)")
-	fs.StringVar(&c.PeerAddr, "peer-addr", ":8082", "gRPC listen address for peer traffic only (forwards, hand-off, GLOBAL sync)")
-	fs.StringVar(&c.GossipAddr, "gossip-addr", ":7946", "memberlist bind address, TCP and UDP")
-	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "address other nodes use to reach this one (default: first non-loopback IP)")
+	fs.StringVar(&c.HTTPAddr, "http-addr", d.HTTPAddr, "HTTP listen address (POST /v1/check, /metrics, /healthz, /readyz, /v1/members)"+loopbackUsage)
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", d.GRPCAddr, "gRPC listen address (ringlimit.v1.RateLimiter, health, reflection)"+loopbackUsage)
+	fs.StringVar(&c.PeerAddr, "peer-addr", d.PeerAddr, "gRPC listen address for peer traffic only (forwards, hand-off, GLOBAL sync)"+loopbackUsage)
+	fs.StringVar(&c.GossipAddr, "gossip-addr", d.GossipAddr, "memberlist bind address, TCP and UDP"+loopbackUsage)
+	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "address other nodes use to reach this one (default: the IP --gossip-addr binds, 127.0.0.1 on loopback only; on all interfaces, the first private or else non-loopback IP)")
 	fs.StringVar(&join, "join", "", "comma-separated host:port or DNS names to join through (none: a one-node cluster)")
 	fs.StringVar(&c.NodeName, "node-name", hostname, "unique member name")
-	fs.IntVar(&c.MaxKeys, "max-keys", limiter.DefaultMaxKeys, "counters kept in memory; beyond it the least recently used are evicted")
-	fs.DurationVar(&c.BatchWait, "batch-wait", 500*time.Microsecond, "longest a forwarded check gathered behind a batch in flight to its owner waits before its batch is sent (a check with none in flight is sent at once)")
-	fs.IntVar(&c.BatchLimit, "batch-limit", 1000, "checks that make a forwarding batch full: it is sent at once, even while another is in flight")
-	fs.DurationVar(&c.GlobalSync, "global-sync", 100*time.Millisecond, "GLOBAL hit and broadcast interval")
+	fs.IntVar(&c.MaxKeys, "max-keys", d.MaxKeys, "counters kept in memory; beyond it the least recently used are evicted")
+	fs.DurationVar(&c.BatchWait, "batch-wait", d.BatchWait, "longest a forwarded check gathered behind a batch in flight to its owner waits before its batch is sent (a check with none in flight is sent at once)")
+	fs.IntVar(&c.BatchLimit, "batch-limit", d.BatchLimit, "checks that make a forwarding batch full: it is sent at once, even while another is in flight")
+	fs.DurationVar(&c.GlobalSync, "global-sync", d.GlobalSync, "GLOBAL hit and broadcast interval")
 	fs.StringVar(&c.PolicyFile, "policy-file", "", "YAML policies in the envoyproxy/ratelimit format; reloaded on change")
-	fs.DurationVar(&c.MaxClockSkew, "max-clock-skew", service.DefaultMaxClockSkew, "bound on created_at_ms distance from the server clock")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "time to leave, hand off and drain before exit")
-	fs.DurationVar(&c.HandOffWait, "handoff-wait", time.Second, "longest a check for a key this node has just come to own waits for the key's previous owner to hand its counter over (0: never wait, decide on what is here); under the forward deadline, 2s")
-	fs.DurationVar(&c.ReplicateInterval, "replicate-interval", replica.DefaultInterval, "how often each node sends the counters that changed to the node that would inherit them, which takes them over should it crash: the hits of one interval are what a crash loses (0: no replication)")
+	fs.DurationVar(&c.MaxClockSkew, "max-clock-skew", d.MaxClockSkew, "bound on created_at_ms distance from the server clock")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", d.ShutdownTimeout, "time to leave, hand off and drain before exit")
+	fs.DurationVar(&c.HandOffWait, "handoff-wait", d.HandOffWait, "longest a check for a key this node has just come to own waits for the key's previous owner to hand its counter over (0: never wait, decide on what is here); under the forward deadline, 2s")
+	fs.DurationVar(&c.ReplicateInterval, "replicate-interval", d.ReplicateInterval, "how often each node sends the counters that changed to the node that would inherit them, which takes them over should it crash: the hits of one interval are what a crash loses (0: no replication)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
-	fs.IntVar(&c.MaxConns, "max-conns", defaultMaxConns, "connections open at once on each of the HTTP, gRPC and peer listeners; beyond it new ones wait to be accepted")
+	fs.IntVar(&c.MaxConns, "max-conns", d.MaxConns, "connections open at once on each of the HTTP, gRPC and peer listeners; beyond it new ones wait to be accepted")
 	fs.StringVar(&c.MemoryLimit, "memory-limit", "", "the Go runtime's soft memory limit, e.g. 512MiB (default: 90% of the container's memory limit, unless GOMEMLIMIT is set)")
-	fs.IntVar(&c.MaxLogEntries, "max-log-entries", limiter.DefaultMaxLogEntries, "entries of all SLIDING_LOG counters held, 16 bytes each; beyond it the least recently used logs are evicted")
+	fs.IntVar(&c.MaxLogEntries, "max-log-entries", d.MaxLogEntries, "entries of all SLIDING_LOG counters held, 16 bytes each; beyond it the least recently used logs are evicted")
 	fs.StringVar(&c.SnapshotDir, "snapshot-dir", "", "directory for this node's counters, written every --snapshot-interval and at shutdown, loaded at start: they survive a stop of the whole cluster (none: counters live in memory only)")
-	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", snapshot.DefaultInterval, "how often the counters are written to --snapshot-dir: a node killed without its shutdown (SIGKILL, power loss) comes back with its counters as they were at most this long before")
-	fs.IntVar(&c.MaxInflight, "max-inflight", admit.DefaultMax, "client requests (HTTP checks, gRPC calls and the requests of CheckStreams) in flight at once; beyond it they are refused at once, HTTP 503 or gRPC RESOURCE_EXHAUSTED")
-	fs.IntVar(&c.MaxStreams, "max-streams", admit.DefaultMaxStreams, "CheckStream streams open at once (a Go client keeps one to each node); beyond it new ones are refused with RESOURCE_EXHAUSTED, and their clients use Check RPCs")
+	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", d.SnapshotInterval, "how often the counters are written to --snapshot-dir: a node killed without its shutdown (SIGKILL, power loss) comes back with its counters as they were at most this long before")
+	fs.IntVar(&c.MaxInflight, "max-inflight", d.MaxInflight, "client requests (HTTP checks, gRPC calls and the requests of CheckStreams) in flight at once; beyond it they are refused at once, HTTP 503 or gRPC RESOURCE_EXHAUSTED")
+	fs.IntVar(&c.MaxStreams, "max-streams", d.MaxStreams, "CheckStream streams open at once (a Go client keeps one to each node); beyond it new ones are refused with RESOURCE_EXHAUSTED, and their clients use Check RPCs")
 	fs.StringVar(&c.PeerTLS.Cert, "peer-tls-cert", "", "PEM certificate for the peer port, valid for --node-name, from the cluster CA; reloaded on change")
 	fs.StringVar(&c.PeerTLS.Key, "peer-tls-key", "", "PEM key of --peer-tls-cert")
 	fs.StringVar(&c.PeerTLS.CA, "peer-tls-ca", "", "PEM cluster CA: peers must present a certificate from it (mutual TLS)")
@@ -104,12 +79,15 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	// given holds the flags set on the command line or, failing that, by
+	// their variable.
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
 		env := "RLNODE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(env); v != "" && !set[f.Name] {
+		if v := getenv(env); v != "" && !given[f.Name] {
+			given[f.Name] = true
 			if err := fs.Set(f.Name, v); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", env, err))
 			}
@@ -130,7 +108,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		}
 		c.GossipKeys = keys
 	}
-	return c, c.validate()
+	if err := c.validate(); err != nil {
+		return Config{}, err
+	}
+	return c, c.protect(given)
 }
 
 func (c Config) validate() error {
@@ -199,3 +180,84 @@ func parseGossipKeys(v string) ([][]byte, error) {
 	}
 	return keys, nil
 }
+
+// loopbackUsage ends the usage of each address flag: protect's rule.
+const loopbackUsage = "; given no address, with no TLS and no gossip key configured, on 127.0.0.1 only"
+
+// protect is rlnode's protected mode, as Redis has one: with no security
+// configured (no --tls-*, no --peer-tls-*, no --gossip-key), a port given
+// no address (flag or variable) listens on 127.0.0.1 only, so that a bare
+// start is not open to its network. An address given is honoured as
+// given. Gossip bound to 127.0.0.1 advertises 127.0.0.1 unless
+// --advertise-addr says otherwise, so nodes on one host find each other.
+//
+// A node whose peer or gossip port is on loopback only while the rest of
+// its settings reach other hosts (--join or --advertise-addr naming
+// another host, or the other of the two ports given all interfaces) could
+// not be reached by the nodes it joins, which would dial their own
+// loopback instead: that is an error, naming the flags that fix it.
+func (c *Config) protect(given map[string]bool) error {
+	if c.PeerTLS != (tlsfiles.Files{}) || c.TLS != (tlsfiles.Files{}) || len(c.GossipKeys) > 0 {
+		return nil
+	}
+	for _, a := range []struct {
+		flag string
+		addr *string
+	}{{"http-addr", &c.HTTPAddr}, {"grpc-addr", &c.GRPCAddr}, {"peer-addr", &c.PeerAddr}, {"gossip-addr", &c.GossipAddr}} {
+		if given[a.flag] {
+			continue
+		}
+		_, port, err := net.SplitHostPort(*a.addr)
+		if err != nil {
+			return fmt.Errorf("--%s: %w", a.flag, err) // a default without a port: a bug here
+		}
+		*a.addr = net.JoinHostPort("127.0.0.1", port)
+		c.loopback = append(c.loopback, fmt.Sprintf("--%s=%s", a.flag, *a.addr))
+	}
+	if given["peer-addr"] && given["gossip-addr"] {
+		return nil
+	}
+	var wide string
+	switch {
+	case c.AdvertiseAddr != "" && !loopbackHost(c.AdvertiseAddr):
+		wide = "--advertise-addr " + c.AdvertiseAddr
+	case given["peer-addr"] && !loopbackHost(c.PeerAddr):
+		wide = "--peer-addr " + c.PeerAddr
+	case given["gossip-addr"] && !loopbackHost(c.GossipAddr):
+		wide = "--gossip-addr " + c.GossipAddr
+	default:
+		for _, j := range c.Join {
+			if !loopbackHost(j) {
+				wide = "--join " + j
+				break
+			}
+		}
+	}
+	if wide == "" {
+		return nil
+	}
+	return fmt.Errorf("%s reaches other hosts, but with no TLS and no gossip key configured the peer and gossip ports given no address "+
+		"listen on 127.0.0.1 only, where other nodes cannot reach this one: give --peer-addr and --gossip-addr (e.g. :8082 and :7946), "+
+		"or configure peer TLS (--peer-tls-cert, --peer-tls-key, --peer-tls-ca) and a gossip key (--gossip-key)", wide)
+}
+
+// loopbackHost reports whether addr, a host or host:port, names this host
+// only: localhost or a loopback IP. An empty host (all interfaces) does
+// not.
+func loopbackHost(addr string) bool {
+	host := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// loopbackNote is the message a node in protected mode logs at start,
+// with c.loopback beside it.
+const loopbackNote = "listening on loopback only: no TLS and no gossip key are configured, and no address was given; " +
+	"to serve other hosts, give each address (e.g. --http-addr :8080 or RLNODE_HTTP_ADDR=:8080), " +
+	"or configure TLS (--tls-cert, --peer-tls-cert, ...) and a gossip key (--gossip-key)"

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"encoding/base64"
+	"fmt"
 	"io"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -9,8 +12,15 @@ import (
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
+// gossipKey is a valid --gossip-key: with it, a node is not in protected
+// mode (see Config.protect).
+var gossipKey = base64.StdEncoding.EncodeToString(make([]byte, 32))
+
+// TestParseConfigDefaults: the defaults of a node with security
+// configured (here a gossip key); without, its ports are on loopback (see
+// TestParseConfigLoopback).
 func TestParseConfigDefaults(t *testing.T) {
-	c, err := parseConfig(nil, env(nil), io.Discard)
+	c, err := parseConfig(nil, env(map[string]string{"RLNODE_GOSSIP_KEY": gossipKey}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +34,7 @@ func TestParseConfigDefaults(t *testing.T) {
 }
 
 func TestParseConfigFlagsBeatEnvironment(t *testing.T) {
-	c, err := parseConfig([]string{"--http-addr", "127.0.0.1:9000", "--join", "a:7946, b"}, env(map[string]string{
+	c, err := parseConfig([]string{"--http-addr", "127.0.0.1:9000", "--join", "a:7946, b", "--gossip-key", gossipKey}, env(map[string]string{
 		"RLNODE_HTTP_ADDR":  "127.0.0.1:1",
 		"RLNODE_GRPC_ADDR":  "127.0.0.1:9001",
 		"RLNODE_MAX_KEYS":   "42",
@@ -84,5 +94,59 @@ func TestParseConfigErrorsNameTheSetting(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v %v: err %v, want one naming %s", c.args, c.env, err, c.want)
 		}
+	}
+}
+
+// TestParseConfigLoopback: with no security configured, the ports given
+// no address (flag or variable) listen on 127.0.0.1 only, those given one
+// where they are told; any security setting turns the rule off; and a
+// node whose peer or gossip port is on loopback while --join,
+// --advertise-addr or the other port reach other hosts is refused,
+// naming the flags that fix it.
+func TestParseConfigLoopback(t *testing.T) {
+	wide := map[string]string{"http": ":8080", "grpc": ":8081", "peer": ":8082", "gossip": ":7946"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want map[string]string // addresses by port; "" for an error
+		err  []string          // parts of the error
+	}{
+		{"bare", nil, nil, map[string]string{"http": "127.0.0.1:8080", "grpc": "127.0.0.1:8081", "peer": "127.0.0.1:8082", "gossip": "127.0.0.1:7946"}, nil},
+		{"an address given by flag and by variable", []string{"--http-addr", ":9080"}, map[string]string{"RLNODE_GRPC_ADDR": "0.0.0.0:9081"},
+			map[string]string{"http": ":9080", "grpc": "0.0.0.0:9081", "peer": "127.0.0.1:8082", "gossip": "127.0.0.1:7946"}, nil},
+		{"gossip key", nil, map[string]string{"RLNODE_GOSSIP_KEY": gossipKey}, wide, nil},
+		{"client TLS", []string{"--tls-cert", "c.pem", "--tls-key", "k.pem"}, nil, wide, nil},
+		{"peer TLS", []string{"--peer-tls-cert", "c.pem", "--peer-tls-key", "k.pem", "--peer-tls-ca", "ca.pem"}, nil, wide, nil},
+		{"joining this host", []string{"--join", "127.0.0.1:7946,localhost:8946"}, nil,
+			map[string]string{"http": "127.0.0.1:8080", "grpc": "127.0.0.1:8081", "peer": "127.0.0.1:8082", "gossip": "127.0.0.1:7946"}, nil},
+		{"joining another host", []string{"--join", "10.0.0.1:7946"}, nil, nil, []string{"--join 10.0.0.1:7946", "--peer-addr and --gossip-addr", "--gossip-key"}},
+		{"joining by name", nil, map[string]string{"RLNODE_JOIN": "ringlimit:7946"}, nil, []string{"--join ringlimit:7946"}},
+		{"advertising another host", []string{"--advertise-addr", "10.0.0.5"}, nil, nil, []string{"--advertise-addr 10.0.0.5", "--peer-addr"}},
+		{"gossip wide, peer on loopback", []string{"--gossip-addr", ":7946"}, nil, nil, []string{"--gossip-addr :7946", "--peer-addr"}},
+		{"both peer ports given", []string{"--gossip-addr", ":7946", "--peer-addr", ":8082", "--join", "10.0.0.1"}, nil,
+			map[string]string{"http": "127.0.0.1:8080", "grpc": "127.0.0.1:8081", "peer": ":8082", "gossip": ":7946"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parseConfig(tc.args, env(tc.env), io.Discard)
+			if tc.err != nil {
+				for _, part := range tc.err {
+					if err == nil || !strings.Contains(err.Error(), part) {
+						t.Errorf("error %v, want one saying %q", err, part)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{"http": c.HTTPAddr, "grpc": c.GRPCAddr, "peer": c.PeerAddr, "gossip": c.GossipAddr}
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("addresses %v, want %v", got, tc.want)
+			}
+			if onLoopback := strings.Count(strings.Join(c.loopback, " "), "127.0.0.1"); onLoopback != strings.Count(fmt.Sprint(tc.want), "127.0.0.1") {
+				t.Errorf("loopback notes %q for addresses %v", c.loopback, tc.want)
+			}
+		})
 	}
 }

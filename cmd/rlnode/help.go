@@ -40,8 +40,9 @@ Commands:
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, `
-Exit status: 0 on success, 1 when rlnode check was refused (OVER_LIMIT),
-2 on any error (bad usage, invalid input, an unreachable node, a failed server).
+Exit status: 0 on success, 1 when rlnode check was refused (OVER_LIMIT) or
+rlnode policy check found the files invalid, 2 on any other error (bad
+usage, invalid input, an unreachable node, a failed server).
 `)
 	fmt.Fprintln(w, "\nFlags for serving (each also an RLNODE_* variable: --http-addr is RLNODE_HTTP_ADDR):")
 	fs.PrintDefaults()

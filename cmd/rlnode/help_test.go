@@ -177,3 +177,79 @@ func TestDescribe(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckPeek: --hits 0 says what a check of 1 would get: admitted
+// while a hit remains; on a spent key, refused now and admitted again by
+// the time the counter is full. A peek charges nothing and exits 0.
+func TestCheckPeek(t *testing.T) {
+	_, grpcAddr, stop := startNode(t)
+	defer stop()
+	check := func(args ...string) (int, string) {
+		var out strings.Builder
+		err := run(context.Background(), append([]string{"check", "--addr", grpcAddr, "--key", "p", "--limit", "2", "--duration", "1h"}, args...),
+			env(nil), &out, io.Discard)
+		return exitCode(err, io.Discard), out.String()
+	}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int
+		output []string // parts of stdout (the time to full runs on between checks)
+	}{
+		{"fresh", []string{"--hits", "0"}, 0, []string{"PEEK  2 of 2 remaining, full again in 0s: a check of 1 would be admitted"}},
+		{"fresh, JSON", []string{"--hits", "0", "--json"}, 0, []string{`"admits_one":true`, `"status":"UNDER_LIMIT"`}},
+		{"spend one", nil, 0, []string{"ALLOWED  1 of 2 remaining"}},
+		{"one left", []string{"--hits", "0"}, 0, []string{"PEEK  1 of 2 remaining, full again in ", ": a check of 1 would be admitted"}},
+		{"spend the other", nil, 0, []string{"ALLOWED  0 of 2 remaining"}},
+		{"spent", []string{"--hits", "0"}, 0, []string{"PEEK  0 of 2 remaining, full again in ", ": a check of 1 would be refused now, and admitted again within "}},
+		{"spent, JSON", []string{"--hits", "0", "--json"}, 0, []string{`"admits_one":false`, `"remaining":0`}},
+		{"still spent: the peeks charged nothing", nil, 1, []string{"REFUSED  0 of 2 remaining"}},
+	} {
+		code, out := check(tc.args...)
+		if code != tc.code {
+			t.Errorf("%s: exit %d, want %d", tc.name, code, tc.code)
+		}
+		for _, part := range tc.output {
+			if !strings.Contains(out, part) {
+				t.Errorf("%s: printed %q, want %q", tc.name, out, part)
+			}
+		}
+	}
+}
+
+// TestAddrOfTheOtherPort: rlnode check given a node's HTTP port, and
+// rlnode members given its gRPC port, say which port they were given and
+// which they take, rather than a protocol error.
+func TestAddrOfTheOtherPort(t *testing.T) {
+	httpAddr, grpcAddr, stop := startNode(t)
+	defer stop()
+	err := run(context.Background(), []string{"check", "--addr", httpAddr, "--key", "k", "--limit", "1"}, env(nil), io.Discard, io.Discard)
+	if code := exitCode(err, io.Discard); code != 2 || !strings.Contains(err.Error(), httpAddr+": this is an HTTP port, not a gRPC one") ||
+		!strings.Contains(err.Error(), "--grpc-addr") {
+		t.Errorf("check --addr <HTTP port>: exit %d, %v; want 2 and an error naming the ports", code, err)
+	}
+	err = run(context.Background(), []string{"members", "--addr", grpcAddr}, env(nil), io.Discard, io.Discard)
+	if code := exitCode(err, io.Discard); code != 2 || !strings.Contains(err.Error(), grpcAddr+" is a gRPC port, not an HTTP one") ||
+		!strings.Contains(err.Error(), "--http-addr") {
+		t.Errorf("members --addr <gRPC port>: exit %d, %v; want 2 and an error naming the ports", code, err)
+	}
+}
+
+func TestDescribePeek(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	for _, tc := range []struct {
+		d    client.Decision
+		want string
+	}{
+		{client.Decision{Allowed: true, Limit: 10, Remaining: 3, ResetAt: now.Add(7 * time.Second)},
+			"PEEK  3 of 10 remaining, full again in 7s: a check of 1 would be admitted"},
+		{client.Decision{Allowed: true, Limit: 2, ResetAt: now.Add(time.Minute)},
+			"PEEK  0 of 2 remaining, full again in 1m0s: a check of 1 would be refused now, and admitted again within 1m0s at the latest"},
+		{client.Decision{Allowed: true, Limit: 6, ResetAt: now.Add(time.Second), DecidedBy: "fallback"},
+			"PEEK  0 of 6 remaining, full again in 1s: a check of 1 would be refused now, and admitted again within 1s at the latest (decided by fallback)"},
+	} {
+		if got := describePeek(tc.d, now); got != tc.want {
+			t.Errorf("describePeek = %q\nwant           %q", got, tc.want)
+		}
+	}
+}

@@ -9,8 +9,9 @@
 //	rlnode version            print the build: module version, VCS revision, Go version
 //
 // Exit status: 0 on success, 1 when `rlnode check` was refused
-// (OVER_LIMIT), 2 on any error (bad usage, invalid input, a node that
-// cannot be reached, a server that failed).
+// (OVER_LIMIT) or `rlnode policy check` found the files invalid, 2 on any
+// other error (bad usage, invalid input, a node that cannot be reached, a
+// server that failed).
 package main
 
 import (
@@ -37,6 +38,15 @@ func main() {
 // when the check was refused, so that its exit status tells scripts.
 var errRefused = errors.New("refused")
 
+// invalid is a command's verdict that what it was given to check is
+// wrong, as `rlnode policy check` says of a broken policy file: exit
+// status 1, with its message, where an error of the command's use or run
+// exits 2.
+type invalid struct{ err error }
+
+func (e invalid) Error() string { return e.err.Error() }
+func (e invalid) Unwrap() error { return e.err }
+
 // exitCode is the exit status for run's error, which it reports on stderr
 // unless the user asked for help or a verdict was already printed.
 func exitCode(err error, stderr io.Writer) int {
@@ -44,6 +54,9 @@ func exitCode(err error, stderr io.Writer) int {
 	case err == nil, errors.Is(err, flag.ErrHelp): // -h printed the usage already
 		return 0
 	case errors.Is(err, errRefused):
+		return 1
+	case errors.As(err, new(invalid)):
+		fmt.Fprintln(stderr, "rlnode:", err)
 		return 1
 	}
 	fmt.Fprintln(stderr, "rlnode:", err)
@@ -65,7 +78,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		case "bench":
 			return runBench(ctx, args[1:], stdout, stderr)
 		case "policy":
-			return runPolicy(args[1:], stdout)
+			return runPolicy(args[1:], stdout, stderr)
 		}
 	}
 	conf, err := parseConfig(args, getenv, stderr)

@@ -5,12 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"text/tabwriter"
 	"time"
 
 	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/cluster"
+	"github.com/ringlimit/ringlimit/loadgen"
 )
 
 // runMembers is `rlnode members`: a node's view of the cluster as a table.
@@ -23,10 +24,12 @@ Prints a node's view of the cluster: each member's name, state, gRPC and
 gossip addresses, and share of the ring, from its GET /v1/members; and
 the replicas of other nodes' counters each alive member holds, from its
 own GET /metrics (ringlimit_replicas; "-" when it cannot be read).
+--addr is the node's HTTP port (its --http-addr), where rlnode check
+takes its gRPC port.
 
 Flags:
 `)
-	addr := fs.String("addr", "localhost:8080", "HTTP address of a node")
+	addr := fs.String("addr", "localhost:8080", "HTTP address of a node (its --http-addr)")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
 	tlsFlags := addClientTLS(fs)
 	if err := fs.Parse(args); err != nil {
@@ -34,13 +37,17 @@ Flags:
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	base, tr, err := httpBase(tlsFlags.config(), *addr, http.DefaultTransport.(*http.Transport))
+	n, err := loadgen.NewNode(*addr, tlsFlags.config())
 	if err != nil {
 		return err
 	}
-	defer tr.CloseIdleConnections()
-	ms, err := nodeHTTP{addr: *addr, base: base, hc: &http.Client{Transport: tr}}.members(ctx)
+	defer n.Close()
+	ms, err := n.Members(ctx)
 	if err != nil {
+		if answersGRPC(ctx, *addr, tlsFlags.config()) {
+			return fmt.Errorf("members: %s is a gRPC port, not an HTTP one: rlnode members reads a node's HTTP port (its --http-addr, :8080 by default); "+
+				"rlnode check is the command that takes the gRPC port", *addr)
+		}
 		return fmt.Errorf("members: %w", err)
 	}
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -51,7 +58,7 @@ Flags:
 			name += " (self)"
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.1f%%\t%s\n", name, m.State, m.GRPCAddr, m.GossipAddr, 100*m.Share,
-			replicasOf(ctx, m, tlsFlags))
+			replicasOf(ctx, m, tlsFlags.config()))
 	}
 	return w.Flush()
 }
@@ -59,18 +66,18 @@ Flags:
 // replicasOf returns how many replicas member m holds, read from its
 // metrics, or "-" if it is not alive, did not gossip its HTTP address
 // (an older node) or does not answer.
-func replicasOf(ctx context.Context, m api.Member, tlsFlags *clientTLS) string {
+func replicasOf(ctx context.Context, m api.Member, t *client.TLS) string {
 	if m.State != string(cluster.Alive) || m.HTTPAddr == "" {
 		return "-"
 	}
-	base, tr, err := httpBase(tlsFlags.config(), m.HTTPAddr, http.DefaultTransport.(*http.Transport))
+	n, err := loadgen.NewNode(m.HTTPAddr, t)
 	if err != nil {
 		return "-"
 	}
-	defer tr.CloseIdleConnections()
-	n, err := nodeHTTP{addr: m.HTTPAddr, base: base, hc: &http.Client{Transport: tr}}.replicas(ctx)
+	defer n.Close()
+	r, err := n.Replicas(ctx)
 	if err != nil {
 		return "-"
 	}
-	return fmt.Sprint(int64(n))
+	return fmt.Sprint(int64(r))
 }

@@ -43,7 +43,7 @@ func TestMetricsAreExported(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		resp, err := http.Get("http://" + c.nodes[0].httpAddr + "/metrics")
+		resp, err := http.Get("http://" + c.nodes[0].HTTPAddr() + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}

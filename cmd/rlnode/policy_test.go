@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // TestServeRLSWithPolicyFile: a node given --policy-file answers Envoy's
@@ -133,7 +135,87 @@ func TestPolicyCheckCommand(t *testing.T) {
 	if err == nil || !strings.HasSuffix(err.Error(), `p.yaml:4: descriptors[0].rate_limit.unit: invalid unit "fortnight" (want second, minute, hour, day, week, month or year)`) {
 		t.Errorf("broken file: %v", err)
 	}
+	var stderr strings.Builder
+	if code := exitCode(err, &stderr); code != 1 || !strings.Contains(stderr.String(), "p.yaml:4:") {
+		t.Errorf("broken file: exit %d, stderr %q; want 1 and the file's error", code, stderr.String())
+	}
 	if err := run(context.Background(), []string{"policy", "lint"}, env(nil), io.Discard, io.Discard); err == nil || !strings.HasPrefix(err.Error(), "usage:") {
 		t.Errorf("bad usage: %v", err)
+	}
+}
+
+// TestPolicyCheckFailsOnNothing: a path that holds no policy fails, exit
+// 1, saying so, rather than pass as "OK, 0 policies": an empty directory,
+// one of other files, and a file whose domains set no rate_limit.
+func TestPolicyCheckFailsOnNothing(t *testing.T) {
+	empty := t.TempDir()
+	others := t.TempDir()
+	if err := os.WriteFile(filepath.Join(others, "README.md"), []byte("domain: a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	limitless := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(limitless, []byte("domain: a\ndescriptors:\n  - key: k\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{empty: "no policy files", others: "no policy files", limitless: "no policy: its 1 domain(s) set no rate_limit"} {
+		var out, stderr strings.Builder
+		err := run(context.Background(), []string{"policy", "check", path}, env(nil), &out, &stderr)
+		if code := exitCode(err, &stderr); code != 1 || !strings.Contains(stderr.String(), want) || strings.Contains(out.String(), "OK") {
+			t.Errorf("policy check %s: exit %d, stdout %q, stderr %q; want 1 and an error saying %q", path, code, out.String(), stderr.String(), want)
+		}
+	}
+}
+
+// TestPolicyHelp: `rlnode help policy`, `rlnode policy -h` and `rlnode
+// policy check --help` print the usage and exit 0; bad usage exits 2.
+func TestPolicyHelp(t *testing.T) {
+	for _, args := range [][]string{{"help", "policy"}, {"policy", "-h"}, {"policy", "check", "--help"}, {"policy", "check", "-h", "x.yaml"}} {
+		var out strings.Builder
+		err := run(context.Background(), args, env(nil), &out, &out)
+		if code := exitCode(err, io.Discard); code != 0 || !strings.Contains(out.String(), "Usage: rlnode policy check PATH") ||
+			!strings.Contains(out.String(), "Exit status: 0 the policies are valid, 1 they are not") {
+			t.Errorf("rlnode %s: exit %d (%v), printed %q; want 0 and the usage", strings.Join(args, " "), code, err, out.String())
+		}
+	}
+	for _, args := range [][]string{{"policy"}, {"policy", "check"}, {"policy", "check", "a", "b"}, {"policy", "lint", "a"}} {
+		err := run(context.Background(), args, env(nil), io.Discard, io.Discard)
+		if code := exitCode(err, io.Discard); code != 2 || !strings.Contains(err.Error(), "usage: rlnode policy check PATH") {
+			t.Errorf("rlnode %s: exit %d (%v); want 2 and the usage", strings.Join(args, " "), code, err)
+		}
+	}
+}
+
+// TestServeLogsPolicies: a node started with policies says which it
+// loaded; a reference whose value is not escaped is refused with a hint
+// at the escaped one.
+func TestServeLogsPolicies(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(file, []byte("domain: edge\ndescriptors:\n  - key: path\n    value: /api/*\n    rate_limit: {unit: minute, requests_per_unit: 4}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf, err := parseConfig([]string{"--policy-file", file, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
+		"--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--node-name", "p"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	nodes, done := make(chan *node.Node, 1), make(chan error, 1)
+	go func() {
+		done <- serve(ctx, conf, slog.New(slog.NewTextHandler(&logs, nil)), func(n *node.Node) { nodes <- n })
+	}()
+	defer func() { cancel(); <-done }()
+	n := <-nodes
+	if want := `msg="policies loaded" path=` + file + ` domains=1 policies=1 domain_names=edge refs="edge/path=%2Fapi%2F*"`; !strings.Contains(logs.String(), want) {
+		t.Errorf("log lacks %q:\n%s", want, logs.String())
+	}
+	resp, err := http.Post("http://"+n.HTTPAddr()+"/v1/check", "application/json", strings.NewReader(`{"requests":[{"key":"k","policy":"edge/path=/api/users"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := `did you mean \"edge/path=%2Fapi%2Fusers\"?`; !strings.Contains(string(b), want) {
+		t.Errorf("a reference without its escapes: %s; want the error to say %s", b, want)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -11,6 +12,9 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/cluster"
+	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/nodetest"
 )
 
 // startNode serves a node on loopback ports chosen by the kernel and
@@ -19,48 +23,19 @@ import (
 func startNode(t *testing.T, args ...string) (httpAddr, grpcAddr string, stop func() error) {
 	t.Helper()
 	n, stop := startNamedNode(t, t.Name(), args...)
-	return n.httpAddr, n.grpcAddr, stop
+	return n.HTTPAddr(), n.GRPCAddr(), stop
 }
 
-// startNamedNode is startNode for one of several nodes in a test.
-func startNamedNode(t testing.TB, name string, args ...string) (*node, func() error) {
+// startNamedNode is startNode for one of several nodes in a test, with
+// the node's own flags args.
+func startNamedNode(t testing.TB, name string, args ...string) (*node.Node, func() error) {
 	t.Helper()
 	conf, err := parseConfig(append([]string{"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
 		"--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--node-name", name}, args...), env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	nodes := make(chan *node, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- serve(ctx, conf, slog.New(slog.DiscardHandler), func(n *node) { nodes <- n })
-	}()
-	select {
-	case n := <-nodes:
-		var once sync.Once
-		var stopErr error
-		stop := func() error {
-			once.Do(func() { cancel(); stopErr = <-done })
-			return stopErr
-		}
-		t.Cleanup(func() { stop() })
-		// The gossip port is known once the cluster's Run has bound it.
-		for deadline := time.Now().Add(10 * time.Second); n.cluster.GossipAddr() == ""; {
-			if time.Now().After(deadline) {
-				t.Fatal("gossip did not start within 10s")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		return n, stop
-	case err := <-done:
-		cancel()
-		t.Fatalf("serve: %v", err)
-	case <-time.After(10 * time.Second):
-		cancel()
-		t.Fatal("node did not start within 10s")
-	}
-	return nil, nil
+	return nodetest.Start(t, conf.Config)
 }
 
 func TestServeAnswersAndStops(t *testing.T) {
@@ -101,4 +76,102 @@ func TestServeAnswersAndStops(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Errorf("serve returned %v after shutdown, want nil", err)
 	}
+}
+
+// lockedBuffer is a log destination several goroutines write.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestServeLoopbackOnly starts a node as a bare `rlnode` would (no
+// address, no security), but for its ports, which the kernel chooses
+// here (the defaults may be taken on a shared machine): every port
+// listens on 127.0.0.1 only, gossip advertises 127.0.0.1, no other
+// address of the host reaches it, and one log line says so and how to
+// listen wider.
+func TestServeLoopbackOnly(t *testing.T) {
+	conf, err := parseConfig([]string{"--node-name", "bare"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []*string{&conf.HTTPAddr, &conf.GRPCAddr, &conf.PeerAddr, &conf.GossipAddr} {
+		host, _, err := net.SplitHostPort(*a)
+		if err != nil || host != "127.0.0.1" {
+			t.Fatalf("address %q (%v), want one on 127.0.0.1", *a, err)
+		}
+		*a = net.JoinHostPort(host, "0")
+	}
+	var logs lockedBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	nodes, done := make(chan *node.Node, 1), make(chan error, 1)
+	go func() {
+		done <- serve(ctx, conf, slog.New(slog.NewTextHandler(&logs, nil)), func(n *node.Node) { nodes <- n })
+	}()
+	var n *node.Node
+	select {
+	case n = <-nodes:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	}
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve returned %v after shutdown, want nil", err)
+		}
+	}()
+	var self cluster.MemberInfo
+	for deadline := time.Now().Add(10 * time.Second); self.GossipAddr == ""; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("gossip did not start within 10s")
+		}
+		if ms := n.Cluster().Members(); len(ms) == 1 {
+			self = ms[0]
+		}
+	}
+	for what, addr := range map[string]string{"http": n.HTTPAddr(), "grpc": n.GRPCAddr(), "peer": n.PeerAddr(), "gossip": n.Cluster().GossipAddr(),
+		"gossiped gossip": self.GossipAddr, "gossiped peer": self.PeerAddr, "gossiped grpc": self.GRPCAddr} {
+		if host, _, _ := net.SplitHostPort(addr); host != "127.0.0.1" {
+			t.Errorf("%s address %s, want 127.0.0.1", what, addr)
+		}
+	}
+	if ip := nonLoopbackIP(); ip != "" {
+		_, port, _ := net.SplitHostPort(n.HTTPAddr())
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort(ip, port), time.Second); err == nil {
+			c.Close()
+			t.Errorf("the HTTP port answers at %s, another address of this host", ip)
+		}
+	}
+	if got := strings.Count(logs.String(), "listening on loopback only"); got != 1 {
+		t.Errorf("%d log lines say the node listens on loopback only, want 1:\n%s", got, logs.String())
+	}
+	for _, want := range []string{"--http-addr :8080", "--gossip-key", "loopback=\"--http-addr=127.0.0.1:8080 --grpc-addr=127.0.0.1:8081"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+}
+
+// nonLoopbackIP returns an IPv4 address of this host other than
+// loopback, or "" if it has none.
+func nonLoopbackIP() string {
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			return n.IP.String()
+		}
+	}
+	return ""
 }

@@ -55,12 +55,12 @@ func TestLoadedCountersGoToTheirOwners(t *testing.T) {
 
 	// As soon as it serves HTTP (/readyz, /metrics), it has loaded them.
 	n0, _ := startNamedNode(t, "node-0", "--snapshot-dir", dir)
-	loaded, err := metricValue(n0.httpAddr, "ringlimit_snapshot_counters_loaded_total")
+	loaded, err := metricValue(n0.HTTPAddr(), "ringlimit_snapshot_counters_loaded_total")
 	if err != nil || loaded != counters {
 		t.Fatalf("node-0 loaded %v counters (%v), want %d", loaded, err, counters)
 	}
-	n1, _ := startNamedNode(t, "node-1", "--join", n0.cluster.GossipAddr())
-	cl, err := client.New(n1.grpcAddr)
+	n1, _ := startNamedNode(t, "node-1", "--join", n0.Cluster().GossipAddr())
+	cl, err := client.New(n1.GRPCAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestLoadedCountersGoToTheirOwners(t *testing.T) {
 	pollKept(t, cl, counters, "after node-1 joined node-0, which loaded them")
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		got, err := metricValue(n1.httpAddr, `ringlimit_handoff_counters_total{direction="received"}`)
+		got, err := metricValue(n1.HTTPAddr(), `ringlimit_handoff_counters_total{direction="received"}`)
 		if err == nil && got > counters/4 && got < counters {
 			break
 		}
@@ -102,7 +102,7 @@ func TestFinalSnapshotKeepsWhatWasHandedOff(t *testing.T) {
 	}
 
 	n0, _ := startNamedNode(t, "node-0", "--snapshot-dir", dir)
-	cl, err := client.New(n0.grpcAddr)
+	cl, err := client.New(n0.GRPCAddr())
 	if err != nil {
 		t.Fatal(err)
 	}

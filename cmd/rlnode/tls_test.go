@@ -12,6 +12,7 @@ import (
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/internal/testpki"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // secureArgs returns the flags of a node with mutual TLS on the peer port,
@@ -39,10 +40,10 @@ func TestClusterOverMutualTLS(t *testing.T) {
 		t.Errorf("GLOBAL admitted %d of 300 on a limit of 10, want 1 to 10", got)
 	}
 	for i, n := range c.nodes {
-		if body := get(t, "http://"+n.httpAddr+"/readyz"); body != "ready\n" {
+		if body := get(t, "http://"+n.HTTPAddr()+"/readyz"); body != "ready\n" {
 			t.Errorf("node %d: /readyz = %q, want no warning", i, body)
 		}
-		body := get(t, "http://"+n.httpAddr+"/metrics")
+		body := get(t, "http://"+n.HTTPAddr()+"/metrics")
 		for _, reason := range []string{"no_certificate", "wrong_name", "not_member"} {
 			if want := `ringlimit_peer_refused_total{reason="` + reason + `"} 0`; !strings.Contains(body, want) {
 				t.Errorf("node %d: /metrics lacks %s", i, want)
@@ -76,7 +77,7 @@ func TestImpostorCertificateRefused(t *testing.T) {
 	}
 	want := `ringlimit_peer_refused_total{reason="wrong_name"} `
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // polling: a GLOBAL round must pass
-		body := get(t, "http://"+c.nodes[0].httpAddr+"/metrics")
+		body := get(t, "http://"+c.nodes[0].HTTPAddr()+"/metrics")
 		if i := strings.Index(body, want); i >= 0 && !strings.HasPrefix(body[i+len(want):], "0\n") {
 			break
 		}
@@ -109,7 +110,7 @@ func TestReadyzWarnsWithoutSecurity(t *testing.T) {
 	key := base64.StdEncoding.EncodeToString(make([]byte, 32))
 	keyed, _ := startNamedNode(t, "keyed", "--gossip-key", key)
 	for _, tc := range []struct {
-		n        *node
+		n        *node.Node
 		want     []string
 		unwanted string
 	}{
@@ -121,7 +122,7 @@ func TestReadyzWarnsWithoutSecurity(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("not ready: %q", body)
 			}
-			body = get(t, "http://"+tc.n.httpAddr+"/readyz")
+			body = get(t, "http://"+tc.n.HTTPAddr()+"/readyz")
 		}
 		for _, w := range tc.want {
 			if !strings.Contains(body, w) {
@@ -196,10 +197,10 @@ func TestClientCommandsOverTLS(t *testing.T) {
 		name string
 		args []string
 	}{
-		{"check", []string{"check", "--addr", n.grpcAddr, "--key", "user:1", "--limit", "10"}},
-		{"members", []string{"members", "--addr", n.httpAddr}},
-		{"bench grpc", append([]string{"bench", "--addr", n.grpcAddr, "--protocol", "grpc"}, bench...)},
-		{"bench http", append([]string{"bench", "--addr", n.httpAddr, "--protocol", "http"}, bench...)},
+		{"check", []string{"check", "--addr", n.GRPCAddr(), "--key", "user:1", "--limit", "10"}},
+		{"members", []string{"members", "--addr", n.HTTPAddr()}},
+		{"bench grpc", append([]string{"bench", "--addr", n.GRPCAddr(), "--protocol", "grpc"}, bench...)},
+		{"bench http", append([]string{"bench", "--addr", n.HTTPAddr(), "--protocol", "http"}, bench...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut strings.Builder

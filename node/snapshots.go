@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"github.com/ringlimit/ringlimit/snapshot"
 )
 
-// snapshots are a node's counters on disk (--snapshot-dir): loaded before
-// it serves, written every --snapshot-interval by a loop, and a last time
+// snapshots are a node's counters on disk (Config.SnapshotDir): loaded before
+// it serves, written every Config.SnapshotInterval by a loop, and a last time
 // at shutdown. A nil *snapshots is a node without them: its methods do
 // nothing and it adds no shutdown step.
 type snapshots struct {
@@ -22,7 +22,7 @@ type snapshots struct {
 	loop *loop
 }
 
-// openSnapshots opens --snapshot-dir, or returns nil without one. A
+// openSnapshots opens conf.SnapshotDir, or returns nil without one. A
 // directory that cannot be made or written to is an error: better to fail
 // at start than to find out at the first snapshot.
 func openSnapshots(conf Config, store *limiter.Store, log *slog.Logger, reg prometheus.Registerer) (*snapshots, error) {

@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"fmt"
@@ -10,38 +10,38 @@ import (
 	"github.com/ringlimit/ringlimit/internal/latency"
 )
 
-// benchSchema is the version of benchReport's JSON form. It changes only
+// Schema is the version of Report's JSON form. It changes only
 // if a key changes meaning or goes away; new keys may come without it.
-const benchSchema = 1
+const Schema = 1
 
-// benchReport is what a run measured. `rlnode bench --json` prints it as
-// one JSON object, which docs/operations.md documents key by key, for
-// programs that compare or plot runs.
-type benchReport struct {
-	Schema         int        `json:"schema"`
-	Started        time.Time  `json:"started"` // UTC
-	Options        benchSetup `json:"options"`
-	Seconds        float64    `json:"seconds"`
-	Requests       int64      `json:"requests"` // completed, failed ones included
-	Checks         int64      `json:"checks"`   // items in those requests
-	Answered       int64      `json:"answered"` // items decided: admitted + refused
-	Admitted       int64      `json:"admitted"`
-	Refused        int64      `json:"refused"`
-	Errors         int64      `json:"errors"` // requests that failed, or had an item that failed
-	RequestsPerSec float64    `json:"requests_per_sec"`
-	ChecksPerSec   float64    `json:"checks_per_sec"` // answered per second
-	LatencyUs      latencyUs  `json:"latency_us"`     // of a request; of an Allow call with --client
+// Report is what a run measured. `rlnode bench --json` prints it as
+// one JSON object, which docs/operations.md documents key by key, for programs
+// that compare or plot runs.
+type Report struct {
+	Schema         int       `json:"schema"`
+	Started        time.Time `json:"started"` // UTC
+	Options        Setup     `json:"options"`
+	Seconds        float64   `json:"seconds"`
+	Requests       int64     `json:"requests"` // completed, failed ones included
+	Checks         int64     `json:"checks"`   // items in those requests
+	Answered       int64     `json:"answered"` // items decided: admitted + refused
+	Admitted       int64     `json:"admitted"`
+	Refused        int64     `json:"refused"`
+	Errors         int64     `json:"errors"` // requests that failed, or had an item that failed
+	RequestsPerSec float64   `json:"requests_per_sec"`
+	ChecksPerSec   float64   `json:"checks_per_sec"` // answered per second
+	LatencyUs      Latency   `json:"latency_us"`     // of a request; of an Allow call with --client
 	// CPUUsPerCheck is the CPU the measured nodes used during the run, in
 	// µs per answered check; nil (null) when unknown: no --metrics, a node
 	// without the figure, or nothing answered.
 	CPUUsPerCheck *float64  `json:"cpu_us_per_check"`
-	Nodes         []nodeCPU `json:"nodes"`   // one per --metrics address, in order
+	Nodes         []NodeCPU `json:"nodes"`   // one per --metrics address, in order
 	Members       int       `json:"members"` // alive members the first node lists; 0 if unknown
 	FirstError    string    `json:"first_error"`
 }
 
-// benchSetup is the options of a run, as its report states them.
-type benchSetup struct {
+// Setup is the options of a run, as its report states them.
+type Setup struct {
 	Mode           string   `json:"mode"` // "rpc": Check requests; "client": client.Allow calls; "client-routed": the same, to owners
 	Protocol       string   `json:"protocol"`
 	Addrs          []string `json:"addrs"`
@@ -63,8 +63,8 @@ type benchSetup struct {
 	TLS            bool     `json:"tls"`
 }
 
-// latencyUs is a run's latency percentiles in µs.
-type latencyUs struct {
+// Latency is a run's latency percentiles in µs.
+type Latency struct {
 	P50  float64 `json:"p50"`
 	P90  float64 `json:"p90"`
 	P99  float64 `json:"p99"`
@@ -72,15 +72,15 @@ type latencyUs struct {
 	Max  float64 `json:"max"`
 }
 
-// nodeCPU is the CPU one node used during a run.
-type nodeCPU struct {
+// NodeCPU is the CPU one node used during a run.
+type NodeCPU struct {
 	Addr       string   `json:"addr"`        // its HTTP address, as in --metrics
 	CPUSeconds *float64 `json:"cpu_seconds"` // nil (null) when unknown
 	Error      string   `json:"error"`       // why unknown; "" when known
 }
 
-func (o benchOptions) setup() benchSetup {
-	s := benchSetup{
+func (o Options) setup() Setup {
+	s := Setup{
 		Mode: "rpc", Protocol: o.Protocol, Addrs: o.Addrs, Metrics: o.Metrics, MetricsMembers: o.MetricsMembers, Items: o.Items,
 		Concurrency: o.Concurrency, DurationS: o.Duration.Seconds(), Count: o.Count, Keys: o.Keys,
 		KeysDist: o.KeysDist, Name: o.Name, Behavior: o.Behavior.String(), Algorithm: o.Algorithm.String(),
@@ -102,9 +102,9 @@ func (o benchOptions) setup() benchSetup {
 }
 
 // summarise adds up the workers' results and the nodes' CPU into a report.
-func summarise(o benchOptions, started time.Time, elapsed time.Duration, results []workerResult, nodes []nodeCPU, members int) benchReport {
-	rep := benchReport{
-		Schema: benchSchema, Started: started.UTC(), Options: o.setup(), Seconds: elapsed.Seconds(),
+func summarise(o Options, started time.Time, elapsed time.Duration, results []workerResult, nodes []NodeCPU, members int) Report {
+	rep := Report{
+		Schema: Schema, Started: started.UTC(), Options: o.setup(), Seconds: elapsed.Seconds(),
 		Nodes: nodes, Members: members,
 	}
 	var h latency.Histogram
@@ -126,12 +126,12 @@ func summarise(o benchOptions, started time.Time, elapsed time.Duration, results
 		rep.ChecksPerSec = float64(rep.Answered) / rep.Seconds
 	}
 	µs := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	rep.LatencyUs = latencyUs{
+	rep.LatencyUs = Latency{
 		P50: µs(h.Quantile(0.50)), P90: µs(h.Quantile(0.90)), P99: µs(h.Quantile(0.99)),
 		P999: µs(h.Quantile(0.999)), Max: µs(h.Max()),
 	}
 	if rep.Nodes == nil {
-		rep.Nodes = []nodeCPU{}
+		rep.Nodes = []NodeCPU{}
 	}
 	rep.CPUUsPerCheck = cpuPerCheck(rep.Nodes, rep.Answered)
 	return rep
@@ -139,7 +139,7 @@ func summarise(o benchOptions, started time.Time, elapsed time.Duration, results
 
 // cpuPerCheck is the nodes' CPU in µs per answered check, or nil if any
 // node's is unknown, there are none, or nothing was answered.
-func cpuPerCheck(nodes []nodeCPU, answered int64) *float64 {
+func cpuPerCheck(nodes []NodeCPU, answered int64) *float64 {
 	if len(nodes) == 0 || answered == 0 {
 		return nil
 	}
@@ -154,8 +154,8 @@ func cpuPerCheck(nodes []nodeCPU, answered int64) *float64 {
 	return &us
 }
 
-// printBench writes rep as a table a person reads.
-func printBench(w io.Writer, rep benchReport) error {
+// Print writes rep as a table a person reads.
+func Print(w io.Writer, rep Report) error {
 	var b strings.Builder
 	o := rep.Options
 	what, workers := fmt.Sprintf("%s, %d item(s)/request", o.Protocol, o.Items), "workers"
@@ -209,7 +209,7 @@ func printBench(w io.Writer, rep benchReport) error {
 }
 
 // cpuNote says whose CPU the cpu/check row counts, or why it is unknown.
-func cpuNote(rep benchReport) string {
+func cpuNote(rep Report) string {
 	if len(rep.Nodes) == 0 {
 		return "(no --metrics: give the nodes' HTTP addresses)"
 	}

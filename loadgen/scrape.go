@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"context"
@@ -11,7 +11,10 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/grpc"
+
 	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/cluster"
 )
 
@@ -71,19 +74,33 @@ func sample(text, name string) (float64, error) {
 	return 0, errors.New("not served")
 }
 
-// nodeHTTP reads what a node's HTTP face serves to its operators: its
-// CPU time from GET /metrics, and its view of the cluster from
-// GET /v1/members. It is safe for concurrent use.
-type nodeHTTP struct {
+// Node reads what a node's HTTP face serves to its operators: its
+// CPU time and replicas from GET /metrics, and its view of the cluster
+// from GET /v1/members. bench measures nodes with it, and `rlnode
+// members` lists them. It is safe for concurrent use.
+type Node struct {
 	addr string // the node's HTTP address, as given
 	base string // http://addr or https://addr
 	hc   *http.Client
 }
 
+// NewNode returns the reader of the node whose HTTP face is at addr,
+// reached over TLS as t says, or in plaintext if t is nil.
+func NewNode(addr string, t *client.TLS) (Node, error) {
+	base, tr, err := httpBase(t, addr, http.DefaultTransport.(*http.Transport))
+	if err != nil {
+		return Node{}, err
+	}
+	return Node{addr: addr, base: base, hc: &http.Client{Transport: tr}}, nil
+}
+
+// Close closes the connections n keeps idle.
+func (n Node) Close() { n.hc.CloseIdleConnections() }
+
 // cpu returns the CPU seconds the node's process has used so far. An
 // error that wraps errCPUUnknown means the node answered without a usable
 // figure; any other, that it did not answer as a node does.
-func (n nodeHTTP) cpu(ctx context.Context) (float64, error) {
+func (n Node) cpu(ctx context.Context) (float64, error) {
 	text, err := n.get(ctx, "/metrics", "text/plain;version=0.0.4")
 	if err != nil {
 		return 0, err
@@ -91,9 +108,16 @@ func (n nodeHTTP) cpu(ctx context.Context) (float64, error) {
 	return cpuSeconds(text)
 }
 
-// replicas returns how many replicas of other nodes' counters the node
+// Healthy returns nil if the node answers GET /healthz, as a node's HTTP
+// port does.
+func (n Node) Healthy(ctx context.Context) error {
+	_, err := n.get(ctx, "/healthz", "text/plain")
+	return err
+}
+
+// Replicas returns how many replicas of other nodes' counters the node
 // holds (ringlimit_replicas).
-func (n nodeHTTP) replicas(ctx context.Context) (float64, error) {
+func (n Node) Replicas(ctx context.Context) (float64, error) {
 	text, err := n.get(ctx, "/metrics", "text/plain;version=0.0.4")
 	if err != nil {
 		return 0, err
@@ -102,7 +126,7 @@ func (n nodeHTTP) replicas(ctx context.Context) (float64, error) {
 }
 
 // get fetches path from the node, at most maxScrapeBytes of it.
-func (n nodeHTTP) get(ctx context.Context, path, accept string) (string, error) {
+func (n Node) get(ctx context.Context, path, accept string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.base+path, nil)
 	if err != nil {
 		return "", fmt.Errorf("GET %s%s: %w", n.addr, path, err)
@@ -125,8 +149,8 @@ func (n nodeHTTP) get(ctx context.Context, path, accept string) (string, error) 
 	return string(data), nil
 }
 
-// members returns the node's view of the cluster from its GET /v1/members.
-func (n nodeHTTP) members(ctx context.Context) ([]api.Member, error) {
+// Members returns the node's view of the cluster from its GET /v1/members.
+func (n Node) Members(ctx context.Context) ([]api.Member, error) {
 	text, err := n.get(ctx, "/v1/members", "application/json")
 	if err != nil {
 		return nil, err
@@ -149,4 +173,33 @@ func aliveMembers(ms []api.Member) int {
 		}
 	}
 	return n
+}
+
+// DialOptions returns the gRPC options that reach a node's gRPC port at
+// addr over TLS as t says, or none (client.New's plaintext) if t is nil.
+// Errors name the --tls-* flags, which set t.
+func DialOptions(t *client.TLS, addr string) ([]grpc.DialOption, error) {
+	if t == nil {
+		return nil, nil // client.New's plaintext default
+	}
+	opt, err := t.DialOption(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-*: %w", err)
+	}
+	return []grpc.DialOption{opt}, nil
+}
+
+// httpBase returns the URL prefix of addr's HTTP interface and the
+// transport that reaches it as t says, cloned from base.
+func httpBase(t *client.TLS, addr string, base *http.Transport) (string, *http.Transport, error) {
+	tr := base.Clone()
+	if t == nil {
+		return "http://" + addr, tr, nil
+	}
+	c, err := t.Config(addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("--tls-*: %w", err)
+	}
+	tr.TLSClientConfig = c
+	return "https://" + addr, tr, nil
 }

@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"bytes"
@@ -78,7 +78,7 @@ func (g grpcChecker) check(ctx context.Context, keys []int) (under, over int64, 
 type httpChecker struct {
 	hc  *http.Client
 	url string
-	o   benchOptions
+	o   Options
 }
 
 func (h *httpChecker) check(ctx context.Context, keys []int) (under, over int64, err error) {

@@ -1,0 +1,58 @@
+package node
+
+import (
+	"fmt"
+	"net"
+
+	"golang.org/x/net/netutil"
+)
+
+// listeners are a node's sockets, opened before anything is served so that
+// a port conflict fails fast and tests can use port 0.
+type listeners struct {
+	http, grpc, peer net.Listener
+}
+
+func listen(conf Config) (lis listeners, err error) {
+	defer func() {
+		if err != nil {
+			lis.close()
+		}
+	}()
+	if lis.http, err = net.Listen("tcp", conf.HTTPAddr); err != nil {
+		return lis, fmt.Errorf("--http-addr: %w", err)
+	}
+	if lis.grpc, err = net.Listen("tcp", conf.GRPCAddr); err != nil {
+		return lis, fmt.Errorf("--grpc-addr: %w", err)
+	}
+	if lis.peer, err = net.Listen("tcp", conf.PeerAddr); err != nil {
+		return lis, fmt.Errorf("--peer-addr: %w", err)
+	}
+	return lis, nil
+}
+
+// close closes the listeners that are open; servers that took them close
+// them too, which is harmless.
+func (l listeners) close() {
+	for _, c := range []net.Listener{l.http, l.grpc, l.peer} {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+// DefaultMaxConns is the default of Config.MaxConns: each open connection
+// holds buffers (tens of KB for gRPC), so a flood of idle ones is bounded
+// at some hundreds of MB per listener.
+const DefaultMaxConns = 4096
+
+// limit bounds each listener to n connections open at once: beyond it, new
+// connections wait in the kernel's backlog until one closes. Memberlist's
+// gossip listener is its own and is not bounded here.
+func (l listeners) limit(n int) listeners {
+	return listeners{
+		http: netutil.LimitListener(l.http, n),
+		grpc: netutil.LimitListener(l.grpc, n),
+		peer: netutil.LimitListener(l.peer, n),
+	}
+}

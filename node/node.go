@@ -1,0 +1,397 @@
+// Package node is one ringlimit node's life: it builds the node's parts
+// in their order (listeners, TLS, policies, counter stores, snapshots,
+// the peer pool, gossip membership, the service that decides checks, the
+// admission gate, and the HTTP, gRPC and peer servers), runs them
+// together, and when asked to stop, leaves the cluster in one ordered
+// sequence of steps (see Node.leave): stop taking checks, hand counters
+// to their new owners, leave gossip, flush GLOBAL hits, close the peers.
+//
+// The parts themselves live in their own packages; this one knows only
+// how they are wired and in which order they start and stop. cmd/rlnode
+// turns flags and environment variables into a Config and calls New and
+// Run; tests do the same with ports set to 0.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"slices"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+
+	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/cluster"
+	"github.com/ringlimit/ringlimit/internal/admit"
+	"github.com/ringlimit/ringlimit/internal/tlsfiles"
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/policy"
+	"github.com/ringlimit/ringlimit/replica"
+	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/rls"
+	"github.com/ringlimit/ringlimit/service"
+	"github.com/ringlimit/ringlimit/snapshot"
+)
+
+// Config is every setting of a node. cmd/rlnode fills it from its flags
+// (each field is the flag of the same name: HTTPAddr is --http-addr) and
+// checks it, naming the flags; New takes it as given. Start from
+// DefaultConfig: fields whose zero value means something say so, the
+// others need a value.
+type Config struct {
+	// HTTPAddr, GRPCAddr and PeerAddr are the host:port of the HTTP, the
+	// client gRPC and the peer gRPC listeners, as net.Listen takes them;
+	// port 0 means one chosen by the kernel (see Node.HTTPAddr).
+	HTTPAddr string
+	GRPCAddr string
+	PeerAddr string
+	// GossipAddr is memberlist's bind address, TCP and UDP.
+	GossipAddr string
+	// AdvertiseAddr is the address other nodes reach this one at; empty
+	// means the IP gossip is bound to or, when bound to all interfaces, a
+	// private IP (see cluster.Config.AdvertiseAddr).
+	AdvertiseAddr string
+	// Join lists the nodes to join through; nil means running alone until
+	// another node joins this one.
+	Join     []string
+	NodeName string
+	// MaxKeys bounds the counters of each store, this node's own and the
+	// replicas it keeps of others'; MaxLogEntries bounds the entries of
+	// their SLIDING_LOG counters.
+	MaxKeys       int
+	MaxLogEntries int
+	// BatchWait and BatchLimit shape the batches of forwarded checks (see
+	// peer.Config).
+	BatchWait  time.Duration
+	BatchLimit int
+	// GlobalSync is the GLOBAL report and broadcast interval.
+	GlobalSync time.Duration
+	// PolicyFile is a policy file or directory (see package policy); empty
+	// means none, and checks that name a policy are invalid.
+	PolicyFile   string
+	MaxClockSkew time.Duration
+	// ShutdownTimeout bounds leaving: every step but the final snapshot's
+	// write runs within it.
+	ShutdownTimeout time.Duration
+	// HandOffWait bounds how long a check for a key this node has just
+	// come to own waits for its counter; zero means never.
+	HandOffWait time.Duration
+	// ReplicateInterval is how often changed counters go to their heirs;
+	// zero means no replication.
+	ReplicateInterval time.Duration
+	// MaxInflight bounds client requests in flight, MaxStreams the
+	// CheckStreams open, and MaxConns the connections open on each of the
+	// HTTP, gRPC and peer listeners.
+	MaxInflight int
+	MaxStreams  int
+	MaxConns    int
+	// SnapshotDir is where the counters are written every
+	// SnapshotInterval and at shutdown, and loaded from at start; empty
+	// means counters live in memory only.
+	SnapshotDir      string
+	SnapshotInterval time.Duration
+	// PeerTLS is mutual TLS on the peer port; TLS is TLS on the HTTP and
+	// gRPC ports. Empty files mean plaintext.
+	PeerTLS tlsfiles.Files
+	TLS     tlsfiles.Files
+	// GossipKeys encrypt gossip; the first encrypts, all decrypt. Nil
+	// means plaintext gossip.
+	GossipKeys [][]byte
+}
+
+// DefaultConfig is the Config of `rlnode` run without flags, but for its
+// name, which is the host's, and protected mode (cmd/rlnode moves the
+// ports given no address to loopback when no security is configured).
+// The flags' defaults come from it.
+func DefaultConfig() Config {
+	return Config{
+		HTTPAddr:          ":8080",
+		GRPCAddr:          ":8081",
+		PeerAddr:          ":8082",
+		GossipAddr:        cluster.DefaultBindAddr,
+		MaxKeys:           limiter.DefaultMaxKeys,
+		MaxLogEntries:     limiter.DefaultMaxLogEntries,
+		BatchWait:         500 * time.Microsecond,
+		BatchLimit:        1000,
+		GlobalSync:        100 * time.Millisecond,
+		MaxClockSkew:      service.DefaultMaxClockSkew,
+		ShutdownTimeout:   30 * time.Second,
+		HandOffWait:       time.Second,
+		ReplicateInterval: replica.DefaultInterval,
+		MaxInflight:       admit.DefaultMax,
+		MaxStreams:        admit.DefaultMaxStreams,
+		MaxConns:          DefaultMaxConns,
+		SnapshotInterval:  snapshot.DefaultInterval,
+	}
+}
+
+// Node is one node's parts, built by New and run by Run.
+type Node struct {
+	conf Config
+	log  *slog.Logger
+	lis  listeners
+
+	policies *policy.Reloader
+	snaps    *snapshots
+	pool     *peer.Pool
+	members  *cluster.Cluster
+	svc      *service.Service
+	faces    *api.Server
+	health   *health.Server
+	grpcSrv  *grpc.Server
+	peerSrv  *grpc.Server
+	peerFace *peer.Server
+	httpSrv  *http.Server
+	// ringChanged is signalled by the cluster on every ring change; the
+	// service loop reacts to it, so that nothing is wired to a part
+	// before the part exists.
+	ringChanged chan struct{}
+	// insecure says what leaves the node open, or is empty.
+	insecure string
+}
+
+// New opens the node's listeners, so that a port conflict fails at once
+// and ports chosen by the kernel are known (see HTTPAddr), loads its TLS
+// files and policies, and builds its parts. It starts nothing; Run does,
+// and closes the listeners when it returns.
+func New(conf Config, log *slog.Logger) (_ *Node, err error) {
+	n := &Node{conf: conf, log: log, ringChanged: make(chan struct{}, 1), insecure: conf.insecure()}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	lis, err := listen(conf)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lis.close()
+		}
+	}()
+	n.lis = lis.limit(conf.MaxConns)
+
+	tr, err := newTransport(conf, log)
+	if err != nil {
+		return nil, err
+	}
+	if n.policies, err = loadPolicies(conf.PolicyFile, log, reg); err != nil {
+		return nil, err
+	}
+	store := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries, Registerer: reg})
+	// Replicas of other owners' counters are kept apart, under the same
+	// bounds (package replica exports their metrics).
+	replicas := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries})
+	if n.snaps, err = openSnapshots(conf, store, log, reg); err != nil {
+		return nil, err
+	}
+	n.pool = peer.NewPool(peer.Config{BatchWait: conf.BatchWait, BatchLimit: conf.BatchLimit, Registerer: reg, DialOptions: tr.peerDial, Name: conf.NodeName})
+	defer func() {
+		if err != nil {
+			n.pool.Close()
+		}
+	}()
+	n.members, err = cluster.New(cluster.Config{
+		NodeName:      conf.NodeName,
+		BindAddr:      conf.GossipAddr,
+		AdvertiseAddr: conf.AdvertiseAddr,
+		Join:          conf.Join,
+		Keys:          conf.GossipKeys,
+		PeerAddr:      n.lis.peer.Addr().String(),
+		GRPCAddr:      n.lis.grpc.Addr().String(),
+		HTTPAddr:      n.lis.http.Addr().String(),
+		Logger:        log,
+		Registerer:    reg,
+		OnChange: func(_, _ *ring.Ring) {
+			select {
+			case n.ringChanged <- struct{}{}:
+			default: // a change is pending already; the loop reads the newest ring
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.svc = service.New(service.Config{
+		Store: store, Replicas: replicas, Cluster: n.members, Peers: n.pool,
+		MaxClockSkew: conf.MaxClockSkew, GlobalSync: conf.GlobalSync, HandOffWait: conf.HandOffWait,
+		ReplicateInterval: conf.ReplicateInterval, HandedOff: n.snaps.handedOff(),
+		Logger: log, Registerer: reg, Policies: n.policies,
+	})
+	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod}, MaxStreams: conf.MaxStreams, Registerer: reg})
+	n.faces = api.New(api.Config{
+		Checker: n.svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
+		Ready: n.members.Ready, ReadyNote: n.insecure,
+		Members: func() []api.Member { return apiMembers(n.members) },
+		Ring:    n.members.Ring,
+	})
+
+	// Stream workers reuse goroutines whose stacks have grown already,
+	// rather than starting one per RPC. gRPC starts a goroutine for an RPC
+	// that finds every worker busy, and a node has as many RPCs in flight
+	// as clients wait on it (or on its owners), not as it has cores:
+	// with one worker a core, most RPCs of 50 concurrent clients started
+	// a goroutine and grew its stack (7% of a node's CPU). An idle worker
+	// costs its stack, a few KB.
+	workers := grpc.NumStreamWorkers(uint32(streamWorkersPerCore * runtime.GOMAXPROCS(0)))
+	// The client port's codec refuses the 1,001st item, or descriptor,
+	// before building it.
+	rlsBound := api.BoundOf(&rlspb.RateLimitRequest{}, "descriptors", rls.MaxDescriptors)
+	n.grpcSrv = grpc.NewServer(slices.Concat(api.ServerOptions(rlsBound), tr.grpcServer(), []grpc.ServerOption{workers, grpc.InTapHandle(gate.Tap)})...)
+	n.health = n.faces.RegisterGRPC(n.grpcSrv)
+	rls.New(rls.Config{Checker: n.svc, Policies: n.policies}).Register(n.grpcSrv)
+	guard := peer.NewGuard(peer.GuardConfig{Members: n.members, Certificates: tr.peerTLS, Logger: log, Registerer: reg})
+	n.peerSrv = grpc.NewServer(slices.Concat(peer.ServerOptions(), tr.peerServer,
+		[]grpc.ServerOption{workers, grpc.ChainUnaryInterceptor(guard.Unary), grpc.ChainStreamInterceptor(guard.Stream)})...)
+	n.peerFace = peer.NewServer(n.svc.Owner(), reg)
+	n.peerFace.Register(n.peerSrv)
+	// Timeouts bound what a slow or idle client can hold: a body of
+	// api.MaxBodyBytes arrives well within ReadTimeout on any link, and
+	// a check needs no headers of more than a few KB.
+	n.httpSrv = &http.Server{Handler: n.faces.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, TLSConfig: tr.public}
+	return n, nil
+}
+
+// HTTPAddr, GRPCAddr and PeerAddr return the addresses the node listens
+// on, with the ports the kernel chose for port 0.
+func (n *Node) HTTPAddr() string { return n.lis.http.Addr().String() }
+func (n *Node) GRPCAddr() string { return n.lis.grpc.Addr().String() }
+func (n *Node) PeerAddr() string { return n.lis.peer.Addr().String() }
+
+// Cluster returns the node's membership: its ring, its members, and its
+// gossip address once Run has bound it.
+func (n *Node) Cluster() *cluster.Cluster { return n.members }
+
+// Run serves until ctx ends, then leaves the cluster within
+// Config.ShutdownTimeout, one step after another (see leave). A part
+// that fails (a server, a background loop) ends the serving as ctx does,
+// and its error is returned with those of the steps. Run is called once.
+func (n *Node) Run(ctx context.Context) error {
+	defer n.lis.close()
+	defer n.pool.Close()
+	// Before anything serves or joins: the node reports ready, and decides
+	// checks, with its counters.
+	n.snaps.load(ctx, n.svc.Intake())
+
+	g, gctx := errgroup.WithContext(ctx)
+	// The background loops run until their step of leaving stops them,
+	// not until ctx ends.
+	parts := loops{
+		gossip:  startLoop(g, n.members.Run),
+		service: startLoop(g, n.runService),
+		peers:   startLoop(g, n.pool.Run),
+	}
+	n.snaps.start(g)
+	g.Go(func() error { return ignoreCanceled(n.policies.Run(gctx)) }) // policies stay in force once it stops
+	g.Go(func() error { return serveHTTP(n.httpSrv, n.lis.http) })
+	g.Go(func() error { return n.grpcSrv.Serve(n.lis.grpc) })
+	g.Go(func() error { return n.peerSrv.Serve(n.lis.peer) })
+
+	if n.insecure != "" {
+		n.log.Warn("INSECURE: " + n.insecure)
+	}
+	n.log.Info("rlnode serving", "node", n.conf.NodeName, "http", n.HTTPAddr(), "grpc", n.GRPCAddr(),
+		"peer", n.PeerAddr(), "join", n.conf.Join)
+
+	g.Go(func() error {
+		<-gctx.Done()
+		n.log.Info("shutting down", "timeout", n.conf.ShutdownTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), n.conf.ShutdownTimeout)
+		defer cancel()
+		return n.leave(ctx, parts)
+	})
+	return g.Wait()
+}
+
+// runService runs the service's background work, and tells it and the
+// peer pool of every ring change, until ctx ends.
+func (n *Node) runService(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-n.ringChanged:
+				r := n.members.Ring()
+				n.svc.RingChanged()
+				n.pool.Retain(peerAddrs(r))
+			}
+		}
+	})
+	g.Go(func() error { return n.svc.Run(ctx) })
+	return g.Wait()
+}
+
+// streamWorkersPerCore is how many gRPC stream workers a node keeps per
+// core (grpc.NumStreamWorkers).
+const streamWorkersPerCore = 32
+
+// loadPolicies loads the policy file; without one it returns a nil
+// Reloader, which holds no policies.
+func loadPolicies(path string, log *slog.Logger, reg prometheus.Registerer) (*policy.Reloader, error) {
+	if path == "" {
+		return nil, nil
+	}
+	r, err := policy.NewReloader(policy.ReloaderConfig{Path: path, Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, fmt.Errorf("--policy-file: %w", err)
+	}
+	return r, nil
+}
+
+func serveHTTP(srv *http.Server, lis net.Listener) error {
+	serve := srv.Serve
+	if srv.TLSConfig != nil {
+		serve = func(l net.Listener) error { return srv.ServeTLS(l, "", "") } // the certificate comes from TLSConfig
+	}
+	if err := serve(lis); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http: %w", err)
+	}
+	return nil
+}
+
+func ignoreCanceled(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// stopGRPC stops srv gracefully, or at once when ctx ends first.
+func stopGRPC(ctx context.Context, srv *grpc.Server) {
+	stop := context.AfterFunc(ctx, srv.Stop)
+	defer stop()
+	srv.GracefulStop()
+}
+
+func peerAddrs(r *ring.Ring) []string {
+	var addrs []string
+	for _, m := range r.Members() {
+		addrs = append(addrs, m.PeerAddr)
+	}
+	return addrs
+}
+
+func apiMembers(c *cluster.Cluster) []api.Member {
+	self := c.LocalMember().Name
+	var out []api.Member
+	for _, m := range c.Members() {
+		out = append(out, api.Member{
+			Name: m.Name, GossipAddr: m.GossipAddr, GRPCAddr: m.GRPCAddr, PeerAddr: m.PeerAddr, HTTPAddr: m.HTTPAddr,
+			State: string(m.State), Share: m.Share, Self: m.Name == self,
+		})
+	}
+	return out
+}
