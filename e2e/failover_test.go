@@ -14,9 +14,14 @@ import (
 
 // replicated waits until n has sent a replica of every counter it holds to
 // its heir, as its metrics say: what one --replicate-interval (100ms)
-// achieves on an idle machine.
+// achieves on an idle machine. It waits, too, for a round that started
+// after the call to deliver every batch (ringlimit_replication_lag_seconds
+// is the age of the start of the last such round), so that the replicas
+// carry every change made before the call, not only the first of each
+// counter.
 func replicated(t *testing.T, n *node) {
 	t.Helper()
+	called := time.Now()
 	poll(t, keepTimeout, n.name+" replicates every counter it holds", func() (bool, string) {
 		held, err := metric(n, "ringlimit_counters")
 		if err != nil {
@@ -26,7 +31,14 @@ func replicated(t *testing.T, n *node) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return held > 0 && sent >= held, fmt.Sprintf("holds %v counters, replicated %v", held, sent)
+		// since is taken before the metric is read: a lag shorter than
+		// since says the round it counts from started after the call.
+		since := time.Since(called).Seconds()
+		lag, err := metric(n, "ringlimit_replication_lag_seconds")
+		if err != nil {
+			return false, err.Error()
+		}
+		return held > 0 && sent >= held && lag < since, fmt.Sprintf("holds %v counters, replicated %v, lag %vs (%.3fs since asked)", held, sent, lag, since)
 	})
 	bytes, _ := metric(n, "ringlimit_replication_sent_bytes_total")
 	batches, _ := metric(n, "ringlimit_replication_batches_total", `outcome="sent"`)
