@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -103,7 +104,7 @@ func (m *metrics) borrow(o borrowOutcome) { m.borrows[o].Inc() }
 
 func (m *metrics) invalid(err error) {
 	field := "other"
-	var fe *FieldError
+	var fe *checks.FieldError
 	if errors.As(err, &fe) {
 		field = fe.Field
 	}

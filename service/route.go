@@ -9,6 +9,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/ring"
@@ -448,7 +449,7 @@ func (s *Service) forwardGroup(ctx context.Context, c *call, g *remoteGroup, st 
 	if err != nil && ctx.Err() != nil {
 		// The client has gone: charge nothing on its behalf.
 		for _, j := range g.js {
-			c.results[c.pos[j]] = errorResult(fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err()))
+			c.results[c.pos[j]] = errorResult(fmt.Errorf("%w: %w", checks.ErrUnavailable, ctx.Err()))
 		}
 		return
 	}
@@ -627,11 +628,11 @@ func shareOf(l algorithms.Limit, members int64) algorithms.Limit {
 // times d, so that members spacing apart admit about one request per d in
 // all, as shares of a limit do (requests that reach two members may then
 // come closer together than d: only the owner keeps the spacing exact).
-// It is at most MaxDuration, the longest interval a check may ask for, so
-// that the counter it leaves is one a check could have made.
+// It is at most checks.MaxDuration, the longest interval a check may ask
+// for, so that the counter it leaves is one a check could have made.
 func spacingShare(d time.Duration, members int64) time.Duration {
-	if d > MaxDuration/time.Duration(members) {
-		return MaxDuration
+	if d > checks.MaxDuration/time.Duration(members) {
+		return checks.MaxDuration
 	}
 	return d * time.Duration(members)
 }

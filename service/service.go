@@ -19,6 +19,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/global"
 	"github.com/ringlimit/ringlimit/handoff"
 	"github.com/ringlimit/ringlimit/limiter"
@@ -152,15 +153,12 @@ func New(conf Config) *Service {
 	s.registerSuspects(conf.Registerer)
 	s.global = global.New(global.Config{
 		Store: s.store, Cluster: s.cluster, Peers: conf.Peers,
-		Validate: func(item *pb.CheckItem, now time.Time) (limiter.Request, error) {
-			return toRequest(item, now, s.skew)
-		},
 		Interval: conf.GlobalSync, MaxClockSkew: s.skew, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
 		Inherit: func() { s.replica.Promote(s.ring()) },
 	})
 	s.handoff = handoff.New(handoff.Config{
 		Store: s.store, Cluster: routing{s}, Peers: conf.Peers, MaxClockSkew: s.skew, Wait: conf.HandOffWait,
-		Validate: s.validateCounter, Now: s.now, HandedOff: conf.HandedOff, Logger: s.log, Registerer: conf.Registerer,
+		Now: s.now, HandedOff: conf.HandedOff, Logger: s.log, Registerer: conf.Registerer,
 	})
 	s.replicas = conf.Replicas
 	if s.replicas == nil {
@@ -175,12 +173,10 @@ func New(conf Config) *Service {
 }
 
 // Intake is how counters that arrive from outside the node (hand-off,
-// replicas, a snapshot) are taken into a store: each validated as the
-// public API validates a check (name, key, algorithm, limit), against
-// this node's clock and --max-clock-skew, then by the store itself
-// (its state possible under its limit).
-func (s *Service) Intake() handoff.Intake {
-	return handoff.Intake{MaxClockSkew: s.skew, Validate: s.validateCounter}
+// replicas, a snapshot) are taken into a store: checks.Intake, with this
+// node's --max-clock-skew.
+func (s *Service) Intake() checks.Intake {
+	return checks.Intake{MaxClockSkew: s.skew}
 }
 
 // alone is the Membership of a single node: it owns every key. Its ring is
@@ -307,7 +303,7 @@ func (c *call) mode(j int) forwardMode {
 	return c.modes[j]
 }
 
-// Check decides every item of req. It returns an error wrapping ErrInvalid
+// Check decides every item of req. It returns an error wrapping checks.ErrInvalid
 // only for a request that is invalid as a whole (too many items); an
 // invalid item gets its own error in its result and the others are
 // answered.
@@ -328,8 +324,8 @@ func (s *Service) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckRes
 // prepare validates req's items.
 func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 	items := req.GetRequests()
-	if len(items) > MaxItems {
-		return nil, ErrTooManyItems
+	if len(items) > checks.MaxItems {
+		return nil, checks.ErrTooManyItems
 	}
 	c := &call{
 		items:   items,
@@ -350,10 +346,10 @@ func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 		}
 		var r limiter.Request
 		if err == nil {
-			r, err = toRequest(item, now, s.skew)
+			r, err = checks.Request(item, now, s.skew)
 		}
 		if err == nil && c.all && item.Ceiling != 0 {
-			err = &FieldError{"ceiling", `not in an all-or-nothing request ("all": true): a check that borrows is decided in steps, apart from the others`}
+			err = &checks.FieldError{Field: "ceiling", Reason: `not in an all-or-nothing request ("all": true): a check that borrows is decided in steps, apart from the others`}
 		}
 		if err != nil {
 			c.results[i] = errorResult(err)

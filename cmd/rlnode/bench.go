@@ -21,10 +21,10 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/internal/latency"
-	"github.com/ringlimit/ringlimit/service"
 )
 
 // benchOptions says what `rlnode bench` sends, where, and for how long.
@@ -33,7 +33,7 @@ type benchOptions struct {
 	Protocol    string   // "grpc" or "http"
 	Client      bool     // call client.Allow, one item a call, instead of sending Check requests
 	Route       bool     // with Client: one client over all Addrs, sending each check to its key's owner
-	Items       int      // items per request, 1..service.MaxItems
+	Items       int      // items per request, 1..checks.MaxItems
 	Concurrency int      // workers, each with one request in flight
 	Duration    time.Duration
 	Count       int64    // requests in total; the run stops at Count or Duration, whichever comes first
@@ -67,8 +67,8 @@ func (o benchOptions) validate() error {
 		return fmt.Errorf("--protocol: %q, want grpc or http", o.Protocol)
 	case o.Client && o.Protocol != "grpc":
 		return fmt.Errorf("--client: the Go client speaks grpc, not --protocol %s", o.Protocol)
-	case o.Items < 1 || o.Items > service.MaxItems:
-		return fmt.Errorf("--items: %d, want 1 to %d", o.Items, service.MaxItems)
+	case o.Items < 1 || o.Items > checks.MaxItems:
+		return fmt.Errorf("--items: %d, want 1 to %d", o.Items, checks.MaxItems)
 	case o.Route && !o.Client:
 		return errors.New("--route: routes the Go client's checks; add --client")
 	case o.Client && o.Items != 1:
@@ -149,7 +149,7 @@ Flags:
 	route := fs.Bool("route", false, "with --client: one client that learns the cluster's ring through the addresses and sends each check straight to its key's owner")
 	metrics := fs.String("metrics", "", "comma-separated HTTP addresses of the nodes whose CPU is measured (default: see above)")
 	metricsMembers := fs.Bool("metrics-members", false, "measure every alive member the first --metrics node lists, instead of the --metrics list")
-	items := fs.Int("items", 1, fmt.Sprintf("items per request (1 to %d)", service.MaxItems))
+	items := fs.Int("items", 1, fmt.Sprintf("items per request (1 to %d)", checks.MaxItems))
 	concurrency := fs.Int("concurrency", 64, "workers, each with one request in flight")
 	duration := fs.Duration("duration", 10*time.Second, "stop after this long")
 	count := fs.Int64("count", 1_000_000, "stop after this many requests in total")
