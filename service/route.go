@@ -15,27 +15,6 @@ import (
 	"github.com/ringlimit/ringlimit/ring"
 )
 
-// route says where a check was decided, for the checks metric and the
-// response metadata.
-type route uint8
-
-const (
-	routeLocal    route = iota // this node's store: it owns the key, or LOCAL behaviour
-	routeGlobal                // GLOBAL: from this node's grant, or as the owner
-	routeFallback              // the owner was unreachable: this node's share of the limit
-	numRoutes
-)
-
-var routeNames = [numRoutes]string{"local", "global", "fallback"}
-
-func (r route) String() string { return routeNames[r] }
-
-// MetadataDecidedBy is the result metadata key that says a check was not
-// decided by its owner: "failover" (by the key's heir, on its replica,
-// with the whole limit) or routeFallback's name, "fallback" (by this node,
-// with its share).
-const MetadataDecidedBy = "decided_by"
-
 // path is the part of a node that decides a check.
 type path uint8
 
@@ -295,10 +274,6 @@ func (s *Service) failover(ctx context.Context, c *call, g *remoteGroup) bool {
 	}
 	return true
 }
-
-// routeFailover is the MetadataDecidedBy value of a check decided by its
-// key's heir because the owner could not be reached (see failover).
-const routeFailover = "failover"
 
 // ringWithout returns the ring this node routes by without member name,
 // built once per ring and member.

@@ -270,6 +270,9 @@ type call struct {
 	decided []pb.CheckResult
 }
 
+// behavior returns the behavior of c.reqs[j].
+func (c *call) behavior(j int) pb.Behavior { return c.items[c.pos[j]].Behavior }
+
 // borrowing returns how c.reqs[j] borrows, or nil.
 func (c *call) borrowing(j int) *borrowing {
 	if c.borrows == nil {
@@ -374,7 +377,7 @@ func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 // requests with the same key are decided together; a request with a
 // ceiling borrows as borrow.go says. route is recorded in the checks
 // metric.
-func (s *Service) decideLocal(ctx context.Context, c *call, js []int, route route) {
+func (s *Service) decideLocal(ctx context.Context, c *call, js []int, route routeKind) {
 	if len(js) == 0 {
 		return
 	}
@@ -418,7 +421,7 @@ func (s *Service) decideLocal(ctx context.Context, c *call, js []int, route rout
 }
 
 // setResult records the decision for c.reqs[j].
-func (s *Service) setResult(c *call, j int, d algorithms.Decision, route route) {
+func (s *Service) setResult(c *call, j int, d algorithms.Decision, route routeKind) {
 	i := c.pos[j]
 	decisionResult(&c.decided[i], &c.reqs[j], d)
 	c.results[i] = &c.decided[i]
