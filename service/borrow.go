@@ -137,12 +137,12 @@ func (s *Service) decideParent(ctx context.Context, b *borrowing, owner ring.Mem
 	if !forward {
 		return d, true
 	}
-	resp, err := s.send(ctx, owner, false, forwardPlain, &pb.CheckRequest{Requests: []*pb.CheckItem{b.parentItem}})
+	resp, err := s.send(ctx, owner, true, routeForward, &pb.CheckRequest{Requests: []*pb.CheckItem{b.parentItem}})
 	if err == nil && (len(resp.GetResponses()) != 1 || resp.GetResponses()[0].GetError() != "") {
 		err = fmt.Errorf("parent's owner answered %v", resp.GetResponses())
 	}
 	if err != nil {
-		if s.logSampler.allow(owner.Name) {
+		if s.logSampler.allow(owner.Name, s.now()) {
 			s.log.Warn("parent's owner unreachable: no borrowing (logged once a second per owner)", "owner", owner.Name, "err", err)
 		}
 		return algorithms.Decision{}, false

@@ -241,26 +241,17 @@ func (s *Service) Leave() {
 	}
 }
 
-// call is one Check in progress: the items that passed validation, in the
-// store's form, each with its owner, and where their results go.
+// call is one request of checks in progress: the items that passed
+// validation, in the store's form, and where their results go. Only the
+// loop that decides it (Service.decide) reads and writes it; the
+// goroutines that send its checks to other nodes read only their own
+// requests (see send).
 type call struct {
-	ring *ring.Ring // the ring owners were looked up in
-	// modes[j] says how reqs[j] goes to owners[j] when it is not decided
-	// here; nil means every one is a plain forward.
-	modes []forwardMode
-	// landed says the checks were relayed or pulled here: they are decided
-	// here, never passed on again.
-	landed bool
-	// recheck says that a check bound for this node's store may not be
-	// this node's to decide by the time it gets there, even if ring has
-	// not changed: it was forwarded here, or this node is leaving (see
-	// settle).
-	recheck bool
-	items   []*pb.CheckItem
-	all     bool
-	reqs    []limiter.Request
-	pos     []int         // pos[j] is the item index of reqs[j]
-	owners  []ring.Member // owners[j] owns reqs[j].Key; looked up once
+	ring  *ring.Ring // the ring the checks' owners were looked up in
+	items []*pb.CheckItem
+	all   bool
+	reqs  []limiter.Request
+	pos   []int // pos[j] is the item index of reqs[j]
 	// borrows[j] is how reqs[j] borrows beyond its limit (see borrow.go),
 	// nil if it has no ceiling; borrows is nil when no request has one.
 	borrows []*borrowing
@@ -270,9 +261,6 @@ type call struct {
 	decided []pb.CheckResult
 }
 
-// behavior returns the behavior of c.reqs[j].
-func (c *call) behavior(j int) pb.Behavior { return c.items[c.pos[j]].Behavior }
-
 // borrowing returns how c.reqs[j] borrows, or nil.
 func (c *call) borrowing(j int) *borrowing {
 	if c.borrows == nil {
@@ -281,30 +269,8 @@ func (c *call) borrowing(j int) *borrowing {
 	return c.borrows[j]
 }
 
-// forwardMode is how a check goes to another node.
-type forwardMode uint8
-
-const (
-	forwardPlain forwardMode = iota // to its owner, which may relay or pull it
-	forwardRelay                    // passed on once, decided where it lands (see Owner.Forwarded)
-	forwardPull                     // to its previous owner, decided there only if it holds the counter (see Service.pull)
-)
-
-// sendTo makes reqs[j] go to owner in mode m.
-func (c *call) sendTo(j int, owner ring.Member, m forwardMode) {
-	if c.modes == nil {
-		c.modes = make([]forwardMode, len(c.reqs))
-	}
-	c.owners[j], c.modes[j] = owner, m
-}
-
-// mode returns how reqs[j] goes to another node.
-func (c *call) mode(j int) forwardMode {
-	if c.modes == nil {
-		return forwardPlain
-	}
-	return c.modes[j]
-}
+// behavior returns the behavior of c.reqs[j].
+func (c *call) behavior(j int) pb.Behavior { return c.items[c.pos[j]].Behavior }
 
 // Check decides every item of req. It returns an error wrapping checks.ErrInvalid
 // only for a request that is invalid as a whole (too many items); an
@@ -315,12 +281,13 @@ func (s *Service) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckRes
 	if err != nil {
 		return nil, err
 	}
-	r := s.ring()
-	c.ring = r
-	for j := range c.reqs {
-		c.owners[j], _ = r.Owner(c.reqs[j].Key) // no owner (an empty ring): the zero Member, decided here
+	c.ring = s.ring()
+	ps := make([]pending, len(c.reqs))
+	for j := range ps {
+		ps[j].j = j
+		ps[j].to, _ = c.ring.Owner(c.reqs[j].Key) // the owner, once; no owner (an empty ring): the zero Member, decided here
 	}
-	s.decide(ctx, c, every(len(c.reqs)))
+	s.decide(ctx, c, ps)
 	return &pb.CheckResponse{Responses: c.results}, nil
 }
 
@@ -369,7 +336,6 @@ func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 		c.reqs = append(c.reqs, r)
 		c.pos = append(c.pos, i)
 	}
-	c.owners = make([]ring.Member, len(c.reqs))
 	return c, nil
 }
 
@@ -420,7 +386,8 @@ func (s *Service) decideLocal(ctx context.Context, c *call, js []int, route rout
 	}
 }
 
-// setResult records the decision for c.reqs[j].
+// setResult records the decision for c.reqs[j], decided on this node by
+// route (routeLocal, routeGlobal or routeFallback).
 func (s *Service) setResult(c *call, j int, d algorithms.Decision, route routeKind) {
 	i := c.pos[j]
 	decisionResult(&c.decided[i], &c.reqs[j], d)
@@ -443,15 +410,6 @@ func groupByKey(reqs []limiter.Request, js []int) [][]int {
 		groups[g] = append(groups[g], k)
 	}
 	return groups
-}
-
-// every returns the indexes 0..n-1.
-func every(n int) []int {
-	js := make([]int, n)
-	for j := range js {
-		js[j] = j
-	}
-	return js
 }
 
 // Run drives the service's background work until ctx ends: GLOBAL sync
