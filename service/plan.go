@@ -56,8 +56,10 @@ const routeFailover = "failover"
 // goes to. The plan gives one to each pending check.
 type route struct {
 	kind routeKind
-	// to is the node a forward, relay or pull goes to.
-	to ring.Member
+	// to is the node a forward, relay or pull goes to; nil for the
+	// others. It points into the pending checks, or at a member the plan
+	// found: a route is read in the round it is planned for.
+	to *ring.Member
 	// landed says a check decided here (routeLocal, routeGlobal) is
 	// decided as the key's owner, and was relayed or pulled here, or a
 	// re-plan made this node its owner or heir: it is never passed on
@@ -89,22 +91,22 @@ const (
 // between rounds. Only the loop that decides the request (Service.decide)
 // reads and writes it.
 type pending struct {
-	j    int  // the check: call.reqs[j]
-	next next // what it does next
 	// to is its key's owner as this node routes it, looked up once when
 	// the check arrives (the zero Member: a ring with no members, decided
 	// here), or the node it goes to next (nextForward, nextRelay,
 	// nextPull). Only a re-plan after a failed send changes it: to the
 	// key's owner in the ring as it is then, or to its heir.
-	to      ring.Member
+	to ring.Member
+	// failed is what its send taught, when that failed, shared by the
+	// checks sent together; nil otherwise.
+	failed  *failure
+	j       int  // the check: call.reqs[j]
+	next    next // what it does next
 	recheck bool // forwarded here: settle looks again where its counter is
 	retried bool // sent again after its first node failed: not a third time
 	// failover says its owner could not be reached: it goes to, or is
 	// decided by, its heir (decided_by "failover").
 	failover bool
-	// failed is what its send taught, when that failed, shared by the
-	// checks sent together; nil otherwise.
-	failed *failure
 }
 
 // failure is what a send that failed taught about the checks it carried.
@@ -191,11 +193,11 @@ func plan(c *call, ps []pending, v *view) []route {
 				routes[k].kind = routeGlobal
 			}
 		case nextForward:
-			routes[k] = route{kind: routeForward, to: p.to}
+			routes[k] = route{kind: routeForward, to: &p.to}
 		case nextRelay:
-			routes[k] = route{kind: routeRelay, to: p.to}
+			routes[k] = route{kind: routeRelay, to: &p.to}
 		case nextPull:
-			routes[k] = route{kind: routePull, to: p.to}
+			routes[k] = route{kind: routePull, to: &p.to}
 		case nextShare:
 			routes[k] = route{kind: routeFallback}
 		case nextGone:
@@ -211,22 +213,23 @@ func plan(c *call, ps []pending, v *view) []route {
 // owner's check (see plan).
 func firstRoute(c *call, p *pending, v *view, k int) route {
 	b := c.behavior(p.j)
-	owner, recheck := p.to, p.recheck
+	owned, recheck := v.owns(p.to), p.recheck
 	if v.leaving && b != pb.Behavior_LOCAL && b != pb.Behavior_GLOBAL {
-		owner, recheck = v.self, true
+		owned, recheck = true, true // decided here, or relayed by settle
 	}
 	switch {
 	case b == pb.Behavior_LOCAL:
 		return route{kind: routeLocal, recheck: recheck}
 	case b == pb.Behavior_GLOBAL && v.global[k].decided:
 		return route{kind: routeGlobal}
-	case b == pb.Behavior_GLOBAL, !v.owns(owner):
-		return route{kind: routeForward, to: owner}
+	case b == pb.Behavior_GLOBAL, !owned:
+		return route{kind: routeForward, to: &p.to}
 	}
 	if !c.all {
 		r := &c.reqs[p.j]
 		if from, ok := v.handOff.Pending(c.ring, r.Key); ok && !v.store.Holds(r) {
-			return route{kind: routePull, to: from}
+			prev := from // on the heap only when pulled
+			return route{kind: routePull, to: &prev}
 		}
 	}
 	return route{kind: routeLocal, recheck: recheck}

@@ -129,7 +129,19 @@ func (s *Service) askGlobal(c *call, ps []pending, v *view) {
 // once, and records the answers. It returns the checks whose send failed,
 // each with its failure, for the next round; ps is reused for them.
 func (s *Service) carry(ctx context.Context, c *call, ps []pending, routes []route, v *view) []pending {
-	var here, share, sent []int // indexes into ps
+	var nHere, nShare int
+	for _, r := range routes {
+		switch r.kind {
+		case routeLocal:
+			nHere++
+		case routeFallback:
+			nShare++
+		}
+	}
+	// One slice holds, in turn, the checks decided here (indexes into ps),
+	// those decided with a share (into c.reqs) and those sent (into ps).
+	all := make([]int, len(routes))
+	here, share, sent := all[:0:nHere], all[nHere:nHere:nHere+nShare], all[nHere+nShare:nHere+nShare]
 	for k, r := range routes {
 		j := ps[k].j
 		switch r.kind {
@@ -219,10 +231,10 @@ func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes 
 	}
 	v := s.look(ctx) // under the Hold: where each counter is now
 	owners := settle(c, ps, routes, ks, &v)
-	js := make([]int, 0, len(ks))
+	js := ks[:0] // the checks decided here, as indexes into c.reqs, in place: js never passes the check being read
 	for i, k := range ks {
 		if owners != nil && owners[i].Name != "" {
-			routes[k] = route{kind: routeRelay, to: owners[i]}
+			routes[k] = route{kind: routeRelay, to: &owners[i]}
 			relayed = append(relayed, k)
 			continue
 		}
@@ -292,7 +304,7 @@ func groupSends(c *call, ps []pending, routes []route, ks []int) []*send {
 			}
 		}
 		if sd == nil || (unbatched && !c.all) {
-			sd = &send{kind: r.kind, to: r.to, batched: !unbatched, retried: p.retried,
+			sd = &send{kind: r.kind, to: *r.to, batched: !unbatched, retried: p.retried,
 				req: &pb.CheckRequest{All: c.all}}
 			sends = append(sends, sd)
 			if !unbatched || c.all {
@@ -313,7 +325,10 @@ func groupSends(c *call, ps []pending, routes []route, ks []int) []*send {
 // (UNBATCHED, relayed, pulled) is sent from a goroutine of its own when
 // there are others.
 func (s *Service) sendAll(ctx context.Context, sends []*send) {
-	if len(sends) == 1 { // the common case
+	switch len(sends) {
+	case 0:
+		return
+	case 1: // the common case
 		sd := sends[0]
 		sd.resp, sd.err = s.send(ctx, sd.to, sd.batched, sd.kind, sd.req)
 		return

@@ -25,7 +25,7 @@ func TestGroupSends(t *testing.T) {
 		batched bool
 		ks      []int
 	}
-	fwd := func(to ring.Member) route { return route{kind: routeForward, to: to} }
+	fwd := func(to ring.Member) route { return route{kind: routeForward, to: &to} }
 	cases := []struct {
 		name      string
 		behaviors []pb.Behavior
@@ -44,12 +44,12 @@ func TestGroupSends(t *testing.T) {
 			want:      []want{{routeForward, "b", false, []int{0}}, {routeForward, "b", false, []int{1}}, {routeForward, "b", true, []int{2}}}},
 		{name: "relays and pulls alone",
 			behaviors: []pb.Behavior{pb.Behavior_BATCHED, pb.Behavior_BATCHED, pb.Behavior_BATCHED},
-			routes:    []route{{kind: routeRelay, to: nodeB}, {kind: routeRelay, to: nodeB}, {kind: routePull, to: nodeB}},
+			routes:    []route{{kind: routeRelay, to: &nodeB}, {kind: routeRelay, to: &nodeB}, {kind: routePull, to: &nodeB}},
 			want:      []want{{routeRelay, "b", false, []int{0}}, {routeRelay, "b", false, []int{1}}, {routePull, "b", false, []int{2}}}},
 		{name: "all-or-nothing: together by node and route, batched if any is",
 			behaviors: []pb.Behavior{pb.Behavior_UNBATCHED, pb.Behavior_BATCHED, pb.Behavior_UNBATCHED, pb.Behavior_UNBATCHED, pb.Behavior_BATCHED},
 			all:       true,
-			routes:    []route{fwd(nodeB), fwd(nodeB), fwd(nodeC), {kind: routeRelay, to: nodeB}, {kind: routeRelay, to: nodeB}},
+			routes:    []route{fwd(nodeB), fwd(nodeB), fwd(nodeC), {kind: routeRelay, to: &nodeB}, {kind: routeRelay, to: &nodeB}},
 			want:      []want{{routeForward, "b", true, []int{0, 1}}, {routeForward, "c", false, []int{2}}, {routeRelay, "b", false, []int{3, 4}}}},
 		{name: "retries apart from first tries",
 			behaviors: []pb.Behavior{pb.Behavior_BATCHED, pb.Behavior_BATCHED},

@@ -347,41 +347,35 @@ func (s *Service) decideLocal(ctx context.Context, c *call, js []int, route rout
 	if len(js) == 0 {
 		return
 	}
-	decisions := make([]algorithms.Decision, len(js))
-	var borrowed []bool
 	if !c.all {
-		for k, j := range js {
+		for _, j := range js {
 			b := c.borrowing(j)
 			if b == nil {
-				decisions[k] = s.store.Decide(&c.reqs[j])
+				s.setResult(c, j, s.store.Decide(&c.reqs[j]), route)
 				continue
 			}
-			if borrowed == nil {
-				borrowed = make([]bool, len(js))
-			}
-			decisions[k], borrowed[k] = s.borrow(ctx, c, &c.reqs[j], b)
-		}
-	} else {
-		for _, group := range groupByKey(c.reqs, js) {
-			if len(group) == 1 {
-				decisions[group[0]] = s.store.Decide(&c.reqs[js[group[0]]])
-				continue
-			}
-			rs := make([]limiter.Request, len(group))
-			ds := make([]algorithms.Decision, len(group))
-			for g, k := range group {
-				rs[g] = c.reqs[js[k]]
-			}
-			s.store.DecideAll(rs, ds)
-			for g, k := range group {
-				decisions[k] = ds[g]
+			d, borrowed := s.borrow(ctx, c, &c.reqs[j], b)
+			s.setResult(c, j, d, route)
+			if borrowed {
+				c.results[c.pos[j]].Borrowed = true
 			}
 		}
+		return
 	}
-	for k, j := range js {
-		s.setResult(c, j, decisions[k], route)
-		if borrowed != nil && borrowed[k] {
-			c.results[c.pos[j]].Borrowed = true
+	for _, group := range groupByKey(c.reqs, js) {
+		if len(group) == 1 {
+			j := js[group[0]]
+			s.setResult(c, j, s.store.Decide(&c.reqs[j]), route)
+			continue
+		}
+		rs := make([]limiter.Request, len(group))
+		ds := make([]algorithms.Decision, len(group))
+		for g, k := range group {
+			rs[g] = c.reqs[js[k]]
+		}
+		s.store.DecideAll(rs, ds)
+		for g, k := range group {
+			s.setResult(c, js[k], ds[g], route)
 		}
 	}
 }
