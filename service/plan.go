@@ -19,6 +19,13 @@ import (
 // send at once. The checks of a send that fails are the next round's.
 // plan, replan and settle are pure: they read the view and the checks,
 // and change nothing else; the tables of plan_test.go test them.
+//
+// A new route (an answer from a lease, say) takes a routeKind (among the
+// first ones if it decides on this node, so that it labels the checks
+// metric), what the view must know for it (read at the instant, or asked
+// for before plan as askGlobal asks GLOBAL), a case in plan (firstRoute,
+// for a check's first round), a case in carry that carries it out, and,
+// if it can fail, what replan does with its checks then.
 
 // A routeKind is how a check goes in one round: decided on this node (the
 // first three, whose names are the route label of ringlimit_checks_total),
