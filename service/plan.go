@@ -28,7 +28,7 @@ import (
 // if it can fail, what replan does with its checks then.
 
 // A routeKind is how a check goes in one round: decided on this node (the
-// first three, whose names are the route label of ringlimit_checks_total),
+// first numDecided, whose names are the route label of ringlimit_checks_total),
 // sent to another node, or answered without a decision.
 type routeKind uint8
 
@@ -186,7 +186,7 @@ func (v *view) owns(m ring.Member) bool { return m.Name == "" || m.Name == v.sel
 // on a busy node), and otherwise answers that it does not, deciding
 // nothing; then this node decides it, waiting for the word that the
 // hand-off is done. A check whose counter is here (it arrived, the word
-// has not) waits for the word too (see Service.carry), as do checks
+// has not) waits for the word too (see Service.decideHere), as do checks
 // relayed or pulled here, which are never passed on, and checks of an
 // all-or-nothing request, which are never split.
 func plan(c *call, ps []pending, v *view) []route {
