@@ -27,6 +27,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
+	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/service"
 )
 
@@ -43,13 +45,13 @@ func allocated(f func()) uint64 {
 
 // maximalItem is a check item with every field at its longest.
 func maximalItem() *pb.CheckItem {
-	hits := int64(service.MaxLimit)
+	hits := int64(checks.MaxLimit)
 	return &pb.CheckItem{
-		Name: strings.Repeat("n", service.MaxNameLen), Key: strings.Repeat("k", service.MaxKeyLen),
-		Policy: strings.Repeat("p", service.MaxNameLen), Hits: &hits,
+		Name: strings.Repeat("n", limiter.MaxNameLen), Key: strings.Repeat("k", limiter.MaxKeyLen),
+		Policy: strings.Repeat("p", limiter.MaxNameLen), Hits: &hits,
 		Limit: -1, DurationMs: -1, Burst: -1, CreatedAtMs: -1, MinIntervalMs: -1, Ceiling: -1, // -1 takes the most bytes as a varint
 		Algorithm: pb.Algorithm_SLIDING_WINDOW, Behavior: pb.Behavior_UNBATCHED, Reset_: true, ChargeRefused: true,
-		Parent: &pb.ParentLimit{Key: strings.Repeat("p", service.MaxParentKeyLen), Limit: -1, DurationMs: -1},
+		Parent: &pb.ParentLimit{Key: strings.Repeat("p", checks.MaxParentKeyLen), Limit: -1, DurationMs: -1},
 	}
 }
 
@@ -58,14 +60,14 @@ func maximalItem() *pb.CheckItem {
 func TestBoundsFitMaximalItems(t *testing.T) {
 	item := maximalItem()
 	req := &pb.CheckRequest{All: true}
-	for range service.MaxItems {
+	for range checks.MaxItems {
 		req.Requests = append(req.Requests, item)
 	}
 	if n := proto.Size(item); n > 1950 {
 		t.Errorf("a maximal item takes %d bytes of protobuf, want at most the 1,950 MaxRecvMsgBytes assumes", n)
 	}
 	if n := proto.Size(req); n > MaxRecvMsgBytes {
-		t.Errorf("%d maximal items take %d bytes of protobuf, more than MaxRecvMsgBytes %d", service.MaxItems, n, MaxRecvMsgBytes)
+		t.Errorf("%d maximal items take %d bytes of protobuf, more than MaxRecvMsgBytes %d", checks.MaxItems, n, MaxRecvMsgBytes)
 	}
 
 	one := fmt.Sprintf(`{"name":%q,"key":%q,"hits":-9223372036854775808,"limit":-9223372036854775808,`+
@@ -77,13 +79,13 @@ func TestBoundsFitMaximalItems(t *testing.T) {
 	if len(one) > 2250 {
 		t.Errorf("a maximal item takes %d bytes of JSON, want at most the 2,250 MaxBodyBytes assumes", len(one))
 	}
-	body := `{"requests":[` + strings.Repeat(one+",", service.MaxItems-1) + one + `],"all":true}`
+	body := `{"requests":[` + strings.Repeat(one+",", checks.MaxItems-1) + one + `],"all":true}`
 	if len(body) > MaxBodyBytes {
-		t.Errorf("%d maximal items take %d bytes of JSON, more than MaxBodyBytes %d", service.MaxItems, len(body), MaxBodyBytes)
+		t.Errorf("%d maximal items take %d bytes of JSON, more than MaxBodyBytes %d", checks.MaxItems, len(body), MaxBodyBytes)
 	}
 	d, err := decodeCheckRequest(strings.NewReader(body))
-	if err != nil || len(d.req.Requests) != service.MaxItems {
-		t.Errorf("decoding %d maximal items: %d items, %v", service.MaxItems, len(d.req.GetRequests()), err)
+	if err != nil || len(d.req.Requests) != checks.MaxItems {
+		t.Errorf("decoding %d maximal items: %d items, %v", checks.MaxItems, len(d.req.GetRequests()), err)
 	}
 }
 

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/wire"
-	"github.com/ringlimit/ringlimit/service"
 )
 
 // MaxRecvMsgBytes is the gRPC receive limit of the client port. A
@@ -58,7 +58,7 @@ const MaxMessages = 1 << 16
 
 // ServerOptions are the options of the grpc.Server that serves
 // RegisterGRPC: the receive limits MaxRecvMsgBytes and MaxHeaderListBytes,
-// and a codec that decodes at most service.MaxItems+1 items of a
+// and a codec that decodes at most checks.MaxItems+1 items of a
 // CheckRequest or CheckStreamRequest (and at most Max+1 elements of each
 // of bounds), however many the message holds, and refuses a request that
 // would build more than MaxMessages messages. protobuf would otherwise build every element before
@@ -66,8 +66,8 @@ const MaxMessages = 1 << 16
 // times its size.
 func ServerOptions(bounds ...Bound) []grpc.ServerOption {
 	c := boundedCodec{CodecV2: wire.Codec{}, bounds: map[protoreflect.FullName]Bound{}, leaves: &sync.Map{}}
-	checks := []Bound{BoundOf(&pb.CheckRequest{}, "requests", service.MaxItems), BoundOf(&pb.CheckStreamRequest{}, "requests", service.MaxItems)}
-	for _, b := range append(bounds, checks...) {
+	requests := []Bound{BoundOf(&pb.CheckRequest{}, "requests", checks.MaxItems), BoundOf(&pb.CheckStreamRequest{}, "requests", checks.MaxItems)}
+	for _, b := range append(bounds, requests...) {
 		c.bounds[b.Message] = b
 	}
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvMsgBytes), grpc.MaxHeaderListSize(MaxHeaderListBytes), grpc.ForceServerCodecV2(c)}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
-	"github.com/ringlimit/ringlimit/service"
+	"github.com/ringlimit/ringlimit/checks"
 )
 
 // decodeCheckRequest reads a POST /v1/check body from r as it arrives,
@@ -87,11 +87,11 @@ func (d *decodedRequest) readItems(s *scanner) error {
 		name, policy string // the last ones read, shared by the items that repeat them
 	)
 	return s.array(loc{item: -1, field: "requests"}, func(i int) error {
-		if i == service.MaxItems {
-			return fmt.Errorf("requests: more than %d items", service.MaxItems)
+		if i == checks.MaxItems {
+			return fmt.Errorf("requests: more than %d items", checks.MaxItems)
 		}
 		if len(free) == 0 {
-			free = make([]pb.CheckItem, min(max(i, 8), service.MaxItems-i))
+			free = make([]pb.CheckItem, min(max(i, 8), checks.MaxItems-i))
 			d.req.Requests = slices.Grow(d.req.Requests, len(free))
 			d.pos = slices.Grow(d.pos, len(free))
 		}
@@ -172,7 +172,7 @@ func (r *itemReader) read(l loc, f int) error {
 		if !ok { // not spelled as the enum: ParseKind ignores case
 			k, err := algorithms.ParseKind(string(text))
 			if err != nil {
-				r.algorithmErr = &service.FieldError{Field: "algorithm", Reason: err.Error()}
+				r.algorithmErr = &checks.FieldError{Field: "algorithm", Reason: err.Error()}
 				return nil
 			}
 			a = int32(k)
@@ -187,7 +187,7 @@ func (r *itemReader) read(l loc, f int) error {
 		b, ok := pb.Behavior_value[string(text)]
 		if !ok {
 			if b, ok = pb.Behavior_value[strings.ToUpper(string(text))]; !ok {
-				r.behaviorErr = &service.FieldError{Field: "behavior", Reason: fmt.Sprintf("unknown behavior %q (want BATCHED, UNBATCHED, GLOBAL or LOCAL)", text)}
+				r.behaviorErr = &checks.FieldError{Field: "behavior", Reason: fmt.Sprintf("unknown behavior %q (want BATCHED, UNBATCHED, GLOBAL or LOCAL)", text)}
 				return nil
 			}
 		}

@@ -5,12 +5,12 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/ringlimit/ringlimit/service"
+	"github.com/ringlimit/ringlimit/checks"
 )
 
 // FuzzDecodeCheckRequest feeds arbitrary bodies to the JSON decoder: it
 // must never panic, and what it accepts must be a well-formed request of
-// valid UTF-8 strings with at most service.MaxItems items.
+// valid UTF-8 strings with at most checks.MaxItems items.
 func FuzzDecodeCheckRequest(f *testing.F) {
 	f.Add([]byte(`{"requests":[{"name":"api","key":"user:42","limit":10,"duration_ms":60000}]}`))
 	f.Add([]byte(`{"requests":[{"name":"a","key":"k","hits":0,"limit":1,"duration_ms":1,"algorithm":"SLIDING_LOG","behavior":"GLOBAL","burst":3,"reset":true,"created_at_ms":1}],"all":true}`))
@@ -34,7 +34,7 @@ func FuzzDecodeCheckRequest(f *testing.F) {
 			}
 			return
 		}
-		if n := len(d.req.Requests) + len(d.itemErr); n > service.MaxItems {
+		if n := len(d.req.Requests) + len(d.itemErr); n > checks.MaxItems {
 			t.Fatalf("accepted %d items", n)
 		}
 		if len(d.pos) != len(d.req.Requests) {

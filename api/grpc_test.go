@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/service"
 )
 
@@ -49,7 +50,7 @@ func TestGRPC(t *testing.T) {
 	if resp.Responses[0].Status != pb.Status_OVER_LIMIT {
 		t.Errorf("second check: %v, want OVER_LIMIT", resp.Responses[0].Status)
 	}
-	items := make([]*pb.CheckItem, service.MaxItems+1)
+	items := make([]*pb.CheckItem, checks.MaxItems+1)
 	for i := range items {
 		items[i] = &pb.CheckItem{}
 	}

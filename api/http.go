@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ringlimit/ringlimit/checks"
 )
 
 // MaxBodyBytes bounds a POST /v1/check body. A thousand items at their
@@ -61,7 +63,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, err := s.conf.Checker.Check(r.Context(), d.req)
 	if err != nil {
-		writeError(w, httpStatus(err), err)
+		writeError(w, checks.HTTPStatus(err), err)
 		return
 	}
 	if by := decidedBy(resp); by != "" {

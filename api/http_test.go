@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/service"
 )
 
@@ -103,7 +104,7 @@ func TestCheckJSONBorrowing(t *testing.T) {
 
 func TestCheckJSONErrorsNameTheField(t *testing.T) {
 	srv := newTestServer(t)
-	many := `{"requests":[` + strings.Repeat(`{},`, service.MaxItems) + `{}]}`
+	many := `{"requests":[` + strings.Repeat(`{},`, checks.MaxItems) + `{}]}`
 	cases := []struct {
 		body, want string
 		code       int

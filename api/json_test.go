@@ -16,7 +16,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
-	"github.com/ringlimit/ringlimit/service"
+	"github.com/ringlimit/ringlimit/checks"
 )
 
 // The shapes of POST /v1/check as structs for encoding/json: the
@@ -371,7 +371,7 @@ func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
 			}
 		}
 		for _, e := range d.itemErr {
-			var fe *service.FieldError
+			var fe *checks.FieldError
 			if !errors.As(e.err, &fe) || (fe.Field != "algorithm" && fe.Field != "behavior") {
 				t.Fatalf("%q: item %d: error %v, want an unknown enum", body, e.pos, e.err)
 			}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/mux"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/service"
@@ -81,7 +82,7 @@ func TestCheckStreamAnswersAsCheck(t *testing.T) {
 		t.Errorf("on the stream: %v\nby Check: %v", got, want)
 	}
 
-	items := make([]*pb.CheckItem, service.MaxItems+1)
+	items := make([]*pb.CheckItem, checks.MaxItems+1)
 	for i := range items {
 		items[i] = &pb.CheckItem{}
 	}

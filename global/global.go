@@ -44,7 +44,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringlimit/ringlimit/algorithms"
-	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
@@ -74,22 +73,18 @@ type Peers interface {
 	UpdateGlobals(ctx context.Context, addr, from string, states []*peerpb.GlobalState) error
 }
 
-// Validate converts a check item a peer reported into the store's form,
-// evaluated at now, refusing it as strictly as the public API would.
-type Validate func(item *pb.CheckItem, now time.Time) (limiter.Request, error)
-
-// Config configures a Node. Store, Cluster and Validate are required;
-// Peers is needed once the cluster has other members.
+// Config configures a Node. Store and Cluster are required; Peers is
+// needed once the cluster has other members.
 type Config struct {
-	Store    Store
-	Cluster  Membership
-	Peers    Peers
-	Validate Validate
+	Store   Store
+	Cluster Membership
+	Peers   Peers
 	// Interval is the time between sync rounds; zero means DefaultInterval.
 	Interval time.Duration
 	// MaxClockSkew bounds how far past this node's clock an owner's state
-	// may put a counter's reset time, beyond its refill time; zero means
-	// none.
+	// may put a counter's reset time, beyond its refill time, and how far
+	// from it a reported check's created_at_ms may lie (checks.Request);
+	// zero means none.
 	MaxClockSkew time.Duration
 	// Now is the clock counters are evaluated at; nil means time.Now.
 	Now func() time.Time
@@ -113,7 +108,6 @@ type Node struct {
 	store    Store
 	cluster  Membership
 	peers    Peers
-	validate Validate
 	inherit  func()
 	interval time.Duration
 	skew     time.Duration
@@ -147,7 +141,7 @@ type key struct{ name, key string }
 
 // New returns a Node. It starts nothing: Run drives the sync rounds.
 func New(conf Config) *Node {
-	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, validate: conf.Validate, inherit: conf.Inherit,
+	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, inherit: conf.Inherit,
 		interval: conf.Interval, skew: conf.MaxClockSkew, now: conf.Now, log: conf.Logger, metrics: newMetrics(conf.Registerer)}
 	if n.interval <= 0 {
 		n.interval = DefaultInterval

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algorithms"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 )
@@ -166,7 +167,7 @@ func (n *Node) receiveAll(from string, reports []*peerpb.GlobalReport, now time.
 		err := checkReport(rep)
 		var r limiter.Request
 		if err == nil {
-			r, err = n.validate(rep.GetItem(), now)
+			r, err = checks.Request(rep.GetItem(), now, n.skew)
 		}
 		if err != nil {
 			n.reject(kindReport, reasonInvalid, from, err)

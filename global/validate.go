@@ -84,8 +84,8 @@ func isMember(r *ring.Ring, name string) bool {
 }
 
 // checkReport checks a report's counts: none negative, and no more hits
-// acknowledged than admitted. Its item, which must be there, is checked by
-// Config.Validate.
+// acknowledged than admitted. Its item, which must be there, is checked as
+// a public check is (checks.Request).
 func checkReport(rep *peerpb.GlobalReport) error {
 	switch {
 	case rep.GetItem() == nil:

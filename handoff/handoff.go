@@ -13,11 +13,8 @@ package handoff
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"iter"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,21 +23,18 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
-// A HandOff RPC carries at most MaxBatch counters and MaxBatchBytes of
-// encoded records (peer.MaxHandOffCounters and peer.MaxHandOffBytes, kept
-// equal by a test), so that it always fits the peer server's receive
-// limit: 1 MiB holds six full sliding logs (~160 KB each) or a thousand
-// small counters. A batch that a node refuses for its size all the same
-// (an older node with a smaller limit) is split in half and sent again.
-const (
-	MaxBatch      = 1000
-	MaxBatchBytes = 1 << 20
-)
+// A HandOff RPC carries at most peerpb.MaxHandOffCounters counters and
+// peerpb.MaxHandOffBytes of encoded records, the bounds the peer server
+// takes, so that it always fits the server's receive limit: 1 MiB holds
+// six full sliding logs (~160 KB each) or a thousand small counters. A
+// batch that a node refuses for its size all the same (an older node
+// with a smaller limit) is split in half and sent again.
 
 // Store is what hand-off needs of the counter store: *limiter.Store.
 type Store interface {
@@ -78,13 +72,9 @@ type Config struct {
 	Cluster Membership
 	Peers   Peers
 	// MaxClockSkew bounds how far past this node's clock a received
-	// counter's times may lie.
+	// counter's times may lie. A received counter is taken in as
+	// checks.Intake takes it: only one a check could have made.
 	MaxClockSkew time.Duration
-	// Validate, if not nil, checks a received counter's name, key,
-	// algorithm and limit as the public API checks a check's, so that no
-	// counter arrives that a check could not have made. Store.Merge then
-	// checks its state.
-	Validate func(c *limiter.Counter) error
 	// Wait is how long, at most, a check for a key this node has just come
 	// to own waits for the member that held its counter to hand it over
 	// (see Await). Zero means checks never wait.
@@ -111,7 +101,7 @@ type Node struct {
 	store     Store
 	cluster   Membership
 	peers     Peers
-	intake    Intake
+	intake    checks.Intake
 	now       func() time.Time
 	handedOff func(records [][]byte)
 	log       *slog.Logger
@@ -133,7 +123,7 @@ type Node struct {
 // New returns a Node. It starts nothing.
 func New(conf Config) *Node {
 	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers,
-		intake: Intake{MaxClockSkew: conf.MaxClockSkew, Validate: conf.Validate}, now: conf.Now, handedOff: conf.HandedOff, log: conf.Logger,
+		intake: checks.Intake{MaxClockSkew: conf.MaxClockSkew}, now: conf.Now, handedOff: conf.HandedOff, log: conf.Logger,
 		metrics: newMetrics(conf.Registerer), changed: make(chan struct{}, 1), wait: conf.Wait, done: map[string]uint64{}}
 	if n.now == nil {
 		n.now = time.Now
@@ -217,7 +207,7 @@ func (rd *round) keep(owner string, counters int) {
 }
 
 // Batch is counters bound for one member, with their records: one RPC's
-// worth, within MaxBatch and MaxBatchBytes. Hand-off and replication
+// worth, within peerpb.MaxHandOffCounters and MaxHandOffBytes. Hand-off and replication
 // (package replica) batch alike.
 type Batch struct {
 	To       ring.Member
@@ -235,7 +225,7 @@ func (b *Batch) Add(c limiter.Counter, record []byte) {
 
 // Fits reports whether b can take a record of n more bytes.
 func (b *Batch) Fits(n int) bool {
-	return len(b.Counters) < MaxBatch && b.Bytes+n <= MaxBatchBytes
+	return len(b.Counters) < peerpb.MaxHandOffCounters && b.Bytes+n <= peerpb.MaxHandOffBytes
 }
 
 // HandOff sends every counter this node holds but does not own under the
@@ -422,7 +412,7 @@ func (n *Node) send(ctx context.Context, b *Batch, t *round) bool {
 		reasons := map[string]int{}
 		for i, r := range refusals {
 			kept[i] = b.Counters[r.GetIndex()] // peer.Pool checked the indexes
-			reason := ReasonLabel(r.GetReason())
+			reason := checks.ReasonLabel(r.GetReason())
 			reasons[reason]++
 			if r.GetReason() == peerpb.Refusal_UNAVAILABLE {
 				t.unavailable++
@@ -472,14 +462,14 @@ func (b *Batch) split(i int) (*Batch, *Batch) {
 }
 
 // Receive merges counters another node no longer owns into this node's
-// store, validating each against this node's clock and MaxClockSkew, and
-// returns a Refusal for each it did not take: a record or state of an
-// unknown version, or one that does not decode or is impossible for its
-// limit. Refusals are logged (once per call) and counted.
+// store through checks.Intake, which validates each as a check's and
+// against this node's clock and MaxClockSkew, and returns a Refusal for
+// each it did not take: a record or state of an unknown version, or one
+// that does not decode or is impossible for its limit. Refusals are logged (once per call) and counted.
 func (n *Node) Receive(from string, counters []*peerpb.CounterState) []*peerpb.Refusal {
 	refused := n.intake.Merge(n.store, counters, n.now())
 	for _, r := range refused {
-		n.metrics.refused.WithLabelValues("received", ReasonLabel(r.GetReason())).Inc()
+		n.metrics.refused.WithLabelValues("received", checks.ReasonLabel(r.GetReason())).Inc()
 	}
 	if len(refused) > 0 {
 		n.log.Warn("hand-off: counters refused", "from", from, "refused", len(refused), "of", len(counters),
@@ -488,85 +478,6 @@ func (n *Node) Receive(from string, counters []*peerpb.CounterState) []*peerpb.R
 	n.metrics.counters.WithLabelValues("received").Add(float64(len(counters) - len(refused)))
 	return refused
 }
-
-// Intake takes counters that arrive from other nodes into a store, as
-// strictly as the public API takes a check: hand-off (Node.Receive) and
-// replication (package replica) both take counters through it.
-type Intake struct {
-	// MaxClockSkew bounds how far past this node's clock a received
-	// counter's times may lie.
-	MaxClockSkew time.Duration
-	// Validate, if not nil, checks a received counter's name, key,
-	// algorithm and limit as the public API checks a check's (see
-	// Config.Validate).
-	Validate func(c *limiter.Counter) error
-}
-
-// Merger is what Intake merges into: a *limiter.Store.
-type Merger interface {
-	Merge(c limiter.Counter, now time.Time, skew time.Duration) error
-}
-
-// Merge decodes each record, validates it (Validate, then untilNow's
-// bounds on time, then the store's own checks of its state) and merges it
-// into m at now. It returns a Refusal, naming the record by its index, for
-// each it did not take: UNKNOWN_VERSION for a record or state of a version
-// this build does not know, INVALID for one that does not decode or is
-// impossible, UNAVAILABLE otherwise. A refused record changes nothing.
-func (in Intake) Merge(m Merger, records []*peerpb.CounterState, now time.Time) []*peerpb.Refusal {
-	var refused []*peerpb.Refusal
-	for i, cs := range records {
-		var c limiter.Counter
-		err := c.UnmarshalBinary(cs.GetCounter())
-		if err == nil && in.Validate != nil {
-			if verr := in.Validate(&c); verr != nil {
-				err = fmt.Errorf("counter %s/%s: %w: %w", c.Name, c.Key, limiter.ErrBadCounter, verr)
-			}
-		}
-		if err == nil {
-			c, skew, uerr := in.untilNow(c, now)
-			err = uerr
-			if err == nil {
-				err = m.Merge(c, now, skew)
-			}
-		}
-		if err != nil {
-			r := &peerpb.Refusal{Index: int32(i), Reason: peerpb.Refusal_UNAVAILABLE, Detail: err.Error()}
-			switch {
-			case errors.Is(err, limiter.ErrUnknownVersion):
-				r.Reason = peerpb.Refusal_UNKNOWN_VERSION
-			case errors.Is(err, limiter.ErrBadCounter):
-				r.Reason = peerpb.Refusal_INVALID
-			}
-			refused = append(refused, r)
-		}
-	}
-	return refused
-}
-
-// untilNow returns c, a counter from another node received at now, and
-// the clock skew to merge it with. A peer cannot move a counter past this
-// node's clock: read later, a bucket would refill by the difference, and
-// a window that begins later would replace the current one and its count,
-// at every hand-off. So c's last evaluation, refused if it is more than
-// the skew ahead, is taken as now at the latest; and a window (fixed or
-// sliding) must have begun by now (no skew allowed), else Merge refuses it
-// and it stays with its sender, which offers it again later. Other states
-// keep the allowed skew.
-func (in Intake) untilNow(c limiter.Counter, now time.Time) (limiter.Counter, time.Duration, error) {
-	if ahead := time.Duration(c.Last - now.UnixNano()); ahead > in.MaxClockSkew {
-		return c, 0, fmt.Errorf("counter %s/%s: last evaluated %v after now, more than the clock skew %v: %w", c.Name, c.Key, ahead, in.MaxClockSkew, limiter.ErrBadCounter)
-	}
-	c.Last = min(c.Last, now.UnixNano())
-	skew := in.MaxClockSkew
-	if c.Algorithm == limiter.FixedWindow || c.Algorithm == limiter.SlidingWindow {
-		skew = 0
-	}
-	return c, skew, nil
-}
-
-// ReasonLabel is a refusal reason as a metric label, e.g. "invalid".
-func ReasonLabel(r peerpb.Refusal_Reason) string { return strings.ToLower(r.String()) }
 
 type metrics struct {
 	counters *prometheus.CounterVec
@@ -600,7 +511,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 	for _, direction := range []string{"sent", "received"} {
 		m.counters.WithLabelValues(direction) // exported as 0 before the first hand-off
 		for _, reason := range []peerpb.Refusal_Reason{peerpb.Refusal_UNKNOWN_VERSION, peerpb.Refusal_INVALID, peerpb.Refusal_UNAVAILABLE} {
-			m.refused.WithLabelValues(direction, ReasonLabel(reason))
+			m.refused.WithLabelValues(direction, checks.ReasonLabel(reason))
 		}
 	}
 	for _, outcome := range []string{"done", "expired", "canceled"} {

@@ -10,10 +10,10 @@ import (
 	"github.com/ringlimit/ringlimit/algorithms"
 )
 
-// The bounds of a counter's identity: the public API's bounds on a
-// check's name and key (service.MaxNameLen and MaxKeyLen, kept equal by a
-// test), so that no counter can cross a port that a check could not
-// create.
+// The bounds of a counter's identity, and so of a check's name and key:
+// package checks, which owns a check's other bounds, imports this one and
+// takes these as they are, so that no counter can cross a port that a
+// check could not create, and no check is made whose counter could not.
 const (
 	MaxNameLen = 256
 	MaxKeyLen  = 1024

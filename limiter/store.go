@@ -232,7 +232,7 @@ func (s *Store) decideAll(sh *shard, rs []Request, out []algorithms.Decision, ch
 // (a group shares its key), which are charged before it. Checked with its
 // own alone, each of two requests could fit where both do not, and the
 // first would be charged while the second is refused. The scan is
-// quadratic, over at most a request's items (service.MaxItems).
+// quadratic, over at most a request's items (checks.MaxItems).
 func sharedHits(rs []Request, i int) int64 {
 	hits := rs[i].Hits
 	for j := range i {

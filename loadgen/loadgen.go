@@ -23,10 +23,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/internal/latency"
-	"github.com/ringlimit/ringlimit/service"
 )
 
 // Options says what `rlnode bench` sends, where, and for how long.
@@ -35,7 +35,7 @@ type Options struct {
 	Protocol    string   // "grpc" or "http"
 	Client      bool     // call client.Allow, one item a call, instead of sending Check requests
 	Route       bool     // with Client: one client over all Addrs, sending each check to its key's owner
-	Items       int      // items per request, 1..service.MaxItems
+	Items       int      // items per request, 1..checks.MaxItems
 	Concurrency int      // workers, each with one request in flight
 	Duration    time.Duration
 	Count       int64    // requests in total; the run stops at Count or Duration, whichever comes first
@@ -69,8 +69,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("--protocol: %q, want grpc or http", o.Protocol)
 	case o.Client && o.Protocol != "grpc":
 		return fmt.Errorf("--client: the Go client speaks grpc, not --protocol %s", o.Protocol)
-	case o.Items < 1 || o.Items > service.MaxItems:
-		return fmt.Errorf("--items: %d, want 1 to %d", o.Items, service.MaxItems)
+	case o.Items < 1 || o.Items > checks.MaxItems:
+		return fmt.Errorf("--items: %d, want 1 to %d", o.Items, checks.MaxItems)
 	case o.Route && !o.Client:
 		return errors.New("--route: routes the Go client's checks; add --client")
 	case o.Client && o.Items != 1:

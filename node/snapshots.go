@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/ringlimit/ringlimit/handoff"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/snapshot"
 )
@@ -50,7 +50,7 @@ func (s *snapshots) handedOff() func(records [][]byte) {
 // joins, so that it reports ready with its counters; counters it no
 // longer owns are handed off once it has joined, as after any ring
 // change.
-func (s *snapshots) load(ctx context.Context, in handoff.Intake) {
+func (s *snapshots) load(ctx context.Context, in checks.Intake) {
 	if s != nil {
 		s.dir.Load(ctx, in)
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 )
 
 // check returns a request of n items whose first key is key.
@@ -326,8 +327,8 @@ func TestBatcherRetire(t *testing.T) {
 // server's receive limit. (The bound is lowered here to two requests'
 // worth; MaxForwardBytes is checked against MaxMessageBytes below.)
 func TestBatcherBytes(t *testing.T) {
-	if MaxForwardBytes+MaxRequestItems*(maxItemBytes) > MaxMessageBytes {
-		t.Fatalf("a full batch plus one request (%d bytes) exceeds MaxMessageBytes", MaxForwardBytes+MaxRequestItems*maxItemBytes)
+	if MaxForwardBytes+checks.MaxItems*(maxItemBytes) > MaxMessageBytes {
+		t.Fatalf("a full batch plus one request (%d bytes) exceeds MaxMessageBytes", MaxForwardBytes+checks.MaxItems*maxItemBytes)
 	}
 	synctest.Test(t, func(t *testing.T) {
 		const latency = time.Millisecond

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/mux"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/internal/wire"
@@ -19,12 +20,13 @@ import (
 
 // The bounds of what crosses the peer port. They hold whatever a peer
 // sends, so that a crafted message costs no more than a public request.
+// A forwarded request carries at most checks.MaxItems items, as a
+// client's may, so that forwarding cannot carry more than a client could
+// send; a HandOff or Replicate RPC at most peerpb.MaxHandOffCounters
+// counters of peerpb.MaxHandOffBytes, the batches hand-off and
+// replication send; a sender's name is at most peerpb.MaxNodeNameLen
+// bytes.
 const (
-	// MaxRequestItems is the most check items one forwarded request may
-	// carry: the public API's bound on a request (service.MaxItems, kept
-	// equal by a test), so that forwarding cannot carry more than a client
-	// could send.
-	MaxRequestItems = 1000
 	// MaxForwardItems bounds a Forward RPC: Server refuses a ForwardRequest
 	// holding more requests, or more check items in all, than this. It is
 	// the largest Config.BatchLimit (--batch-limit); a batch closes at
@@ -32,26 +34,15 @@ const (
 	MaxForwardItems = 10_000
 	// MaxForwardBytes is the encoded size at which the batcher closes a
 	// batch, whatever BatchLimit says. A batch holds at most this plus one
-	// request (MaxRequestItems valid items of at most ~1.4 KB each, so
+	// request (checks.MaxItems valid items of at most ~1.4 KB each, so
 	// ~1.4 MB), well under MaxMessageBytes.
 	MaxForwardBytes = 2 << 20
-	// MaxHandOffCounters is the most counters one HandOff RPC may carry
-	// (handoff.MaxBatch, kept equal by a test).
-	MaxHandOffCounters = 1000
-	// MaxHandOffBytes is the most bytes of counter records one HandOff RPC
-	// carries (handoff.MaxBatchBytes, kept equal by a test). With gRPC's
-	// framing (a few bytes a record) a HandOff stays far under
-	// MaxMessageBytes, so a node with a smaller limit is the only reason a
-	// batch is refused for its size; the sender then splits it.
-	MaxHandOffBytes = 1 << 20
 	// MaxMessageBytes is the peer server's receive limit (ServerOptions)
 	// and the Pool's send limit: the largest Forward (MaxForwardBytes plus
-	// one request) and the largest HandOff (MaxHandOffBytes plus framing)
-	// with room to spare. It is gRPC's default receive limit, made explicit
+	// one request) and the largest HandOff (peerpb.MaxHandOffBytes plus
+	// framing) with room to spare. It is gRPC's default receive limit, made explicit
 	// so that both ends agree on it.
 	MaxMessageBytes = 4 << 20
-	// MaxNodeNameLen bounds the sender's name in peer requests.
-	MaxNodeNameLen = 256
 )
 
 // ServerOptions are the gRPC server options the peer listener needs: its
@@ -149,7 +140,7 @@ func (s *Server) refuse(rpc, reason string, code codes.Code, format string, args
 
 // Forward decides a batch of forwarded checks. It refuses, with
 // codes.InvalidArgument, a batch of more than MaxForwardItems requests or
-// items, or holding a request of more than MaxRequestItems items; and
+// items, or holding a request of more than checks.MaxItems items; and
 // reports a Handler that does not answer every request with codes.Internal.
 func (s *Server) Forward(ctx context.Context, req *peerpb.ForwardRequest) (*peerpb.ForwardResponse, error) {
 	resps, err := s.forward(ctx, req.GetRequests(), req.GetPulled(), req.GetRelayed())
@@ -201,8 +192,8 @@ func (s *Server) forward(ctx context.Context, reqs []*pb.CheckRequest, pulled, r
 	items := 0
 	for i, r := range reqs {
 		n := len(r.GetRequests())
-		if n > MaxRequestItems {
-			return nil, s.refuse("forward", "too_many_items", codes.InvalidArgument, "requests[%d].requests: %d items, more than %d", i, n, MaxRequestItems)
+		if n > checks.MaxItems {
+			return nil, s.refuse("forward", "too_many_items", codes.InvalidArgument, "requests[%d].requests: %d items, more than %d", i, n, checks.MaxItems)
 		}
 		items += n
 	}
@@ -261,7 +252,7 @@ func (s *Server) UpdateGlobals(ctx context.Context, req *peerpb.GlobalUpdateRequ
 // refused, and why, and how many it accepted; then the sender's word that
 // it is done, if the request carries it. It refuses, with
 // codes.InvalidArgument, a malformed sender's name and more than
-// MaxHandOffCounters counters, and reports a Handler that refuses a counter
+// peerpb.MaxHandOffCounters counters, and reports a Handler that refuses a counter
 // it was not given with codes.Internal.
 func (s *Server) HandOff(ctx context.Context, req *peerpb.HandOffRequest) (*peerpb.HandOffResponse, error) {
 	counters := req.GetCounters()
@@ -277,7 +268,7 @@ func (s *Server) HandOff(ctx context.Context, req *peerpb.HandOffRequest) (*peer
 
 // Replicate passes replicated counters to the Handler and reports which
 // it refused. It refuses the RPC as HandOff does: a malformed sender's
-// name, more than MaxHandOffCounters counters, and a Handler that refuses
+// name, more than peerpb.MaxHandOffCounters counters, and a Handler that refuses
 // a counter it was not given (codes.Internal).
 func (s *Server) Replicate(ctx context.Context, req *peerpb.ReplicateRequest) (*peerpb.ReplicateResponse, error) {
 	counters := req.GetCounters()
@@ -297,8 +288,8 @@ func (s *Server) takeCounters(ctx context.Context, rpc, from string, counters []
 	if err := s.checkSender(rpc, from); err != nil {
 		return nil, err
 	}
-	if len(counters) > MaxHandOffCounters {
-		return nil, s.refuse(rpc, "too_many_counters", codes.InvalidArgument, "counters: %d, more than %d", len(counters), MaxHandOffCounters)
+	if len(counters) > peerpb.MaxHandOffCounters {
+		return nil, s.refuse(rpc, "too_many_counters", codes.InvalidArgument, "counters: %d, more than %d", len(counters), peerpb.MaxHandOffCounters)
 	}
 	if len(counters) == 0 {
 		return nil, nil
@@ -311,13 +302,13 @@ func (s *Server) takeCounters(ctx context.Context, rpc, from string, counters []
 }
 
 // checkSender refuses a sender's name that no node has: empty, longer than
-// MaxNodeNameLen or holding a NUL byte.
+// peerpb.MaxNodeNameLen or holding a NUL byte.
 func (s *Server) checkSender(rpc, from string) error {
 	switch {
 	case from == "":
 		return s.refuse(rpc, "bad_sender", codes.InvalidArgument, "from: must name the sending node")
-	case len(from) > MaxNodeNameLen:
-		return s.refuse(rpc, "bad_sender", codes.InvalidArgument, "from: longer than %d bytes", MaxNodeNameLen)
+	case len(from) > peerpb.MaxNodeNameLen:
+		return s.refuse(rpc, "bad_sender", codes.InvalidArgument, "from: longer than %d bytes", peerpb.MaxNodeNameLen)
 	case strings.IndexByte(from, 0) >= 0:
 		return s.refuse(rpc, "bad_sender", codes.InvalidArgument, "from: must not contain a NUL byte")
 	}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 )
 
@@ -190,11 +191,11 @@ func TestServerForwardBounds(t *testing.T) {
 	}{
 		{name: "ok", reqs: []*pb.CheckRequest{check("a", 2), check("b", 1)}, want: codes.OK},
 		{name: "empty", reqs: nil, want: codes.OK},
-		{name: "at the item limit", reqs: requests(MaxForwardItems/MaxRequestItems, MaxRequestItems), want: codes.OK},
-		{name: "10x the public bound in one request", reqs: requests(1, 10*MaxRequestItems), want: codes.InvalidArgument, reason: "too_many_items"},
-		{name: "one item over the public bound", reqs: requests(1, MaxRequestItems+1), want: codes.InvalidArgument, reason: "too_many_items"},
+		{name: "at the item limit", reqs: requests(MaxForwardItems/checks.MaxItems, checks.MaxItems), want: codes.OK},
+		{name: "10x the public bound in one request", reqs: requests(1, 10*checks.MaxItems), want: codes.InvalidArgument, reason: "too_many_items"},
+		{name: "one item over the public bound", reqs: requests(1, checks.MaxItems+1), want: codes.InvalidArgument, reason: "too_many_items"},
 		{name: "too many requests", reqs: requests(MaxForwardItems+1, 0), want: codes.InvalidArgument, reason: "too_many_requests"},
-		{name: "too many items", reqs: requests(MaxForwardItems/MaxRequestItems+1, MaxRequestItems), want: codes.InvalidArgument, reason: "too_many_items"},
+		{name: "too many items", reqs: requests(MaxForwardItems/checks.MaxItems+1, checks.MaxItems), want: codes.InvalidArgument, reason: "too_many_items"},
 		{
 			name:   "handler answers too few",
 			reqs:   []*pb.CheckRequest{check("a", 1), check("b", 1)},
@@ -268,7 +269,7 @@ func TestServerRefusesBadSenders(t *testing.T) {
 		}{
 			{"", codes.InvalidArgument, "bad_sender"},
 			{"node\x00-1", codes.InvalidArgument, "bad_sender"},
-			{strings.Repeat("n", MaxNodeNameLen+1), codes.InvalidArgument, "bad_sender"},
+			{strings.Repeat("n", peerpb.MaxNodeNameLen+1), codes.InvalidArgument, "bad_sender"},
 			{"mallory", codes.PermissionDenied, "unknown_sender"},
 		} {
 			if (rpc == "handoff" || rpc == "replicate") && tt.from == "mallory" {
@@ -297,7 +298,7 @@ func TestServerRefusesBadSenders(t *testing.T) {
 func TestServerHandOffBounds(t *testing.T) {
 	h := &fakeHandler{}
 	client := dial(t, serve(t, h))
-	counters := make([]*peerpb.CounterState, MaxHandOffCounters+1)
+	counters := make([]*peerpb.CounterState, peerpb.MaxHandOffCounters+1)
 	for i := range counters {
 		counters[i] = &peerpb.CounterState{Counter: []byte{1}}
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/mux"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/internal/testpki"
@@ -105,7 +106,7 @@ func TestForwardStreamBounds(t *testing.T) {
 		reqs []*pb.CheckRequest
 		code codes.Code
 	}{
-		{[]*pb.CheckRequest{check("big", MaxRequestItems+1)}, codes.InvalidArgument},
+		{[]*pb.CheckRequest{check("big", checks.MaxItems+1)}, codes.InvalidArgument},
 		{requests(MaxForwardItems+1, 0), codes.InvalidArgument},
 		{[]*pb.CheckRequest{check("ok", 2)}, codes.OK},
 	} {

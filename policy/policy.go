@@ -36,6 +36,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -99,16 +100,16 @@ func parseUnit(s string) (Unit, bool) {
 }
 
 // MaxRequestsPerUnit bounds requests_per_unit: the largest limit a check
-// may have. (ratelimit allows up to 2^32-1; a larger value is an error
-// here rather than a silently different limit.)
-const MaxRequestsPerUnit = 1_000_000_000
+// may have, checks.MaxLimit. (ratelimit allows up to 2^32-1; a larger
+// value is an error here rather than a silently different limit.)
+const MaxRequestsPerUnit = checks.MaxLimit
 
 // MaxSoftPercent bounds soft_percent.
 const MaxSoftPercent = 1000
 
-// MaxMinIntervalMs bounds min_interval_ms: a year, the longest interval a
-// check may ask for (service.MaxDuration).
-const MaxMinIntervalMs = 365 * 24 * 60 * 60 * 1000
+// MaxMinIntervalMs bounds min_interval_ms: the longest interval a check
+// may ask for (checks.MaxDuration, a year), in milliseconds.
+const MaxMinIntervalMs = uint64(checks.MaxDuration / time.Millisecond)
 
 // Limit is a descriptor's rate_limit.
 type Limit struct {

@@ -45,6 +45,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/handoff"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
@@ -85,7 +86,7 @@ type Config struct {
 	// that others send.
 	Interval time.Duration
 	// Intake validates received replicas, as hand-off validates counters.
-	Intake handoff.Intake
+	Intake checks.Intake
 	// Now is the clock received replicas are validated against, and the
 	// replication lag is measured by; nil means time.Now.
 	Now func() time.Time
@@ -106,7 +107,7 @@ type Node struct {
 	cluster  Membership
 	peers    Peers
 	interval time.Duration
-	intake   handoff.Intake
+	intake   checks.Intake
 	now      func() time.Time
 	log      *slog.Logger
 	metrics  metrics
@@ -178,7 +179,7 @@ func (n *Node) Run(ctx context.Context) error {
 // Replicate is one round: it sends every counter of this node's own keys
 // that changed since the last round, or whose heir changed with the ring
 // (see follow), to the key's heir, in batches of at most
-// handoff.MaxBatch counters and handoff.MaxBatchBytes, and returns how
+// peerpb.MaxHandOffCounters counters and MaxHandOffBytes, and returns how
 // many the heirs took. Counters whose batch could not be delivered are
 // marked changed again (limiter.Store.Restore), so that the next round
 // sends them; those of an heir that failed are not sent to it again this
@@ -281,13 +282,13 @@ func (n *Node) send(ctx context.Context, b *handoff.Batch, failed map[string]boo
 }
 
 // Receive keeps copies of counters that node from owns, merging each into
-// the replicas after validating it as hand-off does (handoff.Intake), and
+// the replicas after validating it as hand-off does (checks.Intake), and
 // returns a Refusal for each it did not keep. Replicas are never used to
 // decide a check until Promote makes them this node's counters.
 func (n *Node) Receive(from string, counters []*peerpb.CounterState) []*peerpb.Refusal {
 	refused := n.intake.Merge(n.replicas, counters, n.now())
 	for _, r := range refused {
-		n.metrics.refused.WithLabelValues(handoff.ReasonLabel(r.GetReason())).Inc()
+		n.metrics.refused.WithLabelValues(checks.ReasonLabel(r.GetReason())).Inc()
 	}
 	if len(refused) > 0 {
 		n.log.Warn("replication: counters refused", "from", from, "refused", len(refused), "of", len(counters),
@@ -394,7 +395,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) metrics {
 		m.batches.WithLabelValues(o)
 	}
 	for _, r := range []peerpb.Refusal_Reason{peerpb.Refusal_UNKNOWN_VERSION, peerpb.Refusal_INVALID, peerpb.Refusal_UNAVAILABLE} {
-		m.refused.WithLabelValues(handoff.ReasonLabel(r))
+		m.refused.WithLabelValues(checks.ReasonLabel(r))
 	}
 	if reg != nil {
 		reg.MustRegister(m.counters, m.refused, m.batches, m.bytes, m.promoted,

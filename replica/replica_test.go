@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ringlimit/ringlimit/algorithms"
-	"github.com/ringlimit/ringlimit/handoff"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
@@ -111,7 +111,7 @@ func newCluster(n int, interval time.Duration) *cluster {
 		reg := prometheus.NewRegistry()
 		node := New(Config{
 			Store: limiter.New(limiter.Config{}), Replicas: limiter.New(limiter.Config{}), Cluster: mem, Peers: c.net,
-			Interval: interval, Intake: handoff.Intake{MaxClockSkew: time.Minute}, Now: func() time.Time { return t0 },
+			Interval: interval, Intake: checks.Intake{MaxClockSkew: time.Minute}, Now: func() time.Time { return t0 },
 			Registerer: reg,
 		})
 		c.members = append(c.members, mem)
@@ -244,10 +244,10 @@ func records(t *testing.T, s *limiter.Store) []*peerpb.CounterState {
 }
 
 // TestReplicateBatchesAreBounded: many changed counters go in batches of
-// at most handoff.MaxBatch counters and MaxBatchBytes.
+// at most peerpb.MaxHandOffCounters counters and MaxHandOffBytes.
 func TestReplicateBatchesAreBounded(t *testing.T) {
 	c := newCluster(2, DefaultInterval)
-	keys := c.keysOf(0, 2*handoff.MaxBatch+10)
+	keys := c.keysOf(0, 2*peerpb.MaxHandOffCounters+10)
 	for _, k := range keys {
 		c.spend(0, k, 1)
 	}
@@ -259,7 +259,7 @@ func TestReplicateBatchesAreBounded(t *testing.T) {
 		t.Errorf("%d calls for %d counters, want 3", len(calls), len(keys))
 	}
 	for _, cl := range calls {
-		if cl.counters > handoff.MaxBatch || cl.bytes > handoff.MaxBatchBytes {
+		if cl.counters > peerpb.MaxHandOffCounters || cl.bytes > peerpb.MaxHandOffBytes {
 			t.Errorf("a batch of %d counters, %d bytes: over the bounds", cl.counters, cl.bytes)
 		}
 	}

@@ -34,6 +34,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/policy"
 )
@@ -49,15 +50,17 @@ type Policies interface {
 	Policies() *policy.Set
 }
 
-// The bounds of a request, as for a native check.
+// The bounds of a request, those of a native check (package checks).
 const (
-	// MaxDescriptors is the most descriptors one request may carry.
-	MaxDescriptors = 1000
-	// MaxHits bounds hits_addend.
-	MaxHits = 1_000_000_000
+	// MaxDescriptors is the most descriptors one request may carry: each
+	// becomes at most one item of one check.
+	MaxDescriptors = checks.MaxItems
+	// MaxHits bounds hits_addend, as a check's hits.
+	MaxHits = checks.MaxLimit
 	// maxKeyLen is the longest counter key sent as is; a longer one is
-	// replaced by its SHA-256, as ringlimit keys are at most 1,024 bytes.
-	maxKeyLen = 1024
+	// replaced by its SHA-256, as ringlimit keys are at most
+	// limiter.MaxKeyLen bytes.
+	maxKeyLen = limiter.MaxKeyLen
 )
 
 // Config configures a Server.
@@ -131,7 +134,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	if len(check.Requests) > 0 {
 		resp, err := s.checker.Check(ctx, check)
 		if err != nil {
-			return nil, status.Errorf(codes.Unavailable, "check: %v", err)
+			return nil, status.Errorf(checks.Code(err), "check: %v", err)
 		}
 		results = resp.GetResponses()
 		if len(results) != len(check.Requests) {
@@ -272,11 +275,7 @@ func (s *Server) answer(as []applied, results []*pb.CheckResult) (*rlspb.RateLim
 		}
 		r := results[a.item]
 		if r.GetError() != "" {
-			code := codes.Unavailable
-			if r.GetErrorCode() == pb.ErrorCode_INVALID_ARGUMENT {
-				code = codes.InvalidArgument
-			}
-			return nil, status.Errorf(code, "descriptors[%d]: %s", i, r.GetError())
+			return nil, status.Errorf(checks.ItemStatus(r.GetErrorCode()), "descriptors[%d]: %s", i, r.GetError())
 		}
 		l := a.limit
 		over := r.GetStatus() == pb.Status_OVER_LIMIT || l.RequestsPerUnit == 0 && r.GetRemaining() == 0

@@ -39,49 +39,6 @@ import (
 // charge: the check is then refused and the parent keeps the charge (it
 // refuses a little more, never admits more).
 
-// MaxParentKeyLen bounds the bytes of a parent's key. A parent names a
-// pool that many keys share ("all", "tenant:acme"), as a name names a
-// limit, so it has a name's bound rather than a key's: that keeps the
-// longest check within the bodies and messages the API takes.
-const MaxParentKeyLen = MaxNameLen
-
-// checkBorrowing checks item's ceiling and parent: both or neither, a
-// ceiling above the limit and within the public bounds, and a parent
-// within a check's own bounds; not with GLOBAL, whose answers come from
-// grants without the key's owner, nor on a spacing alone, which has no
-// limit to borrow beyond. (charge_refused and "all" are refused by
-// toRequest and prepare.)
-func checkBorrowing(item *pb.CheckItem, alone bool) error {
-	p := item.GetParent()
-	switch {
-	case item.Ceiling == 0 && p == nil:
-		return nil
-	case item.Ceiling == 0:
-		return &FieldError{"ceiling", "missing: parent is for a check that borrows up to a ceiling"}
-	case p == nil:
-		return &FieldError{"parent", "missing: a ceiling borrows from a parent limit"}
-	case alone:
-		return &FieldError{"ceiling", "not on a spacing alone (min_interval_ms without limit): it has no limit to borrow beyond"}
-	case item.Ceiling <= item.Limit || item.Ceiling > MaxLimit:
-		return &FieldError{"ceiling", fmt.Sprintf("must be above limit (%d) and at most %d, got %d", item.Limit, MaxLimit, item.Ceiling)}
-	case item.Algorithm == pb.Algorithm_SLIDING_LOG && item.Ceiling > algorithms.MaxSlidingLogLimit:
-		return &FieldError{"ceiling", fmt.Sprintf("SLIDING_LOG keeps a timestamp per hit, so its ceiling is at most %d, got %d", algorithms.MaxSlidingLogLimit, item.Ceiling)}
-	case item.Behavior == pb.Behavior_GLOBAL:
-		return &FieldError{"ceiling", "not with GLOBAL behavior: borrowing is decided by the key's owner (use BATCHED, UNBATCHED or LOCAL)"}
-	case p.Key == "":
-		return &FieldError{"parent.key", "must not be empty"}
-	case len(p.Key) > MaxParentKeyLen:
-		return &FieldError{"parent.key", fmt.Sprintf("longer than %d bytes", MaxParentKeyLen)}
-	case p.Limit <= 0 || p.Limit > MaxLimit:
-		return &FieldError{"parent.limit", fmt.Sprintf("must be between 1 and %d, got %d", MaxLimit, p.Limit)}
-	case item.Algorithm == pb.Algorithm_SLIDING_LOG && p.Limit > algorithms.MaxSlidingLogLimit:
-		return &FieldError{"parent.limit", fmt.Sprintf("SLIDING_LOG keeps a timestamp per hit, so its limit is at most %d, got %d", algorithms.MaxSlidingLogLimit, p.Limit)}
-	case p.DurationMs < 0 || p.DurationMs > MaxDuration.Milliseconds():
-		return &FieldError{"parent.duration_ms", fmt.Sprintf("must be between 0 (the check's duration_ms) and %d, got %d", MaxDuration.Milliseconds(), p.DurationMs)}
-	}
-	return nil
-}
-
 // borrowing is how a check with a ceiling borrows (see above): its
 // ceiling counter's request, and its parent's, as a request of the store
 // and as the GLOBAL check the parent's owner decides.
@@ -92,7 +49,7 @@ type borrowing struct {
 }
 
 // borrowingOf returns how r, the request of item, borrows, or nil if item
-// has no ceiling. item has passed toRequest.
+// has no ceiling. item has passed checks.Request.
 func borrowingOf(item *pb.CheckItem, r *limiter.Request) *borrowing {
 	if item.Ceiling == 0 {
 		return nil
@@ -180,12 +137,12 @@ func (s *Service) decideParent(ctx context.Context, b *borrowing, owner ring.Mem
 	if !forward {
 		return d, true
 	}
-	resp, err := s.send(ctx, owner, false, forwardPlain, &pb.CheckRequest{Requests: []*pb.CheckItem{b.parentItem}})
+	resp, err := s.send(ctx, owner, true, routeForward, &pb.CheckRequest{Requests: []*pb.CheckItem{b.parentItem}})
 	if err == nil && (len(resp.GetResponses()) != 1 || resp.GetResponses()[0].GetError() != "") {
 		err = fmt.Errorf("parent's owner answered %v", resp.GetResponses())
 	}
 	if err != nil {
-		if s.logSampler.allow(owner.Name) {
+		if s.logSampler.allow(owner.Name, s.now()) {
 			s.log.Warn("parent's owner unreachable: no borrowing (logged once a second per owner)", "owner", owner.Name, "err", err)
 		}
 		return algorithms.Decision{}, false

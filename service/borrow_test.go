@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 )
 
 // borrower is a check of name "api" for key that guarantees limit a
@@ -177,7 +178,7 @@ func TestBorrowRefusedFields(t *testing.T) {
 		{"parent", func(it *pb.CheckItem) { it.Parent = nil }, false},
 		{"ceiling", func(it *pb.CheckItem) { it.Ceiling = 4 }, false},
 		{"ceiling", func(it *pb.CheckItem) { it.Ceiling = -1 }, false},
-		{"ceiling", func(it *pb.CheckItem) { it.Ceiling = MaxLimit + 1 }, false},
+		{"ceiling", func(it *pb.CheckItem) { it.Ceiling = checks.MaxLimit + 1 }, false},
 		{"ceiling", func(it *pb.CheckItem) { it.Behavior = pb.Behavior_GLOBAL }, false},
 		{"ceiling", func(it *pb.CheckItem) {
 			it.Algorithm, it.Ceiling = pb.Algorithm_SLIDING_LOG, 10_001
@@ -186,14 +187,14 @@ func TestBorrowRefusedFields(t *testing.T) {
 		{"charge_refused", func(it *pb.CheckItem) { it.Algorithm, it.ChargeRefused = pb.Algorithm_FIXED_WINDOW, true }, false},
 		{"ceiling", func(*pb.CheckItem) {}, true},
 		{"parent.key", func(it *pb.CheckItem) { it.Parent.Key = "" }, false},
-		{"parent.key", func(it *pb.CheckItem) { it.Parent.Key = string(make([]byte, MaxParentKeyLen+1)) }, false},
+		{"parent.key", func(it *pb.CheckItem) { it.Parent.Key = string(make([]byte, checks.MaxParentKeyLen+1)) }, false},
 		{"parent.limit", func(it *pb.CheckItem) { it.Parent.Limit = 0 }, false},
-		{"parent.limit", func(it *pb.CheckItem) { it.Parent.Limit = MaxLimit + 1 }, false},
+		{"parent.limit", func(it *pb.CheckItem) { it.Parent.Limit = checks.MaxLimit + 1 }, false},
 		{"parent.limit", func(it *pb.CheckItem) {
 			it.Algorithm, it.Parent.Limit = pb.Algorithm_SLIDING_LOG, 10_001
 		}, false},
 		{"parent.duration_ms", func(it *pb.CheckItem) { it.Parent.DurationMs = -1 }, false},
-		{"parent.duration_ms", func(it *pb.CheckItem) { it.Parent.DurationMs = MaxDuration.Milliseconds() + 1 }, false},
+		{"parent.duration_ms", func(it *pb.CheckItem) { it.Parent.DurationMs = checks.MaxDuration.Milliseconds() + 1 }, false},
 	} {
 		item := good()
 		tc.change(item)

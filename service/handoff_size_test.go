@@ -14,21 +14,17 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
-	"github.com/ringlimit/ringlimit/handoff"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
-// TestHandOffBoundsMatchThePeerServer: a hand-off batch is what the peer
-// server takes, and fits its receive limit with room for gRPC's framing.
+// TestHandOffBoundsMatchThePeerServer: a full hand-off batch fits the
+// peer server's receive limit with room for gRPC's framing.
 func TestHandOffBoundsMatchThePeerServer(t *testing.T) {
-	if handoff.MaxBatch != peer.MaxHandOffCounters || handoff.MaxBatchBytes != peer.MaxHandOffBytes {
-		t.Errorf("handoff batches of %d counters, %d bytes; the peer server takes %d, %d",
-			handoff.MaxBatch, handoff.MaxBatchBytes, peer.MaxHandOffCounters, peer.MaxHandOffBytes)
-	}
 	// Each record costs at most 5 bytes of framing, the request a name.
-	if framed := handoff.MaxBatchBytes + 5*handoff.MaxBatch + 2*peer.MaxNodeNameLen; framed > peer.MaxMessageBytes {
+	if framed := peerpb.MaxHandOffBytes + 5*peerpb.MaxHandOffCounters + 2*peerpb.MaxNodeNameLen; framed > peer.MaxMessageBytes {
 		t.Errorf("a full hand-off batch takes up to %d bytes, more than the %d the peer server receives", framed, peer.MaxMessageBytes)
 	}
 }

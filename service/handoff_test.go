@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringlimit/ringlimit/algorithms"
-	"github.com/ringlimit/ringlimit/handoff"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 )
@@ -160,8 +159,8 @@ func TestHandOffBatchesPerOwner(t *testing.T) {
 	calls := 0
 	c.onHandOff = func(counters []*peerpb.CounterState) {
 		calls++
-		if len(counters) > handoff.MaxBatch {
-			t.Errorf("one hand-off RPC of %d counters, more than %d", len(counters), handoff.MaxBatch)
+		if len(counters) > peerpb.MaxHandOffCounters {
+			t.Errorf("one hand-off RPC of %d counters, more than %d", len(counters), peerpb.MaxHandOffCounters)
 		}
 	}
 	for i, n := range []int{1500, 1200} {

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -14,7 +15,7 @@ import (
 type metrics struct {
 	// checks holds every series of ringlimit_checks_total, made up front so
 	// that counting a check is an index and an atomic add, not a look-up.
-	checks [limiter.NumAlgorithms][pb.Behavior_LOCAL + 1][numRoutes][2]prometheus.Counter
+	checks [limiter.NumAlgorithms][pb.Behavior_LOCAL + 1][numDecided][2]prometheus.Counter
 	// forwardedChecks counts, by behavior, checks sent to their owner,
 	// which decides and counts them in its own checks.
 	forwardedChecks [pb.Behavior_LOCAL + 1]prometheus.Counter
@@ -81,7 +82,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			for r := range m.checks[a][b] {
 				for st := range m.checks[a][b][r] {
 					m.checks[a][b][r][st] = checks.WithLabelValues(limiter.Algorithm(a).String(), pb.Behavior(b).String(),
-						route(r).String(), pb.Status(st).String())
+						routeKind(r).String(), pb.Status(st).String())
 				}
 			}
 		}
@@ -89,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 	return m
 }
 
-func (m *metrics) checked(a limiter.Algorithm, b pb.Behavior, r route, allowed bool) {
+func (m *metrics) checked(a limiter.Algorithm, b pb.Behavior, r routeKind, allowed bool) {
 	status := pb.Status_UNDER_LIMIT
 	if !allowed {
 		status = pb.Status_OVER_LIMIT
@@ -103,7 +104,7 @@ func (m *metrics) borrow(o borrowOutcome) { m.borrows[o].Inc() }
 
 func (m *metrics) invalid(err error) {
 	field := "other"
-	var fe *FieldError
+	var fe *checks.FieldError
 	if errors.As(err, &fe) {
 		field = fe.Field
 	}

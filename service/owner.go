@@ -26,14 +26,14 @@ func (s *Service) Owner() Owner { return Owner{s} }
 // once, to the owner in this node's ring, which decides it where it lands
 // (Relayed). A node that is leaving (Service.Leave) does the same with
 // every check: it decides those whose counter it still holds, and relays
-// the others. See Service.settle, which decides which is which at a moment
+// the others. See settle, which decides which is which at a moment
 // when no counter is on its way.
 func (o Owner) Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
 	return o.s.forwarded(ctx, reqs, true)
 }
 
 // Pulled decides requests a key's new owner sent here, to this node as
-// their previous owner (see Service.pull): as their owner if this node
+// their previous owner (see plan): as their owner if this node
 // holds the counter of every check of every request, never passing them
 // on; otherwise it decides nothing and returns peer.ErrNotHere.
 func (o Owner) Pulled(ctx context.Context, reqs []*pb.CheckRequest) ([]*pb.CheckResponse, error) {
@@ -73,11 +73,15 @@ func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, mayRel
 			}
 			continue
 		}
-		c.ring, c.landed, c.recheck = r, !mayRelay, mayRelay // decide relays what is elsewhere: see settle
-		for j := range c.owners {
-			c.owners[j] = self
+		c.ring = r
+		ps := make([]pending, len(c.reqs))
+		for j := range ps {
+			ps[j] = pending{j: j, to: self, recheck: mayRelay} // settle relays what is elsewhere
+			if !mayRelay {
+				ps[j].next = nextHere // relayed or pulled here: decided here, never passed on
+			}
 		}
-		s.decide(ctx, c, every(len(c.reqs)))
+		s.decide(ctx, c, ps)
 		out[i] = &pb.CheckResponse{Responses: c.results}
 	}
 	return out

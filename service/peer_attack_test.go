@@ -18,6 +18,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/global"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
@@ -58,14 +59,11 @@ func servePeer(t *testing.T, s *Service, reg prometheus.Registerer) peerpb.PeerC
 	return peerpb.NewPeerClient(cc)
 }
 
-// TestPeerBoundsMatchThePublicAPI: a forwarded request carries at most
-// what a client's may, and a hand-off batch what the peer server takes.
+// TestPeerBoundsMatchThePublicAPI: a node's name may be as long as a
+// limit's.
 func TestPeerBoundsMatchThePublicAPI(t *testing.T) {
-	if peer.MaxRequestItems != MaxItems {
-		t.Errorf("peer.MaxRequestItems = %d, MaxItems = %d", peer.MaxRequestItems, MaxItems)
-	}
-	if peer.MaxNodeNameLen < MaxNameLen {
-		t.Errorf("peer.MaxNodeNameLen = %d is shorter than a limit's name", peer.MaxNodeNameLen)
+	if peerpb.MaxNodeNameLen < limiter.MaxNameLen {
+		t.Errorf("peerpb.MaxNodeNameLen = %d is shorter than a limit's name", peerpb.MaxNodeNameLen)
 	}
 }
 
@@ -77,9 +75,9 @@ func TestPeerAttackForwardInvalidItems(t *testing.T) {
 	client := servePeer(t, svcs[0], nil)
 	bad := []*pb.CheckItem{
 		{Name: "a\x00b", Key: "k", Limit: 10, DurationMs: 1000},
-		{Name: "api", Key: strings.Repeat("k", MaxKeyLen+1), Limit: 10, DurationMs: 1000},
+		{Name: "api", Key: strings.Repeat("k", limiter.MaxKeyLen+1), Limit: 10, DurationMs: 1000},
 		{Name: strings.Repeat("n", 1<<20), Key: "k", Limit: 10, DurationMs: 1000},
-		{Name: "api", Key: "k", Limit: MaxLimit + 1, DurationMs: 1000},
+		{Name: "api", Key: "k", Limit: checks.MaxLimit + 1, DurationMs: 1000},
 		{Name: "api", Key: "k", Limit: 1_000_000, DurationMs: 1000, Algorithm: pb.Algorithm_SLIDING_LOG},
 		{Name: "api", Key: "k", Limit: 10, DurationMs: 1000, CreatedAtMs: t0.Add(365 * 24 * time.Hour).UnixMilli()},
 		{Name: "api", Key: "", Limit: 10, DurationMs: 1000},
@@ -106,7 +104,7 @@ func globalItem(key string) *pb.CheckItem {
 
 // remaining is what the owner s's counter for item has left.
 func remaining(s *Service, item *pb.CheckItem) int64 {
-	r, _ := toRequest(item, t0, time.Minute)
+	r, _ := checks.Request(item, t0, time.Minute)
 	r.Hits = 0
 	return s.store.Check(&r).Remaining
 }
@@ -176,7 +174,7 @@ func TestPeerAttackGlobalReportInvalid(t *testing.T) {
 	zero := proto.CloneOf(item)
 	zero.Limit = 0
 	long := proto.CloneOf(item)
-	long.Key = strings.Repeat("k", MaxKeyLen+1)
+	long.Key = strings.Repeat("k", limiter.MaxKeyLen+1)
 	reports := []*peerpb.GlobalReport{
 		{Item: item, Admitted: 5, Acked: 6, Epoch: 1},
 		{Item: item, Admitted: 5, Epoch: -1},
@@ -255,7 +253,7 @@ func TestPeerAttackGrantUpdate(t *testing.T) {
 		{"node-1", crafted(func(st *peerpb.GlobalState) { st.ResetTimeMs = t0.Add(365 * 24 * time.Hour).UnixMilli() })},
 		{"node-1", crafted(func(st *peerpb.GlobalState) { st.Remaining = 1_000_000 })},
 		{"node-1", crafted(func(st *peerpb.GlobalState) { st.RetryAfterMs = -1 })},
-		{"node-1", crafted(func(st *peerpb.GlobalState) { st.Name = strings.Repeat("n", MaxNameLen+1) })},
+		{"node-1", crafted(func(st *peerpb.GlobalState) { st.Name = strings.Repeat("n", limiter.MaxNameLen+1) })},
 	} {
 		if _, err := client.UpdateGlobals(t.Context(), &peerpb.GlobalUpdateRequest{From: attack.from, States: attack.states}); err != nil {
 			t.Errorf("broadcast from %s: %v, want taken and its state rejected", attack.from, err)
@@ -342,16 +340,16 @@ func testCraftedCounters(t *testing.T, send sendCounters) {
 	year := 365 * 24 * time.Hour
 	bucket := encoded(&algorithms.TokenBucket{Full: now})
 	records := [][]byte{
-		record(limiter.TokenBucket, strings.Repeat("n", MaxNameLen+1), key, perSecond, now, bucket),
+		record(limiter.TokenBucket, strings.Repeat("n", limiter.MaxNameLen+1), key, perSecond, now, bucket),
 		record(limiter.TokenBucket, strings.Repeat("n", 65535), key, perSecond, now, bucket),
 		record(limiter.TokenBucket, "", key, perSecond, now, bucket),
 		record(limiter.TokenBucket, "a\x00b", key, perSecond, now, bucket),
-		record(limiter.TokenBucket, "api", strings.Repeat("k", MaxKeyLen+1), perSecond, now, bucket),
+		record(limiter.TokenBucket, "api", strings.Repeat("k", limiter.MaxKeyLen+1), perSecond, now, bucket),
 		record(limiter.TokenBucket, "api", "", perSecond, now, bucket),
 		record(limiter.TokenBucket, "api", key, perSecond, now, encoded(&algorithms.TokenBucket{Full: t0.Add(year).UnixNano()})),
 		record(limiter.TokenBucket, "api", key, perSecond, t0.Add(year).UnixNano(), bucket),
 		record(limiter.FixedWindow, "api", key, minute, now, encoded(&algorithms.FixedWindow{Start: t0.Add(time.Hour).Truncate(time.Minute).UnixNano(), Count: 1})),
-		record(limiter.TokenBucket, "api", key, algorithms.Limit{Count: MaxLimit * 10, Period: time.Second}, now, bucket),
+		record(limiter.TokenBucket, "api", key, algorithms.Limit{Count: checks.MaxLimit * 10, Period: time.Second}, now, bucket),
 		{limiter.CounterVersion},
 	}
 	counters := make([]*peerpb.CounterState, len(records))
@@ -528,7 +526,7 @@ func FuzzPeerHandlers(f *testing.F) {
 		}
 		for _, s := range []*limiter.Store{svcs[0].store, svcs[0].replicas} {
 			for c := range s.Counters() {
-				if err := svcs[0].validateCounter(&c); err != nil {
+				if err := checks.ValidateCounter(&c); err != nil {
 					t.Fatalf("the node holds a counter (or replica) no check could make: %v", err)
 				}
 			}

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/policy"
 )
 
@@ -22,30 +23,30 @@ type Policies interface {
 func (s *Service) withPolicy(item *pb.CheckItem) (*pb.CheckItem, error) {
 	ref := item.GetPolicy()
 	if ref == "" || s.policies == nil {
-		return item, nil // toRequest reports a policy without policies
+		return item, nil // checks.Request reports a policy without policies
 	}
 	switch {
 	case item.Limit != 0:
-		return item, &FieldError{"limit", "must be omitted when policy is set"}
+		return item, &checks.FieldError{Field: "limit", Reason: "must be omitted when policy is set"}
 	case item.DurationMs != 0:
-		return item, &FieldError{"duration_ms", "must be omitted when policy is set"}
+		return item, &checks.FieldError{Field: "duration_ms", Reason: "must be omitted when policy is set"}
 	case item.Algorithm != pb.Algorithm_TOKEN_BUCKET:
-		return item, &FieldError{"algorithm", "must be omitted when policy is set: the policy names it"}
+		return item, &checks.FieldError{Field: "algorithm", Reason: "must be omitted when policy is set: the policy names it"}
 	case item.MinIntervalMs != 0:
-		return item, &FieldError{"min_interval_ms", "must be omitted when policy is set: the policy names it"}
+		return item, &checks.FieldError{Field: "min_interval_ms", Reason: "must be omitted when policy is set: the policy names it"}
 	case item.Ceiling != 0:
-		return item, &FieldError{"ceiling", "must be omitted when policy is set: the policy names it"}
+		return item, &checks.FieldError{Field: "ceiling", Reason: "must be omitted when policy is set: the policy names it"}
 	case item.Parent != nil:
-		return item, &FieldError{"parent", "must be omitted when policy is set: the policy names it"}
+		return item, &checks.FieldError{Field: "parent", Reason: "must be omitted when policy is set: the policy names it"}
 	}
 	l, err := s.policies.Resolve(ref)
 	switch {
 	case err != nil:
-		return item, &FieldError{"policy", err.Error()}
+		return item, &checks.FieldError{Field: "policy", Reason: err.Error()}
 	case l.Unlimited:
-		return item, &FieldError{"policy", fmt.Sprintf("%q is unlimited, which only Envoy's rate limit service applies", ref)}
+		return item, &checks.FieldError{Field: "policy", Reason: fmt.Sprintf("%q is unlimited, which only Envoy's rate limit service applies", ref)}
 	case l.RequestsPerUnit == 0:
-		return item, &FieldError{"policy", fmt.Sprintf("%q has requests_per_unit 0: every hit is refused", ref)}
+		return item, &checks.FieldError{Field: "policy", Reason: fmt.Sprintf("%q has requests_per_unit 0: every hit is refused", ref)}
 	}
 	out := proto.CloneOf(item)
 	out.Policy = ""

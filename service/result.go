@@ -1,11 +1,11 @@
 package service
 
 import (
-	"errors"
 	"time"
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -43,16 +43,6 @@ func errorResult(err error) *pb.CheckResult {
 	res.Status = pb.Status_OVER_LIMIT
 	res.RetryAfterMs = -1
 	res.Error = err.Error()
-	res.ErrorCode = pb.ErrorCode_INTERNAL
-	switch {
-	case errors.Is(err, ErrInvalid):
-		res.ErrorCode = pb.ErrorCode_INVALID_ARGUMENT
-	case errors.Is(err, ErrUnavailable):
-		res.ErrorCode = pb.ErrorCode_UNAVAILABLE
-	}
+	res.ErrorCode = checks.ItemCode(err)
 	return res
 }
-
-// ErrUnavailable reports an item that could not be decided now, for
-// example because the node is shutting down.
-var ErrUnavailable = errors.New("unavailable")

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/global"
 	"github.com/ringlimit/ringlimit/handoff"
 	"github.com/ringlimit/ringlimit/limiter"
@@ -153,15 +154,12 @@ func New(conf Config) *Service {
 	s.registerSuspects(conf.Registerer)
 	s.global = global.New(global.Config{
 		Store: s.store, Cluster: s.cluster, Peers: conf.Peers,
-		Validate: func(item *pb.CheckItem, now time.Time) (limiter.Request, error) {
-			return toRequest(item, now, s.skew)
-		},
 		Interval: conf.GlobalSync, MaxClockSkew: s.skew, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
 		Inherit: func() { s.replica.Promote(s.ring()) },
 	})
 	s.handoff = handoff.New(handoff.Config{
 		Store: s.store, Cluster: routing{s}, Peers: conf.Peers, MaxClockSkew: s.skew, Wait: conf.HandOffWait,
-		Validate: s.validateCounter, Now: s.now, HandedOff: conf.HandedOff, Logger: s.log, Registerer: conf.Registerer,
+		Now: s.now, HandedOff: conf.HandedOff, Logger: s.log, Registerer: conf.Registerer,
 	})
 	s.replicas = conf.Replicas
 	if s.replicas == nil {
@@ -176,12 +174,10 @@ func New(conf Config) *Service {
 }
 
 // Intake is how counters that arrive from outside the node (hand-off,
-// replicas, a snapshot) are taken into a store: each validated as the
-// public API validates a check (name, key, algorithm, limit), against
-// this node's clock and --max-clock-skew, then by the store itself
-// (its state possible under its limit).
-func (s *Service) Intake() handoff.Intake {
-	return handoff.Intake{MaxClockSkew: s.skew, Validate: s.validateCounter}
+// replicas, a snapshot) are taken into a store: checks.Intake, with this
+// node's --max-clock-skew.
+func (s *Service) Intake() checks.Intake {
+	return checks.Intake{MaxClockSkew: s.skew}
 }
 
 // alone is the Membership of a single node: it owns every key. Its ring is
@@ -246,26 +242,17 @@ func (s *Service) Leave() {
 	}
 }
 
-// call is one Check in progress: the items that passed validation, in the
-// store's form, each with its owner, and where their results go.
+// call is one request of checks in progress: the items that passed
+// validation, in the store's form, and where their results go. Only the
+// loop that decides it (Service.decide) reads and writes it; the
+// goroutines that send its checks to other nodes read only their own
+// requests (see send).
 type call struct {
-	ring *ring.Ring // the ring owners were looked up in
-	// modes[j] says how reqs[j] goes to owners[j] when it is not decided
-	// here; nil means every one is a plain forward.
-	modes []forwardMode
-	// landed says the checks were relayed or pulled here: they are decided
-	// here, never passed on again.
-	landed bool
-	// recheck says that a check bound for this node's store may not be
-	// this node's to decide by the time it gets there, even if ring has
-	// not changed: it was forwarded here, or this node is leaving (see
-	// settle).
-	recheck bool
-	items   []*pb.CheckItem
-	all     bool
-	reqs    []limiter.Request
-	pos     []int         // pos[j] is the item index of reqs[j]
-	owners  []ring.Member // owners[j] owns reqs[j].Key; looked up once
+	ring  *ring.Ring // the ring the checks' owners were looked up in
+	items []*pb.CheckItem
+	all   bool
+	reqs  []limiter.Request
+	pos   []int // pos[j] is the item index of reqs[j]
 	// borrows[j] is how reqs[j] borrows beyond its limit (see borrow.go),
 	// nil if it has no ceiling; borrows is nil when no request has one.
 	borrows []*borrowing
@@ -283,32 +270,10 @@ func (c *call) borrowing(j int) *borrowing {
 	return c.borrows[j]
 }
 
-// forwardMode is how a check goes to another node.
-type forwardMode uint8
+// behavior returns the behavior of c.reqs[j].
+func (c *call) behavior(j int) pb.Behavior { return c.items[c.pos[j]].Behavior }
 
-const (
-	forwardPlain forwardMode = iota // to its owner, which may relay or pull it
-	forwardRelay                    // passed on once, decided where it lands (see Owner.Forwarded)
-	forwardPull                     // to its previous owner, decided there only if it holds the counter (see Service.pull)
-)
-
-// sendTo makes reqs[j] go to owner in mode m.
-func (c *call) sendTo(j int, owner ring.Member, m forwardMode) {
-	if c.modes == nil {
-		c.modes = make([]forwardMode, len(c.reqs))
-	}
-	c.owners[j], c.modes[j] = owner, m
-}
-
-// mode returns how reqs[j] goes to another node.
-func (c *call) mode(j int) forwardMode {
-	if c.modes == nil {
-		return forwardPlain
-	}
-	return c.modes[j]
-}
-
-// Check decides every item of req. It returns an error wrapping ErrInvalid
+// Check decides every item of req. It returns an error wrapping checks.ErrInvalid
 // only for a request that is invalid as a whole (too many items); an
 // invalid item gets its own error in its result and the others are
 // answered.
@@ -317,20 +282,21 @@ func (s *Service) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckRes
 	if err != nil {
 		return nil, err
 	}
-	r := s.ring()
-	c.ring = r
-	for j := range c.reqs {
-		c.owners[j], _ = r.Owner(c.reqs[j].Key) // no owner (an empty ring): the zero Member, decided here
+	c.ring = s.ring()
+	ps := make([]pending, len(c.reqs))
+	for j := range ps {
+		ps[j].j = j
+		ps[j].to, _ = c.ring.Owner(c.reqs[j].Key) // the owner, once; no owner (an empty ring): the zero Member, decided here
 	}
-	s.decide(ctx, c, every(len(c.reqs)))
+	s.decide(ctx, c, ps)
 	return &pb.CheckResponse{Responses: c.results}, nil
 }
 
 // prepare validates req's items.
 func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 	items := req.GetRequests()
-	if len(items) > MaxItems {
-		return nil, ErrTooManyItems
+	if len(items) > checks.MaxItems {
+		return nil, checks.ErrTooManyItems
 	}
 	c := &call{
 		items:   items,
@@ -351,10 +317,10 @@ func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 		}
 		var r limiter.Request
 		if err == nil {
-			r, err = toRequest(item, now, s.skew)
+			r, err = checks.Request(item, now, s.skew)
 		}
 		if err == nil && c.all && item.Ceiling != 0 {
-			err = &FieldError{"ceiling", `not in an all-or-nothing request ("all": true): a check that borrows is decided in steps, apart from the others`}
+			err = &checks.FieldError{Field: "ceiling", Reason: `not in an all-or-nothing request ("all": true): a check that borrows is decided in steps, apart from the others`}
 		}
 		if err != nil {
 			c.results[i] = errorResult(err)
@@ -371,7 +337,6 @@ func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 		c.reqs = append(c.reqs, r)
 		c.pos = append(c.pos, i)
 	}
-	c.owners = make([]ring.Member, len(c.reqs))
 	return c, nil
 }
 
@@ -379,51 +344,46 @@ func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 // requests with the same key are decided together; a request with a
 // ceiling borrows as borrow.go says. route is recorded in the checks
 // metric.
-func (s *Service) decideLocal(ctx context.Context, c *call, js []int, route route) {
+func (s *Service) decideLocal(ctx context.Context, c *call, js []int, route routeKind) {
 	if len(js) == 0 {
 		return
 	}
-	decisions := make([]algorithms.Decision, len(js))
-	var borrowed []bool
 	if !c.all {
-		for k, j := range js {
+		for _, j := range js {
 			b := c.borrowing(j)
 			if b == nil {
-				decisions[k] = s.store.Decide(&c.reqs[j])
+				s.setResult(c, j, s.store.Decide(&c.reqs[j]), route)
 				continue
 			}
-			if borrowed == nil {
-				borrowed = make([]bool, len(js))
-			}
-			decisions[k], borrowed[k] = s.borrow(ctx, c, &c.reqs[j], b)
-		}
-	} else {
-		for _, group := range groupByKey(c.reqs, js) {
-			if len(group) == 1 {
-				decisions[group[0]] = s.store.Decide(&c.reqs[js[group[0]]])
-				continue
-			}
-			rs := make([]limiter.Request, len(group))
-			ds := make([]algorithms.Decision, len(group))
-			for g, k := range group {
-				rs[g] = c.reqs[js[k]]
-			}
-			s.store.DecideAll(rs, ds)
-			for g, k := range group {
-				decisions[k] = ds[g]
+			d, borrowed := s.borrow(ctx, c, &c.reqs[j], b)
+			s.setResult(c, j, d, route)
+			if borrowed {
+				c.results[c.pos[j]].Borrowed = true
 			}
 		}
+		return
 	}
-	for k, j := range js {
-		s.setResult(c, j, decisions[k], route)
-		if borrowed != nil && borrowed[k] {
-			c.results[c.pos[j]].Borrowed = true
+	for _, group := range groupByKey(c.reqs, js) {
+		if len(group) == 1 {
+			j := js[group[0]]
+			s.setResult(c, j, s.store.Decide(&c.reqs[j]), route)
+			continue
+		}
+		rs := make([]limiter.Request, len(group))
+		ds := make([]algorithms.Decision, len(group))
+		for g, k := range group {
+			rs[g] = c.reqs[js[k]]
+		}
+		s.store.DecideAll(rs, ds)
+		for g, k := range group {
+			s.setResult(c, js[k], ds[g], route)
 		}
 	}
 }
 
-// setResult records the decision for c.reqs[j].
-func (s *Service) setResult(c *call, j int, d algorithms.Decision, route route) {
+// setResult records the decision for c.reqs[j], decided on this node by
+// route (routeLocal, routeGlobal or routeFallback).
+func (s *Service) setResult(c *call, j int, d algorithms.Decision, route routeKind) {
 	i := c.pos[j]
 	decisionResult(&c.decided[i], &c.reqs[j], d)
 	c.results[i] = &c.decided[i]
@@ -445,15 +405,6 @@ func groupByKey(reqs []limiter.Request, js []int) [][]int {
 		groups[g] = append(groups[g], k)
 	}
 	return groups
-}
-
-// every returns the indexes 0..n-1.
-func every(n int) []int {
-	js := make([]int, n)
-	for j := range js {
-		js[j] = j
-	}
-	return js
 }
 
 // Run drives the service's background work until ctx ends: GLOBAL sync

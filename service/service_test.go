@@ -8,6 +8,8 @@ import (
 	"time"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
+	"github.com/ringlimit/ringlimit/limiter"
 )
 
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -26,15 +28,15 @@ func TestInvalidItemsNameTheField(t *testing.T) {
 		mutate func(*pb.CheckItem)
 	}{
 		{"name", func(i *pb.CheckItem) { i.Name = "" }},
-		{"name", func(i *pb.CheckItem) { i.Name = strings.Repeat("n", MaxNameLen+1) }},
+		{"name", func(i *pb.CheckItem) { i.Name = strings.Repeat("n", limiter.MaxNameLen+1) }},
 		{"key", func(i *pb.CheckItem) { i.Key = "" }},
-		{"key", func(i *pb.CheckItem) { i.Key = strings.Repeat("k", MaxKeyLen+1) }},
+		{"key", func(i *pb.CheckItem) { i.Key = strings.Repeat("k", limiter.MaxKeyLen+1) }},
 		{"limit", func(i *pb.CheckItem) { i.Limit = 0 }},
 		{"limit", func(i *pb.CheckItem) { i.Limit = -5 }},
-		{"limit", func(i *pb.CheckItem) { i.Limit = MaxLimit + 1 }},
+		{"limit", func(i *pb.CheckItem) { i.Limit = checks.MaxLimit + 1 }},
 		{"limit", func(i *pb.CheckItem) { i.Algorithm = pb.Algorithm_SLIDING_LOG; i.Limit = 1_000_000 }},
 		{"duration_ms", func(i *pb.CheckItem) { i.DurationMs = 0 }},
-		{"duration_ms", func(i *pb.CheckItem) { i.DurationMs = MaxDuration.Milliseconds() + 1 }},
+		{"duration_ms", func(i *pb.CheckItem) { i.DurationMs = checks.MaxDuration.Milliseconds() + 1 }},
 		{"hits", func(i *pb.CheckItem) { i.Hits = hits(-1) }},
 		{"burst", func(i *pb.CheckItem) { i.Burst = -1 }},
 		{"algorithm", func(i *pb.CheckItem) { i.Algorithm = 99 }},
@@ -43,7 +45,7 @@ func TestInvalidItemsNameTheField(t *testing.T) {
 		{"created_at_ms", func(i *pb.CheckItem) { i.CreatedAtMs = t0.Add(11 * time.Minute).UnixMilli() }},
 		{"algorithm", func(i *pb.CheckItem) { i.Algorithm = 6 }}, // SPACING is a kind of counter, not an algorithm
 		{"min_interval_ms", func(i *pb.CheckItem) { i.MinIntervalMs = -1 }},
-		{"min_interval_ms", func(i *pb.CheckItem) { i.MinIntervalMs = MaxDuration.Milliseconds() + 1 }},
+		{"min_interval_ms", func(i *pb.CheckItem) { i.MinIntervalMs = checks.MaxDuration.Milliseconds() + 1 }},
 		{"min_interval_ms", func(i *pb.CheckItem) { i.MinIntervalMs = 10; i.Behavior = pb.Behavior_GLOBAL }},
 		{"min_interval_ms", func(i *pb.CheckItem) {
 			i.MinIntervalMs, i.Limit, i.DurationMs, i.Behavior = 10, 0, 0, pb.Behavior_GLOBAL
@@ -83,12 +85,12 @@ func TestInvalidItemsNameTheField(t *testing.T) {
 
 func TestTooManyItems(t *testing.T) {
 	s := New(Config{})
-	items := make([]*pb.CheckItem, MaxItems+1)
+	items := make([]*pb.CheckItem, checks.MaxItems+1)
 	for i := range items {
 		items[i] = valid()
 	}
 	_, err := s.Check(context.Background(), &pb.CheckRequest{Requests: items})
-	if !errors.Is(err, ErrInvalid) || !strings.HasPrefix(err.Error(), "requests: ") {
+	if !errors.Is(err, checks.ErrInvalid) || !strings.HasPrefix(err.Error(), "requests: ") {
 		t.Errorf("Check(%d items) = %v, want an invalid-argument error naming requests", len(items), err)
 	}
 }

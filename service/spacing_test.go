@@ -9,6 +9,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 )
@@ -311,7 +312,7 @@ func TestSpacingShare(t *testing.T) {
 		want    time.Duration
 	}{
 		{0, 3, 0}, {time.Second, 1, time.Second}, {time.Second, 3, 3 * time.Second},
-		{MaxDuration / 2, 3, MaxDuration}, {MaxDuration, 1 << 40, MaxDuration},
+		{checks.MaxDuration / 2, 3, checks.MaxDuration}, {checks.MaxDuration, 1 << 40, checks.MaxDuration},
 	} {
 		if got := spacingShare(c.d, c.members); got != c.want {
 			t.Errorf("spacingShare(%v, %d) = %v, want %v", c.d, c.members, got, c.want)
@@ -325,7 +326,7 @@ func TestSpacingShare(t *testing.T) {
 func TestPoisonedSpacing(t *testing.T) {
 	now := t0
 	s := New(Config{Now: clockAt(&now)})
-	check(t, s, &pb.CheckItem{Name: "api", Key: "user:1", MinIntervalMs: MaxDuration.Milliseconds()})
+	check(t, s, &pb.CheckItem{Name: "api", Key: "user:1", MinIntervalMs: checks.MaxDuration.Milliseconds()})
 	app := &pb.CheckItem{Name: "api", Key: "user:1", MinIntervalMs: 1000}
 	if r := check(t, s, app); r.Status != pb.Status_OVER_LIMIT || r.RetryAfterMs != 1000 {
 		t.Errorf("the application's check after a year's spacing: %v, want refused for its own 1s", r)

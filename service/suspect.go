@@ -39,6 +39,13 @@ var errSuspect = fmt.Errorf("owner suspect after a failed forward, not tried unt
 // suspects are the peer addresses of owners whose last forward or probe
 // failed, each with the time its suspicion lapses. It is safe for
 // concurrent use.
+//
+// A suspicion is a timer: it lapses suspectFor after a failure of this
+// node's own forwards, which fail on the real clock (their deadlines are
+// contexts' timers), as the probes run on timers. So suspicions are timed
+// by the real clock (see now), not by Config.Now: that is the clock checks
+// are decided at, which tests fix and a check's created_at_ms may move,
+// and a suspicion timed by a fixed clock would never lapse.
 type suspects struct {
 	// held is len(until), so that a forward, which asks on every call,
 	// takes no lock while no owner is suspect: the normal case.
@@ -80,11 +87,15 @@ func (s *suspects) forget(members map[string]bool) {
 	})
 }
 
-// suspect reports whether addr is suspect at now.
-func (s *suspects) suspect(addr string, now time.Time) bool {
+// now is the time suspicions are timed by: the real clock (see suspects).
+func (*suspects) now() time.Time { return time.Now() }
+
+// suspect reports whether addr is suspect now.
+func (s *suspects) suspect(addr string) bool {
 	if s.held.Load() == 0 {
 		return false
 	}
+	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return now.Before(s.until[addr])
@@ -92,7 +103,8 @@ func (s *suspects) suspect(addr string, now time.Time) bool {
 
 // mark makes addr suspect from now for suspectFor. If it was not, the
 // forwards in flight to it are released (see watch).
-func (s *suspects) mark(addr string, now time.Time) {
+func (s *suspects) mark(addr string) {
+	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.until == nil {
@@ -115,8 +127,9 @@ func (s *suspects) clear(addr string) {
 	s.held.Store(int64(len(s.until)))
 }
 
-// count returns how many addresses are suspect at now.
-func (s *suspects) count(now time.Time) int {
+// count returns how many addresses are suspect now.
+func (s *suspects) count() int {
+	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
@@ -128,9 +141,10 @@ func (s *suspects) count(now time.Time) int {
 	return n
 }
 
-// list returns the addresses suspect at now, and forgets the lapsed ones,
+// list returns the addresses suspect now, and forgets the lapsed ones,
 // so that the map holds only owners that failed in the last suspectFor.
-func (s *suspects) list(now time.Time) []string {
+func (s *suspects) list() []string {
+	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var addrs []string
@@ -155,7 +169,7 @@ func (s *Service) registerSuspects(reg prometheus.Registerer) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ringlimit_suspect_owners",
 		Help: "Owners this node suspects after a forward to them timed out or found them unreachable: their keys are decided here with this node's share until a probe answers.",
-	}, func() float64 { return float64(s.suspects.count(time.Now())) }))
+	}, func() float64 { return float64(s.suspects.count()) }))
 }
 
 // failed reports whether err, from a forward made with ctx, means the
@@ -187,7 +201,7 @@ func (s *Service) probe(ctx context.Context) {
 		}
 		s.suspects.forget(members)
 		var wg sync.WaitGroup
-		for _, addr := range s.suspects.list(time.Now()) {
+		for _, addr := range s.suspects.list() {
 			if !members[addr] {
 				continue
 			}
@@ -199,7 +213,7 @@ func (s *Service) probe(ctx context.Context) {
 				case err == nil:
 					s.suspects.clear(addr)
 				case failed(ctx, err):
-					s.suspects.mark(addr, time.Now())
+					s.suspects.mark(addr)
 				}
 			})
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algorithms"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -23,10 +24,6 @@ const Version = 1
 // magic starts every snapshot file. Its first byte is not ASCII, so that
 // no text file passes for a snapshot.
 const magic = "\x89RLSNAP\n"
-
-// MaxNodeName bounds the node name in a header: a node's name as peer
-// messages bound it (peer.MaxNodeNameLen, kept equal by a test).
-const MaxNodeName = 256
 
 // The fixed parts of a file: the header without the node name (magic,
 // version, name length, time written) and the trailer (end mark, record
@@ -59,7 +56,8 @@ var (
 
 // Header is what a snapshot says about itself.
 type Header struct {
-	// Node is the name of the node that wrote it: 1..MaxNodeName bytes.
+	// Node is the name of the node that wrote it: 1..peerpb.MaxNodeNameLen
+	// bytes, as peer messages bound a node's name.
 	Node string
 	// Written is when the write began: every counter in the file is at
 	// least as recent as the store was then.
@@ -83,7 +81,7 @@ type Limits struct {
 // algorithms.LogEntryBytes a log entry.
 func LimitsFor(counters, logEntries int) Limits {
 	one := int64(counters)*(4+limiter.MaxFixedCounterBytes) + int64(logEntries)*algorithms.LogEntryBytes
-	return Limits{Counters: 2 * counters, Bytes: int64(headerFixed+MaxNodeName+trailerSize) + 2*one}
+	return Limits{Counters: 2 * counters, Bytes: int64(headerFixed+peerpb.MaxNodeNameLen+trailerSize) + 2*one}
 }
 
 // Encoder writes one snapshot file: NewEncoder writes the header, Add
@@ -102,8 +100,8 @@ type Encoder struct {
 // it. w should be buffered by the caller only if it is slow to write
 // small pieces to: the Encoder buffers what it writes.
 func NewEncoder(w io.Writer, h Header, lim Limits) (*Encoder, error) {
-	if h.Node == "" || len(h.Node) > MaxNodeName {
-		return nil, fmt.Errorf("snapshot header: node name of %d bytes, want 1..%d", len(h.Node), MaxNodeName)
+	if h.Node == "" || len(h.Node) > peerpb.MaxNodeNameLen {
+		return nil, fmt.Errorf("snapshot header: node name of %d bytes, want 1..%d", len(h.Node), peerpb.MaxNodeNameLen)
 	}
 	e := &Encoder{dst: w, crc: crc32.New(castagnoli), lim: lim}
 	e.w = bufio.NewWriterSize(io.MultiWriter(w, e.crc), 256<<10)
@@ -236,8 +234,8 @@ func Decode(r io.Reader, lim Limits, each func(record []byte) error) (Header, er
 		return h, fmt.Errorf("format version %d, this build reads %d: %w", v, Version, ErrUnknownVersion)
 	}
 	n := int(binary.LittleEndian.Uint16(b[2:]))
-	if n == 0 || n > MaxNodeName {
-		return h, fmt.Errorf("node name of %d bytes, want 1..%d: %w", n, MaxNodeName, ErrCorrupt)
+	if n == 0 || n > peerpb.MaxNodeNameLen {
+		return h, fmt.Errorf("node name of %d bytes, want 1..%d: %w", n, peerpb.MaxNodeNameLen, ErrCorrupt)
 	}
 	if b, err = d.read(n+8, "header"); err != nil {
 		return h, err

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algorithms"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
-	"github.com/ringlimit/ringlimit/peer"
 )
 
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -89,7 +89,7 @@ func TestFormatGolden(t *testing.T) {
 }
 
 func TestRoundTrip(t *testing.T) {
-	h := Header{Node: strings.Repeat("n", MaxNodeName), Written: t0}
+	h := Header{Node: strings.Repeat("n", peerpb.MaxNodeNameLen), Written: t0}
 	var records [][]byte
 	for i := range 50 {
 		records = append(records, record(t, fmt.Sprint("user:", i)))
@@ -222,8 +222,8 @@ func TestEncoderKeepsToLimits(t *testing.T) {
 	if _, records, err := decodeAll(buf.Bytes(), lim); err != nil || len(records) != 2 {
 		t.Errorf("decoded %d records, %v; want the 2 added", len(records), err)
 	}
-	if _, err := NewEncoder(&buf, Header{Node: strings.Repeat("n", MaxNodeName+1)}, lim); err == nil {
-		t.Error("NewEncoder took a node name longer than MaxNodeName")
+	if _, err := NewEncoder(&buf, Header{Node: strings.Repeat("n", peerpb.MaxNodeNameLen+1)}, lim); err == nil {
+		t.Error("NewEncoder took a node name longer than peerpb.MaxNodeNameLen")
 	}
 }
 
@@ -247,7 +247,7 @@ func TestLimitsHoldAFullStore(t *testing.T) {
 	counters, entries := s.Bounds()
 	lim := LimitsFor(counters, entries)
 	var buf bytes.Buffer
-	e, err := NewEncoder(&buf, Header{Node: strings.Repeat("n", MaxNodeName), Written: t0}, lim)
+	e, err := NewEncoder(&buf, Header{Node: strings.Repeat("n", peerpb.MaxNodeNameLen), Written: t0}, lim)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,10 +271,4 @@ func TestLimitsHoldAFullStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d records, %d bytes; limits %d records, %d bytes", n, e.Bytes(), lim.Counters, lim.Bytes)
-}
-
-func TestMaxNodeNameIsPeers(t *testing.T) {
-	if MaxNodeName != peer.MaxNodeNameLen {
-		t.Errorf("MaxNodeName = %d, peer.MaxNodeNameLen = %d: a node whose name crosses the peer port must be able to write its snapshot", MaxNodeName, peer.MaxNodeNameLen)
-	}
 }

@@ -3,7 +3,7 @@ package snapshot
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ringlimit/ringlimit/handoff"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 )
 
@@ -70,7 +70,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 	}
 	m.loadErrors.WithLabelValues("io")
 	for _, r := range []peerpb.Refusal_Reason{peerpb.Refusal_INVALID, peerpb.Refusal_UNKNOWN_VERSION, peerpb.Refusal_UNAVAILABLE} {
-		m.refused.WithLabelValues(handoff.ReasonLabel(r))
+		m.refused.WithLabelValues(checks.ReasonLabel(r))
 	}
 	return m
 }

@@ -8,13 +8,13 @@
 // FinishFinal), and loads them when it starts (Load), before it serves or
 // joins. A loaded counter whose key another node owns is handed off to it
 // like any other once the node joins, and every loaded counter is
-// validated as strictly as one that arrives from a peer (handoff.Intake):
+// validated as strictly as one that arrives from a peer (checks.Intake):
 // a snapshot is an input, not a trusted memory.
 //
 //	                 every Interval             shutdown
 //	store ──Charged──▶ counters.snap.*.tmp ─fsync, rename, fsync dir─▶ counters.snap
 //	                    (crash-safe: the old file stays until the new one is whole)
-//	start: counters.snap ─read twice (verify, then merge)─▶ handoff.Intake ─▶ store
+//	start: counters.snap ─read twice (verify, then merge)─▶ checks.Intake ─▶ store
 //
 // Only counters still charged are written (limiter.Store.Charged): one
 // back to full carries nothing, and the store drops it as idle. The walk
@@ -44,7 +44,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ringlimit/ringlimit/handoff"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 )
@@ -71,7 +71,7 @@ type Store interface {
 	// Bounds returns the most counters and sliding-log entries the store
 	// can hold.
 	Bounds() (counters, logEntries int)
-	handoff.Merger
+	checks.Merger
 }
 
 // Config configures a Dir. Dir, Node and Store are required.
@@ -117,8 +117,8 @@ type Dir struct {
 // written there: it creates the directory if need be and a temporary file
 // in it, which it removes. It starts nothing.
 func Open(conf Config) (*Dir, error) {
-	if conf.Node == "" || len(conf.Node) > MaxNodeName {
-		return nil, fmt.Errorf("node name of %d bytes, want 1..%d for a snapshot", len(conf.Node), MaxNodeName)
+	if conf.Node == "" || len(conf.Node) > peerpb.MaxNodeNameLen {
+		return nil, fmt.Errorf("node name of %d bytes, want 1..%d for a snapshot", len(conf.Node), peerpb.MaxNodeNameLen)
 	}
 	if err := os.MkdirAll(conf.Dir, 0o700); err != nil {
 		return nil, err
@@ -269,7 +269,7 @@ type pending struct {
 // (replacing any there), and the node starts without it; refused counters
 // are logged and counted. Leftover temporary files, of writes that did
 // not finish, are removed first.
-func (d *Dir) Load(ctx context.Context, in handoff.Intake) int {
+func (d *Dir) Load(ctx context.Context, in checks.Intake) int {
 	start := d.now()
 	d.removeLeftovers()
 	f, err := os.Open(d.path)
@@ -305,7 +305,7 @@ func (d *Dir) Load(ctx context.Context, in handoff.Intake) int {
 	_, err = Decode(f, d.limits, func(record []byte) error {
 		cs.Counter = record // Intake copies what it keeps
 		if r := in.Merge(d.store, one, now); len(r) > 0 {
-			reason := handoff.ReasonLabel(r[0].GetReason())
+			reason := checks.ReasonLabel(r[0].GetReason())
 			refused[reason]++
 			d.metrics.refused.WithLabelValues(reason).Inc()
 			if first == "" {

@@ -16,17 +16,28 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ringlimit/ringlimit/algorithms"
-	"github.com/ringlimit/ringlimit/handoff"
+	"github.com/ringlimit/ringlimit/checks"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
 const skew = 10 * time.Minute
 
-// intake is how the tests load: as rlnode does, without the public API's
-// own checks of name and limit (package service adds those).
-var intake = handoff.Intake{MaxClockSkew: skew}
+// intake is how the tests load, as rlnode does: each counter validated as
+// a check's.
+var intake = checks.Intake{MaxClockSkew: skew}
 
 var minute = algorithms.Limit{Count: 10, Period: time.Minute}
+
+// limitOf is the limit of the counters of a in these tests: minute, or
+// for a spacing one request a minute, the only limit a spacing counter
+// has.
+func limitOf(a limiter.Algorithm) algorithms.Limit {
+	if a == limiter.Spacing {
+		return limiter.SpacingLimit(time.Minute)
+	}
+	return minute
+}
 
 // logBuffer is a slog destination tests read.
 type logBuffer struct {
@@ -84,12 +95,12 @@ func written(t *testing.T, node string, keys ...string) (*testDir, string, []byt
 	return d, dir, b
 }
 
-// spend charges hits of a 10-a-minute limit on each key, for every
-// algorithm, at now.
+// spend charges hits of a 10-a-minute limit (one a minute for a spacing)
+// on each key, for every algorithm, at now.
 func spend(s *limiter.Store, now time.Time, hits int64, keys ...string) {
 	for a := range limiter.NumAlgorithms {
 		for _, k := range keys {
-			r := limiter.Request{Name: "api", Key: k, Algorithm: a, Hits: hits, Now: now, Limit: minute}
+			r := limiter.Request{Name: "api", Key: k, Algorithm: a, Hits: hits, Now: now, Limit: limitOf(a)}
 			s.Decide(&r)
 		}
 	}
@@ -113,7 +124,7 @@ func spent(left int64) []int64 {
 func remaining(s *limiter.Store, now time.Time, key string) []int64 {
 	var out []int64
 	for a := range limiter.NumAlgorithms {
-		r := limiter.Request{Name: "api", Key: key, Algorithm: a, Now: now, Limit: minute}
+		r := limiter.Request{Name: "api", Key: key, Algorithm: a, Now: now, Limit: limitOf(a)}
 		out = append(out, s.Check(&r).Remaining)
 	}
 	return out
@@ -423,7 +434,7 @@ func TestOpenRefusesAnUnusableDir(t *testing.T) {
 	for _, conf := range []Config{
 		{Dir: filepath.Join(file, "sub"), Node: "n1"},
 		{Dir: t.TempDir(), Node: ""},
-		{Dir: t.TempDir(), Node: strings.Repeat("n", MaxNodeName+1)},
+		{Dir: t.TempDir(), Node: strings.Repeat("n", peerpb.MaxNodeNameLen+1)},
 	} {
 		conf.Store = limiter.New(limiter.Config{})
 		if _, err := Open(conf); err == nil {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/loadgen"
-	"github.com/ringlimit/ringlimit/service"
 )
 
 // runBench is `rlnode bench`: a bounded load generator against one or
@@ -58,7 +58,7 @@ Flags:
 	route := fs.Bool("route", false, "with --client: one client that learns the cluster's ring through the addresses and sends each check straight to its key's owner")
 	metrics := fs.String("metrics", "", "comma-separated HTTP addresses of the nodes whose CPU is measured (default: see above)")
 	metricsMembers := fs.Bool("metrics-members", false, "measure every alive member the first --metrics node lists, instead of the --metrics list")
-	items := fs.Int("items", 1, fmt.Sprintf("items per request (1 to %d)", service.MaxItems))
+	items := fs.Int("items", 1, fmt.Sprintf("items per request (1 to %d)", checks.MaxItems))
 	concurrency := fs.Int("concurrency", 64, "workers, each with one request in flight")
 	duration := fs.Duration("duration", 10*time.Second, "stop after this long")
 	count := fs.Int64("count", 1_000_000, "stop after this many requests in total")

@@ -1,7 +1,6 @@
-package service
+package checks
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,40 +10,11 @@ import (
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
-// The bounds a check must respect. They keep one request's cost and one
-// counter's memory bounded whatever a client sends.
-const (
-	// MaxItems is the most items one request may carry.
-	MaxItems = 1000
-	// MaxNameLen and MaxKeyLen bound the bytes of a limit's name and key.
-	MaxNameLen = 256
-	MaxKeyLen  = 1024
-	// MaxLimit bounds limit, burst and hits.
-	MaxLimit = 1_000_000_000
-	// MaxDuration bounds duration_ms: a year.
-	MaxDuration = 365 * 24 * time.Hour
-)
-
-// ErrInvalid is wrapped by every validation error, so the API can map them
-// all to one code.
-var ErrInvalid = errors.New("invalid argument")
-
-// ErrTooManyItems reports a request with more than MaxItems items.
-var ErrTooManyItems = fmt.Errorf("requests: more than %d items: %w", MaxItems, ErrInvalid)
-
-// FieldError reports an invalid field of a check item, named as on the wire.
-type FieldError struct {
-	Field  string
-	Reason string
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
-
-// Unwrap makes every FieldError match ErrInvalid.
-func (e *FieldError) Unwrap() error { return ErrInvalid }
-
-// toRequest validates item and converts it to the store's form, evaluated
-// at now or at the item's created_at_ms when that is within maxSkew of now.
+// Request validates item and converts it to the store's form, evaluated
+// at now or at the item's created_at_ms when that is within maxSkew of
+// now. Every check goes through it: a client's, one a peer forwards,
+// relays or pulls, and a GLOBAL report's. An invalid item's error is a
+// *FieldError naming the field.
 //
 // An item with min_interval_ms is a request with a MinInterval, which the
 // store decides together with the spacing of its name and key; one with
@@ -54,21 +24,25 @@ func (e *FieldError) Unwrap() error { return ErrInvalid }
 // without asking the owner, so no node could tell how long ago another
 // admitted a request; and with charge_refused, which would charge a
 // refused request.
-func toRequest(item *pb.CheckItem, now time.Time, maxSkew time.Duration) (limiter.Request, error) {
+//
+// An item that names a policy is refused: the service resolves policies
+// into the fields they set before it converts an item, and one that is
+// left names a policy where none is loaded.
+func Request(item *pb.CheckItem, now time.Time, maxSkew time.Duration) (limiter.Request, error) {
 	alone := item.MinIntervalMs > 0 && item.Limit == 0 && item.DurationMs == 0
 	switch {
-	case item.Policy != "": // Service.withPolicy resolved it, if it could
+	case item.Policy != "":
 		return limiter.Request{}, &FieldError{"policy", "no --policy-file is loaded"}
 	case item.Name == "":
 		return limiter.Request{}, &FieldError{"name", "must not be empty"}
-	case len(item.Name) > MaxNameLen:
-		return limiter.Request{}, &FieldError{"name", fmt.Sprintf("longer than %d bytes", MaxNameLen)}
+	case len(item.Name) > limiter.MaxNameLen:
+		return limiter.Request{}, &FieldError{"name", fmt.Sprintf("longer than %d bytes", limiter.MaxNameLen)}
 	case strings.IndexByte(item.Name, 0) >= 0:
 		return limiter.Request{}, &FieldError{"name", "must not contain a NUL byte"}
 	case item.Key == "":
 		return limiter.Request{}, &FieldError{"key", "must not be empty"}
-	case len(item.Key) > MaxKeyLen:
-		return limiter.Request{}, &FieldError{"key", fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
+	case len(item.Key) > limiter.MaxKeyLen:
+		return limiter.Request{}, &FieldError{"key", fmt.Sprintf("longer than %d bytes", limiter.MaxKeyLen)}
 	case item.MinIntervalMs < 0 || item.MinIntervalMs > MaxDuration.Milliseconds():
 		return limiter.Request{}, &FieldError{"min_interval_ms", fmt.Sprintf("must be between 0 (none) and %d, got %d", MaxDuration.Milliseconds(), item.MinIntervalMs)}
 	case alone && item.Burst != 0:
@@ -111,7 +85,7 @@ func toRequest(item *pb.CheckItem, now time.Time, maxSkew time.Duration) (limite
 	r := limiter.Request{
 		Name:      item.Name,
 		Key:       item.Key,
-		Algorithm: limiter.Algorithm(item.Algorithm),
+		Algorithm: limiter.Algorithm(item.Algorithm), // the enums' values are equal (TestAlgorithmEnumMatches)
 		Limit: algorithms.Limit{
 			Count:  item.Limit,
 			Period: time.Duration(item.DurationMs) * time.Millisecond,
@@ -129,25 +103,40 @@ func toRequest(item *pb.CheckItem, now time.Time, maxSkew time.Duration) (limite
 	return r, nil
 }
 
-// validateCounter checks a handed-off counter's identity and limit with
-// toRequest, the public API's checks, so that hand-off admits no counter
-// a check could not have made (a limit over MaxLimit, a period that is not
-// whole milliseconds or longer than MaxDuration, a sliding log over its
-// bound, a spacing of another limit than one request per period).
-func (s *Service) validateCounter(c *limiter.Counter) error {
-	if c.Limit.Period%time.Millisecond != 0 {
-		return &FieldError{"duration_ms", fmt.Sprintf("period %v is not whole milliseconds", c.Limit.Period)}
+// checkBorrowing checks item's ceiling and parent: both or neither, a
+// ceiling above the limit and within the public bounds, and a parent
+// within a check's own bounds; not with GLOBAL, whose answers come from
+// grants without the key's owner, nor on a spacing alone, which has no
+// limit to borrow beyond. (charge_refused is refused by Request; a
+// ceiling in an all-or-nothing request by the service, which sees the
+// request.)
+func checkBorrowing(item *pb.CheckItem, alone bool) error {
+	p := item.GetParent()
+	switch {
+	case item.Ceiling == 0 && p == nil:
+		return nil
+	case item.Ceiling == 0:
+		return &FieldError{"ceiling", "missing: parent is for a check that borrows up to a ceiling"}
+	case p == nil:
+		return &FieldError{"parent", "missing: a ceiling borrows from a parent limit"}
+	case alone:
+		return &FieldError{"ceiling", "not on a spacing alone (min_interval_ms without limit): it has no limit to borrow beyond"}
+	case item.Ceiling <= item.Limit || item.Ceiling > MaxLimit:
+		return &FieldError{"ceiling", fmt.Sprintf("must be above limit (%d) and at most %d, got %d", item.Limit, MaxLimit, item.Ceiling)}
+	case item.Algorithm == pb.Algorithm_SLIDING_LOG && item.Ceiling > algorithms.MaxSlidingLogLimit:
+		return &FieldError{"ceiling", fmt.Sprintf("SLIDING_LOG keeps a timestamp per hit, so its ceiling is at most %d, got %d", algorithms.MaxSlidingLogLimit, item.Ceiling)}
+	case item.Behavior == pb.Behavior_GLOBAL:
+		return &FieldError{"ceiling", "not with GLOBAL behavior: borrowing is decided by the key's owner (use BATCHED, UNBATCHED or LOCAL)"}
+	case p.Key == "":
+		return &FieldError{"parent.key", "must not be empty"}
+	case len(p.Key) > MaxParentKeyLen:
+		return &FieldError{"parent.key", fmt.Sprintf("longer than %d bytes", MaxParentKeyLen)}
+	case p.Limit <= 0 || p.Limit > MaxLimit:
+		return &FieldError{"parent.limit", fmt.Sprintf("must be between 1 and %d, got %d", MaxLimit, p.Limit)}
+	case item.Algorithm == pb.Algorithm_SLIDING_LOG && p.Limit > algorithms.MaxSlidingLogLimit:
+		return &FieldError{"parent.limit", fmt.Sprintf("SLIDING_LOG keeps a timestamp per hit, so its limit is at most %d, got %d", algorithms.MaxSlidingLogLimit, p.Limit)}
+	case p.DurationMs < 0 || p.DurationMs > MaxDuration.Milliseconds():
+		return &FieldError{"parent.duration_ms", fmt.Sprintf("must be between 0 (the check's duration_ms) and %d, got %d", MaxDuration.Milliseconds(), p.DurationMs)}
 	}
-	item := &pb.CheckItem{
-		Name: c.Name, Key: c.Key, Algorithm: pb.Algorithm(c.Algorithm),
-		Limit: c.Limit.Count, DurationMs: c.Limit.Period.Milliseconds(), Burst: c.Limit.Burst,
-	}
-	if c.Algorithm == limiter.Spacing {
-		if c.Limit != limiter.SpacingLimit(c.Limit.Period) {
-			return &FieldError{"min_interval_ms", fmt.Sprintf("a spacing counter's limit is one request per period, got %+v", c.Limit)}
-		}
-		item = &pb.CheckItem{Name: c.Name, Key: c.Key, MinIntervalMs: c.Limit.Period.Milliseconds()}
-	}
-	_, err := toRequest(item, s.now(), s.skew)
-	return err
+	return nil
 }

@@ -1,4 +1,4 @@
-package api
+package checks
 
 import (
 	"testing"
@@ -11,7 +11,7 @@ import (
 
 // TestAlgorithmEnumMatches keeps the ringlimit.v1 Algorithm enum and
 // algorithms.Kind, the enum the code uses, identical in values and names
-// for the six public algorithms: the service converts between them with a
+// for the six public algorithms: Request converts between them with a
 // cast, and the encoded states carry the Kind value as their tag. The
 // enum reserves the value of KindSpacing, which is a kind of counter but
 // no check's algorithm, so that no public algorithm ever takes it.

@@ -1,0 +1,404 @@
+package service
+
+import (
+	"context"
+	"errors"
+
+	"github.com/ringlimit/ringlimit/algorithms"
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// A request's checks are decided in rounds (Service.decide, route.go).
+// Each round takes the node's view at one instant (view), re-plans the
+// checks whose send failed in the round before with what the failure
+// taught (replan), asks package global about the GLOBAL checks it would
+// decide here, and gives each check still pending one route (plan). Then
+// it carries the routes out: the checks decided here first, then every
+// send at once. The checks of a send that fails are the next round's.
+// plan, replan and settle are pure: they read the view and the checks,
+// and change nothing else; the tables of plan_test.go test them.
+//
+// A new route (an answer from a lease, say) takes a routeKind (among the
+// first ones if it decides on this node, so that it labels the checks
+// metric), what the view must know for it (read at the instant, or asked
+// for before plan as askGlobal asks GLOBAL), a case in plan (firstRoute,
+// for a check's first round), a case in carry that carries it out, and,
+// if it can fail, what replan does with its checks then.
+
+// A routeKind is how a check goes in one round: decided on this node (the
+// first numDecided, whose names are the route label of ringlimit_checks_total),
+// sent to another node, or answered without a decision.
+type routeKind uint8
+
+const (
+	routeLocal    routeKind = iota // this node's store: it owns the key, or LOCAL behaviour
+	routeGlobal                    // GLOBAL: from this node's grant, or as the owner
+	routeFallback                  // the owner was unreachable: this node's share of the limit
+	routeForward                   // to the key's owner, which may relay or pull it
+	routeRelay                     // to a node that decides it where it lands, never passing it on (see Owner.Forwarded)
+	routePull                      // to the key's previous owner, which decides it only if it holds the counter (see Owner.Pulled)
+	routeGone                      // not decided: the client has gone, and nothing is charged on its behalf
+	numRouteKinds
+	// numDecided is the number of kinds that decide on this node.
+	numDecided = routeFallback + 1
+)
+
+var routeNames = [numRouteKinds]string{"local", "global", "fallback", "forward", "relay", "pull", "gone"}
+
+func (k routeKind) String() string { return routeNames[k] }
+
+// MetadataDecidedBy is the result metadata key that says a check was not
+// decided by its owner: "failover" (by the key's heir, on its replica,
+// with the whole limit) or routeFallback's name, "fallback" (by this node,
+// with its share).
+const MetadataDecidedBy = "decided_by"
+
+// routeFailover is the MetadataDecidedBy value of a check decided by its
+// key's heir because the owner could not be reached (see replan).
+const routeFailover = "failover"
+
+// A route is how one check goes in one round: its kind, and the node it
+// goes to. The plan gives one to each pending check.
+type route struct {
+	kind routeKind
+	// to is the node a forward, relay or pull goes to; nil for the
+	// others. It points into the pending checks, or at a member the plan
+	// found: a route is read in the round it is planned for.
+	to *ring.Member
+	// landed says a check decided here (routeLocal, routeGlobal) is
+	// decided as the key's owner, and was relayed or pulled here, or a
+	// re-plan made this node its owner or heir: it is never passed on
+	// again, nor pulled, and its replica, if this node holds one, becomes
+	// its counter first (replica.Node.PromoteKey).
+	landed bool
+	// recheck says that a check bound for this node's store may not be
+	// this node's to decide by the time it gets there, even if the ring has
+	// not changed: it was forwarded here, or this node is leaving (see
+	// settle).
+	recheck bool
+}
+
+// next is what a pending check does next, as its arrival or the last
+// re-plan says; plan turns it into a route with the view.
+type next uint8
+
+const (
+	nextOwner   next = iota // go as a check of its key's owner: decided here if that is this node, forwarded if not
+	nextHere                // decided here as the key's owner (see route.landed)
+	nextForward             // forwarded again, to the key's new owner
+	nextRelay               // relayed to the node that decides it where it lands
+	nextPull                // pulled again, from the key's new owner (the client left while the first pull failed)
+	nextShare               // decided here with this node's share of the limit
+	nextGone                // answered unavailable: the client has gone
+)
+
+// pending is a check not decided yet, and what the plan knows of it
+// between rounds. Only the loop that decides the request (Service.decide)
+// reads and writes it.
+type pending struct {
+	// to is its key's owner as this node routes it, looked up once when
+	// the check arrives (the zero Member: a ring with no members, decided
+	// here), or the node it goes to next (nextForward, nextRelay,
+	// nextPull). Only a re-plan after a failed send changes it: to the
+	// key's owner in the ring as it is then, or to its heir.
+	to ring.Member
+	// failed is what its send taught, when that failed, shared by the
+	// checks sent together; nil otherwise.
+	failed  *failure
+	j       int  // the check: call.reqs[j]
+	next    next // what it does next
+	recheck bool // forwarded here: settle looks again where its counter is
+	retried bool // sent again after its first node failed: not a third time
+	// failover says its owner could not be reached: it goes to, or is
+	// decided by, its heir (decided_by "failover").
+	failover bool
+}
+
+// failure is what a send that failed taught about the checks it carried.
+type failure struct {
+	kind    routeKind   // routeForward, routeRelay or routePull
+	to      ring.Member // the node it went to
+	retried bool        // it was a retry
+	err     error
+	// answered says the node answered, with the wrong number of results:
+	// not a sign that the ring moved, nor a refusal of a pull.
+	answered bool
+}
+
+// answer is GLOBAL's answer for a check: decided (from this node's grant,
+// or as the owner), or to be forwarded to the owner.
+type answer struct {
+	d       algorithms.Decision
+	decided bool
+}
+
+// handOffs is what the plan reads of hand-off: *handoff.Node.
+type handOffs interface {
+	Pending(r *ring.Ring, key string) (ring.Member, bool)
+}
+
+// holder is what the plan reads of the store: *limiter.Store.
+type holder interface {
+	Holds(r *limiter.Request) bool
+}
+
+// view is everything the plan reads of the node, at one instant.
+type view struct {
+	self ring.Member
+	// ring is the ring this node routes by now (Service.ring): the
+	// cluster's, or once it leaves, the cluster's without it.
+	ring    *ring.Ring
+	leaving bool // this node is leaving (Service.Leave)
+	// gone is the client's context's error: not nil once it has gone.
+	gone error
+	// handOff says which keys' counters are still with their previous
+	// owner, and store which counters are here.
+	handOff handOffs
+	store   holder
+	// heirs finds who would inherit a failed owner's keys.
+	heirs *ring.Heirs
+	// global holds GLOBAL's answers, by position in the pending checks,
+	// for the GLOBAL checks to decide here (see Service.askGlobal); nil
+	// when there are none.
+	global []answer
+}
+
+// owns reports whether m, a key's owner, is this node: m is, or the ring
+// has no members (the zero Member).
+func (v *view) owns(m ring.Member) bool { return m.Name == "" || m.Name == v.self.Name }
+
+// plan returns the route of each pending check of c, from what it does
+// next and the view.
+//
+// A check that goes as its owner's check (nextOwner) is decided by the
+// part of the node its behaviour and owner call for: LOCAL always here;
+// GLOBAL by package global, from this node's grant or as the owner, or,
+// when global says so, at the owner; any other here if this node owns the
+// key, else at the owner. A node that is leaving decides every such
+// check here but LOCAL and GLOBAL ones, which go as ever: settle then
+// decides here those whose counter is still here, and relays the others
+// to their new owners. A check whose counter may still be with the key's
+// previous owner, which this node waits for (handoff.Node.Await), is
+// pulled: sent to that owner, which decides it if it still holds the
+// counter (it has not seen the ring change yet: gossip can lag by seconds
+// on a busy node), and otherwise answers that it does not, deciding
+// nothing; then this node decides it, waiting for the word that the
+// hand-off is done. A check whose counter is here (it arrived, the word
+// has not) waits for the word too (see Service.decideHere), as do checks
+// relayed or pulled here, which are never passed on, and checks of an
+// all-or-nothing request, which are never split.
+func plan(c *call, ps []pending, v *view) []route {
+	routes := make([]route, len(ps))
+	for k := range ps {
+		p := &ps[k]
+		switch p.next {
+		case nextHere:
+			routes[k] = route{kind: routeLocal, landed: true}
+			if c.behavior(p.j) == pb.Behavior_GLOBAL {
+				routes[k].kind = routeGlobal
+			}
+		case nextForward:
+			routes[k] = route{kind: routeForward, to: &p.to}
+		case nextRelay:
+			routes[k] = route{kind: routeRelay, to: &p.to}
+		case nextPull:
+			routes[k] = route{kind: routePull, to: &p.to}
+		case nextShare:
+			routes[k] = route{kind: routeFallback}
+		case nextGone:
+			routes[k] = route{kind: routeGone}
+		default:
+			routes[k] = firstRoute(c, p, v, k)
+		}
+	}
+	return routes
+}
+
+// firstRoute is the route of p, the kth pending check of c, as its
+// owner's check (see plan).
+func firstRoute(c *call, p *pending, v *view, k int) route {
+	b := c.behavior(p.j)
+	owned, recheck := v.owns(p.to), p.recheck
+	if v.leaving && b != pb.Behavior_LOCAL && b != pb.Behavior_GLOBAL {
+		owned, recheck = true, true // decided here, or relayed by settle
+	}
+	switch {
+	case b == pb.Behavior_LOCAL:
+		return route{kind: routeLocal, recheck: recheck}
+	case b == pb.Behavior_GLOBAL && v.global[k].decided:
+		return route{kind: routeGlobal}
+	case b == pb.Behavior_GLOBAL, !owned:
+		return route{kind: routeForward, to: &p.to}
+	}
+	if !c.all {
+		r := &c.reqs[p.j]
+		if from, ok := v.handOff.Pending(c.ring, r.Key); ok && !v.store.Holds(r) {
+			prev := from // on the heap only when pulled
+			return route{kind: routePull, to: &prev}
+		}
+	}
+	return route{kind: routeLocal, recheck: recheck}
+}
+
+// A lesson is what a failed send taught about its checks: what they do
+// next.
+type lesson uint8
+
+const (
+	lessonHere     lesson = iota // a pull found the counter not there: decided here, as the key's owner
+	lessonMoved                  // the ring has moved: each key's new owner decides it (this node those it owns now)
+	lessonGone                   // the client has gone: charge nothing
+	lessonFailover               // the owner cannot be reached: each key's heir decides it
+	lessonShare                  // no one else can: this node decides it with its share
+)
+
+// replan says what the checks ps, all of the send that failed as f says,
+// do next, and returns the lesson. In this order:
+//
+//   - A pull whose node does not hold the counter (it has handed it over,
+//     or never had it), or does not answer, is decided here, as the owner,
+//     waiting for the counter if it is on its way.
+//   - The ring may have changed while the send was in flight: unless it
+//     was a retry, or the node answered, or the client cancelled, each
+//     check is tried once more at its key's owner in the ring this node
+//     routes by now, decided here for the keys this node owns now, if that
+//     ring gives any of them an owner other than the node that failed.
+//     The checks' keys shared that node, not always a new one: a member
+//     that leaves spreads its keys over the others. The checks of an
+//     all-or-nothing request that share a key share its owner, and so
+//     stay together.
+//   - A client that has gone is charged nothing.
+//   - A forward whose owner cannot be reached fails over: each key's heir,
+//     the node that would own it without that owner, to which the owner
+//     replicates its counters (package replica), takes its replica as its
+//     own counter and decides with the whole limit, so a crashed owner's
+//     keys go on from where its last replication left them, rather than
+//     from an empty counter with a share on every node. This node decides
+//     those it is the heir of; the others are relayed to their heir.
+//     GLOBAL checks fail over alike: the heir decides them on its replica
+//     less the hits the owner had lent to the nodes and they may still
+//     admit, which it knows from the owner's broadcasts (see package
+//     global). An owner that is only frozen (a GC pause, a stalled VM)
+//     keeps its own counter: what its heir admitted meanwhile stays with
+//     the heir until the next ring change hands it over, so a key can be
+//     over its limit by what the heir admitted while the owner was
+//     unreachable; the shares did as much.
+//   - Any other failure (a relay or pull that failed, a heir that cannot
+//     be reached either) falls back to this node's share of each limit.
+func replan(c *call, ps []*pending, f *failure, v *view) lesson {
+	switch {
+	case f.kind == routePull && !f.answered && v.gone == nil:
+		for _, p := range ps {
+			p.next, p.to = nextHere, v.self
+		}
+		return lessonHere
+	case !f.answered && !f.retried && !errors.Is(f.err, context.Canceled) && moved(c, ps, f, v):
+		for _, p := range ps {
+			p.to, _ = v.ring.Owner(c.reqs[p.j].Key)
+			p.retried = true
+			switch {
+			case v.owns(p.to):
+				p.next = nextHere
+			case f.kind == routeRelay:
+				p.next = nextRelay
+			case f.kind == routePull:
+				p.next = nextPull
+			default:
+				p.next = nextForward
+			}
+		}
+		return lessonMoved
+	case v.gone != nil:
+		for _, p := range ps {
+			p.next = nextGone
+		}
+		return lessonGone
+	case f.kind == routeForward && v.heirs.Without(v.ring, f.to.Name).Len() > 0:
+		without := v.heirs.Without(v.ring, f.to.Name)
+		for _, p := range ps {
+			p.to, _ = without.Owner(c.reqs[p.j].Key)
+			p.failover, p.retried = true, false // a relay of its own: tried again at a new owner if the ring moves
+			p.next = nextRelay
+			if p.to.Name == v.self.Name {
+				p.next = nextHere
+			}
+		}
+		return lessonFailover
+	}
+	for _, p := range ps {
+		p.next = nextShare
+	}
+	return lessonShare
+}
+
+// moved reports whether the ring v routes by gives the key of any of ps,
+// sent together to f.to, an owner other than f.to, and every key one.
+func moved(c *call, ps []*pending, f *failure, v *view) bool {
+	other := false
+	for _, p := range ps {
+		owner, ok := v.ring.Owner(c.reqs[p.j].Key)
+		if !ok {
+			return false // no member left to try
+		}
+		other = other || owner.Name != f.to.Name
+	}
+	return other
+}
+
+// settle takes, out of the checks of c routed to this node's store (ks,
+// indexes into ps and routes), those whose counter is elsewhere, and
+// returns, for each of ks, the node it is to be relayed to instead, which
+// decides it where it lands (nil while every one stays here; the zero
+// Member: it stays). Their counter is elsewhere when the ring this node
+// routes by now gives the key to another node, and this node holds no
+// counter for it, because it handed it off (the check was routed by an
+// older ring, or forwarded here by a node whose ring lags, or this node
+// is leaving) or has never had it. Those whose counter is here are
+// decided here: no other node has it yet, and the hand-off carries it on,
+// charged. On a leaving node the caller takes v under handoff.Node.Hold,
+// which it holds until these are decided, so that no counter is on its
+// way meanwhile: a hand-off takes it out of the store either before
+// settle looks (then it is relayed to the owner, which has it) or after
+// it is decided here.
+//
+// Only checks that may have moved are looked at again: those marked
+// recheck (forwarded here, or this node is leaving), or routed by a ring
+// older than v's. An all-or-nothing request stays whole for each key: its
+// checks are decided here if every counter it would be decided on here is
+// here, and relayed otherwise. Relayed and pulled checks (landed) are
+// decided where they land, as ever.
+func settle(c *call, ps []pending, routes []route, ks []int, v *view) []ring.Member {
+	var owners []ring.Member // owners[i] is where ks[i] goes; nil while all stay
+	mayMove := func(k int) bool {
+		return !routes[k].landed && (routes[k].recheck || v.ring != c.ring) && c.behavior(ps[k].j) != pb.Behavior_LOCAL
+	}
+	for i, k := range ks {
+		if !mayMove(k) {
+			continue
+		}
+		r := &c.reqs[ps[k].j]
+		if owner, ok := v.ring.Owner(r.Key); ok && owner.Name != v.self.Name && !v.store.Holds(r) {
+			if owners == nil {
+				owners = make([]ring.Member, len(ks))
+			}
+			owners[i] = owner
+		}
+	}
+	if owners == nil || !c.all {
+		return owners
+	}
+	// A counter of the request is elsewhere: every check whose key another
+	// node owns goes there, held here or not, so that the key's checks are
+	// decided together.
+	for i, k := range ks {
+		if owners[i].Name != "" || !mayMove(k) {
+			continue
+		}
+		if o, ok := v.ring.Owner(c.reqs[ps[k].j].Key); ok && o.Name != v.self.Name {
+			owners[i] = o
+		}
+	}
+	return owners
+}
