@@ -1,6 +1,7 @@
 package global
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"time"
@@ -39,6 +40,10 @@ type heirLease struct {
 	owner    string
 	at       time.Time            // when the broadcast arrived, by this node's clock
 	accounts map[string]nodeLease // by node: only those that lent hits not yet reported used
+	// lessees are the lessees' accounts that lent hits not yet reported
+	// used, each until its time-to-live runs out (by this node's clock,
+	// from the broadcast's arrival).
+	lessees map[Lessee]lesseeAccount
 }
 
 // heirLeaseTTL is how long kept grants are trusted. Nodes give back a
@@ -63,12 +68,18 @@ func (h *heirLease) outstanding(capacity int64, now time.Time) int64 {
 	for _, a := range h.accounts {
 		out += a.granted - a.received
 	}
+	for _, a := range h.lessees {
+		if !now.After(a.expires) {
+			out += a.outstanding()
+		}
+	}
 	return min(out, capacity)
 }
 
 // startFrom starts l's accounts from h's, as the new owner of the counter:
-// what each node had left of its grant stays reserved, at most capacity in
-// all (in node name order, so that every heir trims alike).
+// what each node, and each lessee whose time-to-live has not run out, had
+// left of its grant stays reserved, at most capacity in all (nodes in name
+// order, then lessees in id order, so that every heir trims alike).
 func (l *lease) startFrom(h *heirLease, capacity int64, now time.Time) {
 	if h == nil || now.Sub(h.at) > heirLeaseTTL {
 		return
@@ -84,6 +95,19 @@ func (l *lease) startFrom(h *heirLease, capacity int64, now time.Time) {
 		capacity -= a.granted - a.received
 		l.nodes[name] = &a
 	}
+	ids := make([]Lessee, 0, len(h.lessees))
+	for id, a := range h.lessees {
+		if !now.After(a.expires) {
+			ids = append(ids, id)
+		}
+	}
+	slices.SortFunc(ids, func(a, b Lessee) int { return bytes.Compare(a[:], b[:]) })
+	for _, id := range ids {
+		a := h.lessees[id]
+		a.granted = a.received + min(a.outstanding(), max(0, capacity))
+		capacity -= a.outstanding()
+		l.lessees[id] = &a
+	}
 }
 
 // keepGrants keeps the grants of owner's state st, of which this node is
@@ -93,6 +117,9 @@ func (l *lease) startFrom(h *heirLease, capacity int64, now time.Time) {
 // sh.mu is held.
 func (sh *shard) keepGrants(k key, owner string, st *peerpb.GlobalState, r *ring.Ring, now time.Time) error {
 	h := &heirLease{owner: owner, at: now}
+	if err := h.keepLessees(st.GetLessees(), now); err != nil {
+		return err
+	}
 	for _, gr := range st.GetGrants() {
 		if gr.GetEpoch() < 0 || gr.GetReceived() < 0 || gr.GetReceived() > gr.GetGranted() {
 			return fmt.Errorf("grants: %q: received %d must be between 0 and granted %d, epoch %d not negative",
@@ -106,9 +133,12 @@ func (sh *shard) keepGrants(k key, owner string, st *peerpb.GlobalState, r *ring
 		}
 		h.accounts[gr.GetNode()] = nodeLease{granted: gr.GetGranted(), received: gr.GetReceived(), epoch: gr.GetEpoch()}
 	}
-	if len(h.accounts) == 0 {
-		delete(sh.heirs, k)
+	if len(h.accounts) == 0 && len(h.lessees) == 0 {
+		sh.dropHeir(k)
 		return nil
+	}
+	if grow := len(h.lessees) - len(sh.heirs[k].lesseesOrNil()); grow > 0 && sh.book.kept.Load()+int64(grow) > maxLeaseAccounts {
+		return fmt.Errorf("lessees: %d more accounts would pass the %d this node keeps as heir", grow, maxLeaseAccounts)
 	}
 	if _, ok := sh.heirs[k]; !ok && len(sh.heirs) >= maxHeirLeasesPerShard {
 		sh.forgetStaleHeirLeases(now)
@@ -116,11 +146,29 @@ func (sh *shard) keepGrants(k key, owner string, st *peerpb.GlobalState, r *ring
 			if len(sh.heirs) < maxHeirLeasesPerShard {
 				break
 			}
-			delete(sh.heirs, k)
+			sh.dropHeir(k)
 		}
 	}
+	sh.dropHeir(k)
 	sh.heirs[k] = h
+	sh.book.kept.Add(int64(len(h.lessees)))
 	return nil
+}
+
+// dropHeir forgets the grants kept of k, if any. sh.mu is held.
+func (sh *shard) dropHeir(k key) {
+	if h := sh.heirs[k]; h != nil {
+		sh.book.kept.Add(-int64(len(h.lessees)))
+		delete(sh.heirs, k)
+	}
+}
+
+// lesseesOrNil returns h's lessees; a nil h has none.
+func (h *heirLease) lesseesOrNil() map[Lessee]lesseeAccount {
+	if h == nil {
+		return nil
+	}
+	return h.lessees
 }
 
 // forgetStaleHeirLeases forgets kept grants older than heirLeaseTTL.
@@ -128,7 +176,41 @@ func (sh *shard) keepGrants(k key, owner string, st *peerpb.GlobalState, r *ring
 func (sh *shard) forgetStaleHeirLeases(now time.Time) {
 	for k, h := range sh.heirs {
 		if now.Sub(h.at) > heirLeaseTTL {
-			delete(sh.heirs, k)
+			sh.dropHeir(k)
 		}
 	}
+}
+
+// keepLessees keeps the lessees' accounts of an owner's state, received at
+// now: those that lent hits not yet reported used, each with its
+// time-to-live, trusted for heirLeaseTTL at most. It returns an error, and
+// keeps nothing, for accounts that are not possible: more than a node
+// holds, an id that is not 16 bytes or that repeats, counts out of order.
+// (keepGrants bounds what a node keeps as heir in all.)
+func (h *heirLease) keepLessees(grants []*peerpb.LesseeGrant, now time.Time) error {
+	if len(grants) > maxLeaseAccounts {
+		return fmt.Errorf("lessees: %d accounts, more than a node holds (%d)", len(grants), maxLeaseAccounts)
+	}
+	for _, gr := range grants {
+		switch {
+		case len(gr.GetLessee()) != len(Lessee{}):
+			return fmt.Errorf("lessees: an id of %d bytes, want %d", len(gr.GetLessee()), len(Lessee{}))
+		case gr.GetEpoch() < 0 || gr.GetReceived() < 0 || gr.GetReceived() > gr.GetGranted() || gr.GetTtlMs() < 0:
+			return fmt.Errorf("lessees: received %d must be between 0 and granted %d, epoch %d and ttl_ms %d not negative",
+				gr.GetReceived(), gr.GetGranted(), gr.GetEpoch(), gr.GetTtlMs())
+		}
+		id := Lessee(gr.GetLessee())
+		if _, ok := h.lessees[id]; ok {
+			return fmt.Errorf("lessees: %x twice", id[:4])
+		}
+		if h.lessees == nil {
+			h.lessees = map[Lessee]lesseeAccount{}
+		}
+		if gr.GetGranted() == gr.GetReceived() {
+			continue // nothing lent (the owner sends none such)
+		}
+		ttl := min(time.Duration(gr.GetTtlMs())*time.Millisecond, heirLeaseTTL)
+		h.lessees[id] = lesseeAccount{granted: gr.GetGranted(), received: gr.GetReceived(), epoch: gr.GetEpoch(), expires: now.Add(ttl)}
+	}
+	return nil
 }

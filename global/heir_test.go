@@ -11,7 +11,9 @@ import (
 
 var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 
-func newShard() *shard { return &shard{heirs: map[key]*heirLease{}} }
+func newShard() *shard {
+	return &shard{heirs: map[key]*heirLease{}, book: &book{keys: map[Lessee]int{}}}
+}
 
 // TestKeepGrants: an heir keeps, of an owner's broadcast, the accounts of
 // members that lent hits not yet reported used, and forgets what it kept
