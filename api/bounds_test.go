@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/wire"
 	"github.com/ringlimit/ringlimit/service"
 )
 
@@ -249,7 +250,7 @@ func TestBoundedCodec(t *testing.T) {
 	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(bad)}, &pb.CheckResponse{}); err == nil {
 		t.Error("malformed message: no error")
 	}
-	if got := prefix(bad, 1, 0); !bytes.Equal(got, bad) {
+	if got := wire.Prefix(bad, 1, 0); !bytes.Equal(got, bad) {
 		t.Errorf("prefix of a malformed message = %x, want it whole", got)
 	}
 }
