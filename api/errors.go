@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/lease"
 	"github.com/ringlimit/ringlimit/service"
 )
 
@@ -16,7 +17,7 @@ import (
 func toStatus(err error) error {
 	code := codes.Internal
 	switch {
-	case errors.Is(err, service.ErrInvalid):
+	case errors.Is(err, service.ErrInvalid), errors.Is(err, lease.ErrInvalid):
 		code = codes.InvalidArgument
 	case errors.Is(err, service.ErrUnavailable):
 		code = codes.Unavailable

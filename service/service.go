@@ -21,6 +21,7 @@ import (
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/global"
 	"github.com/ringlimit/ringlimit/handoff"
+	"github.com/ringlimit/ringlimit/lease"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/replica"
@@ -56,6 +57,7 @@ type Peers interface {
 	global.Peers
 	handoff.Peers
 	replica.Peers
+	lease.Peers
 }
 
 // Config configures a Service. The zero value is a single node with a
@@ -95,6 +97,9 @@ type Config struct {
 	// HandedOff, if not nil, is given the records of the counters other
 	// nodes took from this one by hand-off (see handoff.Config.HandedOff).
 	HandedOff func(records [][]byte)
+	// Leases bounds the lessees' accounts of the keys this node owns (see
+	// package lease); its zero fields mean their defaults.
+	Leases global.LeaseConfig
 }
 
 // Service decides checks. It is safe for concurrent use. Run drives its
@@ -110,6 +115,7 @@ type Service struct {
 	log     *slog.Logger
 	metrics metrics
 	global  *global.Node
+	leases  *lease.Node
 	handoff *handoff.Node
 	replica *replica.Node
 	// replicas are the copies this node keeps of other owners' counters;
@@ -156,7 +162,11 @@ func New(conf Config) *Service {
 			return toRequest(item, now, s.skew)
 		},
 		Interval: conf.GlobalSync, MaxClockSkew: s.skew, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
-		Inherit: func() { s.replica.Promote(s.ring()) },
+		Inherit: func() { s.replica.Promote(s.ring()) }, Leases: conf.Leases,
+	})
+	s.leases = lease.New(lease.Config{
+		Lender: s.global, Cluster: s.cluster, Peers: conf.Peers, Result: decisionResult, Now: s.now, Logger: s.log,
+		Validate: func(item *pb.CheckItem, now time.Time) (limiter.Request, error) { return toRequest(item, now, s.skew) },
 	})
 	s.handoff = handoff.New(handoff.Config{
 		Store: s.store, Cluster: routing{s}, Peers: conf.Peers, MaxClockSkew: s.skew, Wait: conf.HandOffWait,
@@ -492,3 +502,7 @@ func (s *Service) HandOffAll(ctx context.Context) (sent, left int) { return s.ha
 // has not reported yet to their owners, so that none is lost when it
 // stops. It is a step of shutdown, after Run has returned.
 func (s *Service) FlushGlobal(ctx context.Context) { s.global.Flush(ctx) }
+
+// Leases returns the node's side of the lessee protocol, which the public
+// face serves (RateLimiter/Lease).
+func (s *Service) Leases() *lease.Node { return s.leases }

@@ -1256,21 +1256,19 @@ type LeaseGrant struct {
 	// the lessee stops using it three quarters of that after it sent the
 	// report.
 	TtlMs int64 `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	// remaining is the counter's hits the owner has not lent out.
-	Remaining int64 `protobuf:"varint,5,opt,name=remaining,proto3" json:"remaining,omitempty"`
-	// reset_after_ms is how long until the counter is full again.
-	ResetAfterMs int64 `protobuf:"varint,6,opt,name=reset_after_ms,json=resetAfterMs,proto3" json:"reset_after_ms,omitempty"`
-	// retry_after_ms is the owner's estimate of the wait until one hit is
-	// admitted again, when remaining is 0.
-	RetryAfterMs int64 `protobuf:"varint,7,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	// state is the counter's state, as a check of no hits would answer it,
+	// less what is lent out: remaining is the hits the owner has not lent
+	// out, reset_time_ms when the counter is full again, and
+	// retry_after_ms the wait until one hit is admitted again.
+	State *CheckResult `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
 	// decided answers the report's hits, when it asked to decide some.
-	Decided *CheckResult `protobuf:"bytes,8,opt,name=decided,proto3" json:"decided,omitempty"`
+	Decided *CheckResult `protobuf:"bytes,6,opt,name=decided,proto3" json:"decided,omitempty"`
 	// error is not empty when the report was not taken: error_code says
 	// why (INVALID_ARGUMENT, naming the field; UNAVAILABLE when the node
 	// does not own the key, its owner cannot be reached, or a bound is
 	// full), and the other fields are unset.
-	Error         string    `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
-	ErrorCode     ErrorCode `protobuf:"varint,10,opt,name=error_code,json=errorCode,proto3,enum=ringlimit.v1.ErrorCode" json:"error_code,omitempty"`
+	Error         string    `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	ErrorCode     ErrorCode `protobuf:"varint,8,opt,name=error_code,json=errorCode,proto3,enum=ringlimit.v1.ErrorCode" json:"error_code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1333,25 +1331,11 @@ func (x *LeaseGrant) GetTtlMs() int64 {
 	return 0
 }
 
-func (x *LeaseGrant) GetRemaining() int64 {
+func (x *LeaseGrant) GetState() *CheckResult {
 	if x != nil {
-		return x.Remaining
+		return x.State
 	}
-	return 0
-}
-
-func (x *LeaseGrant) GetResetAfterMs() int64 {
-	if x != nil {
-		return x.ResetAfterMs
-	}
-	return 0
-}
-
-func (x *LeaseGrant) GetRetryAfterMs() int64 {
-	if x != nil {
-		return x.RetryAfterMs
-	}
-	return 0
+	return nil
 }
 
 func (x *LeaseGrant) GetDecided() *CheckResult {
@@ -1457,21 +1441,18 @@ const file_ringlimit_proto_rawDesc = "" +
 	"\arelease\x18\a \x01(\bR\arelease\x12\x12\n" +
 	"\x04hits\x18\b \x01(\x03R\x04hits\"A\n" +
 	"\rLeaseResponse\x120\n" +
-	"\x06grants\x18\x01 \x03(\v2\x18.ringlimit.v1.LeaseGrantR\x06grants\"\xd6\x02\n" +
+	"\x06grants\x18\x01 \x03(\v2\x18.ringlimit.v1.LeaseGrantR\x06grants\"\x9d\x02\n" +
 	"\n" +
 	"LeaseGrant\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x18\n" +
 	"\agranted\x18\x02 \x01(\x03R\agranted\x12\x14\n" +
 	"\x05acked\x18\x03 \x01(\x03R\x05acked\x12\x15\n" +
-	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12\x1c\n" +
-	"\tremaining\x18\x05 \x01(\x03R\tremaining\x12$\n" +
-	"\x0ereset_after_ms\x18\x06 \x01(\x03R\fresetAfterMs\x12$\n" +
-	"\x0eretry_after_ms\x18\a \x01(\x03R\fretryAfterMs\x123\n" +
-	"\adecided\x18\b \x01(\v2\x19.ringlimit.v1.CheckResultR\adecided\x12\x14\n" +
-	"\x05error\x18\t \x01(\tR\x05error\x126\n" +
+	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12/\n" +
+	"\x05state\x18\x05 \x01(\v2\x19.ringlimit.v1.CheckResultR\x05state\x123\n" +
+	"\adecided\x18\x06 \x01(\v2\x19.ringlimit.v1.CheckResultR\adecided\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x126\n" +
 	"\n" +
-	"error_code\x18\n" +
-	" \x01(\x0e2\x17.ringlimit.v1.ErrorCodeR\terrorCode*\x7f\n" +
+	"error_code\x18\b \x01(\x0e2\x17.ringlimit.v1.ErrorCodeR\terrorCode*\x7f\n" +
 	"\tAlgorithm\x12\x10\n" +
 	"\fTOKEN_BUCKET\x10\x00\x12\b\n" +
 	"\x04GCRA\x10\x01\x12\x10\n" +
@@ -1550,21 +1531,22 @@ var file_ringlimit_proto_depIdxs = []int32{
 	15, // 11: ringlimit.v1.LeaseRequest.reports:type_name -> ringlimit.v1.LeaseReport
 	4,  // 12: ringlimit.v1.LeaseReport.item:type_name -> ringlimit.v1.CheckItem
 	17, // 13: ringlimit.v1.LeaseResponse.grants:type_name -> ringlimit.v1.LeaseGrant
-	7,  // 14: ringlimit.v1.LeaseGrant.decided:type_name -> ringlimit.v1.CheckResult
-	3,  // 15: ringlimit.v1.LeaseGrant.error_code:type_name -> ringlimit.v1.ErrorCode
-	6,  // 16: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
-	11, // 17: ringlimit.v1.RateLimiter.Members:input_type -> ringlimit.v1.MembersRequest
-	9,  // 18: ringlimit.v1.RateLimiter.CheckStream:input_type -> ringlimit.v1.CheckStreamRequest
-	14, // 19: ringlimit.v1.RateLimiter.Lease:input_type -> ringlimit.v1.LeaseRequest
-	8,  // 20: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
-	12, // 21: ringlimit.v1.RateLimiter.Members:output_type -> ringlimit.v1.MembersResponse
-	10, // 22: ringlimit.v1.RateLimiter.CheckStream:output_type -> ringlimit.v1.CheckStreamResponse
-	16, // 23: ringlimit.v1.RateLimiter.Lease:output_type -> ringlimit.v1.LeaseResponse
-	20, // [20:24] is the sub-list for method output_type
-	16, // [16:20] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	7,  // 14: ringlimit.v1.LeaseGrant.state:type_name -> ringlimit.v1.CheckResult
+	7,  // 15: ringlimit.v1.LeaseGrant.decided:type_name -> ringlimit.v1.CheckResult
+	3,  // 16: ringlimit.v1.LeaseGrant.error_code:type_name -> ringlimit.v1.ErrorCode
+	6,  // 17: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
+	11, // 18: ringlimit.v1.RateLimiter.Members:input_type -> ringlimit.v1.MembersRequest
+	9,  // 19: ringlimit.v1.RateLimiter.CheckStream:input_type -> ringlimit.v1.CheckStreamRequest
+	14, // 20: ringlimit.v1.RateLimiter.Lease:input_type -> ringlimit.v1.LeaseRequest
+	8,  // 21: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
+	12, // 22: ringlimit.v1.RateLimiter.Members:output_type -> ringlimit.v1.MembersResponse
+	10, // 23: ringlimit.v1.RateLimiter.CheckStream:output_type -> ringlimit.v1.CheckStreamResponse
+	16, // 24: ringlimit.v1.RateLimiter.Lease:output_type -> ringlimit.v1.LeaseResponse
+	21, // [21:25] is the sub-list for method output_type
+	17, // [17:21] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_proto_init() }

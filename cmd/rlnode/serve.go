@@ -103,14 +103,14 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 		Store: store, Replicas: replicas, Cluster: members, Peers: pool,
 		MaxClockSkew: conf.MaxClockSkew, GlobalSync: conf.GlobalSync, HandOffWait: conf.HandOffWait,
 		ReplicateInterval: conf.ReplicateInterval, HandedOff: snaps.handedOff(),
-		Logger: log, Registerer: reg, Policies: policies,
+		Logger: log, Registerer: reg, Policies: policies, Leases: conf.Leases,
 	})
 	// Before anything serves or joins: the node reports ready, and decides
 	// checks, with its counters.
 	snaps.load(ctx, svc.Intake())
 	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod}, MaxStreams: conf.MaxStreams, Registerer: reg})
 	faces := api.New(api.Config{
-		Checker: svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
+		Checker: svc, Leases: svc.Leases(), Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
 		Ready: members.Ready, ReadyNote: tr.insecure(conf),
 		Members: func() []api.Member { return apiMembers(members) },
 		Ring:    members.Ring,
