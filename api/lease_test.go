@@ -29,7 +29,7 @@ func TestLeaseOverGRPC(t *testing.T) {
 		}
 		return ctx, nil
 	}
-	rl := pb.NewRateLimiterClient(serveGRPC(t, New(Config{Checker: svc, Leases: svc.Leases()}), append(ServerOptions(), grpc.InTapHandle(gate))...))
+	rl := pb.NewRateLimiterClient(serveGRPC(t, New(Config{Checker: svc, Leases: svc}), append(ServerOptions(), grpc.InTapHandle(gate))...))
 	secret := []byte("0123456789abcdef")
 	item := &pb.CheckItem{Name: "api", Key: "k", Limit: 100, DurationMs: 60_000}
 	resp, err := rl.Lease(t.Context(), &pb.LeaseRequest{Lessee: secret, Reports: []*pb.LeaseReport{{Item: item, Epoch: 1, Asked: 1, Hits: 1}}})

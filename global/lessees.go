@@ -321,12 +321,14 @@ func (n *Node) take(l *lease, a *lesseeAccount, rep *LeaseReport, peek *limiter.
 		a.granted = max(a.received, min(a.granted, rep.Granted))
 	}
 	a.expires = now.Add(n.leases.TTL)
-	if !fresh && rep.Asked >= a.asked {
-		if dt := now.Sub(a.askedAt); dt >= time.Millisecond {
-			rate := float64(rep.Asked-a.asked) / dt.Seconds()
-			l.rates += rate - a.rate
-			a.rate, a.asked, a.askedAt = rate, rep.Asked, now
-		}
+	if dt := now.Sub(a.askedAt); !fresh && (rep.Asked > a.asked || dt >= n.interval) && rep.Asked >= a.asked {
+		// The demand since the last measure; at most a millisecond's
+		// worth is assumed between two reports that come closer, as the
+		// first calls of a busy lessee do, so that its grant grows at once
+		// rather than a hit or two at a time.
+		rate := float64(rep.Asked-a.asked) / max(dt, time.Millisecond).Seconds()
+		l.rates += rate - a.rate
+		a.rate, a.asked, a.askedAt = rate, rep.Asked, now
 	}
 }
 

@@ -503,6 +503,7 @@ func (s *Service) HandOffAll(ctx context.Context) (sent, left int) { return s.ha
 // stops. It is a step of shutdown, after Run has returned.
 func (s *Service) FlushGlobal(ctx context.Context) { s.global.Flush(ctx) }
 
-// Leases returns the node's side of the lessee protocol, which the public
-// face serves (RateLimiter/Lease).
-func (s *Service) Leases() *lease.Node { return s.leases }
+// Lease answers a lessee's call (RateLimiter/Lease): see package lease.
+func (s *Service) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.LeaseResponse, error) {
+	return s.leases.Lease(ctx, req)
+}

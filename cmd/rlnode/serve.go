@@ -110,7 +110,7 @@ func serve(ctx context.Context, conf Config, log *slog.Logger, onStart started) 
 	snaps.load(ctx, svc.Intake())
 	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod}, MaxStreams: conf.MaxStreams, Registerer: reg})
 	faces := api.New(api.Config{
-		Checker: svc, Leases: svc.Leases(), Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
+		Checker: svc, Leases: svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
 		Ready: members.Ready, ReadyNote: tr.insecure(conf),
 		Members: func() []api.Member { return apiMembers(members) },
 		Ring:    members.Ring,
