@@ -41,8 +41,11 @@ type heirLease struct {
 	at       time.Time            // when the broadcast arrived, by this node's clock
 	accounts map[string]nodeLease // by node: only those that lent hits not yet reported used
 	// lessees are the lessees' accounts that lent hits not yet reported
-	// used, each until its time-to-live runs out (by this node's clock,
-	// from the broadcast's arrival).
+	// used. They are kept as long as the nodes' grants are, heirLeaseTTL,
+	// not for their own time-to-live: a lessee stops using its grant once
+	// that runs out without a renewal, but it cannot report the hits it
+	// admitted until then while the owner cannot be reached, which is
+	// until the ring drops the owner, seconds later (see startFrom).
 	lessees map[Lessee]lesseeAccount
 }
 
@@ -69,18 +72,18 @@ func (h *heirLease) outstanding(capacity int64, now time.Time) int64 {
 		out += a.granted - a.received
 	}
 	for _, a := range h.lessees {
-		if !now.After(a.expires) {
-			out += a.outstanding()
-		}
+		out += a.outstanding()
 	}
 	return min(out, capacity)
 }
 
 // startFrom starts l's accounts from h's, as the new owner of the counter:
-// what each node, and each lessee whose time-to-live has not run out, had
-// left of its grant stays reserved, at most capacity in all (nodes in name
-// order, then lessees in id order, so that every heir trims alike).
-func (l *lease) startFrom(h *heirLease, capacity int64, now time.Time) {
+// what each node and lessee had left of its grant stays reserved, at most
+// capacity in all (nodes in name order, then lessees in id order, so that
+// every heir trims alike). A lessee's account lives for ttl from now: the
+// lessee, which could not report while the owner could not be reached,
+// has that long to report to this one.
+func (l *lease) startFrom(h *heirLease, capacity int64, ttl time.Duration, now time.Time) {
 	if h == nil || now.Sub(h.at) > heirLeaseTTL {
 		return
 	}
@@ -96,15 +99,14 @@ func (l *lease) startFrom(h *heirLease, capacity int64, now time.Time) {
 		l.nodes[name] = &a
 	}
 	ids := make([]Lessee, 0, len(h.lessees))
-	for id, a := range h.lessees {
-		if !now.After(a.expires) {
-			ids = append(ids, id)
-		}
+	for id := range h.lessees {
+		ids = append(ids, id)
 	}
 	slices.SortFunc(ids, func(a, b Lessee) int { return bytes.Compare(a[:], b[:]) })
 	for _, id := range ids {
 		a := h.lessees[id]
 		a.granted = a.received + min(a.outstanding(), max(0, capacity))
+		a.expires = now.Add(ttl)
 		capacity -= a.outstanding()
 		l.lessees[id] = &a
 	}
@@ -117,7 +119,7 @@ func (l *lease) startFrom(h *heirLease, capacity int64, now time.Time) {
 // sh.mu is held.
 func (sh *shard) keepGrants(k key, owner string, st *peerpb.GlobalState, r *ring.Ring, now time.Time) error {
 	h := &heirLease{owner: owner, at: now}
-	if err := h.keepLessees(st.GetLessees(), now); err != nil {
+	if err := h.keepLessees(st.GetLessees()); err != nil {
 		return err
 	}
 	for _, gr := range st.GetGrants() {
@@ -181,13 +183,12 @@ func (sh *shard) forgetStaleHeirLeases(now time.Time) {
 	}
 }
 
-// keepLessees keeps the lessees' accounts of an owner's state, received at
-// now: those that lent hits not yet reported used, each with its
-// time-to-live, trusted for heirLeaseTTL at most. It returns an error, and
-// keeps nothing, for accounts that are not possible: more than a node
-// holds, an id that is not 16 bytes or that repeats, counts out of order.
-// (keepGrants bounds what a node keeps as heir in all.)
-func (h *heirLease) keepLessees(grants []*peerpb.LesseeGrant, now time.Time) error {
+// keepLessees keeps the lessees' accounts of an owner's state: those that
+// lent hits not yet reported used. It returns an error, and keeps nothing,
+// for accounts that are not possible: more than a node holds, an id that
+// is not 16 bytes or that repeats, counts out of order. (keepGrants bounds
+// what a node keeps as heir in all.)
+func (h *heirLease) keepLessees(grants []*peerpb.LesseeGrant) error {
 	if len(grants) > maxLeaseAccounts {
 		return fmt.Errorf("lessees: %d accounts, more than a node holds (%d)", len(grants), maxLeaseAccounts)
 	}
@@ -195,9 +196,9 @@ func (h *heirLease) keepLessees(grants []*peerpb.LesseeGrant, now time.Time) err
 		switch {
 		case len(gr.GetLessee()) != len(Lessee{}):
 			return fmt.Errorf("lessees: an id of %d bytes, want %d", len(gr.GetLessee()), len(Lessee{}))
-		case gr.GetEpoch() < 0 || gr.GetReceived() < 0 || gr.GetReceived() > gr.GetGranted() || gr.GetTtlMs() < 0:
-			return fmt.Errorf("lessees: received %d must be between 0 and granted %d, epoch %d and ttl_ms %d not negative",
-				gr.GetReceived(), gr.GetGranted(), gr.GetEpoch(), gr.GetTtlMs())
+		case gr.GetEpoch() < 0 || gr.GetReceived() < 0 || gr.GetReceived() > gr.GetGranted():
+			return fmt.Errorf("lessees: received %d must be between 0 and granted %d, epoch %d not negative",
+				gr.GetReceived(), gr.GetGranted(), gr.GetEpoch())
 		}
 		id := Lessee(gr.GetLessee())
 		if _, ok := h.lessees[id]; ok {
@@ -209,8 +210,7 @@ func (h *heirLease) keepLessees(grants []*peerpb.LesseeGrant, now time.Time) err
 		if gr.GetGranted() == gr.GetReceived() {
 			continue // nothing lent (the owner sends none such)
 		}
-		ttl := min(time.Duration(gr.GetTtlMs())*time.Millisecond, heirLeaseTTL)
-		h.lessees[id] = lesseeAccount{granted: gr.GetGranted(), received: gr.GetReceived(), epoch: gr.GetEpoch(), expires: now.Add(ttl)}
+		h.lessees[id] = lesseeAccount{granted: gr.GetGranted(), received: gr.GetReceived(), epoch: gr.GetEpoch()}
 	}
 	return nil
 }

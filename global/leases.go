@@ -58,13 +58,13 @@ func (l *lease) wanted() bool {
 }
 
 // lease returns k's lease, creating it, with r's limit. A new lease starts
-// from the grants this node kept as the key's heir, if any (see heir.go).
-// sh.mu is held.
+// from the grants this node kept as the key's heir, if any (see heir.go),
+// its lessees' accounts with a time-to-live from now. sh.mu is held.
 func (sh *shard) lease(k key, r *limiter.Request, now time.Time) *lease {
 	l := sh.leases[k]
 	if l == nil {
 		l = &lease{nodes: make(map[string]*nodeLease), lessees: make(map[Lessee]*lesseeAccount)}
-		l.startFrom(sh.heirs[k], r.Limit.Capacity(), now)
+		l.startFrom(sh.heirs[k], r.Limit.Capacity(), sh.book.conf.TTL, now)
 		for lessee := range l.lessees {
 			sh.book.add(lessee)
 		}
@@ -311,7 +311,7 @@ func (n *Node) Broadcast(ctx context.Context) {
 				continue
 			}
 			st := n.state(k, l, members, now)
-			if lessees := l.lesseeGrants(now); len(lessees) > 0 {
+			if lessees := l.lesseeGrants(); len(lessees) > 0 {
 				if heir, ok := n.heirs.Heir(r, self, k.key); ok {
 					heirs[heir.Name] = append(heirs[heir.Name], heirState{len(states), lessees})
 				}

@@ -412,14 +412,13 @@ func (sh *shard) dropLease(k key) {
 
 // lesseeGrants returns l's lessee accounts that hold hits lent and not
 // reported used, as the key's heir keeps them. sh.mu is held.
-func (l *lease) lesseeGrants(now time.Time) []*peerpb.LesseeGrant {
+func (l *lease) lesseeGrants() []*peerpb.LesseeGrant {
 	var out []*peerpb.LesseeGrant
 	for lessee, a := range l.lessees {
 		if a.outstanding() == 0 {
 			continue
 		}
-		out = append(out, &peerpb.LesseeGrant{Lessee: lessee[:], Granted: a.granted, Received: a.received, Epoch: a.epoch,
-			TtlMs: max(0, a.expires.Sub(now).Milliseconds())})
+		out = append(out, &peerpb.LesseeGrant{Lessee: lessee[:], Granted: a.granted, Received: a.received, Epoch: a.epoch})
 	}
 	return out
 }

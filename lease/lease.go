@@ -72,6 +72,13 @@ type Config struct {
 	// Result makes res the public result of decision d of r (the answer
 	// to the hits a report asks to decide), as the service answers a check.
 	Result func(res *pb.CheckResult, r *limiter.Request, d algorithms.Decision)
+	// Await, if not nil, returns once the counter of key is on this node,
+	// as far as it can tell: a key it has just come to own may wait for
+	// its previous owner's hand-off, so that no report is charged into an
+	// empty counter that the hand-off then merges with (keeping the more
+	// charged of the two, not their sum). Service passes
+	// handoff.Node.Await.
+	Await func(ctx context.Context, key string)
 	// Now is the server clock; nil means time.Now.
 	Now func() time.Time
 	// Logger receives warnings of failed relays; nil discards them.
@@ -129,7 +136,7 @@ func (n *Node) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.LeaseRespon
 	for _, owner := range owners {
 		at := byOwner[owner.Name]
 		if owner.Name == self {
-			n.lend(c, lessee, at)
+			n.lend(ctx, c, lessee, at)
 			continue
 		}
 		wg.Go(func() { n.relay(ctx, c, owner, lessee, reports, at) })
@@ -142,7 +149,7 @@ func (n *Node) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.LeaseRespon
 // (Peer/Lease): as their owner, for the keys this node owns in its ring,
 // never relaying them again. It returns an error wrapping ErrInvalid for
 // an account id that is not 16 bytes or more than MaxReports reports.
-func (n *Node) Relayed(_ context.Context, from string, lessee []byte, reports []*pb.LeaseReport) ([]*pb.LeaseGrant, error) {
+func (n *Node) Relayed(ctx context.Context, from string, lessee []byte, reports []*pb.LeaseReport) ([]*pb.LeaseGrant, error) {
 	switch {
 	case len(lessee) != len(global.Lessee{}):
 		return nil, fmt.Errorf("lessee: an account id of %d bytes, want %d: %w", len(lessee), len(global.Lessee{}), ErrInvalid)
@@ -156,7 +163,7 @@ func (n *Node) Relayed(_ context.Context, from string, lessee []byte, reports []
 			at = append(at, i)
 		}
 	}
-	n.lend(c, global.Lessee(lessee), at)
+	n.lend(ctx, c, global.Lessee(lessee), at)
 	return c.grants, nil
 }
 
@@ -225,14 +232,17 @@ func (n *Node) request(rep *pb.LeaseReport, now time.Time) (limiter.Request, err
 }
 
 // lend has this node's core take c's reports at positions at, as their
-// owner.
-func (n *Node) lend(c *call, lessee global.Lessee, at []int) {
+// owner, once their counters are here (Config.Await).
+func (n *Node) lend(ctx context.Context, c *call, lessee global.Lessee, at []int) {
 	if len(at) == 0 {
 		return
 	}
 	reqs := make([]global.LeaseReport, len(at))
 	for k, i := range at {
 		reqs[k] = c.reqs[i]
+		if n.conf.Await != nil {
+			n.conf.Await(ctx, reqs[k].Request.Key)
+		}
 	}
 	for k, g := range n.conf.Lender.Lend(lessee, reqs) {
 		c.grants[at[k]] = n.grant(&reqs[k].Request, g)

@@ -167,6 +167,7 @@ func New(conf Config) *Service {
 	s.leases = lease.New(lease.Config{
 		Lender: s.global, Cluster: s.cluster, Peers: conf.Peers, Result: decisionResult, Now: s.now, Logger: s.log,
 		Validate: func(item *pb.CheckItem, now time.Time) (limiter.Request, error) { return toRequest(item, now, s.skew) },
+		Await:    func(ctx context.Context, key string) { s.handoff.Await(ctx, s.ring(), key) },
 	})
 	s.handoff = handoff.New(handoff.Config{
 		Store: s.store, Cluster: routing{s}, Peers: conf.Peers, MaxClockSkew: s.skew, Wait: conf.HandOffWait,

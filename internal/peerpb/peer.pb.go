@@ -559,7 +559,10 @@ type GlobalState struct {
 	Grants []*GlobalGrant `protobuf:"bytes,8,rep,name=grants,proto3" json:"grants,omitempty"`
 	// lessees are the accounts of the key's lessees (clients, see
 	// ringlimit.v1.LeaseRequest) that hold hits lent and not reported used:
-	// sent only to the key's heir, which keeps them as it keeps grants.
+	// sent only to the key's heir, which keeps them as it keeps grants (for
+	// a minute, whatever their time-to-live: a lessee cannot report while
+	// its owner cannot be reached, and reports what it spent of its grant
+	// once the heir has taken the key over).
 	Lessees       []*LesseeGrant `protobuf:"bytes,9,rep,name=lessees,proto3" json:"lessees,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -667,10 +670,8 @@ type LesseeGrant struct {
 	Granted int64  `protobuf:"varint,2,opt,name=granted,proto3" json:"granted,omitempty"`
 	// received is how many of the lessee's admitted hits the owner has
 	// taken: granted - received is lent and not reported used.
-	Received int64 `protobuf:"varint,3,opt,name=received,proto3" json:"received,omitempty"`
-	Epoch    int64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	// ttl_ms is how long the grant has left to live without a report.
-	TtlMs         int64 `protobuf:"varint,5,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	Received      int64 `protobuf:"varint,3,opt,name=received,proto3" json:"received,omitempty"`
+	Epoch         int64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -729,13 +730,6 @@ func (x *LesseeGrant) GetReceived() int64 {
 func (x *LesseeGrant) GetEpoch() int64 {
 	if x != nil {
 		return x.Epoch
-	}
-	return 0
-}
-
-func (x *LesseeGrant) GetTtlMs() int64 {
-	if x != nil {
-		return x.TtlMs
 	}
 	return 0
 }
@@ -1401,13 +1395,12 @@ const file_peer_proto_rawDesc = "" +
 	"\amembers\x18\x06 \x01(\x03R\amembers\x12$\n" +
 	"\x0eretry_after_ms\x18\a \x01(\x03R\fretryAfterMs\x126\n" +
 	"\x06grants\x18\b \x03(\v2\x1e.ringlimit.peer.v1.GlobalGrantR\x06grants\x128\n" +
-	"\alessees\x18\t \x03(\v2\x1e.ringlimit.peer.v1.LesseeGrantR\alessees\"\x88\x01\n" +
+	"\alessees\x18\t \x03(\v2\x1e.ringlimit.peer.v1.LesseeGrantR\alessees\"q\n" +
 	"\vLesseeGrant\x12\x16\n" +
 	"\x06lessee\x18\x01 \x01(\fR\x06lessee\x12\x18\n" +
 	"\agranted\x18\x02 \x01(\x03R\agranted\x12\x1a\n" +
 	"\breceived\x18\x03 \x01(\x03R\breceived\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\x12\x15\n" +
-	"\x06ttl_ms\x18\x05 \x01(\x03R\x05ttlMs\"t\n" +
+	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"t\n" +
 	"\x11LeaseRelayRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x16\n" +
 	"\x06lessee\x18\x02 \x01(\fR\x06lessee\x123\n" +
