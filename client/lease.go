@@ -121,9 +121,9 @@ type leased struct {
 	owned    atomic.Int64 // hits sent to the owner to decide, in all
 	active   atomic.Bool  // a check came since the last round
 	// From the owner's last answer: when the grant expires (offset from
-	// leases.base; the client stops using it then), what the owner has
-	// not lent out, when the counter is full again (Unix ns), and the
-	// wait it estimates for one hit.
+	// leases.base; the client stops using it then), what the owner would
+	// lend this client now, when the counter is full again (Unix ns), and
+	// the wait it estimates for one hit.
 	expires    atomic.Int64
 	unlent     atomic.Int64
 	resetAt    atomic.Int64

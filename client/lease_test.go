@@ -47,18 +47,17 @@ func startOwner(t *testing.T) *owner {
 	return o
 }
 
-// unlent asks the owner what key's counter has not lent out, with a
-// lessee of its own that asks nothing.
+// unlent asks the owner what key's counter has not lent out: a GLOBAL
+// check of no hits, which the owner decides less what it lent.
 func unlent(t *testing.T, o *owner, l client.Limit, key string) int64 {
 	t.Helper()
 	item := l.Item(key, 0)
-	item.Hits, item.Behavior = nil, client.Global
-	resp, err := o.Service.Lease(context.Background(), &pb.LeaseRequest{Lessee: []byte("a probe, 16bytes"), Reports: []*pb.LeaseReport{{Item: item, Epoch: 1}}})
-	if err != nil || resp.GetGrants()[0].GetError() != "" {
+	item.Behavior = client.Global
+	resp, err := o.Service.Check(context.Background(), &pb.CheckRequest{Requests: []*pb.CheckItem{item}})
+	if err != nil || resp.GetResponses()[0].GetError() != "" {
 		t.Fatalf("probe: %v %v", resp, err)
 	}
-	g := resp.GetGrants()[0]
-	return g.GetState().GetRemaining() + g.GetGranted() - g.GetAcked()
+	return resp.GetResponses()[0].GetRemaining()
 }
 
 var hot = client.Limit{Name: "api", Count: 1000, Period: time.Hour, Algorithm: client.FixedWindow, Lease: true}

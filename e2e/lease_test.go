@@ -316,7 +316,8 @@ func TestLeaseAccuracy(t *testing.T) {
 
 // TestLeaseSkew: 8 leased clients over 3 nodes asking alike more than a
 // bucket refills; then one of them asks 70% of the demand, and from the
-// second round on it gets at least 60% of the admissions.
+// second round on it gets at least 60% of the admissions, in every two
+// rounds.
 func TestLeaseSkew(t *testing.T) {
 	const (
 		rate   = 2000 // a second

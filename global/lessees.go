@@ -26,7 +26,7 @@ import (
 // answers each report at once, with the account as it holds it, rather
 // than in its round's broadcast; it lends the lessee, at that moment, a
 // share of what is not lent out in proportion to the lessee's demand
-// (share). A grant lives for a time-to-live: one not renewed by a report
+// (topUp). A grant lives for a time-to-live: one not renewed by a report
 // within it is freed at the owner's next round, so that a lessee that
 // vanishes gives its hits back by itself. A lessee may claim a grant its
 // account does not show, when the account came from another owner or was
@@ -159,6 +159,10 @@ type lesseeAccount struct {
 	asked   int64
 	askedAt time.Time
 	rate    float64
+	// credit is the lessee's part of the counter's refill not lent to it
+	// yet, in hits, as of creditAt (see topUp).
+	credit   float64
+	creditAt time.Time
 }
 
 func (a *lesseeAccount) outstanding() int64 { return max(0, a.granted-a.received) }
@@ -249,18 +253,17 @@ func (n *Node) lend(lessee Lessee, rep *LeaseReport, now time.Time) LeaseGrant {
 	if r.Hits > 0 {
 		g.Decided, g.Decision = true, n.decideAgainst(l, &r, l.outstanding())
 	}
-	counter := n.store.Check(&peek)
-	remaining := n.payDebt(l, &peek, counter.Remaining) - l.debt
 	if a.epoch == rep.Epoch {
-		if !rep.Release {
-			n.topUp(l, a, &peek, remaining) // a release gives back: it asks for nothing
+		if !rep.Release { // a release gives back: it asks for nothing
+			n.topUp(l, a, &peek, n.payDebt(l, &peek, n.store.Check(&peek).Remaining)-l.debt, now)
 		}
 		a.answered = true
 	}
+	counter := n.store.Check(&peek)
 	one := peek
 	one.Hits = 1
 	g.Epoch, g.Granted, g.Acked, g.TTL = a.epoch, a.granted, a.received, n.leases.TTL
-	g.Remaining = max(0, remaining-l.outstanding())
+	g.Remaining = l.lendable(a, counter.Remaining-l.debt)
 	g.ResetAfter, g.RetryAfter = counter.ResetAfter, max(0, n.store.Check(&one).RetryAfter)
 	return g
 }
@@ -347,40 +350,54 @@ func (n *Node) claim(l *lease, a *lesseeAccount, granted, unused int64, peek *li
 
 // topUp lends a, whose counter (r) has remaining hits left (less what it
 // owes), its share of what is not lent out, up to leaseRounds intervals of
-// its demand (see share). sh.mu is held.
-func (n *Node) topUp(l *lease, a *lesseeAccount, r *limiter.Request, remaining int64) {
+// its demand.
+//
+// Its share has two parts. Its credit: its part (l.weight) of what the
+// counter refills, accrued since its last top-up, at most leaseRounds
+// rounds of it, so that the refill is split by demand whatever the order
+// and frequency of the lessees' calls (a share of what is left at each
+// call would favour those that call most often, and leave the last of a
+// round a share of what the first left). And its part of what is not lent
+// out, for when more is there than the refill (a full bucket, a window's
+// start). sh.mu is held.
+func (n *Node) topUp(l *lease, a *lesseeAccount, r *limiter.Request, remaining int64, now time.Time) {
+	weight := l.weight(a)
+	refill := float64(r.Limit.Count) / r.Limit.Period.Seconds() * weight // its part, hits a second
+	if !a.creditAt.IsZero() {
+		a.credit += refill * now.Sub(a.creditAt).Seconds()
+	}
+	a.credit = min(a.credit, refill*leaseRounds*n.interval.Seconds()+1)
+	a.creditAt = now
 	need := int64(math.Ceil(a.rate*leaseRounds*n.interval.Seconds())) - a.outstanding()
 	avail := remaining - l.outstanding()
 	if need <= 0 || avail <= 0 {
 		return
 	}
-	refill := float64(r.Limit.Count) * n.interval.Seconds() / r.Limit.Period.Seconds()
-	a.granted += share(avail, need, refill, a.rate, l.rates, len(l.lessees))
+	give := min(need, avail, max(int64(a.credit), int64(float64(avail)*weight)))
+	a.granted += give
+	a.credit = max(0, a.credit-float64(give))
 }
 
-// share is what a lessee of demand rate, needing need hits, is lent of
-// avail, the hits not lent out, when the key's lessees (lessees in all)
-// have demand rates in all and the counter refills about refill hits a
-// round: its part, in proportion to its demand, of the pool, which is
-// avail or a round's refill if that is more; but at least a quarter of an
-// equal part and at least one hit, so that none starves; and never more
-// than it needs or than avail.
-//
-// The pool is not only avail because lessees report one after another:
-// a part of avail each would leave the last of them a part of what the
-// first left, and the hits that none took would wait for the next round,
-// while a bucket, full, refills no more. A round's refill is what the
-// lessees share each round when they ask for more than the limit: each
-// takes its part of it as it reports, whatever the order.
-func share(avail, need int64, refill, rate, rates float64, lessees int) int64 {
-	pool := max(float64(avail), refill)
-	part := pool / float64(4*max(1, lessees))
-	if rates > 0 {
-		part = max(part, pool*rate/rates)
-	} else {
-		part = max(part, pool/float64(max(1, lessees)))
+// weight is a's part of what l lends: its demand's part of its lessees',
+// but at least a quarter of an equal part, so that none starves. sh.mu is
+// held.
+func (l *lease) weight(a *lesseeAccount) float64 {
+	n := float64(max(1, len(l.lessees)))
+	w := 1 / n
+	if l.rates > 0 {
+		w = a.rate / l.rates
 	}
-	return min(need, max(1, int64(part)), avail)
+	return max(w, 1/(4*n))
+}
+
+// lendable is what l would lend a now, of its counter's remaining hits:
+// what the lessee is told the owner has not lent out, so that it asks
+// again within the round (step 2 of docs/leases.md) only when its share
+// is worth a call, and a lessee that calls often takes no more than it.
+// sh.mu is held.
+func (l *lease) lendable(a *lesseeAccount, remaining int64) int64 {
+	avail := max(0, remaining-l.outstanding())
+	return min(avail, max(int64(a.credit), int64(float64(avail)*l.weight(a))))
 }
 
 // expire frees the accounts of l whose time-to-live ran out before now,
