@@ -46,9 +46,11 @@ const keepRounds = 2
 // was full) is checked without one before the client asks again.
 const backoffRounds = 10
 
-// flightTries is how many times a check that finds its grant spent waits
-// for a call to the owner before it is refused in the process.
-const flightTries = 3
+// flightTries is how many calls to the owner a check that finds its grant
+// spent waits for, or makes, before it goes to the node as a GLOBAL check:
+// while many checks wait for each call, the grant it brings may be spent
+// before this one's turn.
+const flightTries = 8
 
 // DecidedByLease is the Decision.DecidedBy of a check decided in this
 // process, from a lease.
@@ -282,14 +284,7 @@ func (t *leases) slow(ctx context.Context, l *Limit, key string, hits int64) (De
 		e.mu.Unlock()
 		return d, ok, err
 	}
-	// The grant was still spent after as many calls as this check waited
-	// for: refused here, until the next round.
-	d := Decision{Limit: l.Count, DecidedBy: DecidedByLease, RetryAfter: ceilDuration(t.interval)}
-	if e := t.entry(l, key); e != nil {
-		e.refused.Add(hits)
-		d.ResetAt = time.Unix(0, e.resetAt.Load())
-	}
-	return d, true, nil
+	return Decision{}, false, nil // still spent after as many calls: the node decides it, as a GLOBAL check
 }
 
 // ask sends rep, call seq of e, alone to its key's owner and decides its

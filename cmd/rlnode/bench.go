@@ -33,6 +33,7 @@ type benchOptions struct {
 	Protocol    string   // "grpc" or "http"
 	Client      bool     // call client.Allow, one item a call, instead of sending Check requests
 	Route       bool     // with Client: one client over all Addrs, sending each check to its key's owner
+	Lease       bool     // with Client: the limit is leased, its checks decided in the client from grants
 	Items       int      // items per request, 1..service.MaxItems
 	Concurrency int      // workers, each with one request in flight
 	Duration    time.Duration
@@ -69,6 +70,8 @@ func (o benchOptions) validate() error {
 		return fmt.Errorf("--client: the Go client speaks grpc, not --protocol %s", o.Protocol)
 	case o.Items < 1 || o.Items > service.MaxItems:
 		return fmt.Errorf("--items: %d, want 1 to %d", o.Items, service.MaxItems)
+	case o.Lease && !o.Client:
+		return errors.New("--lease: leases are the Go client's; add --client")
 	case o.Route && !o.Client:
 		return errors.New("--route: routes the Go client's checks; add --client")
 	case o.Client && o.Items != 1:
@@ -103,7 +106,7 @@ func (o benchOptions) validate() error {
 
 // limit is the limit every check of the run asks for.
 func (o benchOptions) limit() client.Limit {
-	return client.Limit{Name: o.Name, Count: o.Limit, Period: o.Period, Algorithm: o.Algorithm, Behavior: o.Behavior}
+	return client.Limit{Name: o.Name, Count: o.Limit, Period: o.Period, Algorithm: o.Algorithm, Behavior: o.Behavior, Lease: o.Lease}
 }
 
 // runBench is `rlnode bench`: a bounded load generator against one or
@@ -146,6 +149,7 @@ Flags:
 	addrs := fs.String("addrs", "", "comma-separated node addresses; workers are spread over them round-robin (overrides --addr)")
 	protocol := fs.String("protocol", "grpc", "grpc or http")
 	useClient := fs.Bool("client", false, "call the Go client's Allow, one check a call, instead of sending Check requests (grpc only)")
+	lease := fs.Bool("lease", false, "with --client: lease the limit, so that the client decides its checks from grants the keys' owners lend it (docs/leases.md)")
 	route := fs.Bool("route", false, "with --client: one client that learns the cluster's ring through the addresses and sends each check straight to its key's owner")
 	metrics := fs.String("metrics", "", "comma-separated HTTP addresses of the nodes whose CPU is measured (default: see above)")
 	metricsMembers := fs.Bool("metrics-members", false, "measure every alive member the first --metrics node lists, instead of the --metrics list")
@@ -171,7 +175,7 @@ Flags:
 		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
 	}
 	opts := benchOptions{
-		Protocol: *protocol, Client: *useClient, Route: *route, Items: *items, Concurrency: *concurrency, Duration: *duration,
+		Protocol: *protocol, Client: *useClient, Route: *route, Lease: *lease, Items: *items, Concurrency: *concurrency, Duration: *duration,
 		Count: *count, Keys: *keys, KeysDist: *keysDist, ZipfS: *zipfS, Name: *name, Limit: *limit,
 		Period: *period, Timeout: *timeout, TLS: tlsFlags.config(), Progress: stderr, TTY: isTerminal(stderr),
 		MetricsMembers: *metricsMembers,
