@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
@@ -125,4 +126,34 @@ func TestCodecBoundsLeaseRelay(t *testing.T) {
 	if n := len(got.GetReports()); n != MaxRequestItems+1 || got.GetFrom() != "b" {
 		t.Errorf("decoded %d reports from %q, want %d from b", n, got.GetFrom(), MaxRequestItems+1)
 	}
+}
+
+// FuzzLeaseRelayCodec decodes arbitrary bytes as a relayed lease request
+// through the peer port's codec: never a panic, never more reports built
+// than one beyond the bound.
+func FuzzLeaseRelayCodec(f *testing.F) {
+	for _, req := range []*peerpb.LeaseRelayRequest{
+		{From: "b", Lessee: make([]byte, 16), Reports: []*pb.LeaseReport{{Epoch: 1, Item: &pb.CheckItem{Name: "api", Key: "k"}}}},
+		{Reports: make([]*pb.LeaseReport, 3)},
+	} {
+		for i := range req.Reports {
+			if req.Reports[i] == nil {
+				req.Reports[i] = &pb.LeaseReport{}
+			}
+		}
+		data, err := codec{}.Marshal(req)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data.Materialize())
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var m peerpb.LeaseRelayRequest
+		if err := (codec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &m); err != nil {
+			return
+		}
+		if n := len(m.GetReports()); n > MaxRequestItems+1 {
+			t.Errorf("built %d reports, more than %d", n, MaxRequestItems+1)
+		}
+	})
 }
