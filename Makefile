@@ -64,6 +64,8 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzShouldRateLimit$$' -fuzztime $(FUZZTIME) ./rls
 	go test -run '^$$' -fuzz '^FuzzParseGossipKeys$$' -fuzztime $(FUZZTIME) ./cmd/rlnode
 	go test -run '^$$' -fuzz '^FuzzCPUSeconds$$' -fuzztime $(FUZZTIME) ./loadgen
+	go test -run '^$$' -fuzz '^FuzzLease$$' -fuzztime $(FUZZTIME) ./lease
+	go test -run '^$$' -fuzz '^FuzzLeaseRelayCodec$$' -fuzztime $(FUZZTIME) ./peer
 
 # The container image (see Dockerfile): a static rlnode built here, copied
 # into an image FROM scratch. IMAGE, VERSION and REVISION may be overridden.

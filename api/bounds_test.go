@@ -28,6 +28,7 @@ import (
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/checks"
+	"github.com/ringlimit/ringlimit/internal/wire"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/service"
 )
@@ -251,7 +252,7 @@ func TestBoundedCodec(t *testing.T) {
 	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(bad)}, &pb.CheckResponse{}); err == nil {
 		t.Error("malformed message: no error")
 	}
-	if got := prefix(bad, 1, 0); !bytes.Equal(got, bad) {
+	if got := wire.Prefix(bad, 1, 0); !bytes.Equal(got, bad) {
 		t.Errorf("prefix of a malformed message = %x, want it whole", got)
 	}
 }

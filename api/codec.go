@@ -2,7 +2,6 @@ package api
 
 import (
 	"fmt"
-	"iter"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -15,6 +14,7 @@ import (
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/wire"
+	"github.com/ringlimit/ringlimit/lease"
 )
 
 // MaxRecvMsgBytes is the gRPC receive limit of the client port. A
@@ -59,18 +59,26 @@ const MaxMessages = 1 << 16
 // ServerOptions are the options of the grpc.Server that serves
 // RegisterGRPC: the receive limits MaxRecvMsgBytes and MaxHeaderListBytes,
 // and a codec that decodes at most checks.MaxItems+1 items of a
-// CheckRequest or CheckStreamRequest (and at most Max+1 elements of each
+// CheckRequest or CheckStreamRequest, lease.MaxReports+1 reports of a
+// LeaseRequest (and at most Max+1 elements of each
 // of bounds), however many the message holds, and refuses a request that
 // would build more than MaxMessages messages. protobuf would otherwise build every element before
 // the service counts them: a message of empty items costs about a hundred
 // times its size.
 func ServerOptions(bounds ...Bound) []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvMsgBytes), grpc.MaxHeaderListSize(MaxHeaderListBytes), grpc.ForceServerCodecV2(newCodec(bounds...))}
+}
+
+// newCodec returns the codec of ServerOptions, with bounds besides those
+// of the client port's own requests.
+func newCodec(bounds ...Bound) boundedCodec {
 	c := boundedCodec{CodecV2: wire.Codec{}, bounds: map[protoreflect.FullName]Bound{}, leaves: &sync.Map{}}
-	requests := []Bound{BoundOf(&pb.CheckRequest{}, "requests", checks.MaxItems), BoundOf(&pb.CheckStreamRequest{}, "requests", checks.MaxItems)}
-	for _, b := range append(bounds, requests...) {
+	own := []Bound{BoundOf(&pb.CheckRequest{}, "requests", checks.MaxItems), BoundOf(&pb.CheckStreamRequest{}, "requests", checks.MaxItems),
+		BoundOf(&pb.LeaseRequest{}, "reports", lease.MaxReports)}
+	for _, b := range append(bounds, own...) {
 		c.bounds[b.Message] = b
 	}
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvMsgBytes), grpc.MaxHeaderListSize(MaxHeaderListBytes), grpc.ForceServerCodecV2(c)}
+	return c
 }
 
 // boundedCodec is gRPC's proto codec (wire.Codec, which decodes and
@@ -97,7 +105,7 @@ func (c boundedCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	b := buf.ReadOnlyData()
 	d := m.ProtoReflect().Descriptor()
 	if bound, ok := c.bounds[d.FullName()]; ok {
-		b = prefix(b, bound.Field, bound.Max+1)
+		b = wire.Prefix(b, bound.Field, bound.Max+1)
 	}
 	budget := MaxMessages
 	if !c.countMessages(b, d, &budget, 0) {
@@ -121,12 +129,12 @@ func (c boundedCodec) countMessages(msg []byte, d protoreflect.MessageDescriptor
 		return true
 	}
 	fields := d.Fields()
-	for f := range wireFields(msg) {
-		if fd := fields.ByNumber(f.num); fd != nil && fd.Message() != nil && f.typ == protowire.BytesType {
+	for f := range wire.Fields(msg) {
+		if fd := fields.ByNumber(f.Num); fd != nil && fd.Message() != nil && f.Type == protowire.BytesType {
 			if *budget--; *budget < 0 {
 				return false
 			}
-			val, _ := protowire.ConsumeBytes(msg[f.off+f.tagLen:])
+			val, _ := protowire.ConsumeBytes(msg[f.Off+f.TagLen:])
 			if !c.countMessages(val, fd.Message(), budget, depth+1) {
 				return false
 			}
@@ -146,47 +154,4 @@ func (c boundedCodec) leaf(d protoreflect.MessageDescriptor) bool {
 	}
 	c.leaves.Store(d.FullName(), leaf)
 	return leaf
-}
-
-// prefix returns the longest prefix of the encoded message msg that holds
-// at most n elements of field. Malformed input is returned whole, for
-// proto.Unmarshal to refuse.
-func prefix(msg []byte, field protowire.Number, n int) []byte {
-	seen := 0
-	for f := range wireFields(msg) {
-		if f.num == field {
-			if seen == n {
-				return msg[:f.off]
-			}
-			seen++
-		}
-	}
-	return msg
-}
-
-// wireField is one field of an encoded message: its number and wire type,
-// where it starts, and the length of its tag.
-type wireField struct {
-	num    protowire.Number
-	typ    protowire.Type
-	off    int
-	tagLen int
-}
-
-// wireFields yields the fields of the encoded message msg in order. It
-// stops at a malformed field.
-func wireFields(msg []byte) iter.Seq[wireField] {
-	return func(yield func(wireField) bool) {
-		for off := 0; off < len(msg); {
-			num, typ, tagLen := protowire.ConsumeTag(msg[off:])
-			if tagLen < 0 {
-				return
-			}
-			valLen := protowire.ConsumeFieldValue(num, typ, msg[off+tagLen:])
-			if valLen < 0 || !yield(wireField{num, typ, off, tagLen}) {
-				return
-			}
-			off += tagLen + valLen
-		}
-	}
 }

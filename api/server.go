@@ -58,6 +58,9 @@ type Config struct {
 	// the requests in flight (admit.Gate.HTTP). The probes, /metrics and
 	// /v1/members are not wrapped, so that they answer under load.
 	Admit func(http.Handler) http.Handler
+	// Leases, if not nil, answers RateLimiter/Lease (package lease's
+	// Node); nil means the RPC answers Unimplemented.
+	Leases Leaser
 	// AdmitMessage, if not nil, admits each request of a CheckStream (e.g.
 	// admit.Gate.Message): it returns what to call once the request is
 	// answered, or the error to refuse it with.
@@ -81,7 +84,7 @@ func New(conf Config) *Server {
 		conf: conf,
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ringlimit_check_duration_seconds",
-			Help:    "Time to answer a check request, by interface (grpc, grpc_stream, http).",
+			Help:    "Time to answer a check request, by interface (grpc, grpc_stream, grpc_lease, http).",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"interface"}),
 	}

@@ -235,6 +235,10 @@ func (f *fakeRL) CheckStream(context.Context, ...grpc.CallOption) (grpc.BidiStre
 	return nil, errors.New("fakeRL serves no stream") // unused: the node of TestBatchingAddsNoDelay has none
 }
 
+func (f *fakeRL) Lease(context.Context, *pb.LeaseRequest, ...grpc.CallOption) (*pb.LeaseResponse, error) {
+	return nil, errors.New("fakeRL takes no lease") // unused: the checks of these tests are not leased
+}
+
 // TestBatchingAddsNoDelay runs the batching in virtual time: an idle
 // check is answered without time passing, and a check gathered behind
 // another goes as soon as that one returns, without time passing either.

@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/service"
 )
 
 // benchAllow runs b.N Allow calls from callers concurrent goroutines (1:
@@ -75,4 +78,55 @@ func BenchmarkAllowRouted(b *testing.B) {
 	c := sc.routingClient(b)
 	sc.unrecorded.Store(true)
 	benchAllow(b, c, 64)
+}
+
+// BenchmarkLeasedAllow measures a leased Allow on one hot key, decided in
+// the process from the grant, at 1 and 50 concurrent callers, and, in the
+// same run, golang.org/x/time/rate's Allow on one Limiter (a limiter of
+// one process, with no cluster behind it) as the baseline. The owner is
+// a service in this process (Wrap), so the rounds' reports cost no
+// network; its limit is far above the load, so every check is admitted.
+func BenchmarkLeasedAllow(b *testing.B) {
+	for _, callers := range []int{1, 50} {
+		b.Run(fmt.Sprintf("lease/callers=%d", callers), func(b *testing.B) {
+			c := client.Wrap(service.New(service.Config{}))
+			defer c.Close()
+			l := client.Limit{Name: "bench", Count: 1_000_000_000, Period: time.Second, Lease: true}
+			for range 100_000 { // a round's demand, so that the grant covers the run's
+				c.Allow(context.Background(), l, "hot")
+			}
+			time.Sleep(2 * client.DefaultLeaseInterval)
+			parallel(b, callers, func() bool {
+				ok, err := c.Allow(context.Background(), l, "hot")
+				return ok && err == nil
+			})
+		})
+		b.Run(fmt.Sprintf("x-time-rate/callers=%d", callers), func(b *testing.B) {
+			lim := rate.NewLimiter(rate.Limit(1_000_000_000), 1_000_000_000)
+			parallel(b, callers, lim.Allow)
+		})
+	}
+}
+
+// parallel runs b.N calls of allow from callers goroutines (1: one after
+// another), and fails if one is refused.
+func parallel(b *testing.B, callers int, allow func() bool) {
+	b.ReportAllocs()
+	if callers == 1 {
+		for b.Loop() {
+			if !allow() {
+				b.Fatal("refused")
+			}
+		}
+		return
+	}
+	b.SetParallelism(max(1, callers/runtime.GOMAXPROCS(0)))
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if !allow() {
+				b.Error("refused")
+				return
+			}
+		}
+	})
 }

@@ -15,6 +15,10 @@
 // Wrap takes any Checker (an in-process service in tests); callers of
 // Allow and Take do not change.
 //
+// A Limit with Lease is decided in this process, with no RPC, from a grant
+// lent by each key's owner, which the client reports against every round
+// (see Limit.Lease and docs/leases.md).
+//
 // Clients made by New and Open batch: concurrent checks bound for one node
 // share a request, without waiting when the node is idle (see Open), and
 // the requests travel as the messages of one CheckStream to each node,
@@ -45,6 +49,7 @@ type Client struct {
 	checker Checker
 	close   func() error // nil when wrapped
 	router  *router      // nil unless the client routes
+	leases  *leases      // nil when the checker takes no lease calls
 }
 
 // New returns a client of the node at addr (host:port), or of a load
@@ -57,8 +62,16 @@ func New(addr string, opts ...grpc.DialOption) (*Client, error) {
 }
 
 // Wrap returns a client whose checks go to ch, as they are: it neither
-// batches nor routes. Close does not close ch.
-func Wrap(ch Checker) *Client { return &Client{checker: ch} }
+// batches nor routes. If ch is a Leaser too, limits with Lease are leased
+// from it, reported every DefaultLeaseInterval; otherwise they are checked
+// as Global. Close does not close ch.
+func Wrap(ch Checker) *Client {
+	c := &Client{checker: ch}
+	if l, ok := ch.(Leaser); ok {
+		c.leases = newLeases(func(string) Leaser { return l }, DefaultLeaseInterval)
+	}
+	return c
+}
 
 // Algorithm and Behavior are the wire's enums, so that a Limit needs no
 // import of the generated package.
@@ -101,6 +114,15 @@ const (
 // has room: Count is then the key's guarantee, and a Decision says
 // Borrowed when hits were admitted beyond it (see docs/checks.md: Borrowing).
 // Ceiling and Parent go together; not with Global.
+//
+// Lease decides the limit's checks in this process, with no RPC, from a
+// grant each key's owner lends the client, which reports what it admitted
+// every round (see docs/leases.md): for hot keys and tight latency
+// budgets. The counter is the key's Global one: across every node and
+// client it never admits more than the limit, short of a process that
+// crashes with hits it has not reported (at most its grant). Decisions
+// made from a lease say DecidedBy DecidedByLease. Lease goes with Behavior
+// Global or none, and not with MinInterval or Ceiling.
 type Limit struct {
 	Name        string
 	Count       int64
@@ -111,6 +133,7 @@ type Limit struct {
 	MinInterval time.Duration
 	Ceiling     int64
 	Parent      Parent
+	Lease       bool
 }
 
 // Parent is the limit that keys with a Ceiling borrow from: Count hits
@@ -145,6 +168,10 @@ func ceilMillis(d time.Duration) int64 {
 	return ms
 }
 
+// closeTimeout bounds how long Close waits for the owners to take back the
+// client's grants.
+const closeTimeout = 2 * time.Second
+
 // Never is the RetryAfter of a request that can never be admitted: it asks
 // for more hits than the limit holds.
 const Never time.Duration = -1
@@ -169,7 +196,8 @@ type Decision struct {
 	// Delay is how long to wait before proceeding (LeakyBucket only).
 	Delay time.Duration
 	// DecidedBy is "" when the key's owner decided, as usual, or how the
-	// check was decided otherwise: "failover" when the owner was
+	// check was decided otherwise: DecidedByLease ("lease") when this
+	// process decided it from a lease (see Limit.Lease); "failover" when the owner was
 	// unreachable and the key's heir decided on its replica, with the whole
 	// limit; "fallback" when the heir was unreachable too (or the check is
 	// GLOBAL) and a node decided with its share of the limit.
@@ -234,6 +262,20 @@ func (c *Client) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResp
 // decision; hits 0 asks without charging. An error means the check was
 // not decided, and the zero Decision refuses.
 func (c *Client) Take(ctx context.Context, l Limit, key string, hits int64) (Decision, error) {
+	if l.Lease {
+		if err := checkLeased(&l); err != nil {
+			return Decision{}, fmt.Errorf("check %s: %w", l.Name, err)
+		}
+		if c.leases != nil {
+			if d, ok, err := c.leases.take(ctx, &l, key, hits); ok {
+				if err != nil {
+					return Decision{}, fmt.Errorf("check %s: %w", l.Name, err)
+				}
+				return d, nil
+			}
+		}
+		l.Behavior = Global // no lease for the key: the node decides it as a GLOBAL check
+	}
 	resp, err := c.checker.Check(ctx, &pb.CheckRequest{Requests: []*pb.CheckItem{l.Item(key, hits)}})
 	if err != nil {
 		return Decision{}, fmt.Errorf("check %s: %w", l.Name, err)
@@ -264,9 +306,14 @@ func (c *Client) Ring() *ring.Ring {
 	return c.router.view.Load().ring
 }
 
-// Close closes the connections New or Open opened, and ends the RPCs in
-// flight on them; it does nothing for Wrap.
+// Close gives back every grant the client holds (waiting up to
+// closeTimeout for the owners to take them), and closes the connections
+// New or Open opened, ending the RPCs in flight on them; it closes nothing
+// for Wrap.
 func (c *Client) Close() error {
+	if c.leases != nil {
+		c.leases.close(closeTimeout)
+	}
 	if c.close == nil {
 		return nil
 	}

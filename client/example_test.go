@@ -146,3 +146,24 @@ func ExampleWithCluster() {
 	d, err := c.Take(context.Background(), perUser, "user:42", 1)
 	fmt.Println(d.Allowed, err)
 }
+
+// A Limit with Lease is decided in this process: the first check of a key
+// goes to its owner and brings a grant back, and the checks after it are
+// decided from the grant, with no call, while it lasts.
+func ExampleLimit_lease() {
+	c := client.Wrap(service.New(service.Config{})) // a real program: client.New("localhost:8081")
+	defer c.Close()
+	hot := client.Limit{Name: "api", Count: 1000, Period: time.Second, Lease: true}
+	for range 3 {
+		d, err := c.Take(context.Background(), hot, "tenant:7", 1)
+		if err != nil {
+			fmt.Println("error:", err)
+			return
+		}
+		fmt.Printf("allowed %v, decided by %q\n", d.Allowed, d.DecidedBy)
+	}
+	// Output:
+	// allowed true, decided by ""
+	// allowed true, decided by "lease"
+	// allowed true, decided by "lease"
+}

@@ -352,6 +352,11 @@ func (n *node) streamCheck(ctx context.Context, req *pb.CheckRequest, v *view) (
 	return &pb.CheckResponse{Responses: resp.GetResponses()}, nil
 }
 
+// Lease sends a lessee's call to n, in an RPC of its own.
+func (n *node) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.LeaseResponse, error) {
+	return n.rl.Lease(ctx, req)
+}
+
 // fail answers p with err, unless the client routes and sends p to
 // another node instead.
 func (n *node) fail(p *part, err error) {

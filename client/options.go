@@ -14,11 +14,12 @@ import (
 type Option func(*options)
 
 type options struct {
-	dial      []grpc.DialOption
-	cluster   bool
-	refresh   time.Duration
-	unbatched bool
-	unstreams bool
+	dial       []grpc.DialOption
+	cluster    bool
+	refresh    time.Duration
+	unbatched  bool
+	unstreams  bool
+	leaseEvery time.Duration
 }
 
 // WithDialOptions dials every node with opts: the seeds, and with routing
@@ -82,7 +83,7 @@ func WithoutStreams() Option {
 // the node's to decide, as without batching: the caller returns at once
 // with the context's error, but the node may have charged it.
 func Open(addrs []string, opts ...Option) (*Client, error) {
-	o := options{refresh: DefaultRingRefresh}
+	o := options{refresh: DefaultRingRefresh, leaseEvery: DefaultLeaseInterval}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -96,6 +97,9 @@ func Open(addrs []string, opts ...Option) (*Client, error) {
 	}
 	if o.refresh <= 0 {
 		return nil, fmt.Errorf("ring refresh: must be positive, got %v", o.refresh)
+	}
+	if o.leaseEvery <= 0 {
+		return nil, fmt.Errorf("lease interval: must be positive, got %v", o.leaseEvery)
 	}
 	if len(o.dial) == 0 {
 		o.dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
@@ -112,11 +116,11 @@ func Open(addrs []string, opts ...Option) (*Client, error) {
 		return &Client{checker: n, close: func() error {
 			cancel()
 			return n.close()
-		}}, nil
+		}, leases: newLeases(func(string) Leaser { return n }, o.leaseEvery)}, nil
 	}
 	r, err := newRouter(addrs, o.refresh, conf)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{checker: r, close: r.Close, router: r}, nil
+	return &Client{checker: r, close: r.Close, router: r, leases: newLeases(r.leaseRoute, o.leaseEvery)}, nil
 }

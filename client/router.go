@@ -153,6 +153,21 @@ func (r *router) place(v *view, it *pb.CheckItem) *node {
 	return r.seeds[0]
 }
 
+// leaseRoute returns the node a leased key's reports go to: its owner,
+// or, before a ring is learned, the first seed, which relays them.
+func (r *router) leaseRoute(key string) Leaser {
+	v := r.view.Load()
+	if time.Since(v.learned) >= r.refresh {
+		r.ask(nil)
+	}
+	if owner, ok := v.ring.Owner(key); ok {
+		if n := v.owners[owner.Name]; n != nil {
+			return n
+		}
+	}
+	return r.seeds[0]
+}
+
 // reroute sends p, which failed with err, to another node (see other),
 // when err says p's node was unreachable and p was not rerouted already;
 // then the node it reaches forwards it. It asks for the ring too, which has likely

@@ -25,6 +25,13 @@
 // which case it is refused locally at once; and hits lent to a node are
 // not refilled until the node reports them used or gives them back.
 //
+// The owner lends to lessees too: processes outside the cluster (a Go
+// client, an Envoy stream) that decide checks themselves from a grant and
+// report every round, as nodes do. Their accounts sit beside the nodes'
+// in each lease and are reserved alike; they are answered at once, split
+// by demand, live for a time-to-live, go to the key's heir with the
+// broadcast, and are bounded (see lessees.go and docs/leases.md).
+//
 // Accounts have epochs, so that an owner tells a node's new account (after
 // the node forgot the old one, or the key changed owner) from a stale
 // report of an old one.
@@ -99,6 +106,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the GLOBAL metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Leases bounds the accounts of lessees (see Lend); its zero fields
+	// mean their defaults.
+	Leases LeaseConfig
 }
 
 // Node is one node's side of the GLOBAL protocol: the grants it holds for
@@ -117,6 +127,8 @@ type Node struct {
 	sampled  sampled    // the rejected items' log lines
 	members  members    // who was in the ring lately, for reports
 	heirs    ring.Heirs // whose keys this node would inherit, for broadcasts
+	leases   LeaseConfig
+	book     book // the lessee accounts, counted for the bounds of leases
 
 	shards    [numShards]shard
 	lastEpoch atomic.Int64 // the newest entry's first epoch
@@ -133,6 +145,7 @@ type shard struct {
 	leases  map[key]*lease     // counters this node owns
 	heirs   map[key]*heirLease // grants of counters this node would inherit (heir.go)
 	dirty   map[key]struct{}
+	book    *book    // the Node's
 	_       [64]byte // keeps neighbouring shards' locks off one cache line
 }
 
@@ -142,7 +155,9 @@ type key struct{ name, key string }
 // New returns a Node. It starts nothing: Run drives the sync rounds.
 func New(conf Config) *Node {
 	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, inherit: conf.Inherit,
-		interval: conf.Interval, skew: conf.MaxClockSkew, now: conf.Now, log: conf.Logger, metrics: newMetrics(conf.Registerer)}
+		interval: conf.Interval, skew: conf.MaxClockSkew, now: conf.Now, log: conf.Logger, leases: conf.Leases.withDefaults()}
+	n.book = book{conf: n.leases, keys: map[Lessee]int{}}
+	n.metrics = newMetrics(conf.Registerer, &n.book)
 	if n.interval <= 0 {
 		n.interval = DefaultInterval
 	}
@@ -153,7 +168,7 @@ func New(conf Config) *Node {
 		n.log = slog.New(slog.DiscardHandler)
 	}
 	for i := range n.shards {
-		n.shards[i] = shard{entries: map[key]*entry{}, leases: map[key]*lease{}, heirs: map[key]*heirLease{}, dirty: map[key]struct{}{}}
+		n.shards[i] = shard{entries: map[key]*entry{}, leases: map[key]*lease{}, heirs: map[key]*heirLease{}, dirty: map[key]struct{}{}, book: &n.book}
 	}
 	return n
 }
@@ -203,13 +218,18 @@ func (n *Node) Sync(ctx context.Context) {
 func (n *Node) Flush(ctx context.Context) { n.Report(ctx) }
 
 type metrics struct {
-	syncSeconds prometheus.Histogram
-	sendErrors  prometheus.Counter
-	rejected    *prometheus.CounterVec
-	excessHits  prometheus.Counter
+	syncSeconds  prometheus.Histogram
+	sendErrors   prometheus.Counter
+	rejected     *prometheus.CounterVec
+	excessHits   prometheus.Counter
+	leaseRefused *prometheus.CounterVec
+	leaseExpired prometheus.Counter
+	leaseExcess  prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) metrics {
+// newMetrics returns the GLOBAL metrics, with the lessees' gauges read
+// from b, registered on reg if it is not nil.
+func newMetrics(reg prometheus.Registerer, b *book) metrics {
 	m := metrics{
 		syncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ringlimit_global_sync_seconds",
@@ -228,9 +248,32 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Name: "ringlimit_global_excess_hits_total",
 			Help: "Hits that GLOBAL reports claimed beyond what the reporting node could have admitted (its grant, or one share for a new account), and that were not charged.",
 		}),
+		leaseRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringlimit_lease_refused_total",
+			Help: "Lessees' reports refused because a new account would pass a bound, by reason: lessees (--max-lessees), per_key (--max-leases-per-key), per_lessee (--max-keys-per-lessee), total (200,000 accounts a node).",
+		}, []string{"reason"}),
+		leaseExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_lease_expired_total",
+			Help: "Lessees' accounts freed because no report renewed them within --lease-ttl.",
+		}),
+		leaseExcess: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_lease_excess_hits_total",
+			Help: "Hits lessees reported beyond their grants, and that were not charged.",
+		}),
+	}
+	for _, reason := range []string{"lessees", "per_key", "per_lessee", "total"} {
+		m.leaseRefused.WithLabelValues(reason) // exported at 0, so that alerts see the series
 	}
 	if reg != nil {
-		reg.MustRegister(m.syncSeconds, m.sendErrors, m.rejected, m.excessHits)
+		reg.MustRegister(m.syncSeconds, m.sendErrors, m.rejected, m.excessHits, m.leaseRefused, m.leaseExpired, m.leaseExcess,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "ringlimit_lessees",
+				Help: "Lessees holding accounts on this node, as the owner of their keys.",
+			}, func() float64 { lessees, _ := b.counts(); return float64(lessees) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "ringlimit_lease_accounts",
+				Help: "Lessees' accounts of keys this node owns.",
+			}, func() float64 { _, accounts := b.counts(); return float64(accounts) }))
 	}
 	return m
 }

@@ -1,6 +1,7 @@
 package global
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"time"
@@ -39,6 +40,13 @@ type heirLease struct {
 	owner    string
 	at       time.Time            // when the broadcast arrived, by this node's clock
 	accounts map[string]nodeLease // by node: only those that lent hits not yet reported used
+	// lessees are the lessees' accounts that lent hits not yet reported
+	// used. They are kept as long as the nodes' grants are, heirLeaseTTL,
+	// not for their own time-to-live: a lessee stops using its grant once
+	// that runs out without a renewal, but it cannot report the hits it
+	// admitted until then while the owner cannot be reached, which is
+	// until the ring drops the owner, seconds later (see startFrom).
+	lessees map[Lessee]lesseeAccount
 }
 
 // heirLeaseTTL is how long kept grants are trusted. Nodes give back a
@@ -63,13 +71,19 @@ func (h *heirLease) outstanding(capacity int64, now time.Time) int64 {
 	for _, a := range h.accounts {
 		out += a.granted - a.received
 	}
+	for _, a := range h.lessees {
+		out += a.outstanding()
+	}
 	return min(out, capacity)
 }
 
 // startFrom starts l's accounts from h's, as the new owner of the counter:
-// what each node had left of its grant stays reserved, at most capacity in
-// all (in node name order, so that every heir trims alike).
-func (l *lease) startFrom(h *heirLease, capacity int64, now time.Time) {
+// what each node and lessee had left of its grant stays reserved, at most
+// capacity in all (nodes in name order, then lessees in id order, so that
+// every heir trims alike). A lessee's account lives for ttl from now: the
+// lessee, which could not report while the owner could not be reached,
+// has that long to report to this one.
+func (l *lease) startFrom(h *heirLease, capacity int64, ttl time.Duration, now time.Time) {
 	if h == nil || now.Sub(h.at) > heirLeaseTTL {
 		return
 	}
@@ -84,6 +98,18 @@ func (l *lease) startFrom(h *heirLease, capacity int64, now time.Time) {
 		capacity -= a.granted - a.received
 		l.nodes[name] = &a
 	}
+	ids := make([]Lessee, 0, len(h.lessees))
+	for id := range h.lessees {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b Lessee) int { return bytes.Compare(a[:], b[:]) })
+	for _, id := range ids {
+		a := h.lessees[id]
+		a.granted = a.received + min(a.outstanding(), max(0, capacity))
+		a.expires = now.Add(ttl)
+		capacity -= a.outstanding()
+		l.lessees[id] = &a
+	}
 }
 
 // keepGrants keeps the grants of owner's state st, of which this node is
@@ -93,6 +119,9 @@ func (l *lease) startFrom(h *heirLease, capacity int64, now time.Time) {
 // sh.mu is held.
 func (sh *shard) keepGrants(k key, owner string, st *peerpb.GlobalState, r *ring.Ring, now time.Time) error {
 	h := &heirLease{owner: owner, at: now}
+	if err := h.keepLessees(st.GetLessees()); err != nil {
+		return err
+	}
 	for _, gr := range st.GetGrants() {
 		if gr.GetEpoch() < 0 || gr.GetReceived() < 0 || gr.GetReceived() > gr.GetGranted() {
 			return fmt.Errorf("grants: %q: received %d must be between 0 and granted %d, epoch %d not negative",
@@ -106,9 +135,12 @@ func (sh *shard) keepGrants(k key, owner string, st *peerpb.GlobalState, r *ring
 		}
 		h.accounts[gr.GetNode()] = nodeLease{granted: gr.GetGranted(), received: gr.GetReceived(), epoch: gr.GetEpoch()}
 	}
-	if len(h.accounts) == 0 {
-		delete(sh.heirs, k)
+	if len(h.accounts) == 0 && len(h.lessees) == 0 {
+		sh.dropHeir(k)
 		return nil
+	}
+	if grow := len(h.lessees) - len(sh.heirs[k].lesseesOrNil()); grow > 0 && sh.book.kept.Load()+int64(grow) > maxLeaseAccounts {
+		return fmt.Errorf("lessees: %d more accounts would pass the %d this node keeps as heir", grow, maxLeaseAccounts)
 	}
 	if _, ok := sh.heirs[k]; !ok && len(sh.heirs) >= maxHeirLeasesPerShard {
 		sh.forgetStaleHeirLeases(now)
@@ -116,11 +148,29 @@ func (sh *shard) keepGrants(k key, owner string, st *peerpb.GlobalState, r *ring
 			if len(sh.heirs) < maxHeirLeasesPerShard {
 				break
 			}
-			delete(sh.heirs, k)
+			sh.dropHeir(k)
 		}
 	}
+	sh.dropHeir(k)
 	sh.heirs[k] = h
+	sh.book.kept.Add(int64(len(h.lessees)))
 	return nil
+}
+
+// dropHeir forgets the grants kept of k, if any. sh.mu is held.
+func (sh *shard) dropHeir(k key) {
+	if h := sh.heirs[k]; h != nil {
+		sh.book.kept.Add(-int64(len(h.lessees)))
+		delete(sh.heirs, k)
+	}
+}
+
+// lesseesOrNil returns h's lessees; a nil h has none.
+func (h *heirLease) lesseesOrNil() map[Lessee]lesseeAccount {
+	if h == nil {
+		return nil
+	}
+	return h.lessees
 }
 
 // forgetStaleHeirLeases forgets kept grants older than heirLeaseTTL.
@@ -128,7 +178,39 @@ func (sh *shard) keepGrants(k key, owner string, st *peerpb.GlobalState, r *ring
 func (sh *shard) forgetStaleHeirLeases(now time.Time) {
 	for k, h := range sh.heirs {
 		if now.Sub(h.at) > heirLeaseTTL {
-			delete(sh.heirs, k)
+			sh.dropHeir(k)
 		}
 	}
+}
+
+// keepLessees keeps the lessees' accounts of an owner's state: those that
+// lent hits not yet reported used. It returns an error, and keeps nothing,
+// for accounts that are not possible: more than a node holds, an id that
+// is not 16 bytes or that repeats, counts out of order. (keepGrants bounds
+// what a node keeps as heir in all.)
+func (h *heirLease) keepLessees(grants []*peerpb.LesseeGrant) error {
+	if len(grants) > maxLeaseAccounts {
+		return fmt.Errorf("lessees: %d accounts, more than a node holds (%d)", len(grants), maxLeaseAccounts)
+	}
+	for _, gr := range grants {
+		switch {
+		case len(gr.GetLessee()) != len(Lessee{}):
+			return fmt.Errorf("lessees: an id of %d bytes, want %d", len(gr.GetLessee()), len(Lessee{}))
+		case gr.GetEpoch() < 0 || gr.GetReceived() < 0 || gr.GetReceived() > gr.GetGranted():
+			return fmt.Errorf("lessees: received %d must be between 0 and granted %d, epoch %d not negative",
+				gr.GetReceived(), gr.GetGranted(), gr.GetEpoch())
+		}
+		id := Lessee(gr.GetLessee())
+		if _, ok := h.lessees[id]; ok {
+			return fmt.Errorf("lessees: %x twice", id[:4])
+		}
+		if h.lessees == nil {
+			h.lessees = map[Lessee]lesseeAccount{}
+		}
+		if gr.GetGranted() == gr.GetReceived() {
+			continue // nothing lent (the owner sends none such)
+		}
+		h.lessees[id] = lesseeAccount{granted: gr.GetGranted(), received: gr.GetReceived(), epoch: gr.GetEpoch()}
+	}
+	return nil
 }

@@ -11,7 +11,9 @@ import (
 
 var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 
-func newShard() *shard { return &shard{heirs: map[key]*heirLease{}} }
+func newShard() *shard {
+	return &shard{heirs: map[key]*heirLease{}, book: &book{keys: map[Lessee]int{}}}
+}
 
 // TestKeepGrants: an heir keeps, of an owner's broadcast, the accounts of
 // members that lent hits not yet reported used, and forgets what it kept
@@ -85,7 +87,7 @@ func TestStartFrom(t *testing.T) {
 		"a": {granted: 8, received: 2, epoch: 1},
 	}}
 	l := &lease{nodes: map[string]*nodeLease{}}
-	l.startFrom(h, 12, t0)
+	l.startFrom(h, 12, time.Second, t0)
 	if got := l.outstanding(); got != 12 {
 		t.Errorf("outstanding %d, want the capacity 12", got)
 	}
@@ -93,7 +95,7 @@ func TestStartFrom(t *testing.T) {
 		t.Errorf("accounts a %+v, b %+v; want a whole, b trimmed to 6 lent", a, b)
 	}
 	stale := &lease{nodes: map[string]*nodeLease{}}
-	stale.startFrom(h, 100, t0.Add(heirLeaseTTL+time.Second))
+	stale.startFrom(h, 100, time.Second, t0.Add(heirLeaseTTL+time.Second))
 	if len(stale.nodes) != 0 {
 		t.Errorf("a stale lease started from %d accounts", len(stale.nodes))
 	}

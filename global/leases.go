@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/ringlimit/ringlimit/algorithms"
 	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
@@ -15,12 +17,15 @@ import (
 
 // The side of a node that lends grants for counters it owns.
 
-// lease is the owner's side of a GLOBAL counter: what it lent to whom,
-// and, for a parent, the guaranteed hits it owes (see parent.go).
+// lease is the owner's side of a GLOBAL counter: what it lent to whom
+// (nodes, and lessees: see lessees.go), and, for a parent, the guaranteed
+// hits it owes (see parent.go).
 type lease struct {
-	req   limiter.Request
-	nodes map[string]*nodeLease
-	debt  int64
+	req     limiter.Request
+	nodes   map[string]*nodeLease
+	lessees map[Lessee]*lesseeAccount
+	rates   float64 // the sum of the lessees' demand, hits a second
+	debt    int64
 }
 
 // nodeLease is one node's account with the owner: what it was granted,
@@ -31,11 +36,15 @@ type nodeLease struct {
 	want                     bool
 }
 
-// outstanding is the hits lent and not yet reported used.
+// outstanding is the hits lent, to nodes and lessees, and not yet
+// reported used.
 func (l *lease) outstanding() int64 {
 	var out int64
 	for _, n := range l.nodes {
 		out += max(0, n.granted-n.received)
+	}
+	for _, a := range l.lessees {
+		out += a.outstanding()
 	}
 	return out
 }
@@ -50,14 +59,17 @@ func (l *lease) wanted() bool {
 }
 
 // lease returns k's lease, creating it, with r's limit. A new lease starts
-// from the grants this node kept as the key's heir, if any (see heir.go).
-// sh.mu is held.
+// from the grants this node kept as the key's heir, if any (see heir.go),
+// its lessees' accounts with a time-to-live from now. sh.mu is held.
 func (sh *shard) lease(k key, r *limiter.Request, now time.Time) *lease {
 	l := sh.leases[k]
 	if l == nil {
-		l = &lease{nodes: make(map[string]*nodeLease)}
-		l.startFrom(sh.heirs[k], r.Limit.Capacity(), now)
-		delete(sh.heirs, k)
+		l = &lease{nodes: make(map[string]*nodeLease), lessees: make(map[Lessee]*lesseeAccount)}
+		l.startFrom(sh.heirs[k], r.Limit.Capacity(), sh.book.conf.TTL, now)
+		for lessee := range l.lessees {
+			sh.book.add(lessee)
+		}
+		sh.dropHeir(k)
 		sh.leases[k] = l
 	}
 	l.req = *r
@@ -90,6 +102,13 @@ func (n *Node) decideOwned(r *limiter.Request) algorithms.Decision {
 		out = l.outstanding()
 		sh.dirty[k] = struct{}{}
 	}
+	return n.decideAgainst(l, r, out)
+}
+
+// decideAgainst decides r at once, from its counter's remaining hits less
+// out, the hits lent out, and, if l is not nil, less what l's counter
+// owes. The shard's lock is held.
+func (n *Node) decideAgainst(l *lease, r *limiter.Request, out int64) algorithms.Decision {
 	if r.Reset {
 		reset := *r
 		reset.Hits = 0
@@ -245,7 +264,9 @@ func (n *Node) receive(sh *shard, k key, r *limiter.Request, from string, rep *p
 
 // Broadcast hands the remaining hits of every owned counter that changed
 // since the last round out as grants to the nodes that want them, and
-// sends every node the new grants and state.
+// sends every node the new grants and state; the key's heir gets the
+// lessees' accounts too. It frees the lessees' grants whose time-to-live
+// ran out.
 func (n *Node) Broadcast(ctx context.Context) {
 	r := n.cluster.Ring()
 	members := int64(max(1, r.Len()))
@@ -257,35 +278,48 @@ func (n *Node) Broadcast(ctx context.Context) {
 		inRing[m.Name] = true
 	}
 	var states []*peerpb.GlobalState
+	heirs := map[string][]heirState{} // by heir: the states that carry lessees' accounts
 	for i := range n.shards {
 		sh := &n.shards[i]
 		sh.mu.Lock()
-		// Forget the accounts of nodes no longer in the cluster; leases
-		// with nothing lent and nothing asked that saw no check this
-		// round; and leases of counters this node no longer owns (their
-		// nodes start afresh with the new owner).
+		// Forget the accounts of nodes no longer in the cluster, and of
+		// lessees whose time-to-live ran out; leases with nothing lent and
+		// nothing asked that saw no check this round; and leases of
+		// counters this node no longer owns (their nodes start afresh with
+		// the new owner, and their lessees' next reports claim what they
+		// hold: see claim).
 		for k, l := range sh.leases {
 			for name := range l.nodes {
 				if !inRing[name] {
 					delete(l.nodes, name) // a node that left or died uses no grant
 				}
 			}
+			if n.expire(sh, l, now) {
+				sh.dirty[k] = struct{}{} // the heir learns that the grants are freed
+			}
 			_, busy := sh.dirty[k]
 			owner, ok := r.Owner(k.key)
 			if (ok && owner.Name != self) || (!busy && l.outstanding() == 0 && !l.wanted() && l.debt == 0) {
-				delete(sh.leases, k)
-				delete(sh.dirty, k)
+				sh.dropLease(k)
 			}
 		}
 		sh.forgetStaleHeirLeases(now)
 		var owing []key
 		for k := range sh.dirty {
 			delete(sh.dirty, k)
-			if l := sh.leases[k]; l != nil {
-				states = append(states, n.state(k, l, members, now))
-				if l.debt > 0 {
-					owing = append(owing, k)
+			l := sh.leases[k]
+			if l == nil {
+				continue
+			}
+			st := n.state(k, l, members, now)
+			if lessees := l.lesseeGrants(); len(lessees) > 0 {
+				if heir, ok := n.heirs.Heir(r, self, k.key); ok {
+					heirs[heir.Name] = append(heirs[heir.Name], heirState{len(states), lessees})
 				}
+			}
+			states = append(states, st)
+			if l.debt > 0 {
+				owing = append(owing, k)
 			}
 		}
 		for _, k := range owing { // pays more, and says so, next round
@@ -302,13 +336,60 @@ func (n *Node) Broadcast(ctx context.Context) {
 			continue
 		}
 		wg.Go(func() {
-			if err := n.peers.UpdateGlobals(ctx, m.PeerAddr, self, states); err != nil {
-				n.metrics.sendErrors.Inc()
-				n.log.Warn("GLOBAL state not sent", "member", m.Name, "err", err)
+			for _, part := range chunks(withLessees(states, heirs[m.Name]), maxBroadcastBytes) {
+				if err := n.peers.UpdateGlobals(ctx, m.PeerAddr, self, part); err != nil {
+					n.metrics.sendErrors.Inc()
+					n.log.Warn("GLOBAL state not sent", "member", m.Name, "err", err)
+					return
+				}
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// heirState is the lessees' accounts of the state at index i of a
+// broadcast, for the key's heir only.
+type heirState struct {
+	i       int
+	lessees []*peerpb.LesseeGrant
+}
+
+// withLessees returns states, with the lessees' accounts of mine added to
+// copies of their states (states is shared by every member's broadcast).
+func withLessees(states []*peerpb.GlobalState, mine []heirState) []*peerpb.GlobalState {
+	if len(mine) == 0 {
+		return states
+	}
+	out := slices.Clone(states)
+	for _, h := range mine {
+		st := proto.CloneOf(states[h.i])
+		st.Lessees = h.lessees
+		out[h.i] = st
+	}
+	return out
+}
+
+// maxBroadcastBytes bounds one UpdateGlobals call: a quarter of the peer
+// port's receive limit (peer.MaxMessageBytes), so that a round of many
+// changed counters, or of keys with many lessees, goes in several calls
+// rather than being refused for its size.
+const maxBroadcastBytes = 1 << 20
+
+// chunks splits states into runs of at most maxBytes encoded bytes (a
+// state larger than that alone).
+func chunks(states []*peerpb.GlobalState, maxBytes int) [][]*peerpb.GlobalState {
+	var out [][]*peerpb.GlobalState
+	start, size := 0, 0
+	for i, st := range states {
+		n := proto.Size(st)
+		if i > start && size+n > maxBytes {
+			out = append(out, states[start:i])
+			start, size = i, 0
+		}
+		size += n
+	}
+	return append(out, states[start:])
 }
 
 // state lends what l's counter has left, once it has paid what it can of

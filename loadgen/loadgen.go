@@ -35,6 +35,7 @@ type Options struct {
 	Protocol    string   // "grpc" or "http"
 	Client      bool     // call client.Allow, one item a call, instead of sending Check requests
 	Route       bool     // with Client: one client over all Addrs, sending each check to its key's owner
+	Lease       bool     // with Client: the limit is leased, its checks decided in the client from grants
 	Items       int      // items per request, 1..checks.MaxItems
 	Concurrency int      // workers, each with one request in flight
 	Duration    time.Duration
@@ -71,6 +72,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("--client: the Go client speaks grpc, not --protocol %s", o.Protocol)
 	case o.Items < 1 || o.Items > checks.MaxItems:
 		return fmt.Errorf("--items: %d, want 1 to %d", o.Items, checks.MaxItems)
+	case o.Lease && !o.Client:
+		return errors.New("--lease: leases are the Go client's; add --client")
 	case o.Route && !o.Client:
 		return errors.New("--route: routes the Go client's checks; add --client")
 	case o.Client && o.Items != 1:
@@ -105,7 +108,7 @@ func (o Options) validate() error {
 
 // limit is the limit every check of the run asks for.
 func (o Options) limit() client.Limit {
-	return client.Limit{Name: o.Name, Count: o.Limit, Period: o.Period, Algorithm: o.Algorithm, Behavior: o.Behavior}
+	return client.Limit{Name: o.Name, Count: o.Limit, Period: o.Period, Algorithm: o.Algorithm, Behavior: o.Behavior, Lease: o.Lease}
 }
 
 // distinct returns list without its repeats, in order.

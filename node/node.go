@@ -32,6 +32,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/cluster"
+	"github.com/ringlimit/ringlimit/global"
 	"github.com/ringlimit/ringlimit/internal/admit"
 	"github.com/ringlimit/ringlimit/internal/tlsfiles"
 	"github.com/ringlimit/ringlimit/limiter"
@@ -108,6 +109,9 @@ type Config struct {
 	// GossipKeys encrypt gossip; the first encrypts, all decrypt. Nil
 	// means plaintext gossip.
 	GossipKeys [][]byte
+	// Leases bounds the lessees' accounts of the keys this node owns
+	// (see docs/leases.md).
+	Leases global.LeaseConfig
 }
 
 // DefaultConfig is the Config of `rlnode` run without flags, but for its
@@ -133,6 +137,8 @@ func DefaultConfig() Config {
 		MaxStreams:        admit.DefaultMaxStreams,
 		MaxConns:          DefaultMaxConns,
 		SnapshotInterval:  snapshot.DefaultInterval,
+		Leases: global.LeaseConfig{TTL: global.DefaultLeaseTTL, MaxLessees: global.DefaultMaxLessees,
+			MaxLeasesPerKey: global.DefaultMaxLeasesPerKey, MaxKeysPerLessee: global.DefaultMaxKeysPerLessee},
 	}
 }
 
@@ -226,11 +232,11 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		Store: store, Replicas: replicas, Cluster: n.members, Peers: n.pool,
 		MaxClockSkew: conf.MaxClockSkew, GlobalSync: conf.GlobalSync, HandOffWait: conf.HandOffWait,
 		ReplicateInterval: conf.ReplicateInterval, HandedOff: n.snaps.handedOff(),
-		Logger: log, Registerer: reg, Policies: n.policies,
+		Logger: log, Registerer: reg, Policies: n.policies, Leases: conf.Leases,
 	})
 	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod}, MaxStreams: conf.MaxStreams, Registerer: reg})
 	n.faces = api.New(api.Config{
-		Checker: n.svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
+		Checker: n.svc, Leases: n.svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
 		Ready: n.members.Ready, ReadyNote: n.insecure,
 		Members: func() []api.Member { return apiMembers(n.members) },
 		Ring:    n.members.Ring,

@@ -41,8 +41,8 @@ type GuardConfig struct {
 
 // Guard checks who makes each peer call, before the Server sees it:
 // reports (AddGlobalHits), GLOBAL states (UpdateGlobals), hand-offs
-// (HandOff), replicas (Replicate) and streams of forwards (ForwardStream)
-// are taken only from current members under their own names. A
+// (HandOff), replicas (Replicate), relayed lease reports (Lease) and
+// streams of forwards (ForwardStream) are taken only from current members under their own names. A
 // refused call fails with codes.PermissionDenied (codes.Unauthenticated
 // without a certificate) and reaches no handler. Forward carries no name:
 // with mutual TLS, the certificate the handshake verified is its
@@ -103,6 +103,8 @@ func (g *Guard) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	case *peerpb.GlobalUpdateRequest:
 		from = r.GetFrom()
 	case *peerpb.ReplicateRequest:
+		from = r.GetFrom()
+	case *peerpb.LeaseRelayRequest:
 		from = r.GetFrom()
 	default:
 		return handler(ctx, req) // no peer method else; nothing to check

@@ -74,11 +74,16 @@ func (v *versions) name(method, old string, ok bool) string {
 	return method
 }
 
+// newerMethods are the Peer methods added since the rename, which no node
+// of the version before it serves: a call of one that a node refuses is
+// not sent again under the old name, nor makes the connection use it.
+var newerMethods = map[string]bool{"Lease": true}
+
 // legacyMethod returns method, a Peer method's full name, under
-// LegacyServiceName; false for any other method.
+// LegacyServiceName; false for any other method, and for newerMethods.
 func legacyMethod(method string) (string, bool) {
 	rest, ok := strings.CutPrefix(method, "/"+serviceName+"/")
-	if !ok {
+	if !ok || newerMethods[rest] {
 		return "", false
 	}
 	return "/" + LegacyServiceName + "/" + rest, true

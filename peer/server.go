@@ -15,7 +15,6 @@ import (
 	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/mux"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
-	"github.com/ringlimit/ringlimit/internal/wire"
 )
 
 // The bounds of what crosses the peer port. They hold whatever a peer
@@ -47,10 +46,11 @@ const (
 
 // ServerOptions are the gRPC server options the peer listener needs: its
 // receive limit, MaxMessageBytes, and the codec that decodes and encodes
-// forwarded checks without reflection (wire.Codec). Add them to the
+// forwarded checks without reflection (wire.Codec), and bounds relayed
+// lease reports as it decodes them. Add them to the
 // *grpc.Server that serves Register.
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.ForceServerCodecV2(wire.Codec{})}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.ForceServerCodecV2(codec{})}
 }
 
 // Handler is what Server needs from the node: the owner's side of each peer
@@ -113,7 +113,7 @@ type Server struct {
 func NewServer(h Handler, reg prometheus.Registerer) *Server {
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ringlimit_peer_refused_rpcs_total",
-		Help: "Peer RPCs refused whole, before any of their content was used, by rpc (forward, global_report, global_state, handoff, replicate) and reason.",
+		Help: "Peer RPCs refused whole, before any of their content was used, by rpc (forward, global_report, global_state, handoff, replicate, lease) and reason.",
 	}, []string{"rpc", "reason"})
 	if reg != nil {
 		reg.MustRegister(refused)

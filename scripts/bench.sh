@@ -19,6 +19,10 @@ echo "== HTTP/JSON vs gRPC over loopback, one request at a time"
 go test -run '^$' -bench 'Faces' -benchmem -count 3 ./api
 echo "== Envoy's rate limit service vs the native check of the same work"
 go test -run '^$' -bench 'RLSVersusNative' -benchmem -count 5 ./rls
+echo "== a leased Allow in the application vs golang.org/x/time/rate"
+go test -run '^$' -bench 'LeasedAllow' -benchtime 2s -count 3 ./client
+echo "== a node's CPU per leased check vs the batching client's, 50 callers on a hot key (one rlnode process)"
+go test -run '^$' -bench 'LeasedNodeCPU' -benchtime 3s -count 2 ./e2e
 echo "== ring lookup"
 go test -run '^$' -bench 'Owner' -benchmem ./ring
 echo "== one node over loopback: rlnode bench, 64 clients, 10s each, with the node's CPU per check"

@@ -188,6 +188,14 @@ func (c *fakeCluster) Replicate(ctx context.Context, addr, from string, counters
 	return o.Replicate(ctx, from, counters), nil
 }
 
+func (c *fakeCluster) Lease(ctx context.Context, addr, from string, lessee []byte, reports []*pb.LeaseReport) ([]*pb.LeaseGrant, error) {
+	o, err := c.peer(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return o.Lease(ctx, from, lessee, reports)
+}
+
 // newFakeCluster returns n services named node-0.. on a fixed clock.
 func newFakeCluster(n int) (*fakeCluster, []*Service) {
 	return newFakeClusterWith(n, func(int) Config { return Config{} })

@@ -101,6 +101,13 @@ func (o Owner) UpdateGlobals(_ context.Context, from string, states []*peerpb.Gl
 	return o.s.global.Apply(from, states)
 }
 
+// Lease takes the reports of lessee's account that node from relayed, for
+// keys this node owns (see lease.Node.Relayed). It implements
+// peer.LeaseHandler.
+func (o Owner) Lease(ctx context.Context, from string, lessee []byte, reports []*pb.LeaseReport) ([]*pb.LeaseGrant, error) {
+	return o.s.leases.Relayed(ctx, from, lessee, reports)
+}
+
 // HandOff merges counters another node no longer owns into this node's
 // store (see handoff.Node.Receive) and returns a Refusal for each it did
 // not take.

@@ -23,6 +23,7 @@ import (
 	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/global"
 	"github.com/ringlimit/ringlimit/handoff"
+	"github.com/ringlimit/ringlimit/lease"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/replica"
@@ -58,6 +59,7 @@ type Peers interface {
 	global.Peers
 	handoff.Peers
 	replica.Peers
+	lease.Peers
 }
 
 // Config configures a Service. The zero value is a single node with a
@@ -97,6 +99,9 @@ type Config struct {
 	// HandedOff, if not nil, is given the records of the counters other
 	// nodes took from this one by hand-off (see handoff.Config.HandedOff).
 	HandedOff func(records [][]byte)
+	// Leases bounds the lessees' accounts of the keys this node owns (see
+	// package lease); its zero fields mean their defaults.
+	Leases global.LeaseConfig
 }
 
 // Service decides checks. It is safe for concurrent use. Run drives its
@@ -112,6 +117,7 @@ type Service struct {
 	log     *slog.Logger
 	metrics metrics
 	global  *global.Node
+	leases  *lease.Node
 	handoff *handoff.Node
 	replica *replica.Node
 	// replicas are the copies this node keeps of other owners' counters;
@@ -155,7 +161,12 @@ func New(conf Config) *Service {
 	s.global = global.New(global.Config{
 		Store: s.store, Cluster: s.cluster, Peers: conf.Peers,
 		Interval: conf.GlobalSync, MaxClockSkew: s.skew, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
-		Inherit: func() { s.replica.Promote(s.ring()) },
+		Inherit: func() { s.replica.Promote(s.ring()) }, Leases: conf.Leases,
+	})
+	s.leases = lease.New(lease.Config{
+		Lender: s.global, Cluster: s.cluster, Peers: conf.Peers, Result: decisionResult, Now: s.now, Logger: s.log,
+		MaxClockSkew: s.skew,
+		Await:        func(ctx context.Context, key string) { s.handoff.Await(ctx, s.ring(), key) },
 	})
 	s.handoff = handoff.New(handoff.Config{
 		Store: s.store, Cluster: routing{s}, Peers: conf.Peers, MaxClockSkew: s.skew, Wait: conf.HandOffWait,
@@ -445,3 +456,8 @@ func (s *Service) HandOffAll(ctx context.Context) (sent, left int) { return s.ha
 // has not reported yet to their owners, so that none is lost when it
 // stops. It is a step of shutdown, after Run has returned.
 func (s *Service) FlushGlobal(ctx context.Context) { s.global.Flush(ctx) }
+
+// Lease answers a lessee's call (RateLimiter/Lease): see package lease.
+func (s *Service) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.LeaseResponse, error) {
+	return s.leases.Lease(ctx, req)
+}

@@ -1022,6 +1022,343 @@ func (x *Member) GetGrpcAddr() string {
 	return ""
 }
 
+// LeaseRequest is a lessee's exchange with the owners of the keys it
+// holds grants for, or asks grants of.
+type LeaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// lessee is the lessee's secret: 16 random bytes that only it knows,
+	// the same in every call. Its account on each owner is named by a hash
+	// of it, so that no one who does not know it can act on the account.
+	Lessee []byte `protobuf:"bytes,1,opt,name=lessee,proto3" json:"lessee,omitempty"`
+	// reports are the lessee's accounts, one a key: at most 1,000.
+	Reports       []*LeaseReport `protobuf:"bytes,2,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRequest) Reset() {
+	*x = LeaseRequest{}
+	mi := &file_ringlimit_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRequest) ProtoMessage() {}
+
+func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
+func (*LeaseRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *LeaseRequest) GetLessee() []byte {
+	if x != nil {
+		return x.Lessee
+	}
+	return nil
+}
+
+func (x *LeaseRequest) GetReports() []*LeaseReport {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
+// LeaseReport is a lessee's account of one counter. Its totals are
+// cumulative, so that a report sent again never counts twice.
+type LeaseReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// item names the counter and its limit: name, key, limit, duration_ms,
+	// burst, algorithm (its hits and behavior are unused: the counter is
+	// the key's GLOBAL counter).
+	Item *CheckItem `protobuf:"bytes,1,opt,name=item,proto3" json:"item,omitempty"`
+	// epoch is the account's version: a new account starts at an epoch
+	// larger than any before it, and each release adds one.
+	Epoch int64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// admitted is the hits the lessee admitted from grants, in all.
+	Admitted int64 `protobuf:"varint,3,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	// acked is how many of admitted the owner has acknowledged.
+	Acked int64 `protobuf:"varint,4,opt,name=acked,proto3" json:"acked,omitempty"`
+	// asked is the hits the lessee was asked for, admitted or refused, in
+	// all: the owner splits what it lends by its growth.
+	Asked int64 `protobuf:"varint,5,opt,name=asked,proto3" json:"asked,omitempty"`
+	// granted is the grant the lessee holds, in all, as the owner last
+	// answered (or, with release, what it keeps).
+	Granted int64 `protobuf:"varint,6,opt,name=granted,proto3" json:"granted,omitempty"`
+	// release: the lessee gives back all its grant beyond granted, and its
+	// account's epoch becomes epoch.
+	Release bool `protobuf:"varint,7,opt,name=release,proto3" json:"release,omitempty"`
+	// hits, when positive, asks the owner to decide that many hits now,
+	// exactly, as a GLOBAL check of its own; the answer's decided says.
+	Hits          int64 `protobuf:"varint,8,opt,name=hits,proto3" json:"hits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseReport) Reset() {
+	*x = LeaseReport{}
+	mi := &file_ringlimit_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseReport) ProtoMessage() {}
+
+func (x *LeaseReport) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseReport.ProtoReflect.Descriptor instead.
+func (*LeaseReport) Descriptor() ([]byte, []int) {
+	return file_ringlimit_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *LeaseReport) GetItem() *CheckItem {
+	if x != nil {
+		return x.Item
+	}
+	return nil
+}
+
+func (x *LeaseReport) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *LeaseReport) GetAdmitted() int64 {
+	if x != nil {
+		return x.Admitted
+	}
+	return 0
+}
+
+func (x *LeaseReport) GetAcked() int64 {
+	if x != nil {
+		return x.Acked
+	}
+	return 0
+}
+
+func (x *LeaseReport) GetAsked() int64 {
+	if x != nil {
+		return x.Asked
+	}
+	return 0
+}
+
+func (x *LeaseReport) GetGranted() int64 {
+	if x != nil {
+		return x.Granted
+	}
+	return 0
+}
+
+func (x *LeaseReport) GetRelease() bool {
+	if x != nil {
+		return x.Release
+	}
+	return false
+}
+
+func (x *LeaseReport) GetHits() int64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+type LeaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// grants answer the reports, in order.
+	Grants        []*LeaseGrant `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseResponse) Reset() {
+	*x = LeaseResponse{}
+	mi := &file_ringlimit_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseResponse) ProtoMessage() {}
+
+func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
+func (*LeaseResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *LeaseResponse) GetGrants() []*LeaseGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+// LeaseGrant is the owner's account of one lessee's counter.
+type LeaseGrant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// epoch is the account's epoch the grant is for.
+	Epoch int64 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// granted is the hits the lessee may admit, in all, counted as
+	// admitted is: it may admit granted - admitted more.
+	Granted int64 `protobuf:"varint,2,opt,name=granted,proto3" json:"granted,omitempty"`
+	// acked is how many of the report's admitted hits the owner has taken.
+	Acked int64 `protobuf:"varint,3,opt,name=acked,proto3" json:"acked,omitempty"`
+	// ttl_ms is how long the owner keeps the grant without another report;
+	// the lessee stops using it three quarters of that after it sent the
+	// report.
+	TtlMs int64 `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// state is the counter's state, as a check of no hits would answer it,
+	// less what is lent out: remaining is the hits the owner has not lent
+	// out, reset_time_ms when the counter is full again, and
+	// retry_after_ms the wait until one hit is admitted again.
+	State *CheckResult `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	// decided answers the report's hits, when it asked to decide some.
+	Decided *CheckResult `protobuf:"bytes,6,opt,name=decided,proto3" json:"decided,omitempty"`
+	// error is not empty when the report was not taken: error_code says
+	// why (INVALID_ARGUMENT, naming the field; UNAVAILABLE when the node
+	// does not own the key, its owner cannot be reached, or a bound is
+	// full), and the other fields are unset.
+	Error         string    `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	ErrorCode     ErrorCode `protobuf:"varint,8,opt,name=error_code,json=errorCode,proto3,enum=ringlimit.v1.ErrorCode" json:"error_code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseGrant) Reset() {
+	*x = LeaseGrant{}
+	mi := &file_ringlimit_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseGrant) ProtoMessage() {}
+
+func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
+func (*LeaseGrant) Descriptor() ([]byte, []int) {
+	return file_ringlimit_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *LeaseGrant) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *LeaseGrant) GetGranted() int64 {
+	if x != nil {
+		return x.Granted
+	}
+	return 0
+}
+
+func (x *LeaseGrant) GetAcked() int64 {
+	if x != nil {
+		return x.Acked
+	}
+	return 0
+}
+
+func (x *LeaseGrant) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *LeaseGrant) GetState() *CheckResult {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *LeaseGrant) GetDecided() *CheckResult {
+	if x != nil {
+		return x.Decided
+	}
+	return nil
+}
+
+func (x *LeaseGrant) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *LeaseGrant) GetErrorCode() ErrorCode {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ErrorCode_OK
+}
+
 var File_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_proto_rawDesc = "" +
@@ -1090,7 +1427,32 @@ const file_ringlimit_proto_rawDesc = "" +
 	"\x04ring\x18\x02 \x01(\x06R\x04ring\"9\n" +
 	"\x06Member\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
-	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr*\x7f\n" +
+	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\"[\n" +
+	"\fLeaseRequest\x12\x16\n" +
+	"\x06lessee\x18\x01 \x01(\fR\x06lessee\x123\n" +
+	"\areports\x18\x02 \x03(\v2\x19.ringlimit.v1.LeaseReportR\areports\"\xe0\x01\n" +
+	"\vLeaseReport\x12+\n" +
+	"\x04item\x18\x01 \x01(\v2\x17.ringlimit.v1.CheckItemR\x04item\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x1a\n" +
+	"\badmitted\x18\x03 \x01(\x03R\badmitted\x12\x14\n" +
+	"\x05acked\x18\x04 \x01(\x03R\x05acked\x12\x14\n" +
+	"\x05asked\x18\x05 \x01(\x03R\x05asked\x12\x18\n" +
+	"\agranted\x18\x06 \x01(\x03R\agranted\x12\x18\n" +
+	"\arelease\x18\a \x01(\bR\arelease\x12\x12\n" +
+	"\x04hits\x18\b \x01(\x03R\x04hits\"A\n" +
+	"\rLeaseResponse\x120\n" +
+	"\x06grants\x18\x01 \x03(\v2\x18.ringlimit.v1.LeaseGrantR\x06grants\"\x9d\x02\n" +
+	"\n" +
+	"LeaseGrant\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x18\n" +
+	"\agranted\x18\x02 \x01(\x03R\agranted\x12\x14\n" +
+	"\x05acked\x18\x03 \x01(\x03R\x05acked\x12\x15\n" +
+	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12/\n" +
+	"\x05state\x18\x05 \x01(\v2\x19.ringlimit.v1.CheckResultR\x05state\x123\n" +
+	"\adecided\x18\x06 \x01(\v2\x19.ringlimit.v1.CheckResultR\adecided\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x126\n" +
+	"\n" +
+	"error_code\x18\b \x01(\x0e2\x17.ringlimit.v1.ErrorCodeR\terrorCode*\x7f\n" +
 	"\tAlgorithm\x12\x10\n" +
 	"\fTOKEN_BUCKET\x10\x00\x12\b\n" +
 	"\x04GCRA\x10\x01\x12\x10\n" +
@@ -1112,11 +1474,12 @@ const file_ringlimit_proto_rawDesc = "" +
 	"\x02OK\x10\x00\x12\x14\n" +
 	"\x10INVALID_ARGUMENT\x10\x01\x12\x0f\n" +
 	"\vUNAVAILABLE\x10\x02\x12\f\n" +
-	"\bINTERNAL\x10\x032\xef\x01\n" +
+	"\bINTERNAL\x10\x032\xb1\x02\n" +
 	"\vRateLimiter\x12@\n" +
 	"\x05Check\x12\x1a.ringlimit.v1.CheckRequest\x1a\x1b.ringlimit.v1.CheckResponse\x12F\n" +
 	"\aMembers\x12\x1c.ringlimit.v1.MembersRequest\x1a\x1d.ringlimit.v1.MembersResponse\x12V\n" +
-	"\vCheckStream\x12 .ringlimit.v1.CheckStreamRequest\x1a!.ringlimit.v1.CheckStreamResponse(\x010\x01B<Z:github.com/ringlimit/ringlimit/api/ringlimitv1;ringlimitv1b\x06proto3"
+	"\vCheckStream\x12 .ringlimit.v1.CheckStreamRequest\x1a!.ringlimit.v1.CheckStreamResponse(\x010\x01\x12@\n" +
+	"\x05Lease\x12\x1a.ringlimit.v1.LeaseRequest\x1a\x1b.ringlimit.v1.LeaseResponseB<Z:github.com/ringlimit/ringlimit/api/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
 	file_ringlimit_proto_rawDescOnce sync.Once
@@ -1131,7 +1494,7 @@ func file_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),              // 0: ringlimit.v1.Algorithm
 	(Behavior)(0),               // 1: ringlimit.v1.Behavior
@@ -1147,7 +1510,11 @@ var file_ringlimit_proto_goTypes = []any{
 	(*MembersRequest)(nil),      // 11: ringlimit.v1.MembersRequest
 	(*MembersResponse)(nil),     // 12: ringlimit.v1.MembersResponse
 	(*Member)(nil),              // 13: ringlimit.v1.Member
-	nil,                         // 14: ringlimit.v1.CheckResult.MetadataEntry
+	(*LeaseRequest)(nil),        // 14: ringlimit.v1.LeaseRequest
+	(*LeaseReport)(nil),         // 15: ringlimit.v1.LeaseReport
+	(*LeaseResponse)(nil),       // 16: ringlimit.v1.LeaseResponse
+	(*LeaseGrant)(nil),          // 17: ringlimit.v1.LeaseGrant
+	nil,                         // 18: ringlimit.v1.CheckResult.MetadataEntry
 }
 var file_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.CheckItem.algorithm:type_name -> ringlimit.v1.Algorithm
@@ -1156,22 +1523,30 @@ var file_ringlimit_proto_depIdxs = []int32{
 	4,  // 3: ringlimit.v1.CheckRequest.requests:type_name -> ringlimit.v1.CheckItem
 	2,  // 4: ringlimit.v1.CheckResult.status:type_name -> ringlimit.v1.Status
 	3,  // 5: ringlimit.v1.CheckResult.error_code:type_name -> ringlimit.v1.ErrorCode
-	14, // 6: ringlimit.v1.CheckResult.metadata:type_name -> ringlimit.v1.CheckResult.MetadataEntry
+	18, // 6: ringlimit.v1.CheckResult.metadata:type_name -> ringlimit.v1.CheckResult.MetadataEntry
 	7,  // 7: ringlimit.v1.CheckResponse.responses:type_name -> ringlimit.v1.CheckResult
 	4,  // 8: ringlimit.v1.CheckStreamRequest.requests:type_name -> ringlimit.v1.CheckItem
 	7,  // 9: ringlimit.v1.CheckStreamResponse.responses:type_name -> ringlimit.v1.CheckResult
 	13, // 10: ringlimit.v1.MembersResponse.members:type_name -> ringlimit.v1.Member
-	6,  // 11: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
-	11, // 12: ringlimit.v1.RateLimiter.Members:input_type -> ringlimit.v1.MembersRequest
-	9,  // 13: ringlimit.v1.RateLimiter.CheckStream:input_type -> ringlimit.v1.CheckStreamRequest
-	8,  // 14: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
-	12, // 15: ringlimit.v1.RateLimiter.Members:output_type -> ringlimit.v1.MembersResponse
-	10, // 16: ringlimit.v1.RateLimiter.CheckStream:output_type -> ringlimit.v1.CheckStreamResponse
-	14, // [14:17] is the sub-list for method output_type
-	11, // [11:14] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	15, // 11: ringlimit.v1.LeaseRequest.reports:type_name -> ringlimit.v1.LeaseReport
+	4,  // 12: ringlimit.v1.LeaseReport.item:type_name -> ringlimit.v1.CheckItem
+	17, // 13: ringlimit.v1.LeaseResponse.grants:type_name -> ringlimit.v1.LeaseGrant
+	7,  // 14: ringlimit.v1.LeaseGrant.state:type_name -> ringlimit.v1.CheckResult
+	7,  // 15: ringlimit.v1.LeaseGrant.decided:type_name -> ringlimit.v1.CheckResult
+	3,  // 16: ringlimit.v1.LeaseGrant.error_code:type_name -> ringlimit.v1.ErrorCode
+	6,  // 17: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
+	11, // 18: ringlimit.v1.RateLimiter.Members:input_type -> ringlimit.v1.MembersRequest
+	9,  // 19: ringlimit.v1.RateLimiter.CheckStream:input_type -> ringlimit.v1.CheckStreamRequest
+	14, // 20: ringlimit.v1.RateLimiter.Lease:input_type -> ringlimit.v1.LeaseRequest
+	8,  // 21: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
+	12, // 22: ringlimit.v1.RateLimiter.Members:output_type -> ringlimit.v1.MembersResponse
+	10, // 23: ringlimit.v1.RateLimiter.CheckStream:output_type -> ringlimit.v1.CheckStreamResponse
+	16, // 24: ringlimit.v1.RateLimiter.Lease:output_type -> ringlimit.v1.LeaseResponse
+	21, // [21:25] is the sub-list for method output_type
+	17, // [17:21] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_proto_init() }
@@ -1186,7 +1561,7 @@ func file_ringlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_proto_rawDesc), len(file_ringlimit_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   11,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

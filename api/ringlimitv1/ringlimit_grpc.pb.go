@@ -24,6 +24,7 @@ const (
 	RateLimiter_Check_FullMethodName       = "/ringlimit.v1.RateLimiter/Check"
 	RateLimiter_Members_FullMethodName     = "/ringlimit.v1.RateLimiter/Members"
 	RateLimiter_CheckStream_FullMethodName = "/ringlimit.v1.RateLimiter/CheckStream"
+	RateLimiter_Lease_FullMethodName       = "/ringlimit.v1.RateLimiter/Lease"
 )
 
 // RateLimiterClient is the client API for RateLimiter service.
@@ -54,6 +55,14 @@ type RateLimiterClient interface {
 	// trailers), which is what the Go client uses it for; it is bounded by
 	// --max-streams, and each of its requests in flight by --max-inflight.
 	CheckStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CheckStreamRequest, CheckStreamResponse], error)
+	// Lease carries a lessee's accounts of the keys it decides itself, from
+	// grants the keys' owners lent it (see docs/leases.md): one report a
+	// key, each answered with the owner's account of it. The node relays
+	// the reports of keys other nodes own to them. Bounded as Check: at most
+	// 1,000 reports, the same admission (--max-inflight); a call with a
+	// lessee that is not 16 bytes or too many reports fails whole with
+	// INVALID_ARGUMENT, a bad report gets its own error.
+	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
 }
 
 type rateLimiterClient struct {
@@ -97,6 +106,16 @@ func (c *rateLimiterClient) CheckStream(ctx context.Context, opts ...grpc.CallOp
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RateLimiter_CheckStreamClient = grpc.BidiStreamingClient[CheckStreamRequest, CheckStreamResponse]
 
+func (c *rateLimiterClient) Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Lease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RateLimiterServer is the server API for RateLimiter service.
 // All implementations must embed UnimplementedRateLimiterServer
 // for forward compatibility.
@@ -125,6 +144,14 @@ type RateLimiterServer interface {
 	// trailers), which is what the Go client uses it for; it is bounded by
 	// --max-streams, and each of its requests in flight by --max-inflight.
 	CheckStream(grpc.BidiStreamingServer[CheckStreamRequest, CheckStreamResponse]) error
+	// Lease carries a lessee's accounts of the keys it decides itself, from
+	// grants the keys' owners lent it (see docs/leases.md): one report a
+	// key, each answered with the owner's account of it. The node relays
+	// the reports of keys other nodes own to them. Bounded as Check: at most
+	// 1,000 reports, the same admission (--max-inflight); a call with a
+	// lessee that is not 16 bytes or too many reports fails whole with
+	// INVALID_ARGUMENT, a bad report gets its own error.
+	Lease(context.Context, *LeaseRequest) (*LeaseResponse, error)
 	mustEmbedUnimplementedRateLimiterServer()
 }
 
@@ -143,6 +170,9 @@ func (UnimplementedRateLimiterServer) Members(context.Context, *MembersRequest) 
 }
 func (UnimplementedRateLimiterServer) CheckStream(grpc.BidiStreamingServer[CheckStreamRequest, CheckStreamResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method CheckStream not implemented")
+}
+func (UnimplementedRateLimiterServer) Lease(context.Context, *LeaseRequest) (*LeaseResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Lease not implemented")
 }
 func (UnimplementedRateLimiterServer) mustEmbedUnimplementedRateLimiterServer() {}
 func (UnimplementedRateLimiterServer) testEmbeddedByValue()                     {}
@@ -208,6 +238,24 @@ func _RateLimiter_CheckStream_Handler(srv interface{}, stream grpc.ServerStream)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RateLimiter_CheckStreamServer = grpc.BidiStreamingServer[CheckStreamRequest, CheckStreamResponse]
 
+func _RateLimiter_Lease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Lease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Lease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Lease(ctx, req.(*LeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RateLimiter_ServiceDesc is the grpc.ServiceDesc for RateLimiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -222,6 +270,10 @@ var RateLimiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Members",
 			Handler:    _RateLimiter_Members_Handler,
+		},
+		{
+			MethodName: "Lease",
+			Handler:    _RateLimiter_Lease_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -55,6 +55,7 @@ Flags:
 	addrs := fs.String("addrs", "", "comma-separated node addresses; workers are spread over them round-robin (overrides --addr)")
 	protocol := fs.String("protocol", "grpc", "grpc or http")
 	useClient := fs.Bool("client", false, "call the Go client's Allow, one check a call, instead of sending Check requests (grpc only)")
+	lease := fs.Bool("lease", false, "with --client: lease the limit, so that the client decides its checks from grants the keys' owners lend it (docs/leases.md)")
 	route := fs.Bool("route", false, "with --client: one client that learns the cluster's ring through the addresses and sends each check straight to its key's owner")
 	metrics := fs.String("metrics", "", "comma-separated HTTP addresses of the nodes whose CPU is measured (default: see above)")
 	metricsMembers := fs.Bool("metrics-members", false, "measure every alive member the first --metrics node lists, instead of the --metrics list")
@@ -80,7 +81,7 @@ Flags:
 		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
 	}
 	opts := loadgen.Options{
-		Protocol: *protocol, Client: *useClient, Route: *route, Items: *items, Concurrency: *concurrency, Duration: *duration,
+		Protocol: *protocol, Client: *useClient, Route: *route, Lease: *lease, Items: *items, Concurrency: *concurrency, Duration: *duration,
 		Count: *count, Keys: *keys, KeysDist: *keysDist, ZipfS: *zipfS, Name: *name, Limit: *limit,
 		Period: *period, Timeout: *timeout, TLS: tlsFlags.config(), Progress: stderr, TTY: loadgen.IsTerminal(stderr),
 		MetricsMembers: *metricsMembers,

@@ -64,6 +64,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", d.SnapshotInterval, "how often the counters are written to --snapshot-dir: a node killed without its shutdown (SIGKILL, power loss) comes back with its counters as they were at most this long before")
 	fs.IntVar(&c.MaxInflight, "max-inflight", d.MaxInflight, "client requests (HTTP checks, gRPC calls and the requests of CheckStreams) in flight at once; beyond it they are refused at once, HTTP 503 or gRPC RESOURCE_EXHAUSTED")
 	fs.IntVar(&c.MaxStreams, "max-streams", d.MaxStreams, "CheckStream streams open at once (a Go client keeps one to each node); beyond it new ones are refused with RESOURCE_EXHAUSTED, and their clients use Check RPCs")
+	fs.DurationVar(&c.Leases.TTL, "lease-ttl", d.Leases.TTL, "how long a grant lent to a lessee (a leased Go client) lives without a report; the lessee stops using it after three quarters of it (docs/leases.md)")
+	fs.IntVar(&c.Leases.MaxLessees, "max-lessees", d.Leases.MaxLessees, "lessees holding accounts of keys this node owns; a report that would open an account beyond it is answered UNAVAILABLE")
+	fs.IntVar(&c.Leases.MaxLeasesPerKey, "max-leases-per-key", d.Leases.MaxLeasesPerKey, "lessees' accounts of one key")
+	fs.IntVar(&c.Leases.MaxKeysPerLessee, "max-keys-per-lessee", d.Leases.MaxKeysPerLessee, "one lessee's accounts of keys this node owns")
 	fs.StringVar(&c.PeerTLS.Cert, "peer-tls-cert", "", "PEM certificate for the peer port, valid for --node-name, from the cluster CA; reloaded on change")
 	fs.StringVar(&c.PeerTLS.Key, "peer-tls-key", "", "PEM key of --peer-tls-cert")
 	fs.StringVar(&c.PeerTLS.CA, "peer-tls-ca", "", "PEM cluster CA: peers must present a certificate from it (mutual TLS)")
@@ -124,6 +128,11 @@ func (c Config) validate() error {
 		return fmt.Errorf("--batch-wait: must not be negative, got %v", c.BatchWait)
 	case c.GlobalSync <= 0:
 		return fmt.Errorf("--global-sync: must be positive, got %v", c.GlobalSync)
+	case c.Leases.TTL < 4*c.GlobalSync:
+		return fmt.Errorf("--lease-ttl: must be at least 4 × --global-sync (%v), so that lessees renew a grant several times in its life; got %v", 4*c.GlobalSync, c.Leases.TTL)
+	case c.Leases.MaxLessees <= 0 || c.Leases.MaxLeasesPerKey <= 0 || c.Leases.MaxKeysPerLessee <= 0:
+		return fmt.Errorf("--max-lessees, --max-leases-per-key, --max-keys-per-lessee: must be positive, got %d, %d, %d",
+			c.Leases.MaxLessees, c.Leases.MaxLeasesPerKey, c.Leases.MaxKeysPerLessee)
 	case c.MaxClockSkew < 0:
 		return fmt.Errorf("--max-clock-skew: must not be negative, got %v", c.MaxClockSkew)
 	case c.HandOffWait < 0 || c.HandOffWait >= peer.DefaultTimeout:
@@ -142,6 +151,11 @@ func (c Config) validate() error {
 		return fmt.Errorf("--max-inflight: must be positive, got %d", c.MaxInflight)
 	case c.MaxStreams <= 0:
 		return fmt.Errorf("--max-streams: must be positive, got %d", c.MaxStreams)
+	case c.Leases.TTL < 4*c.GlobalSync:
+		return fmt.Errorf("--lease-ttl: must be at least 4 × --global-sync (%v), so that lessees renew a grant several times in its life; got %v", 4*c.GlobalSync, c.Leases.TTL)
+	case c.Leases.MaxLessees <= 0 || c.Leases.MaxLeasesPerKey <= 0 || c.Leases.MaxKeysPerLessee <= 0:
+		return fmt.Errorf("--max-lessees, --max-leases-per-key, --max-keys-per-lessee: must be positive, got %d, %d, %d",
+			c.Leases.MaxLessees, c.Leases.MaxLeasesPerKey, c.Leases.MaxKeysPerLessee)
 	case c.NodeName == "":
 		return errors.New("--node-name: must not be empty")
 	case c.PeerTLS != (tlsfiles.Files{}) && (c.PeerTLS.Cert == "" || c.PeerTLS.Key == "" || c.PeerTLS.CA == ""):

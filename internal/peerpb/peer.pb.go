@@ -89,7 +89,7 @@ func (x Refusal_Reason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Refusal_Reason.Descriptor instead.
 func (Refusal_Reason) EnumDescriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{13, 0}
+	return file_peer_proto_rawDescGZIP(), []int{16, 0}
 }
 
 type ForwardRequest struct {
@@ -556,7 +556,14 @@ type GlobalState struct {
 	// wait until one hit is admitted again.
 	RetryAfterMs int64 `protobuf:"varint,7,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	// grants are each node's cumulative grant.
-	Grants        []*GlobalGrant `protobuf:"bytes,8,rep,name=grants,proto3" json:"grants,omitempty"`
+	Grants []*GlobalGrant `protobuf:"bytes,8,rep,name=grants,proto3" json:"grants,omitempty"`
+	// lessees are the accounts of the key's lessees (clients, see
+	// ringlimit.v1.LeaseRequest) that hold hits lent and not reported used:
+	// sent only to the key's heir, which keeps them as it keeps grants (for
+	// a minute, whatever their time-to-live: a lessee cannot report while
+	// its owner cannot be reached, and reports what it spent of its grant
+	// once the heir has taken the key over).
+	Lessees       []*LesseeGrant `protobuf:"bytes,9,rep,name=lessees,proto3" json:"lessees,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -647,6 +654,196 @@ func (x *GlobalState) GetGrants() []*GlobalGrant {
 	return nil
 }
 
+func (x *GlobalState) GetLessees() []*LesseeGrant {
+	if x != nil {
+		return x.Lessees
+	}
+	return nil
+}
+
+// LesseeGrant is one lessee's account of a GLOBAL counter, as its owner
+// holds it.
+type LesseeGrant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// lessee is the account's id: 16 bytes, a hash of the lessee's secret.
+	Lessee  []byte `protobuf:"bytes,1,opt,name=lessee,proto3" json:"lessee,omitempty"`
+	Granted int64  `protobuf:"varint,2,opt,name=granted,proto3" json:"granted,omitempty"`
+	// received is how many of the lessee's admitted hits the owner has
+	// taken: granted - received is lent and not reported used.
+	Received      int64 `protobuf:"varint,3,opt,name=received,proto3" json:"received,omitempty"`
+	Epoch         int64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LesseeGrant) Reset() {
+	*x = LesseeGrant{}
+	mi := &file_peer_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LesseeGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LesseeGrant) ProtoMessage() {}
+
+func (x *LesseeGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LesseeGrant.ProtoReflect.Descriptor instead.
+func (*LesseeGrant) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *LesseeGrant) GetLessee() []byte {
+	if x != nil {
+		return x.Lessee
+	}
+	return nil
+}
+
+func (x *LesseeGrant) GetGranted() int64 {
+	if x != nil {
+		return x.Granted
+	}
+	return 0
+}
+
+func (x *LesseeGrant) GetReceived() int64 {
+	if x != nil {
+		return x.Received
+	}
+	return 0
+}
+
+func (x *LesseeGrant) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// LeaseRelayRequest is a lessee's reports relayed to the keys' owner.
+type LeaseRelayRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// from is the relaying node's name.
+	From string `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	// lessee is the lessee's account id (16 bytes): the hash of its secret,
+	// which the relaying node took from the client and does not pass on.
+	Lessee []byte `protobuf:"bytes,2,opt,name=lessee,proto3" json:"lessee,omitempty"`
+	// reports are at most 1,000.
+	Reports       []*ringlimitv1.LeaseReport `protobuf:"bytes,3,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRelayRequest) Reset() {
+	*x = LeaseRelayRequest{}
+	mi := &file_peer_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRelayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRelayRequest) ProtoMessage() {}
+
+func (x *LeaseRelayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRelayRequest.ProtoReflect.Descriptor instead.
+func (*LeaseRelayRequest) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *LeaseRelayRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *LeaseRelayRequest) GetLessee() []byte {
+	if x != nil {
+		return x.Lessee
+	}
+	return nil
+}
+
+func (x *LeaseRelayRequest) GetReports() []*ringlimitv1.LeaseReport {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
+type LeaseRelayResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// grants answer the reports, in order.
+	Grants        []*ringlimitv1.LeaseGrant `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRelayResponse) Reset() {
+	*x = LeaseRelayResponse{}
+	mi := &file_peer_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRelayResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRelayResponse) ProtoMessage() {}
+
+func (x *LeaseRelayResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRelayResponse.ProtoReflect.Descriptor instead.
+func (*LeaseRelayResponse) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *LeaseRelayResponse) GetGrants() []*ringlimitv1.LeaseGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
 // GlobalGrant is how many hits of a GLOBAL counter the owner allows one
 // node in all, as of the node's release epoch.
 type GlobalGrant struct {
@@ -666,7 +863,7 @@ type GlobalGrant struct {
 
 func (x *GlobalGrant) Reset() {
 	*x = GlobalGrant{}
-	mi := &file_peer_proto_msgTypes[8]
+	mi := &file_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +875,7 @@ func (x *GlobalGrant) String() string {
 func (*GlobalGrant) ProtoMessage() {}
 
 func (x *GlobalGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[8]
+	mi := &file_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +888,7 @@ func (x *GlobalGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalGrant.ProtoReflect.Descriptor instead.
 func (*GlobalGrant) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{8}
+	return file_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GlobalGrant) GetNode() string {
@@ -735,7 +932,7 @@ type GlobalUpdateRequest struct {
 
 func (x *GlobalUpdateRequest) Reset() {
 	*x = GlobalUpdateRequest{}
-	mi := &file_peer_proto_msgTypes[9]
+	mi := &file_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +944,7 @@ func (x *GlobalUpdateRequest) String() string {
 func (*GlobalUpdateRequest) ProtoMessage() {}
 
 func (x *GlobalUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[9]
+	mi := &file_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +957,7 @@ func (x *GlobalUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalUpdateRequest.ProtoReflect.Descriptor instead.
 func (*GlobalUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{9}
+	return file_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GlobalUpdateRequest) GetStates() []*GlobalState {
@@ -785,7 +982,7 @@ type GlobalUpdateResponse struct {
 
 func (x *GlobalUpdateResponse) Reset() {
 	*x = GlobalUpdateResponse{}
-	mi := &file_peer_proto_msgTypes[10]
+	mi := &file_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -797,7 +994,7 @@ func (x *GlobalUpdateResponse) String() string {
 func (*GlobalUpdateResponse) ProtoMessage() {}
 
 func (x *GlobalUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[10]
+	mi := &file_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -810,7 +1007,7 @@ func (x *GlobalUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalUpdateResponse.ProtoReflect.Descriptor instead.
 func (*GlobalUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{10}
+	return file_peer_proto_rawDescGZIP(), []int{13}
 }
 
 // CounterState is one counter's full state, for hand-off.
@@ -826,7 +1023,7 @@ type CounterState struct {
 
 func (x *CounterState) Reset() {
 	*x = CounterState{}
-	mi := &file_peer_proto_msgTypes[11]
+	mi := &file_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -838,7 +1035,7 @@ func (x *CounterState) String() string {
 func (*CounterState) ProtoMessage() {}
 
 func (x *CounterState) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[11]
+	mi := &file_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -851,7 +1048,7 @@ func (x *CounterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterState.ProtoReflect.Descriptor instead.
 func (*CounterState) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{11}
+	return file_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CounterState) GetCounter() []byte {
@@ -877,7 +1074,7 @@ type HandOffRequest struct {
 
 func (x *HandOffRequest) Reset() {
 	*x = HandOffRequest{}
-	mi := &file_peer_proto_msgTypes[12]
+	mi := &file_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +1086,7 @@ func (x *HandOffRequest) String() string {
 func (*HandOffRequest) ProtoMessage() {}
 
 func (x *HandOffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[12]
+	mi := &file_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +1099,7 @@ func (x *HandOffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandOffRequest.ProtoReflect.Descriptor instead.
 func (*HandOffRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{12}
+	return file_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HandOffRequest) GetFrom() string {
@@ -942,7 +1139,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_peer_proto_msgTypes[13]
+	mi := &file_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1151,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[13]
+	mi := &file_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1164,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{13}
+	return file_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Refusal) GetIndex() int32 {
@@ -1004,7 +1201,7 @@ type HandOffResponse struct {
 
 func (x *HandOffResponse) Reset() {
 	*x = HandOffResponse{}
-	mi := &file_peer_proto_msgTypes[14]
+	mi := &file_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1213,7 @@ func (x *HandOffResponse) String() string {
 func (*HandOffResponse) ProtoMessage() {}
 
 func (x *HandOffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[14]
+	mi := &file_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1226,7 @@ func (x *HandOffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandOffResponse.ProtoReflect.Descriptor instead.
 func (*HandOffResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{14}
+	return file_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HandOffResponse) GetAccepted() int64 {
@@ -1059,7 +1256,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_peer_proto_msgTypes[15]
+	mi := &file_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1268,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[15]
+	mi := &file_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1281,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{15}
+	return file_peer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReplicateRequest) GetFrom() string {
@@ -1113,7 +1310,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_peer_proto_msgTypes[16]
+	mi := &file_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1322,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[16]
+	mi := &file_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1335,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{16}
+	return file_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReplicateResponse) GetAccepted() int64 {
@@ -1188,7 +1385,7 @@ const file_peer_proto_rawDesc = "" +
 	"\x11GlobalHitsRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x129\n" +
 	"\areports\x18\x02 \x03(\v2\x1f.ringlimit.peer.v1.GlobalReportR\areports\"\x14\n" +
-	"\x12GlobalHitsResponse\"\x83\x02\n" +
+	"\x12GlobalHitsResponse\"\xbd\x02\n" +
 	"\vGlobalState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
@@ -1197,7 +1394,19 @@ const file_peer_proto_rawDesc = "" +
 	"\rreset_time_ms\x18\x05 \x01(\x03R\vresetTimeMs\x12\x18\n" +
 	"\amembers\x18\x06 \x01(\x03R\amembers\x12$\n" +
 	"\x0eretry_after_ms\x18\a \x01(\x03R\fretryAfterMs\x126\n" +
-	"\x06grants\x18\b \x03(\v2\x1e.ringlimit.peer.v1.GlobalGrantR\x06grants\"m\n" +
+	"\x06grants\x18\b \x03(\v2\x1e.ringlimit.peer.v1.GlobalGrantR\x06grants\x128\n" +
+	"\alessees\x18\t \x03(\v2\x1e.ringlimit.peer.v1.LesseeGrantR\alessees\"q\n" +
+	"\vLesseeGrant\x12\x16\n" +
+	"\x06lessee\x18\x01 \x01(\fR\x06lessee\x12\x18\n" +
+	"\agranted\x18\x02 \x01(\x03R\agranted\x12\x1a\n" +
+	"\breceived\x18\x03 \x01(\x03R\breceived\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"t\n" +
+	"\x11LeaseRelayRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x16\n" +
+	"\x06lessee\x18\x02 \x01(\fR\x06lessee\x123\n" +
+	"\areports\x18\x03 \x03(\v2\x19.ringlimit.v1.LeaseReportR\areports\"F\n" +
+	"\x12LeaseRelayResponse\x120\n" +
+	"\x06grants\x18\x01 \x03(\v2\x18.ringlimit.v1.LeaseGrantR\x06grants\"m\n" +
 	"\vGlobalGrant\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\agranted\x18\x02 \x01(\x03R\agranted\x12\x14\n" +
@@ -1231,14 +1440,15 @@ const file_peer_proto_rawDesc = "" +
 	"\bcounters\x18\x02 \x03(\v2\x1f.ringlimit.peer.v1.CounterStateR\bcounters\"e\n" +
 	"\x11ReplicateResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\x03R\baccepted\x124\n" +
-	"\arefused\x18\x02 \x03(\v2\x1a.ringlimit.peer.v1.RefusalR\arefused2\xaa\x04\n" +
+	"\arefused\x18\x02 \x03(\v2\x1a.ringlimit.peer.v1.RefusalR\arefused2\x80\x05\n" +
 	"\x04Peer\x12P\n" +
 	"\aForward\x12!.ringlimit.peer.v1.ForwardRequest\x1a\".ringlimit.peer.v1.ForwardResponse\x12\\\n" +
 	"\rAddGlobalHits\x12$.ringlimit.peer.v1.GlobalHitsRequest\x1a%.ringlimit.peer.v1.GlobalHitsResponse\x12`\n" +
 	"\rUpdateGlobals\x12&.ringlimit.peer.v1.GlobalUpdateRequest\x1a'.ringlimit.peer.v1.GlobalUpdateResponse\x12P\n" +
 	"\aHandOff\x12!.ringlimit.peer.v1.HandOffRequest\x1a\".ringlimit.peer.v1.HandOffResponse\x12V\n" +
 	"\tReplicate\x12#.ringlimit.peer.v1.ReplicateRequest\x1a$.ringlimit.peer.v1.ReplicateResponse\x12f\n" +
-	"\rForwardStream\x12'.ringlimit.peer.v1.ForwardStreamRequest\x1a(.ringlimit.peer.v1.ForwardStreamResponse(\x010\x01B7Z5github.com/ringlimit/ringlimit/internal/peerpb;peerpbb\x06proto3"
+	"\rForwardStream\x12'.ringlimit.peer.v1.ForwardStreamRequest\x1a(.ringlimit.peer.v1.ForwardStreamResponse(\x010\x01\x12T\n" +
+	"\x05Lease\x12$.ringlimit.peer.v1.LeaseRelayRequest\x1a%.ringlimit.peer.v1.LeaseRelayResponseB7Z5github.com/ringlimit/ringlimit/internal/peerpb;peerpbb\x06proto3"
 
 var (
 	file_peer_proto_rawDescOnce sync.Once
@@ -1253,7 +1463,7 @@ func file_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_peer_proto_goTypes = []any{
 	(Refusal_Reason)(0),               // 0: ringlimit.peer.v1.Refusal.Reason
 	(*ForwardRequest)(nil),            // 1: ringlimit.peer.v1.ForwardRequest
@@ -1264,50 +1474,60 @@ var file_peer_proto_goTypes = []any{
 	(*GlobalHitsRequest)(nil),         // 6: ringlimit.peer.v1.GlobalHitsRequest
 	(*GlobalHitsResponse)(nil),        // 7: ringlimit.peer.v1.GlobalHitsResponse
 	(*GlobalState)(nil),               // 8: ringlimit.peer.v1.GlobalState
-	(*GlobalGrant)(nil),               // 9: ringlimit.peer.v1.GlobalGrant
-	(*GlobalUpdateRequest)(nil),       // 10: ringlimit.peer.v1.GlobalUpdateRequest
-	(*GlobalUpdateResponse)(nil),      // 11: ringlimit.peer.v1.GlobalUpdateResponse
-	(*CounterState)(nil),              // 12: ringlimit.peer.v1.CounterState
-	(*HandOffRequest)(nil),            // 13: ringlimit.peer.v1.HandOffRequest
-	(*Refusal)(nil),                   // 14: ringlimit.peer.v1.Refusal
-	(*HandOffResponse)(nil),           // 15: ringlimit.peer.v1.HandOffResponse
-	(*ReplicateRequest)(nil),          // 16: ringlimit.peer.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),         // 17: ringlimit.peer.v1.ReplicateResponse
-	(*ringlimitv1.CheckRequest)(nil),  // 18: ringlimit.v1.CheckRequest
-	(*ringlimitv1.CheckResponse)(nil), // 19: ringlimit.v1.CheckResponse
-	(*ringlimitv1.CheckItem)(nil),     // 20: ringlimit.v1.CheckItem
+	(*LesseeGrant)(nil),               // 9: ringlimit.peer.v1.LesseeGrant
+	(*LeaseRelayRequest)(nil),         // 10: ringlimit.peer.v1.LeaseRelayRequest
+	(*LeaseRelayResponse)(nil),        // 11: ringlimit.peer.v1.LeaseRelayResponse
+	(*GlobalGrant)(nil),               // 12: ringlimit.peer.v1.GlobalGrant
+	(*GlobalUpdateRequest)(nil),       // 13: ringlimit.peer.v1.GlobalUpdateRequest
+	(*GlobalUpdateResponse)(nil),      // 14: ringlimit.peer.v1.GlobalUpdateResponse
+	(*CounterState)(nil),              // 15: ringlimit.peer.v1.CounterState
+	(*HandOffRequest)(nil),            // 16: ringlimit.peer.v1.HandOffRequest
+	(*Refusal)(nil),                   // 17: ringlimit.peer.v1.Refusal
+	(*HandOffResponse)(nil),           // 18: ringlimit.peer.v1.HandOffResponse
+	(*ReplicateRequest)(nil),          // 19: ringlimit.peer.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),         // 20: ringlimit.peer.v1.ReplicateResponse
+	(*ringlimitv1.CheckRequest)(nil),  // 21: ringlimit.v1.CheckRequest
+	(*ringlimitv1.CheckResponse)(nil), // 22: ringlimit.v1.CheckResponse
+	(*ringlimitv1.CheckItem)(nil),     // 23: ringlimit.v1.CheckItem
+	(*ringlimitv1.LeaseReport)(nil),   // 24: ringlimit.v1.LeaseReport
+	(*ringlimitv1.LeaseGrant)(nil),    // 25: ringlimit.v1.LeaseGrant
 }
 var file_peer_proto_depIdxs = []int32{
-	18, // 0: ringlimit.peer.v1.ForwardRequest.requests:type_name -> ringlimit.v1.CheckRequest
-	19, // 1: ringlimit.peer.v1.ForwardResponse.responses:type_name -> ringlimit.v1.CheckResponse
-	18, // 2: ringlimit.peer.v1.ForwardStreamRequest.requests:type_name -> ringlimit.v1.CheckRequest
-	19, // 3: ringlimit.peer.v1.ForwardStreamResponse.responses:type_name -> ringlimit.v1.CheckResponse
-	20, // 4: ringlimit.peer.v1.GlobalReport.item:type_name -> ringlimit.v1.CheckItem
+	21, // 0: ringlimit.peer.v1.ForwardRequest.requests:type_name -> ringlimit.v1.CheckRequest
+	22, // 1: ringlimit.peer.v1.ForwardResponse.responses:type_name -> ringlimit.v1.CheckResponse
+	21, // 2: ringlimit.peer.v1.ForwardStreamRequest.requests:type_name -> ringlimit.v1.CheckRequest
+	22, // 3: ringlimit.peer.v1.ForwardStreamResponse.responses:type_name -> ringlimit.v1.CheckResponse
+	23, // 4: ringlimit.peer.v1.GlobalReport.item:type_name -> ringlimit.v1.CheckItem
 	5,  // 5: ringlimit.peer.v1.GlobalHitsRequest.reports:type_name -> ringlimit.peer.v1.GlobalReport
-	9,  // 6: ringlimit.peer.v1.GlobalState.grants:type_name -> ringlimit.peer.v1.GlobalGrant
-	8,  // 7: ringlimit.peer.v1.GlobalUpdateRequest.states:type_name -> ringlimit.peer.v1.GlobalState
-	12, // 8: ringlimit.peer.v1.HandOffRequest.counters:type_name -> ringlimit.peer.v1.CounterState
-	0,  // 9: ringlimit.peer.v1.Refusal.reason:type_name -> ringlimit.peer.v1.Refusal.Reason
-	14, // 10: ringlimit.peer.v1.HandOffResponse.refused:type_name -> ringlimit.peer.v1.Refusal
-	12, // 11: ringlimit.peer.v1.ReplicateRequest.counters:type_name -> ringlimit.peer.v1.CounterState
-	14, // 12: ringlimit.peer.v1.ReplicateResponse.refused:type_name -> ringlimit.peer.v1.Refusal
-	1,  // 13: ringlimit.peer.v1.Peer.Forward:input_type -> ringlimit.peer.v1.ForwardRequest
-	6,  // 14: ringlimit.peer.v1.Peer.AddGlobalHits:input_type -> ringlimit.peer.v1.GlobalHitsRequest
-	10, // 15: ringlimit.peer.v1.Peer.UpdateGlobals:input_type -> ringlimit.peer.v1.GlobalUpdateRequest
-	13, // 16: ringlimit.peer.v1.Peer.HandOff:input_type -> ringlimit.peer.v1.HandOffRequest
-	16, // 17: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
-	3,  // 18: ringlimit.peer.v1.Peer.ForwardStream:input_type -> ringlimit.peer.v1.ForwardStreamRequest
-	2,  // 19: ringlimit.peer.v1.Peer.Forward:output_type -> ringlimit.peer.v1.ForwardResponse
-	7,  // 20: ringlimit.peer.v1.Peer.AddGlobalHits:output_type -> ringlimit.peer.v1.GlobalHitsResponse
-	11, // 21: ringlimit.peer.v1.Peer.UpdateGlobals:output_type -> ringlimit.peer.v1.GlobalUpdateResponse
-	15, // 22: ringlimit.peer.v1.Peer.HandOff:output_type -> ringlimit.peer.v1.HandOffResponse
-	17, // 23: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
-	4,  // 24: ringlimit.peer.v1.Peer.ForwardStream:output_type -> ringlimit.peer.v1.ForwardStreamResponse
-	19, // [19:25] is the sub-list for method output_type
-	13, // [13:19] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	12, // 6: ringlimit.peer.v1.GlobalState.grants:type_name -> ringlimit.peer.v1.GlobalGrant
+	9,  // 7: ringlimit.peer.v1.GlobalState.lessees:type_name -> ringlimit.peer.v1.LesseeGrant
+	24, // 8: ringlimit.peer.v1.LeaseRelayRequest.reports:type_name -> ringlimit.v1.LeaseReport
+	25, // 9: ringlimit.peer.v1.LeaseRelayResponse.grants:type_name -> ringlimit.v1.LeaseGrant
+	8,  // 10: ringlimit.peer.v1.GlobalUpdateRequest.states:type_name -> ringlimit.peer.v1.GlobalState
+	15, // 11: ringlimit.peer.v1.HandOffRequest.counters:type_name -> ringlimit.peer.v1.CounterState
+	0,  // 12: ringlimit.peer.v1.Refusal.reason:type_name -> ringlimit.peer.v1.Refusal.Reason
+	17, // 13: ringlimit.peer.v1.HandOffResponse.refused:type_name -> ringlimit.peer.v1.Refusal
+	15, // 14: ringlimit.peer.v1.ReplicateRequest.counters:type_name -> ringlimit.peer.v1.CounterState
+	17, // 15: ringlimit.peer.v1.ReplicateResponse.refused:type_name -> ringlimit.peer.v1.Refusal
+	1,  // 16: ringlimit.peer.v1.Peer.Forward:input_type -> ringlimit.peer.v1.ForwardRequest
+	6,  // 17: ringlimit.peer.v1.Peer.AddGlobalHits:input_type -> ringlimit.peer.v1.GlobalHitsRequest
+	13, // 18: ringlimit.peer.v1.Peer.UpdateGlobals:input_type -> ringlimit.peer.v1.GlobalUpdateRequest
+	16, // 19: ringlimit.peer.v1.Peer.HandOff:input_type -> ringlimit.peer.v1.HandOffRequest
+	19, // 20: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
+	3,  // 21: ringlimit.peer.v1.Peer.ForwardStream:input_type -> ringlimit.peer.v1.ForwardStreamRequest
+	10, // 22: ringlimit.peer.v1.Peer.Lease:input_type -> ringlimit.peer.v1.LeaseRelayRequest
+	2,  // 23: ringlimit.peer.v1.Peer.Forward:output_type -> ringlimit.peer.v1.ForwardResponse
+	7,  // 24: ringlimit.peer.v1.Peer.AddGlobalHits:output_type -> ringlimit.peer.v1.GlobalHitsResponse
+	14, // 25: ringlimit.peer.v1.Peer.UpdateGlobals:output_type -> ringlimit.peer.v1.GlobalUpdateResponse
+	18, // 26: ringlimit.peer.v1.Peer.HandOff:output_type -> ringlimit.peer.v1.HandOffResponse
+	20, // 27: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
+	4,  // 28: ringlimit.peer.v1.Peer.ForwardStream:output_type -> ringlimit.peer.v1.ForwardStreamResponse
+	11, // 29: ringlimit.peer.v1.Peer.Lease:output_type -> ringlimit.peer.v1.LeaseRelayResponse
+	23, // [23:30] is the sub-list for method output_type
+	16, // [16:23] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_peer_proto_init() }
@@ -1321,7 +1541,7 @@ func file_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_proto_rawDesc), len(file_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

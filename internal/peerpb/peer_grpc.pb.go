@@ -38,6 +38,7 @@ const (
 	Peer_HandOff_FullMethodName       = "/ringlimit.peer.v1.Peer/HandOff"
 	Peer_Replicate_FullMethodName     = "/ringlimit.peer.v1.Peer/Replicate"
 	Peer_ForwardStream_FullMethodName = "/ringlimit.peer.v1.Peer/ForwardStream"
+	Peer_Lease_FullMethodName         = "/ringlimit.peer.v1.Peer/Lease"
 )
 
 // PeerClient is the client API for Peer service.
@@ -68,6 +69,11 @@ type PeerClient interface {
 	// id, in any order; one refused whole gets a status, and the stream
 	// goes on.
 	ForwardStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ForwardStreamRequest, ForwardStreamResponse], error)
+	// Lease relays a lessee's reports of keys the receiver owns, which a
+	// client sent to the sender (ringlimit.v1.RateLimiter/Lease), and
+	// carries the receiver's answers back. The sender must be a member; the
+	// receiver takes reports only of keys it owns under its own ring.
+	Lease(ctx context.Context, in *LeaseRelayRequest, opts ...grpc.CallOption) (*LeaseRelayResponse, error)
 }
 
 type peerClient struct {
@@ -141,6 +147,16 @@ func (c *peerClient) ForwardStream(ctx context.Context, opts ...grpc.CallOption)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Peer_ForwardStreamClient = grpc.BidiStreamingClient[ForwardStreamRequest, ForwardStreamResponse]
 
+func (c *peerClient) Lease(ctx context.Context, in *LeaseRelayRequest, opts ...grpc.CallOption) (*LeaseRelayResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseRelayResponse)
+	err := c.cc.Invoke(ctx, Peer_Lease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -169,6 +185,11 @@ type PeerServer interface {
 	// id, in any order; one refused whole gets a status, and the stream
 	// goes on.
 	ForwardStream(grpc.BidiStreamingServer[ForwardStreamRequest, ForwardStreamResponse]) error
+	// Lease relays a lessee's reports of keys the receiver owns, which a
+	// client sent to the sender (ringlimit.v1.RateLimiter/Lease), and
+	// carries the receiver's answers back. The sender must be a member; the
+	// receiver takes reports only of keys it owns under its own ring.
+	Lease(context.Context, *LeaseRelayRequest) (*LeaseRelayResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -196,6 +217,9 @@ func (UnimplementedPeerServer) Replicate(context.Context, *ReplicateRequest) (*R
 }
 func (UnimplementedPeerServer) ForwardStream(grpc.BidiStreamingServer[ForwardStreamRequest, ForwardStreamResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method ForwardStream not implemented")
+}
+func (UnimplementedPeerServer) Lease(context.Context, *LeaseRelayRequest) (*LeaseRelayResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Lease not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -315,6 +339,24 @@ func _Peer_ForwardStream_Handler(srv interface{}, stream grpc.ServerStream) erro
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Peer_ForwardStreamServer = grpc.BidiStreamingServer[ForwardStreamRequest, ForwardStreamResponse]
 
+func _Peer_Lease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaseRelayRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Lease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Lease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Lease(ctx, req.(*LeaseRelayRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -341,6 +383,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Replicate",
 			Handler:    _Peer_Replicate_Handler,
+		},
+		{
+			MethodName: "Lease",
+			Handler:    _Peer_Lease_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -31,8 +31,9 @@ type chart struct {
 
 // charts are the PNGs drawCharts writes.
 var charts = []chart{
-	{"checks-per-second.png", "Checks per second against concurrent callers, one check a call", "checks/s",
-		func(p point) float64 { return p.ChecksPerSec }, false},
+	// Log scale: a leased client's checks/s are 30-60 times Redis's.
+	{"checks-per-second.png", "Checks per second against concurrent callers, one check a call", "checks/s (log scale)",
+		func(p point) float64 { return p.ChecksPerSec }, true},
 	{"p99.png", "p99 latency of a call against concurrent callers, one check a call", "p99 latency (ms, log scale)",
 		func(p point) float64 { return p.P99Ms }, true},
 }

@@ -48,7 +48,7 @@ func measure(ctx context.Context, conf config, log io.Writer) (results, error) {
 			var raw []byte
 			if m.Protocol == "" {
 				raw, err = measureRedis(ctx, lim, rdb, load{
-					Concurrency: c, Duration: conf.Duration, Count: conf.Count, Keys: conf.Keys, Timeout: conf.Timeout,
+					Concurrency: c, Duration: conf.Duration, Count: conf.Count, Keys: m.keys(conf), Timeout: conf.Timeout,
 				})
 			} else {
 				raw, err = runBench(ctx, conf, n, m, c)
@@ -79,10 +79,13 @@ func runBench(ctx context.Context, conf config, n *node, m mode, c int) ([]byte,
 	}
 	args := []string{"bench", "--json", "--addr", addr, "--metrics", n.HTTP, "--protocol", m.Protocol,
 		"--concurrency", strconv.Itoa(c), "--duration", conf.Duration.String(),
-		"--count", strconv.FormatInt(conf.Count, 10), "--keys", strconv.Itoa(conf.Keys),
+		"--count", strconv.FormatInt(conf.Count, 10), "--keys", strconv.Itoa(m.keys(conf)),
 		"--algorithm", "GCRA", "--limit", "1000000", "--period", "1s", "--timeout", conf.Timeout.String()}
 	if m.Client {
 		args = append(args, "--client")
+	}
+	if m.Lease {
+		args = append(args, "--lease")
 	}
 	ctx, cancel := context.WithTimeout(ctx, conf.Duration+time.Minute)
 	defer cancel()
@@ -99,6 +102,14 @@ func runBench(ctx context.Context, conf config, n *node, m mode, c int) ([]byte,
 		return nil, fmt.Errorf("rlnode %s: %w: %s", strings.Join(args, " "), err, stderr)
 	}
 	return bytes.TrimSpace(stdout.Bytes()), nil
+}
+
+// keys is how many keys m's runs draw from.
+func (m mode) keys(conf config) int {
+	if m.Keys > 0 {
+		return m.Keys
+	}
+	return conf.Keys
 }
 
 // measureRedis runs the Redis load l and returns its report, with the

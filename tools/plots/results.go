@@ -15,15 +15,22 @@ type mode struct {
 	Label    string // its name in the charts' legends
 	Protocol string // rlnode bench --protocol; "" for the Redis load, which this program drives
 	Client   bool   // rlnode bench --client: the Go client's Allow, which batches concurrent calls
+	Lease    bool   // rlnode bench --lease: the Go client decides from grants (docs/leases.md)
+	Keys     int    // the keys the run draws from; 0 means -keys
 }
 
 // modes are the lines of the charts, in legend order. Each checks one key
-// a call.
+// a call. The leased client runs on a few hot keys, the load leases are
+// for (a lease of each of 10,000 keys checked a few times a second costs
+// a call a check: docs/leases.md, when to lease), and Redis runs on the
+// same keys beside it.
 var modes = []mode{
 	{Name: "client", Label: "ringlimit, Go client Allow (batching)", Protocol: "grpc", Client: true},
 	{Name: "grpc", Label: "ringlimit, gRPC, 1 check a request", Protocol: "grpc"},
 	{Name: "http", Label: "ringlimit, HTTP/JSON, 1 check a request", Protocol: "http"},
 	{Name: "redis", Label: "Redis + Lua (go-redis/redis_rate)"},
+	{Name: "lease", Label: "ringlimit, Go client Allow, leased (10 hot keys)", Protocol: "grpc", Client: true, Lease: true, Keys: 10},
+	{Name: "redis-hot", Label: "Redis + Lua (10 hot keys)", Keys: 10},
 }
 
 // reportSchema is the version of `rlnode bench --json` this program reads.
