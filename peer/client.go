@@ -43,14 +43,13 @@ type forwarding struct {
 	start  time.Time
 	expire *time.Timer // Config.Timeout after Start
 	c      *call       // nil when err is set
-	err    error       // why the forward failed before reaching the batcher
+	err    error       // why the forward failed before reaching a batcher
 }
 
 // Start is Forward in two steps, so that a caller with several owners to
 // ask asks them all before it waits for one: it hands req to the batcher
-// of the owner at addr, waiting only while that batcher holds as many
-// batches as it may (and at most until ctx ends or Config.Timeout
-// passes), and returns the forward, whose Wait returns the answer.
+// of the owner at addr, without waiting, and returns the forward, whose
+// Wait returns the answer.
 func (p *Pool) Start(ctx context.Context, addr string, req *pb.CheckRequest) Forwarding {
 	f := &forwarding{p: p, addr: addr, start: time.Now()}
 	c, err := p.peer(addr)
@@ -58,11 +57,8 @@ func (p *Pool) Start(ctx context.Context, addr string, req *pb.CheckRequest) For
 		f.err = fmt.Errorf("forward to %s: %w", addr, err)
 		return f
 	}
-	mux.Detach(ctx) // a stream's other requests need not wait for this one
 	f.expire = time.NewTimer(p.conf.Timeout)
-	if f.c, err = c.batch.submit(ctx, req, f.expire.C); err != nil {
-		f.err = wrap(ctx, "forward", addr, err)
-	}
+	f.c = c.batch.submit(ctx, req)
 	return f
 }
 
