@@ -79,7 +79,7 @@ func (n *node) CheckStream(s pb.RateLimiter_CheckStreamServer) error {
 }
 
 // serve runs g on loopback, and returns its address; the test stops it.
-func serve(t *testing.T, g *grpc.Server) string {
+func serve(t testing.TB, g *grpc.Server) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -91,7 +91,7 @@ func serve(t *testing.T, g *grpc.Server) string {
 }
 
 // dial returns a Client of CheckStream at addr, with the connection up.
-func dial(t *testing.T, addr string) (*Client[pb.CheckStreamRequest, pb.CheckStreamResponse], *grpc.ClientConn) {
+func dial(t testing.TB, addr string) (*Client[pb.CheckStreamRequest, pb.CheckStreamResponse], *grpc.ClientConn) {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -116,7 +116,7 @@ func dial(t *testing.T, addr string) (*Client[pb.CheckStreamRequest, pb.CheckStr
 }
 
 // connect waits until cc is connected, as a client's first RPC makes it.
-func connect(t *testing.T, cc *grpc.ClientConn) {
+func connect(t testing.TB, cc *grpc.ClientConn) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
