@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
-	"github.com/ringlimit/ringlimit/internal/mux"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 )
 
@@ -211,7 +210,6 @@ func unary[Req, Resp any](ctx context.Context, p *Pool, op, addr string, method 
 	if err != nil {
 		return zero, fmt.Errorf("%s to %s: %w", op, addr, err)
 	}
-	mux.Detach(ctx)
 	ctx, cancel := context.WithTimeout(ctx, p.conf.Timeout)
 	defer cancel()
 	resp, err := method(c.client, ctx, req)
