@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 )
 
 // BenchmarkServe measures a request and its answer on one stream over
@@ -15,7 +17,9 @@ import (
 func BenchmarkServe(b *testing.B) {
 	for _, callers := range []int{1, 16} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
-			c, _ := dial(b, serve(b, newServer(newNode())))
+			n := newNode()
+			n.sr.Handle = answerAtOnce
+			c, _ := dial(b, serve(b, newServer(n)))
 			b.ReportAllocs()
 			b.SetParallelism(max(1, callers/runtime.GOMAXPROCS(0)))
 			if callers == 1 {
@@ -36,4 +40,14 @@ func BenchmarkServe(b *testing.B) {
 			})
 		})
 	}
+}
+
+// answerAtOnce answers each item of req with its limit, waiting for
+// nothing.
+func answerAtOnce(_ context.Context, req *pb.CheckStreamRequest) *pb.CheckStreamResponse {
+	resp := &pb.CheckStreamResponse{Id: req.GetId()}
+	for _, it := range req.GetRequests() {
+		resp.Responses = append(resp.Responses, &pb.CheckResult{Limit: it.GetLimit()})
+	}
+	return resp
 }
