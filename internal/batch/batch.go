@@ -19,8 +19,9 @@ import (
 	"time"
 )
 
-// Call is one caller's request waiting in a Batcher. Its methods may be
-// called from any goroutine.
+// Call is one caller's request waiting in a Batcher: a pointer, as a
+// rule, since Do finds its own call with ==. Its methods may be called
+// from any goroutine.
 type Call interface {
 	comparable
 	// Size returns the call's items and encoded bytes, which the bounds
@@ -197,6 +198,13 @@ func (b *Batcher[C]) expire() {
 		b.timed.waited = true
 		b.timed = nil
 	}
+	b.flyDue()
+}
+
+// flyDue sends the batches due, each from a goroutine of its own. The
+// caller holds b.mu, which flyDue releases: the goroutines are counted in
+// b.flights under it, so that Run, once b is closed, waits for each.
+func (b *Batcher[C]) flyDue() {
 	due := b.due()
 	b.flights.Add(len(due))
 	b.mu.Unlock()
@@ -300,12 +308,7 @@ func (b *Batcher[C]) Start(ctx context.Context) {
 		return
 	}
 	b.ctx = ctx
-	due := b.due()
-	b.flights.Add(len(due))
-	b.mu.Unlock()
-	for _, d := range due {
-		go b.fly(d)
-	}
+	b.flyDue()
 }
 
 // Run is Start for an owner that waits for b: it sends b's batches under
