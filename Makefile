@@ -45,9 +45,9 @@ plots:
 # a failure found here is saved under the package's testdata/fuzz.
 FUZZTIME ?= 10s
 fuzz:
-	go test -run '^$$' -fuzz '^FuzzDecodeCheckRequest$$' -fuzztime $(FUZZTIME) ./api
-	go test -run '^$$' -fuzz '^FuzzDecodeMatchesEncodingJSON$$' -fuzztime $(FUZZTIME) ./api
-	go test -run '^$$' -fuzz '^FuzzAppendString$$' -fuzztime $(FUZZTIME) ./api
+	go test -run '^$$' -fuzz '^FuzzDecodeCheckRequest$$' -fuzztime $(FUZZTIME) ./internal/checkjson
+	go test -run '^$$' -fuzz '^FuzzDecodeMatchesEncodingJSON$$' -fuzztime $(FUZZTIME) ./internal/checkjson
+	go test -run '^$$' -fuzz '^FuzzAppendString$$' -fuzztime $(FUZZTIME) ./internal/checkjson
 	go test -run '^$$' -fuzz '^FuzzUnmarshal$$' -fuzztime $(FUZZTIME) ./internal/wire
 	go test -run '^$$' -fuzz '^FuzzMarshal$$' -fuzztime $(FUZZTIME) ./internal/wire
 	go test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./checks

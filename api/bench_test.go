@@ -9,14 +9,18 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"google.golang.org/grpc/connectivity"
+
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/mux"
 	"github.com/ringlimit/ringlimit/service"
 )
 
 // BenchmarkFaces measures one check request of 1 and of 100 checks over
 // loopback, through each face of one Server backed by a real single-node
 // service: gRPC (a real grpc.Server with ServerOptions, and a generated
-// client) and HTTP/JSON (Handler behind httptest.NewServer, and an
+// client), a CheckStream (its requests one at a time, as the Go client
+// sends a batch, through a mux.Client) and HTTP/JSON (Handler behind httptest.NewServer, and an
 // http.Client that keeps its connection). Requests are sent one at a
 // time. allocs/op counts client and server, as both run in this process.
 // The gRPC client marshals its request and unmarshals the answer, as it
@@ -36,6 +40,32 @@ func BenchmarkFaces(b *testing.B) {
 			for b.Loop() {
 				resp, err := rl.Check(ctx, req)
 				if err != nil || len(resp.Responses) != items {
+					b.Fatalf("check: %v, %v", resp, err)
+				}
+			}
+			b.ReportMetric(float64(b.N*items)/b.Elapsed().Seconds(), "checks/s")
+		})
+		b.Run(fmt.Sprintf("items=%d/stream", items), func(b *testing.B) {
+			conn := serveGRPC(b, New(Config{Checker: service.New(service.Config{})}), ServerOptions()...)
+			rl := pb.NewRateLimiterClient(conn)
+			c := mux.NewClient(mux.Config[pb.CheckStreamRequest, pb.CheckStreamResponse]{
+				Open:  rl.CheckStream,
+				Ready: func() bool { return conn.GetState() == connectivity.Ready },
+				Stamp: func(r *pb.CheckStreamRequest, id uint64, timeoutMs int64) { r.Id, r.TimeoutMs = id, timeoutMs },
+				ID:    (*pb.CheckStreamResponse).GetId,
+			})
+			defer c.Close()
+			ctx := context.Background()
+			if _, err := rl.Check(ctx, req); err != nil { // connects: a stream opens only on a connection that is up
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := c.Call(ctx, &pb.CheckStreamRequest{Requests: req.Requests})
+				if err == nil {
+					err = mux.Err(resp.GetStatus())
+				}
+				if err != nil || len(resp.GetResponses()) != items {
 					b.Fatalf("check: %v, %v", resp, err)
 				}
 			}

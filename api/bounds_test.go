@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -28,6 +27,7 @@ import (
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/checks"
+	"github.com/ringlimit/ringlimit/internal/checkjson"
 	"github.com/ringlimit/ringlimit/internal/wire"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/service"
@@ -84,9 +84,9 @@ func TestBoundsFitMaximalItems(t *testing.T) {
 	if len(body) > MaxBodyBytes {
 		t.Errorf("%d maximal items take %d bytes of JSON, more than MaxBodyBytes %d", checks.MaxItems, len(body), MaxBodyBytes)
 	}
-	d, err := decodeCheckRequest(strings.NewReader(body))
-	if err != nil || len(d.req.Requests) != checks.MaxItems {
-		t.Errorf("decoding %d maximal items: %d items, %v", checks.MaxItems, len(d.req.GetRequests()), err)
+	d, err := checkjson.Decode(strings.NewReader(body))
+	if err != nil || len(d.Request.Requests) != checks.MaxItems {
+		t.Errorf("decoding %d maximal items: %d items, %v", checks.MaxItems, len(d.Request.GetRequests()), err)
 	}
 }
 
@@ -254,22 +254,5 @@ func TestBoundedCodec(t *testing.T) {
 	}
 	if got := wire.Prefix(bad, 1, 0); !bytes.Equal(got, bad) {
 		t.Errorf("prefix of a malformed message = %x, want it whole", got)
-	}
-}
-
-func TestUnquoteMatchesEncodingJSON(t *testing.T) {
-	for _, s := range []string{`""`, `"plain"`, `"\"\\\/\b\f\n\r\t"`, `"\u00e9\u20ac"`, `"\ud83d\ude00"`, `"é€😀"`, `"\uFFFD"`, "\"\xef\xbf\xbd\""} {
-		var want string
-		if err := json.Unmarshal([]byte(s), &want); err != nil {
-			t.Fatal(err)
-		}
-		if got, err := unquote([]byte(s)); got != want || err != nil {
-			t.Errorf("unquote(%s) = %q, %v; want %q", s, got, err, want)
-		}
-	}
-	for _, s := range []string{`"\ud83d"`, `"\ude00"`, `"\ud83d\u0041"`, `"\ud83dx"`, "\"\xff\"", "\"\xed\xa0\x80\""} {
-		if got, err := unquote([]byte(s)); err == nil {
-			t.Errorf("unquote(%s) = %q, want an error", s, got)
-		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ringlimit/ringlimit/checks"
+	"github.com/ringlimit/ringlimit/internal/checkjson"
 )
 
 // MaxBodyBytes bounds a POST /v1/check body. A thousand items at their
@@ -51,7 +52,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	defer s.observe("http", time.Now())
 	// The body is decoded as it arrives, so a slow or stalled body holds
 	// only what it has sent, for at most the server's ReadTimeout.
-	d, err := decodeCheckRequest(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	d, err := checkjson.Decode(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -61,7 +62,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	resp, err := s.conf.Checker.Check(r.Context(), d.req)
+	resp, err := s.conf.Checker.Check(r.Context(), d.Request)
 	if err != nil {
 		writeError(w, checks.HTTPStatus(err), err)
 		return
@@ -70,7 +71,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(DecidedByHeader, by)
 	}
 	buf := s.bufs.Get().(*[]byte)
-	*buf = appendCheckResponse((*buf)[:0], d, resp)
+	*buf = checkjson.AppendResponse((*buf)[:0], d, resp)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(*buf)))
 	w.WriteHeader(http.StatusOK)

@@ -151,7 +151,12 @@ func TestInvalidItemGetsItsOwnError(t *testing.T) {
 		{"name":"a","key":"k","limit":1,"duration_ms":1000,"algorithm":"NOPE"},
 		{"name":"a","key":"","limit":1,"duration_ms":1000},
 		{"name":"a","key":"k","limit":1,"duration_ms":1000}]}`)
-	var resp checkResponseJSON
+	var resp struct {
+		Responses []struct {
+			Status, Error string
+			ErrorCode     string `json:"error_code"`
+		} `json:"responses"`
+	}
 	if err := json.Unmarshal([]byte(body), &resp); err != nil || code != 200 {
 		t.Fatalf("got %d %s", code, body)
 	}

@@ -125,15 +125,14 @@ func holdFirst(c *Client, g *gate) <-chan error {
 	return done
 }
 
-// gathered returns how many parts wait in n's queue.
-func (n *node) gathered() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	k := 0
-	for _, b := range n.queue {
-		k += len(b.parts)
-	}
-	return k
+// gathered returns how many parts wait in n's batches.
+func (n *node) gathered() int { return n.batch.Gathered() }
+
+// batchingNode returns a node that batches for f, in the current bubble.
+func batchingNode(t *testing.T, f *fakeRL) *node {
+	n := &node{rl: f, base: t.Context()}
+	n.startBatching()
+	return n
 }
 
 // waitGathered polls until n's queue holds want parts.
@@ -245,7 +244,7 @@ func (f *fakeRL) Lease(context.Context, *pb.LeaseRequest, ...grpc.CallOption) (*
 func TestBatchingAddsNoDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeRL{}
-		n := &node{rl: f, base: t.Context(), batching: true}
+		n := batchingNode(t, f)
 		req := func(limit int64) *pb.CheckRequest {
 			return &pb.CheckRequest{Requests: []*pb.CheckItem{{Name: "a", Key: "k", Limit: limit, DurationMs: 1000}}}
 		}
@@ -291,7 +290,7 @@ func TestBatchingAddsNoDelay(t *testing.T) {
 func TestFullEnoughBatchGoesWithoutWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeRL{hold: make(chan struct{})}
-		n := &node{rl: f, base: t.Context(), batching: true}
+		n := batchingNode(t, f)
 		item := []*pb.CheckItem{{Name: "a", Key: "k", Limit: 1, DurationMs: 1000}}
 		var wg sync.WaitGroup
 		check := func() {

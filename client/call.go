@@ -125,6 +125,22 @@ func (p *part) answer(results []*pb.CheckResult, err error) {
 	}
 }
 
+// Size, Left and Fail make a part a call that package batch gathers.
+
+// Size returns p's checks and an upper bound of their encoded bytes.
+func (p *part) Size() (items, bytes int) {
+	for _, it := range p.items {
+		bytes += itemBytes(it)
+	}
+	return len(p.items), bytes
+}
+
+// Left returns why p's caller has stopped waiting, or nil.
+func (p *part) Left() error { return p.c.ctx.Err() }
+
+// Fail answers p with err.
+func (p *part) Fail(err error) { p.answer(nil, err) }
+
 // The bounds of a batch, under the node's (service.MaxItems items,
 // api.MaxRecvMsgBytes encoded bytes), so that a node never refuses a
 // batch for its size.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -12,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/batch"
 	"github.com/ringlimit/ringlimit/internal/mux"
 	"github.com/ringlimit/ringlimit/internal/wire"
 )
@@ -38,35 +38,28 @@ const sendAt = 16
 // node is one ringlimit node (or balancer) the client sends checks to, and
 // the batching of the checks bound for it. It is safe for concurrent use.
 //
-// Batching is adaptive, as between nodes (package peer): a part that
-// finds no batch in flight to the node goes at once, alone, so that idle
-// traffic waits for nothing. Parts that arrive while a batch is in flight
-// are gathered, and the gathered batch goes when the batches in flight
-// have returned, or at once when it holds sendAt checks (or maxBatchBytes
-// bytes) and fewer than maxFlying batches are in flight; while maxFlying
-// are, it gathers up to maxBatchItems.
-// There is no timer: a gathered part waits for at most the batch ahead of
-// it, about one round trip. A caller whose check goes at once sends it
-// from its own goroutine; gathered batches go from a goroutine started
-// for them, which sends the batches that become due while it waits, and
-// ends when none is.
+// Batching is adaptive, as between nodes (package batch does it for
+// both): a part that finds no batch in flight to the node goes at once,
+// alone, from its caller's goroutine, so that idle traffic waits for
+// nothing. Parts that arrive while a batch is in flight are gathered, and
+// the gathered batch goes when the batches in flight have returned, or at
+// once when it holds sendAt checks (or maxBatchBytes bytes) and fewer
+// than maxFlying batches are in flight; while maxFlying are, it gathers
+// up to maxBatchItems. There is no timer: a gathered part waits for at
+// most the batch ahead of it, about one round trip.
 //
 // Batches travel as the requests of one CheckStream, which costs the node
 // far less per batch than a Check RPC; a part that travels alone, and any
 // batch the stream cannot carry (not connected yet, a node that does not
 // serve it), goes in a Check RPC.
 type node struct {
-	addr     string
-	conn     *grpc.ClientConn
-	rl       pb.RateLimiterClient
-	stream   *mux.Client[pb.CheckStreamRequest, pb.CheckStreamResponse] // nil: Check RPCs only
-	base     context.Context                                            // ends when the client closes: RPCs of batches
-	batching bool
-	router   *router // nil when the client does not route
-
-	mu     sync.Mutex
-	flying int      // batches in flight
-	queue  []*batch // gathered, oldest first; only the last takes more parts
+	addr   string
+	conn   *grpc.ClientConn
+	rl     pb.RateLimiterClient
+	stream *mux.Client[pb.CheckStreamRequest, pb.CheckStreamResponse] // nil: Check RPCs only
+	base   context.Context                                            // ends when the client closes: RPCs of batches
+	batch  *batch.Batcher[*part]                                      // nil: every part goes alone
+	router *router                                                    // nil when the client does not route
 }
 
 // nodeConfig is what the nodes of one client share.
@@ -87,7 +80,10 @@ func newNode(addr string, conf nodeConfig) (*node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	n := &node{addr: addr, conn: conn, rl: pb.NewRateLimiterClient(conn), base: conf.base, batching: conf.batching, router: conf.router}
+	n := &node{addr: addr, conn: conn, rl: pb.NewRateLimiterClient(conn), base: conf.base, router: conf.router}
+	if conf.batching {
+		n.startBatching()
+	}
 	if conf.batching && conf.streams {
 		n.stream = mux.NewClient(mux.Config[pb.CheckStreamRequest, pb.CheckStreamResponse]{
 			Open:  n.rl.CheckStream,
@@ -99,38 +95,25 @@ func newNode(addr string, conf nodeConfig) (*node, error) {
 	return n, nil
 }
 
+// startBatching makes n batch the parts that may share a request, with
+// RPCs that end when n.base does.
+func (n *node) startBatching() {
+	n.batch = batch.New(batch.Config[*part]{
+		Send:      func(ctx context.Context, parts []*part) { n.flush(ctx, parts, false) },
+		MaxFlying: maxFlying,
+		SendAt:    sendAt,
+		MaxItems:  maxBatchItems,
+		MaxBytes:  maxBatchBytes,
+	})
+	n.batch.Start(n.base)
+}
+
 // close ends n's stream and closes its connection.
 func (n *node) close() error {
 	if n.stream != nil {
 		n.stream.Close()
 	}
 	return n.conn.Close()
-}
-
-// batch is parts gathered into one request.
-type batch struct {
-	parts        []*part
-	items, bytes int
-}
-
-// fits reports whether p may join b.
-func (b *batch) fits(p *part) bool {
-	if b.items+len(p.items) > maxBatchItems {
-		return false
-	}
-	bytes := b.bytes
-	for _, it := range p.items {
-		bytes += itemBytes(it)
-	}
-	return bytes <= maxBatchBytes
-}
-
-func (b *batch) add(p *part) {
-	b.parts = append(b.parts, p)
-	b.items += len(p.items)
-	for _, it := range p.items {
-		b.bytes += itemBytes(it)
-	}
 }
 
 // Check sends req to n and returns the node's answer. It is the whole
@@ -146,128 +129,59 @@ func (n *node) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckRespon
 // when p goes at once, alone, it goes from this goroutine: an idle check
 // costs no goroutine and no hand-over. Otherwise submit does not wait.
 func (n *node) submit(p *part, wait bool) {
-	if !n.batching || p.alone() {
-		if wait {
-			n.flush([]*part{p}, true)
-		} else {
-			go n.flush([]*part{p}, true)
-		}
+	switch {
+	case n.batch != nil && !p.alone() && wait:
+		n.batch.Do(p)
+	case n.batch != nil && !p.alone():
+		n.batch.Add(p)
+	case wait:
+		n.flushAlone(p)
+	default:
+		go n.flushAlone(p)
+	}
+}
+
+// flushAlone sends p in a Check RPC of its own, unless its caller has
+// gone: then its checks are charged nothing.
+func (n *node) flushAlone(p *part) {
+	if err := p.Left(); err != nil {
+		p.Fail(err)
 		return
 	}
-	n.mu.Lock()
-	if k := len(n.queue); k == 0 || !n.queue[k-1].fits(p) {
-		n.queue = append(n.queue, &batch{})
-	}
-	n.queue[len(n.queue)-1].add(p)
-	due := n.due()
-	n.mu.Unlock()
-	var mine *batch
-	for _, b := range due {
-		if wait && len(b.parts) == 1 && b.parts[0] == p {
-			mine = b
-			continue
-		}
-		go n.fly(b)
-	}
-	if mine != nil {
-		n.flush(mine.parts, false)
-		n.land(false)
-	}
+	n.flush(n.base, []*part{p}, true)
 }
 
-// due takes the batches that may go now off n's queue, counting them in
-// flight: the oldest when none is in flight, and ones of sendAt checks
-// or more while fewer than maxFlying are. A batch that is not the last is
-// full: the part after it did not fit. The caller holds n.mu.
-func (n *node) due() []*batch {
-	var out []*batch
-	for len(n.queue) > 0 && n.flying < maxFlying {
-		b := n.queue[0]
-		full := len(n.queue) > 1 || b.items >= sendAt || b.bytes >= maxBatchBytes
-		if n.flying > 0 && !full {
-			break
-		}
-		n.queue[0] = nil
-		n.queue = n.queue[1:]
-		n.flying++
-		out = append(out, b)
-	}
-	if len(n.queue) == 0 {
-		n.queue = nil // let the backing array go
-	}
-	return out
-}
-
-// fly sends b, and then the batches that became due meanwhile, the first
-// of them from this goroutine.
-func (n *node) fly(b *batch) {
-	for b != nil {
-		n.flush(b.parts, false)
-		b = n.land(true)
-	}
-}
-
-// land counts a batch back from flight and sends the batches now due,
-// each from a goroutine of its own, except that with keep it returns the
-// first, for the caller to send; it returns nil otherwise.
-func (n *node) land(keep bool) *batch {
-	n.mu.Lock()
-	n.flying--
-	due := n.due()
-	n.mu.Unlock()
-	if len(due) == 0 {
-		return nil
-	}
-	var first *batch
-	if keep {
-		first, due = due[0], due[1:]
-	}
-	for _, b := range due {
-		go n.fly(b)
-	}
-	return first
-}
-
-// flush sends parts as one request and answers each. A part whose caller
-// has gone is not sent: its checks are charged nothing. A single part
-// goes under its caller's context, as without batching; several go under
-// a context that ends with the client or at the latest of their
-// deadlines (none if one has none), since each caller stops waiting at
-// its own. A part that is alone goes in a Check RPC of its own.
-func (n *node) flush(parts []*part, alone bool) {
-	live := parts[:0] // parts is this flush's own
+// flush sends parts, whose callers wait, as one request and answers
+// each. A single part goes under its caller's context, as without
+// batching; several go under a context that ends with base (the client)
+// or at the latest of their deadlines (none if one has none), since each
+// caller stops waiting at its own. A part that is alone goes in a Check
+// RPC of its own.
+func (n *node) flush(base context.Context, parts []*part, alone bool) {
 	items := 0
 	for _, p := range parts {
-		if err := p.c.ctx.Err(); err != nil {
-			p.answer(nil, err)
-			continue
-		}
-		live = append(live, p)
 		items += len(p.items)
 	}
 	var (
-		ctx = n.base
+		ctx context.Context
 		req *pb.CheckRequest
 	)
-	switch len(live) {
-	case 0:
-		return
-	case 1:
-		p := live[0]
+	if len(parts) == 1 {
+		p := parts[0]
 		ctx = p.c.ctx
 		req = p.c.req
 		if p.pos != nil {
 			req = &pb.CheckRequest{Requests: p.items, All: p.c.req.GetAll()}
 		}
-	default:
+	} else {
 		// One request has one all flag, false here: a part whose own flag
 		// matters (it repeats a key) travels alone.
 		req = &pb.CheckRequest{Requests: make([]*pb.CheckItem, 0, items)}
-		for _, p := range live {
+		for _, p := range parts {
 			req.Requests = append(req.Requests, p.items...)
 		}
 		var cancel context.CancelFunc
-		ctx, cancel = batchContext(n.base, live)
+		ctx, cancel = batchContext(base, parts)
 		defer cancel()
 	}
 	resp, err := n.check(ctx, req, alone)
@@ -275,7 +189,7 @@ func (n *node) flush(parts []*part, alone bool) {
 		err = fmt.Errorf("%w: node %s answered %d results for %d checks", ErrInternal, n.addr, len(resp.GetResponses()), items)
 	}
 	off := 0
-	for _, p := range live {
+	for _, p := range parts {
 		if err != nil {
 			n.fail(p, err)
 			continue

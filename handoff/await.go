@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ringlimit/ringlimit/internal/mux"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -103,8 +102,7 @@ func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) {
 		if s == nil || s.released() {
 			return
 		}
-		mux.Detach(ctx) // a stream's other requests need not wait for this one
-		select {
+		select { // watches ctx: a stream's next requests need not wait for this one (mux.Serve)
 		case <-s.done:
 		case <-ctx.Done():
 			n.metrics.waits.WithLabelValues("canceled").Inc()

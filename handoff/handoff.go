@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/checks"
+	"github.com/ringlimit/ringlimit/internal/mux"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
@@ -239,9 +240,15 @@ func (n *Node) HandOff(ctx context.Context) int { return n.handOff(ctx).sent }
 // counters with its owner or back in the store. Meanwhile a counter is
 // either here (Store.Holds) or with its owner, never on its way: a leaving
 // node holds it while it decides where a check goes (see
-// service.Service.Leave). Many may hold it at once.
-func (n *Node) Hold() (release func()) {
-	n.moving.RLock()
+// service.Service.Leave). Many may hold it at once. A round in flight
+// waits on owners, and so does a Hold meanwhile: a stream's request that
+// waits for it first lets the stream's next requests through
+// (mux.Detach), as a wait on ctx would.
+func (n *Node) Hold(ctx context.Context) (release func()) {
+	if !n.moving.TryRLock() {
+		mux.Detach(ctx)
+		n.moving.RLock()
+	}
 	return n.moving.RUnlock
 }
 

@@ -93,10 +93,15 @@ func (f *fakePeer) sent() ([]sent, [][]string) {
 	return slices.Clone(f.batches), slices.Clone(f.keys)
 }
 
-// newTestBatcher returns a batcher that sends to f, with the Pool's bound
-// on batches in flight.
+// newTestBatcher returns a batcher that sends to f, with the Pool's bounds
+// on batches in flight and their bytes.
 func newTestBatcher(wait time.Duration, limit int, f *fakePeer) *batcher {
-	return newBatcher(wait, limit, maxInFlight, f.send, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}))
+	return newBytesBatcher(wait, limit, MaxForwardBytes, f)
+}
+
+// newBytesBatcher is newTestBatcher with a bound of maxBytes bytes.
+func newBytesBatcher(wait time.Duration, limit, maxBytes int, f *fakePeer) *batcher {
+	return newBatcher(wait, limit, maxBytes, f.send, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}))
 }
 
 // startBatcher runs b in the current bubble until the test's cleanup.
@@ -104,7 +109,7 @@ func startBatcher(t *testing.T, b *batcher) context.CancelFunc {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
-	go func() { done <- b.run(ctx) }()
+	go func() { done <- b.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -306,7 +311,7 @@ func TestBatcherRetire(t *testing.T) {
 		ask(t.Context(), b, "a", 1, pending)
 		synctest.Wait()
 		errGone := errors.New("gone")
-		b.retire(errGone)
+		b.Close(errGone)
 		if err := <-pending; !errors.Is(err, errGone) {
 			t.Errorf("pending caller got %v, want %v", err, errGone)
 		}
@@ -333,8 +338,7 @@ func TestBatcherBytes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const latency = time.Millisecond
 		f := &fakePeer{t0: time.Now(), latency: latency}
-		b := newTestBatcher(time.Hour, 100, f)
-		b.maxBytes = 2 * proto.Size(check("0", 4))
+		b := newBytesBatcher(time.Hour, 100, 2*proto.Size(check("0", 4)), f)
 		startBatcher(t, b)
 		errs := make(chan error, 4)
 		for i := range 4 { // 0 in flight; 1 and 2 reach the byte bound; 3 waits for 0's return

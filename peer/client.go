@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
-	"github.com/ringlimit/ringlimit/internal/mux"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 )
 
@@ -43,14 +42,13 @@ type forwarding struct {
 	start  time.Time
 	expire *time.Timer // Config.Timeout after Start
 	c      *call       // nil when err is set
-	err    error       // why the forward failed before reaching the batcher
+	err    error       // why the forward failed before reaching a batcher
 }
 
 // Start is Forward in two steps, so that a caller with several owners to
 // ask asks them all before it waits for one: it hands req to the batcher
-// of the owner at addr, waiting only while that batcher holds as many
-// batches as it may (and at most until ctx ends or Config.Timeout
-// passes), and returns the forward, whose Wait returns the answer.
+// of the owner at addr, without waiting, and returns the forward, whose
+// Wait returns the answer.
 func (p *Pool) Start(ctx context.Context, addr string, req *pb.CheckRequest) Forwarding {
 	f := &forwarding{p: p, addr: addr, start: time.Now()}
 	c, err := p.peer(addr)
@@ -58,11 +56,8 @@ func (p *Pool) Start(ctx context.Context, addr string, req *pb.CheckRequest) For
 		f.err = fmt.Errorf("forward to %s: %w", addr, err)
 		return f
 	}
-	mux.Detach(ctx) // a stream's other requests need not wait for this one
 	f.expire = time.NewTimer(p.conf.Timeout)
-	if f.c, err = c.batch.submit(ctx, req, f.expire.C); err != nil {
-		f.err = wrap(ctx, "forward", addr, err)
-	}
+	f.c = c.batch.submit(ctx, req)
 	return f
 }
 
@@ -215,7 +210,6 @@ func unary[Req, Resp any](ctx context.Context, p *Pool, op, addr string, method 
 	if err != nil {
 		return zero, fmt.Errorf("%s to %s: %w", op, addr, err)
 	}
-	mux.Detach(ctx)
 	ctx, cancel := context.WithTimeout(ctx, p.conf.Timeout)
 	defer cancel()
 	resp, err := method(c.client, ctx, req)

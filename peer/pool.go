@@ -136,8 +136,8 @@ func NewPool(conf Config) *Pool {
 	}
 }
 
-// Run starts the batch loop of each peer when the peer is first used, and
-// stops them all when ctx ends. It returns ctx.Err() once every goroutine it
+// Run sends the batches of each peer from when the peer is first used
+// (its batcher's Run), and stops them all when ctx ends. It returns ctx.Err() once every goroutine it
 // started has exited; batched calls pending then fail with ErrClosed, and
 // later batched calls fail at once. Run may be called only once; it does not
 // close connections (see Close).
@@ -150,7 +150,7 @@ func (p *Pool) Run(ctx context.Context) error {
 	p.running = true
 	p.mu.Unlock()
 
-	var g errgroup.Group // batch loops; each returns nil
+	var g errgroup.Group // batchers' Runs; each returns nil
 	for {
 		p.startBatchers(ctx, &g)
 		select {
@@ -159,7 +159,7 @@ func (p *Pool) Run(ctx context.Context) error {
 			p.mu.Lock()
 			p.ended = true
 			for _, c := range p.peers {
-				c.batch.retire(ErrClosed)
+				c.batch.Close(ErrClosed)
 			}
 			p.mu.Unlock()
 			_ = g.Wait()
@@ -168,14 +168,14 @@ func (p *Pool) Run(ctx context.Context) error {
 	}
 }
 
-// startBatchers starts the loop of every batcher that has none yet.
+// startBatchers starts the Run of every batcher that has none yet.
 func (p *Pool) startBatchers(ctx context.Context, g *errgroup.Group) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range p.peers {
-		if b := c.batch; !b.started && !b.retired {
+		if b := c.batch; !b.started {
 			b.started = true
-			g.Go(func() error { return b.run(ctx) })
+			g.Go(func() error { return b.Run(ctx) })
 		}
 	}
 }
@@ -193,7 +193,7 @@ func (p *Pool) Close() error {
 	peers := p.peers
 	p.peers = nil
 	for _, c := range peers {
-		c.batch.retire(ErrClosed)
+		c.batch.Close(ErrClosed)
 	}
 	p.mu.Unlock()
 
@@ -220,7 +220,7 @@ func (p *Pool) Retain(addrs []string) {
 	for addr, c := range p.peers {
 		if _, ok := keep[addr]; !ok {
 			delete(p.peers, addr)
-			c.batch.retire(fmt.Errorf("%w: left the cluster", ErrUnreachable))
+			c.batch.Close(fmt.Errorf("%w: left the cluster", ErrUnreachable))
 			drop = append(drop, c)
 		}
 	}
@@ -268,9 +268,9 @@ func (p *Pool) peer(addr string) (*conn, error) {
 			ID:    (*peerpb.ForwardStreamResponse).GetId,
 		})
 	}
-	c.batch = newBatcher(p.conf.BatchWait, p.conf.BatchLimit, maxInFlight, c.sendFunc(p.conf.Timeout), p.metrics.batchSize)
+	c.batch = newBatcher(p.conf.BatchWait, p.conf.BatchLimit, MaxForwardBytes, c.sendFunc(p.conf.Timeout), p.metrics.batchSize)
 	if p.ended {
-		c.batch.retire(ErrClosed)
+		c.batch.Close(ErrClosed)
 	}
 	p.peers[addr] = c
 	select {

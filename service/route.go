@@ -227,7 +227,7 @@ func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes 
 	}
 	release := func() {}
 	if s.leaving.Load() != nil {
-		release = s.handoff.Hold()
+		release = s.handoff.Hold(ctx)
 	}
 	v := s.look(ctx) // under the Hold: where each counter is now
 	owners := settle(c, ps, routes, ks, &v)

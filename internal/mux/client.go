@@ -14,6 +14,19 @@
 // refused as such (ErrRefused), so that the caller sends that request by
 // the unary call instead: a node that does not serve the stream (an older
 // version) or refuses it (too many streams, a peer it does not know yet).
+//
+// Serve decides each request on the goroutine that received it, which
+// is the cheapest way for the requests a node decides in its own store,
+// and would let one that waits (on another node, say) hold up the
+// stream's next requests. So a request that waits hands the receiving
+// over to another goroutine as it starts to wait, and nothing has to
+// remember to: the context a handler gets does it when asked for Done,
+// as everything that waits on a context asks, directly (a select), or
+// through a derived context or a gRPC call. A request decided without
+// waiting never asks, and costs what it did before: one allocation (its
+// context) and no hand-over. Only a wait that cannot watch the context,
+// a lock held across another node's answer, calls Detach first.
+// TestWaitsDetachByThemselves holds Serve to this.
 package mux
 
 import (

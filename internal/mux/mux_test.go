@@ -1,10 +1,12 @@
 package mux
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -26,15 +28,19 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // node serves CheckStream with a mux.Server whose handler answers each
 // request with one result per item, of the item's limit, so that a caller
-// can tell its answer apart. An item keyed "wait" makes the handler detach
-// and wait for release (or the request's end); one keyed "hold" makes it
-// wait without detaching.
+// can tell its answer apart, and the goroutine that decided it in its
+// metadata. An item keyed "wait" makes the handler detach and wait for
+// release (or the request's end); one keyed "hold" makes it wait so
+// without calling Detach; "derived", wait so on a context derived from
+// the request's; "rpc", make a Check RPC (rpc) that the node holds until
+// release.
 type node struct {
 	pb.UnimplementedRateLimiterServer
 	sr      *Server[pb.CheckStreamRequest, pb.CheckStreamResponse]
 	entered chan string // the key of each waiting request, as it starts waiting
 	release chan struct{}
 	served  chan error // what each Serve returned
+	rpc     pb.RateLimiterClient
 }
 
 func newNode() *node {
@@ -54,22 +60,51 @@ func newNode() *node {
 func (n *node) handle(ctx context.Context, req *pb.CheckStreamRequest) *pb.CheckStreamResponse {
 	resp := &pb.CheckStreamResponse{Id: req.GetId()}
 	for _, it := range req.GetRequests() {
+		wait := ctx
 		switch it.GetKey() {
 		case "wait":
 			Detach(ctx)
-			fallthrough
-		case "hold":
+		case "derived":
+			var cancel context.CancelFunc
+			wait, cancel = context.WithTimeout(ctx, time.Hour)
+			defer cancel()
+		case "rpc":
 			n.entered <- it.GetKey()
-			select {
-			case <-n.release:
-			case <-ctx.Done():
-				resp.Status = Status(status.FromContextError(ctx.Err()).Err())
+			if _, err := n.rpc.Check(ctx, &pb.CheckRequest{}); err != nil {
+				resp.Status = Status(err)
 				return resp
 			}
 		}
-		resp.Responses = append(resp.Responses, &pb.CheckResult{Limit: it.GetLimit()})
+		switch it.GetKey() {
+		case "wait", "hold", "derived":
+			n.entered <- it.GetKey()
+			select {
+			case <-n.release:
+			case <-wait.Done():
+				resp.Status = Status(status.FromContextError(wait.Err()).Err())
+				return resp
+			}
+		}
+		resp.Responses = append(resp.Responses, &pb.CheckResult{Limit: it.GetLimit(), Metadata: map[string]string{"goroutine": goroutine()}})
 	}
 	return resp
+}
+
+// Check answers once release is closed, or fails when ctx ends.
+func (n *node) Check(ctx context.Context, _ *pb.CheckRequest) (*pb.CheckResponse, error) {
+	select {
+	case <-n.release:
+		return &pb.CheckResponse{}, nil
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// goroutine returns the id of the goroutine that calls it, as the
+// runtime prints it in a trace ("goroutine 7 [running]:").
+func goroutine() string {
+	b := make([]byte, 64)
+	return string(bytes.Fields(b[:runtime.Stack(b, false)])[1])
 }
 
 func (n *node) CheckStream(s pb.RateLimiter_CheckStreamServer) error {
@@ -79,7 +114,7 @@ func (n *node) CheckStream(s pb.RateLimiter_CheckStreamServer) error {
 }
 
 // serve runs g on loopback, and returns its address; the test stops it.
-func serve(t *testing.T, g *grpc.Server) string {
+func serve(t testing.TB, g *grpc.Server) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -91,7 +126,7 @@ func serve(t *testing.T, g *grpc.Server) string {
 }
 
 // dial returns a Client of CheckStream at addr, with the connection up.
-func dial(t *testing.T, addr string) (*Client[pb.CheckStreamRequest, pb.CheckStreamResponse], *grpc.ClientConn) {
+func dial(t testing.TB, addr string) (*Client[pb.CheckStreamRequest, pb.CheckStreamResponse], *grpc.ClientConn) {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -116,7 +151,7 @@ func dial(t *testing.T, addr string) (*Client[pb.CheckStreamRequest, pb.CheckStr
 }
 
 // connect waits until cc is connected, as a client's first RPC makes it.
-func connect(t *testing.T, cc *grpc.ClientConn) {
+func connect(t testing.TB, cc *grpc.ClientConn) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -204,6 +239,48 @@ func TestDetachedRequestHoldsNoOther(t *testing.T) {
 	}
 	if err := call(ctx, c2, "hold", 3); !errors.Is(err, context.DeadlineExceeded) && status.Code(err) != codes.DeadlineExceeded {
 		t.Errorf("a caller whose context ends: %v, want its deadline's error (the caller's, or the node's)", err)
+	}
+}
+
+// TestWaitsDetachByThemselves is the rule of Serve: a request that waits
+// holds up the stream's next requests only until it starts to wait,
+// without calling Detach, whether it waits on its context, on a context
+// derived from it or in an RPC; and requests that do not wait are
+// decided, one after another, by the goroutine that receives them.
+func TestWaitsDetachByThemselves(t *testing.T) {
+	for _, key := range []string{"hold", "derived", "rpc"} {
+		t.Run(key, func(t *testing.T) {
+			n := newNode()
+			addr := serve(t, newServer(n))
+			c, cc := dial(t, addr)
+			n.rpc = pb.NewRateLimiterClient(cc)
+			receiver := func() string {
+				t.Helper()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a bound, not a timing
+				defer cancel()
+				resp, err := c.Call(ctx, request("quick", 1))
+				if err != nil || Err(resp.GetStatus()) != nil || len(resp.GetResponses()) != 1 {
+					t.Fatalf("a quick request (behind one that waits?): %v, %v", resp, err)
+				}
+				return resp.GetResponses()[0].GetMetadata()["goroutine"]
+			}
+			first := receiver()
+			for range 5 {
+				if got := receiver(); got != first {
+					t.Fatalf("requests that do not wait were decided by goroutines %s and %s, want one: a hand-over each", first, got)
+				}
+			}
+			waiting := make(chan error, 1)
+			go func() { waiting <- call(context.Background(), c, key, 2) }()
+			<-n.entered
+			if next := receiver(); next == first {
+				t.Errorf("a request behind one that waits was decided by %s, the waiting one's", next)
+			}
+			close(n.release)
+			if err := <-waiting; err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 

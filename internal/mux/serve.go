@@ -24,9 +24,11 @@ import (
 const Workers = 4
 
 // Handler answers one request of a stream. ctx ends with the stream, or
-// when the request's timeout has passed; a handler that is about to wait
-// (on another node, say) calls Detach(ctx) first. The answer must carry
-// the request's id.
+// when the request's timeout has passed. A handler that waits (on
+// another node, say) lets the stream's next requests through as soon as
+// its wait watches ctx, as every wait of a request must (see Serve); one
+// that waits on something that cannot watch ctx, such as a lock, calls
+// Detach(ctx) first. The answer must carry the request's id.
 type Handler[Req, Resp any] func(ctx context.Context, req *Req) *Resp
 
 // Server serves streams of one method. Timeout, Handle and Notice are
@@ -70,11 +72,21 @@ func (sr *Server[Req, Resp]) Drain() {
 // to another: a hand-over between goroutines costs a node that is not
 // busy more than deciding a small request does (the runtime wakes a
 // thread for it, which then sleeps again; a timer to watch for slow
-// requests costs as much). A request that is about to wait calls Detach,
-// which hands the receiving over instead: another goroutine takes it, up
-// to Workers deciding at once, and the one that detached ends once it has
+// requests costs as much). A request that is about to wait hands the
+// receiving over instead: another goroutine takes it, up to Workers
+// deciding at once, and the one that handed it over ends once it has
 // answered. So a request that waits holds up the stream's next ones only
-// until it detaches, and one that does not costs no hand-over.
+// until it starts to wait, and one that does not costs no hand-over.
+//
+// Nothing has to remember to hand over: the handler's context does it.
+// Whatever waits on a context asks it for Done first (a select on
+// ctx.Done(), a gRPC call, a context derived from it, a wait of package
+// batch), and the Done of a request's context hands the receiving over
+// before it returns the channel. A request decided without waiting never
+// asks, and pays nothing for the rule. Only a wait that cannot watch the
+// context, a lock held by a goroutine that itself waits on another node,
+// must call Detach first (handoff.Node.Hold does); every other wait of a
+// request must watch its context anyway, to end with the request.
 func (sr *Server[Req, Resp]) Serve(s grpc.BidiStreamingServer[Req, Resp]) error {
 	sr.init()
 	ctx, cancel := context.WithCancel(s.Context())
@@ -110,25 +122,52 @@ type server[Req, Resp any] struct {
 	err    error          // why receiving ended; written once, by the last receiver, before wg is done
 }
 
-// turn is one request being decided by the goroutine that received it, as
-// Detach finds it in the request's context.
+// turn is one request being decided by the goroutine that received it:
+// the context its handler gets, the request's own, whose Done detaches.
 type turn struct {
-	// handed is taken once: by Detach, when another goroutine takes over
-	// receiving, or by the receiver once it has answered and goes on.
+	context.Context
+	// handed is taken once: by Done or Detach, when another goroutine
+	// takes over receiving, or by the receiver once it has answered and
+	// goes on.
 	handed   atomic.Bool
 	handOver func(*atomic.Bool)
 }
 
 type turnKey struct{}
 
-// Detach tells the stream that its request of ctx is about to wait: the
-// goroutine deciding it stops receiving the stream's next requests, which
-// another goroutine takes over (unless Workers are deciding already). It
-// does nothing for a context that is not a stream request's, or that
-// detached already, so that code shared with other callers may call it.
-func Detach(ctx context.Context) {
-	if t, ok := ctx.Value(turnKey{}).(*turn); ok && !t.handed.Load() {
+// Done hands the receiving of the stream's next requests over, if it has
+// not yet, and returns the request's Done: whoever asks for it is about
+// to wait on it, or to derive a context that will.
+func (t *turn) Done() <-chan struct{} {
+	t.detach()
+	return t.Context.Done()
+}
+
+// Value finds t itself for Detach, in t and in the contexts derived from
+// it.
+func (t *turn) Value(key any) any {
+	if key == (turnKey{}) {
+		return t
+	}
+	return t.Context.Value(key)
+}
+
+func (t *turn) detach() {
+	if !t.handed.Load() {
 		t.handOver(&t.handed)
+	}
+}
+
+// Detach tells the stream that its request of ctx is about to wait on
+// something that does not watch ctx, such as a lock: the goroutine
+// deciding it stops receiving the stream's next requests, which another
+// goroutine takes over (unless Workers are deciding already). A wait that
+// watches ctx needs no Detach (see Serve). Detach does nothing for a
+// context that is not a stream request's, or that detached already, so
+// that code shared with other callers may call it.
+func Detach(ctx context.Context) {
+	if t, ok := ctx.Value(turnKey{}).(*turn); ok {
+		t.detach()
 	}
 }
 
@@ -145,9 +184,7 @@ func (sv *server[Req, Resp]) receive() {
 			}
 			return
 		}
-		t := &turn{handOver: sv.handOverFn}
-		sv.answer(context.WithValue(sv.ctx, turnKey{}, t), req)
-		if !t.handed.CompareAndSwap(false, true) {
+		if !sv.answer(req) {
 			return // another goroutine receives now
 		}
 	}
@@ -173,14 +210,17 @@ func (sv *server[Req, Resp]) handOver(handed *atomic.Bool) {
 	sv.wg.Go(sv.receive)
 }
 
-// answer decides req and sends its answer.
-func (sv *server[Req, Resp]) answer(ctx context.Context, req *Req) {
-	if t := sv.timeout(req); t > 0 {
+// answer decides req and sends its answer, and reports whether this
+// goroutine still receives: it does unless req detached.
+func (sv *server[Req, Resp]) answer(req *Req) (receiving bool) {
+	t := &turn{Context: sv.ctx, handOver: sv.handOverFn}
+	if d := sv.timeout(req); d > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, t)
+		t.Context, cancel = context.WithTimeout(sv.ctx, d)
 		defer cancel()
 	}
-	sv.send(sv.handle(ctx, req))
+	sv.send(sv.handle(t, req))
+	return t.handed.CompareAndSwap(false, true)
 }
 
 // send sends resp on the stream.

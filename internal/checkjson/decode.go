@@ -1,4 +1,14 @@
-package api
+// Package checkjson is the JSON form of a check request and its answer,
+// as POST /v1/check takes and gives them: Decode reads a body into a
+// CheckRequest, AppendResponse writes the answer. Both are written out
+// by hand rather than left to encoding/json or protojson: the decoder
+// reads the body as it arrives, holding one token beyond what it has
+// decoded and refusing the 1,001st item before reading it, and is as
+// strict as protobuf on the gRPC side; the encoder writes JSON numbers
+// (protojson would write 64-bit numbers as strings) without reflection.
+// Tests pin both to encoding/json's reading and writing of the shapes in
+// docs/checks.md, and fuzz targets hold them to it.
+package checkjson
 
 import (
 	"bytes"
@@ -17,8 +27,8 @@ import (
 	"github.com/ringlimit/ringlimit/checks"
 )
 
-// decodeCheckRequest reads a POST /v1/check body from r as it arrives,
-// straight into protobuf items: it holds one token beyond what it has
+// Decode reads a POST /v1/check body from r as it arrives, straight into
+// protobuf items: it holds one token beyond what it has
 // decoded (see scanner), and refuses the 1,001st item before reading it,
 // so a body of many small items costs no more than a body of a thousand.
 // It is as strict as protobuf on the gRPC side, where encoding/json is
@@ -27,29 +37,29 @@ import (
 // wrong type, an unknown field or too many items is an error naming the
 // field; an unknown enum name is the item's own error. An error of r (such
 // as *http.MaxBytesError) is wrapped.
-func decodeCheckRequest(r io.Reader) (decodedRequest, error) {
+func Decode(r io.Reader) (Body, error) {
 	s := newScanner(r)
 	top := loc{item: -1}
 	if _, err := s.next(top); err != nil {
 		if s.err == io.EOF {
-			return decodedRequest{}, errors.New("body: empty, want a JSON object")
+			return Body{}, errors.New("body: empty, want a JSON object")
 		}
-		return decodedRequest{}, err
+		return Body{}, err
 	}
-	d := decodedRequest{req: &pb.CheckRequest{}}
+	d := Body{Request: &pb.CheckRequest{}}
 	err := s.object(top, bodyFields, func(i int) error {
 		if bodyFields[i] == "all" {
-			return readBool(s, top.at("all"), &d.req.All)
+			return readBool(s, top.at("all"), &d.Request.All)
 		}
 		return d.readItems(s)
 	})
 	if err != nil {
-		return decodedRequest{}, err
+		return Body{}, err
 	}
 	if _, err := s.next(top); err == nil {
-		return decodedRequest{}, errors.New("body: unexpected data after the JSON value")
+		return Body{}, errors.New("body: unexpected data after the JSON value")
 	} else if s.err != io.EOF {
-		return decodedRequest{}, err
+		return Body{}, err
 	}
 	return d, nil
 }
@@ -63,13 +73,14 @@ var (
 	parentFields = []string{"key", "limit", "duration_ms"}
 )
 
-// decodedRequest is a parsed body: the items that parsed, and for those
-// that parse as JSON but name an unknown enum, their errors, in body
-// order.
-type decodedRequest struct {
-	req     *pb.CheckRequest
+// Body is a decoded body: the request of the items that parsed, and for
+// those that parse as JSON but name an unknown enum, their errors, in
+// body order. AppendResponse puts the answers to Request and those errors
+// back at their body positions.
+type Body struct {
+	Request *pb.CheckRequest
 	itemErr []itemError
-	pos     []int // position in the body of each item of req
+	pos     []int // position in the body of each item of Request
 }
 
 // itemError is the error of the item at position pos in the body.
@@ -78,7 +89,7 @@ type itemError struct {
 	err error
 }
 
-func (d *decodedRequest) readItems(s *scanner) error {
+func (d *Body) readItems(s *scanner) error {
 	var (
 		// Items are allocated a slab at a time (8, then as many as
 		// there are so far), not one by one; one that outlives the
@@ -92,7 +103,7 @@ func (d *decodedRequest) readItems(s *scanner) error {
 		}
 		if len(free) == 0 {
 			free = make([]pb.CheckItem, min(max(i, 8), checks.MaxItems-i))
-			d.req.Requests = slices.Grow(d.req.Requests, len(free))
+			d.Request.Requests = slices.Grow(d.Request.Requests, len(free))
 			d.pos = slices.Grow(d.pos, len(free))
 		}
 		item := &free[0]
@@ -106,7 +117,7 @@ func (d *decodedRequest) readItems(s *scanner) error {
 			d.itemErr = append(d.itemErr, itemError{i, err})
 			return nil
 		}
-		d.req.Requests = append(d.req.Requests, item)
+		d.Request.Requests = append(d.Request.Requests, item)
 		d.pos = append(d.pos, i)
 		return nil
 	})

@@ -1,4 +1,4 @@
-package api
+package checkjson
 
 import (
 	"fmt"

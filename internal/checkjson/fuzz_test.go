@@ -1,4 +1,4 @@
-package api
+package checkjson
 
 import (
 	"bytes"
@@ -27,20 +27,20 @@ func FuzzDecodeCheckRequest(f *testing.F) {
 	f.Add([]byte(`{"requests":[{"name":"a","key":"k","limit":1,"ceiling":3,"parent":{"key":"all","limit":10,"duration_ms":1000}}]}`))
 	f.Add([]byte(`{"requests":[{"parent":{"key":"\ud83d","limit":-1}},{"parent":{"x":1}},{"parent":{"key":"a"`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		d, err := decodeCheckRequest(bytes.NewReader(body))
+		d, err := Decode(bytes.NewReader(body))
 		if err != nil {
 			if err.Error() == "" {
 				t.Fatal("empty error message")
 			}
 			return
 		}
-		if n := len(d.req.Requests) + len(d.itemErr); n > checks.MaxItems {
+		if n := len(d.Request.Requests) + len(d.itemErr); n > checks.MaxItems {
 			t.Fatalf("accepted %d items", n)
 		}
-		if len(d.pos) != len(d.req.Requests) {
-			t.Fatalf("%d positions for %d items", len(d.pos), len(d.req.Requests))
+		if len(d.pos) != len(d.Request.Requests) {
+			t.Fatalf("%d positions for %d items", len(d.pos), len(d.Request.Requests))
 		}
-		for _, it := range d.req.Requests {
+		for _, it := range d.Request.Requests {
 			for _, s := range []string{it.Name, it.Key, it.Policy, it.GetParent().GetKey()} {
 				if !utf8.ValidString(s) {
 					t.Fatalf("accepted invalid UTF-8 %q", s)

@@ -1,4 +1,4 @@
-package api
+package checkjson
 
 import (
 	"bytes"
@@ -20,7 +20,7 @@ import (
 )
 
 // The shapes of POST /v1/check as structs for encoding/json: the
-// reference that appendCheckResponse and decodeCheckRequest are tested
+// reference that AppendResponse and Decode are tested
 // against, and the shape DESIGN.md and docs/checks.md give.
 
 type checkResponseJSON struct {
@@ -70,8 +70,8 @@ type parentJSON struct {
 }
 
 // referenceResponse is the answer to d as the struct encoding/json wrote
-// before appendCheckResponse.
-func referenceResponse(d decodedRequest, resp *pb.CheckResponse) checkResponseJSON {
+// before AppendResponse.
+func referenceResponse(d Body, resp *pb.CheckResponse) checkResponseJSON {
 	out := checkResponseJSON{Responses: make([]checkResultJSON, len(d.pos)+len(d.itemErr))}
 	for _, e := range d.itemErr {
 		out.Responses[e.pos] = checkResultJSON{
@@ -180,7 +180,7 @@ func TestAppendCheckResponseMatchesEncodingJSON(t *testing.T) {
 		return rng.Int64N(1 << (1 + rng.IntN(62)))
 	}
 	for range 2_000 {
-		var d decodedRequest
+		var d Body
 		resp := &pb.CheckResponse{}
 		for p := range rng.IntN(20) {
 			if rng.IntN(4) == 0 {
@@ -208,8 +208,8 @@ func TestAppendCheckResponseMatchesEncodingJSON(t *testing.T) {
 		if err := json.NewEncoder(&want).Encode(referenceResponse(d, resp)); err != nil {
 			t.Fatal(err)
 		}
-		if got := appendCheckResponse(nil, d, resp); !bytes.Equal(got, want.Bytes()) {
-			t.Fatalf("appendCheckResponse\n got %s\nwant %s", got, want.Bytes())
+		if got := AppendResponse(nil, d, resp); !bytes.Equal(got, want.Bytes()) {
+			t.Fatalf("AppendResponse\n got %s\nwant %s", got, want.Bytes())
 		}
 	}
 }
@@ -289,12 +289,12 @@ func TestDecodeRandomRequests(t *testing.T) {
 		body := fmt.Sprintf(`%s{"all":%t,%s"requests":[%s]}%s`, space(rng), want.All, space(rng), strings.Join(items, ","+space(rng)), space(rng))
 		// A byte at a time, every token crosses the scanner's buffer.
 		for _, r := range []io.Reader{strings.NewReader(body), iotest.OneByteReader(strings.NewReader(body)), iotest.DataErrReader(strings.NewReader(body))} {
-			d, err := decodeCheckRequest(r)
+			d, err := Decode(r)
 			if err != nil {
 				t.Fatalf("%s: %v", body, err)
 			}
-			if len(d.itemErr) != 0 || !proto.Equal(d.req, want) {
-				t.Fatalf("%s\ndecoded %v (item errors %v)\nwant %v", body, d.req, d.itemErr, want)
+			if len(d.itemErr) != 0 || !proto.Equal(d.Request, want) {
+				t.Fatalf("%s\ndecoded %v (item errors %v)\nwant %v", body, d.Request, d.itemErr, want)
 			}
 		}
 	}
@@ -315,7 +315,7 @@ func space(rng *rand.Rand) string {
 	return []string{"", "", " ", "\n", "\t ", "\r\n"}[rng.IntN(6)]
 }
 
-// FuzzDecodeMatchesEncodingJSON checks decodeCheckRequest against
+// FuzzDecodeMatchesEncodingJSON checks Decode against
 // encoding/json on the same body: what it accepts, encoding/json accepts
 // too (it is stricter, never looser), with the same values; what
 // encoding/json finds malformed, it refuses.
@@ -331,7 +331,7 @@ func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
 	f.Add([]byte(`{"requests":[{"parent":{}},{"parent":null,"ceiling":null},{"parent":{"key":null,"limit":1e2}},{"parent":{"Key":"x"}},{"parent":[]}]}`))
 	f.Add([]byte(`{"requests":[{"parent":{"key":"a","key":"b"}},{"parent":{"duration_ms":"1"}}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		d, err := decodeCheckRequest(bytes.NewReader(body))
+		d, err := Decode(bytes.NewReader(body))
 		if !json.Valid(body) {
 			if err == nil {
 				t.Fatalf("accepted malformed JSON %q", body)
@@ -347,8 +347,8 @@ func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
 		if err := dec.Decode(&ref); err != nil {
 			t.Fatalf("accepted %q, which encoding/json refuses: %v", body, err)
 		}
-		if ref.All != d.req.All || len(ref.Requests) != len(d.pos)+len(d.itemErr) {
-			t.Fatalf("%q: all %t and %d items, encoding/json: all %t and %d items", body, d.req.All, len(d.pos)+len(d.itemErr), ref.All, len(ref.Requests))
+		if ref.All != d.Request.All || len(ref.Requests) != len(d.pos)+len(d.itemErr) {
+			t.Fatalf("%q: all %t and %d items, encoding/json: all %t and %d items", body, d.Request.All, len(d.pos)+len(d.itemErr), ref.All, len(ref.Requests))
 		}
 		for j, p := range d.pos {
 			r := ref.Requests[p]
@@ -366,8 +366,8 @@ func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
 				want.Algorithm = pb.Algorithm(k)
 			}
 			want.Behavior = pb.Behavior(pb.Behavior_value[strings.ToUpper(r.Behavior)])
-			if !proto.Equal(d.req.Requests[j], want) {
-				t.Fatalf("%q: item %d decoded as %v, encoding/json: %v", body, p, d.req.Requests[j], want)
+			if !proto.Equal(d.Request.Requests[j], want) {
+				t.Fatalf("%q: item %d decoded as %v, encoding/json: %v", body, p, d.Request.Requests[j], want)
 			}
 		}
 		for _, e := range d.itemErr {
@@ -386,6 +386,19 @@ func unquote(raw []byte) (string, error) {
 	return string(b), err
 }
 
+// bodyOf is the body of req's items as a client writes it, with their
+// name, key, limit and duration (ASCII).
+func bodyOf(req *pb.CheckRequest) []byte {
+	b := []byte(`{"requests":[`)
+	for i, it := range req.Requests {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, `{"name":%q,"key":%q,"limit":%d,"duration_ms":%d}`, it.Name, it.Key, it.Limit, it.DurationMs)
+	}
+	return append(b, "]}"...)
+}
+
 // TestCheckJSONAllocs keeps the JSON path's allocations in check: to
 // decode 100 items, one for each distinct key and a few for the request
 // (the scanner, slabs of items), where encoding/json took 50 an item; to
@@ -396,12 +409,12 @@ func TestCheckJSONAllocs(t *testing.T) {
 		req.Requests = append(req.Requests, &pb.CheckItem{Name: "api", Key: fmt.Sprint("user:", i), Limit: 1_000_000_000, DurationMs: 1000})
 		resp.Responses = append(resp.Responses, &pb.CheckResult{Limit: 1_000_000_000, Remaining: 999_999_999, ResetTimeMs: 1_763_900_000_000})
 	}
-	body := httpBody(t, req)
+	body := bodyOf(req)
 	var r bytes.Reader
 	decode := func() {
 		r.Reset(body)
-		if d, err := decodeCheckRequest(&r); err != nil || len(d.req.Requests) != 100 {
-			t.Fatalf("decode: %d items, %v", len(d.req.GetRequests()), err)
+		if d, err := Decode(&r); err != nil || len(d.Request.Requests) != 100 {
+			t.Fatalf("decode: %d items, %v", len(d.Request.GetRequests()), err)
 		}
 	}
 	// 124 with Go 1.26, 134 under the race detector: a second allocation
@@ -409,9 +422,26 @@ func TestCheckJSONAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(100, decode); n > 100+50 {
 		t.Errorf("decoding 100 items of distinct keys allocates %v times, want at most 150: one a key, a few a request", n)
 	}
-	d, _ := decodeCheckRequest(bytes.NewReader(body))
-	buf := appendCheckResponse(nil, d, resp)
-	if n := testing.AllocsPerRun(100, func() { buf = appendCheckResponse(buf[:0], d, resp) }); n != 0 {
+	d, _ := Decode(bytes.NewReader(body))
+	buf := AppendResponse(nil, d, resp)
+	if n := testing.AllocsPerRun(100, func() { buf = AppendResponse(buf[:0], d, resp) }); n != 0 {
 		t.Errorf("writing the answer to 100 items allocates %v times, want 0", n)
+	}
+}
+
+func TestUnquoteMatchesEncodingJSON(t *testing.T) {
+	for _, s := range []string{`""`, `"plain"`, `"\"\\\/\b\f\n\r\t"`, `"\u00e9\u20ac"`, `"\ud83d\ude00"`, `"é€😀"`, `"\uFFFD"`, "\"\xef\xbf\xbd\""} {
+		var want string
+		if err := json.Unmarshal([]byte(s), &want); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := unquote([]byte(s)); got != want || err != nil {
+			t.Errorf("unquote(%s) = %q, %v; want %q", s, got, err, want)
+		}
+	}
+	for _, s := range []string{`"\ud83d"`, `"\ude00"`, `"\ud83d\u0041"`, `"\ud83dx"`, "\"\xff\"", "\"\xed\xa0\x80\""} {
+		if got, err := unquote([]byte(s)); err == nil {
+			t.Errorf("unquote(%s) = %q, want an error", s, got)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package api
+package checkjson
 
 import (
 	"maps"
@@ -13,17 +13,17 @@ import (
 // by name, written out here rather than produced by protojson (which would
 // print 64-bit numbers as strings) or by encoding/json (which spends most
 // of its time in reflection). The bytes are exactly what encoding/json
-// writes for the structs in json_test.go, which pin the shape:
+// writes for the structs in checkjson_test.go, which pin the shape:
 //
 //	{"responses":[{"status":"UNDER_LIMIT","limit":10,"remaining":9,"reset_time_ms":1,
 //	  "retry_after_ms":0,"delay_ms":0,"borrowed":true,"error":"...","error_code":"...","metadata":{...}}]}
 //
 // with borrowed, error, error_code and metadata left out when empty.
 
-// appendCheckResponse appends the answer to d to b: resp's results back
-// at their body positions, next to the items that failed to parse, and a
-// newline.
-func appendCheckResponse(b []byte, d decodedRequest, resp *pb.CheckResponse) []byte {
+// AppendResponse appends the answer to d to b: resp's results (one per
+// item of d.Request) back at their body positions, next to the items that
+// failed to parse, and a newline.
+func AppendResponse(b []byte, d Body, resp *pb.CheckResponse) []byte {
 	b = append(b, `{"responses":[`...)
 	results, errs := resp.GetResponses(), d.itemErr
 	for p := range len(d.pos) + len(d.itemErr) {
