@@ -5,7 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
+	"github.com/ringlimit/ringlimit/limiter"
 )
 
 // TestFutureCreatedAtGainsNothing: a spent counter stays spent for a check
@@ -52,4 +55,45 @@ func keyOf(c *fakeCluster, owner, prefix string) string {
 			return key
 		}
 	}
+}
+
+// TestFutureCountersGainNothing: a counter spent at t0 that arrives
+// evaluated 9m59s ahead of the receiver's clock (within the skew bound),
+// handed off by the key's previous owner or replicated by its owner and
+// promoted once that owner has left, is taken as evaluated now: the key
+// stays spent, where read at the counter's own later time it would have
+// refilled. (This held on main too: checks.Intake clamps a received
+// counter's time.)
+func TestFutureCountersGainNothing(t *testing.T) {
+	minute := algorithms.Limit{Count: 10, Period: time.Minute}
+	spentAhead := func(key string) []*peerpb.CounterState {
+		return []*peerpb.CounterState{{Counter: record(limiter.TokenBucket, "api", key, minute,
+			t0.Add(9*time.Minute+59*time.Second).UnixNano(), encoded(&algorithms.TokenBucket{Full: t0.Add(time.Minute).UnixNano()}))}}
+	}
+	item := func(key string) *pb.CheckItem {
+		return &pb.CheckItem{Name: "api", Key: key, Limit: 10, DurationMs: 60_000}
+	}
+	t.Run("HandOff", func(t *testing.T) {
+		c, svcs := newFakeCluster(2)
+		client := servePeer(t, svcs[0], nil)
+		key := c.keyOwnedBy(0)
+		if accepted, refused := counterRPCs["HandOff"](t, client, "node-1", spentAhead(key)); accepted != 1 || len(refused) != 0 {
+			t.Fatalf("accepted %d, refused %v", accepted, refused)
+		}
+		if r := check(t, svcs[0], item(key)); r.Status != pb.Status_OVER_LIMIT {
+			t.Errorf("a spent counter handed off 9m59s ahead: %v, want OVER_LIMIT", r)
+		}
+	})
+	t.Run("Replicate", func(t *testing.T) {
+		c, svcs := newFakeCluster(2)
+		client := servePeer(t, svcs[0], nil)
+		key := c.keyOwnedBy(1)
+		if accepted, refused := counterRPCs["Replicate"](t, client, "node-1", spentAhead(key)); accepted != 1 || len(refused) != 0 {
+			t.Fatalf("accepted %d, refused %v", accepted, refused)
+		}
+		c.ring = c.ring.Without("node-1")
+		if r := check(t, svcs[0], item(key)); r.Status != pb.Status_OVER_LIMIT {
+			t.Errorf("a spent replica 9m59s ahead, promoted as its owner left: %v, want OVER_LIMIT", r)
+		}
+	})
 }
