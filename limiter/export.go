@@ -113,27 +113,34 @@ func (s *Store) walk(collect func(a Algorithm, t counters, out []Counter) []Coun
 	}
 }
 
-// Merge takes c, which came from another node, into the store, unless it
-// is invalid: its record (name and key bounds, a known algorithm), its
-// limit (valid, and within algorithms.MaxSlidingLogLimit for a sliding
-// log), its Last (not after now+skew) and its state (it decodes, and is
-// possible for its algorithm under c.Limit at now, allowing skew) are all
-// checked first, and a counter that fails any check is refused, with an
-// error wrapping ErrBadCounter or ErrUnknownVersion, and changes nothing.
-// A new counter is inserted; an existing one keeps the more charged of the
-// two states, so that merging never refills a counter.
+// Merge takes c, which came from another node, into the store, unless
+// Validate refuses it, in which case it changes nothing. A new counter is
+// inserted; an existing one keeps the more charged of the two states, so
+// that merging never refills a counter.
 func (s *Store) Merge(c Counter, now time.Time, skew time.Duration) error {
-	if err := c.validate(now, skew); err != nil {
+	if err := s.Validate(c, now, skew); err != nil {
 		return err
 	}
 	sh := s.shard(c.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	t := sh.tables[c.Algorithm]
-	if err := t.validate(&c, now, skew); err != nil {
+	return sh.tables[c.Algorithm].merge(s, sh, &c)
+}
+
+// Validate checks c, which came from another node, as Merge does before
+// it takes it: its record (name and key bounds, a known algorithm), its
+// limit (valid, and within algorithms.MaxSlidingLogLimit for a sliding
+// log), its Last (not after now+skew) and its state (it decodes, and is
+// possible for its algorithm under c.Limit at now, allowing skew). A
+// counter that fails any check gets an error wrapping ErrBadCounter or
+// ErrUnknownVersion. It is for a store that keeps counters under keys of
+// its own (replicas, by their sender: see package replica), which then
+// Restores them; it takes no lock.
+func (s *Store) Validate(c Counter, now time.Time, skew time.Duration) error {
+	if err := c.validate(now, skew); err != nil {
 		return err
 	}
-	return t.merge(s, sh, &c)
+	return s.shards[0].tables[c.Algorithm].validate(&c, now, skew)
 }
 
 // Restore puts back counters that this store yielded (from Extract) but

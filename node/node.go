@@ -289,6 +289,13 @@ func (n *Node) Run(ctx context.Context) error {
 	// Before anything serves or joins: the node reports ready, and decides
 	// checks, with its counters.
 	n.snaps.load(ctx, n.svc.Intake())
+	if ctx.Err() != nil {
+		// Asked to stop while loading (SIGTERM): nothing serves or has
+		// joined yet, so there is nothing to leave, and no final snapshot
+		// is written, which would replace the file with the part loaded.
+		n.log.Info("stopped during start-up, while loading the snapshot: nothing was served or joined", "node", n.conf.NodeName)
+		return nil
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	// The background loops run until their step of leaving stops them,
@@ -312,7 +319,11 @@ func (n *Node) Run(ctx context.Context) error {
 
 	g.Go(func() error {
 		<-gctx.Done()
-		n.log.Info("shutting down", "timeout", n.conf.ShutdownTimeout)
+		stage := "serving"
+		if !n.members.Ready() {
+			stage = "start-up: not joined yet" // --join answers no one yet: leaving is quick
+		}
+		n.log.Info("shutting down", "stage", stage, "timeout", n.conf.ShutdownTimeout)
 		ctx, cancel := context.WithTimeout(context.Background(), n.conf.ShutdownTimeout)
 		defer cancel()
 		return n.leave(ctx, parts)
