@@ -133,14 +133,16 @@ func (s *Store) Merge(c Counter, now time.Time, skew time.Duration) error {
 	if err := t.validate(&c, now, skew); err != nil {
 		return err
 	}
-	return t.merge(s, sh, &c)
+	return t.merge(s, sh, &c, now.UnixNano(), true)
 }
 
 // Restore puts back counters that this store yielded (from Extract) but
 // that could not be delivered, merging each with any counter made for the
 // same key since. Unlike Merge, it trusts them to be possible: they are
 // this store's own. (One whose algorithm or state does not even decode,
-// which Extract never yields, is skipped.)
+// which Extract never yields, is skipped.) Nor does it make room for
+// them, as they are debts it would otherwise forgive: the store may then
+// exceed its bounds by the counters that were out for delivery.
 func (s *Store) Restore(cs []Counter) {
 	for i := range cs {
 		c := &cs[i]
@@ -149,7 +151,7 @@ func (s *Store) Restore(cs []Counter) {
 		}
 		sh := s.shard(c.Key)
 		sh.mu.Lock()
-		_ = sh.tables[c.Algorithm].merge(s, sh, c)
+		_ = sh.tables[c.Algorithm].merge(s, sh, c, c.Last, false)
 		sh.mu.Unlock()
 	}
 }
@@ -279,16 +281,27 @@ func (t *table[S, P]) validate(c *Counter, now time.Time, skew time.Duration) er
 // under different limits, the merged state is then clamped to the limit
 // kept, as the next check with it would, so that a state charged under
 // another limit (a year-long one, say) cannot outlast it by arriving in a
-// hand-off. A state that does not decode changes nothing. sh.mu is held.
-func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter) error {
+// hand-off. A state that does not decode changes nothing. With room, a
+// new counter, or a sliding log that may grow, must find room as a check's
+// would at now (see Store.take), or is refused with ErrFull. sh.mu is
+// held.
+func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter, now int64, room bool) error {
 	var s S
 	if err := P(&s).UnmarshalBinary(c.State); err != nil {
 		return stateError(err)
 	}
 	id, hash := sh.counterID(&Request{Name: c.Name, Key: c.Key, Role: c.Role})
 	idx := t.find(id, hash)
+	if room && !t.logRoom(idx, now) {
+		store.metrics.refused.Inc()
+		return ErrFull
+	}
 	if idx < 0 {
-		store.makeRoom(sh, t, c.Last)
+		if room {
+			if err := store.makeRoom(sh, t, now, 1, t.cost(len(id))); err != nil {
+				return err
+			}
+		}
 		idx = t.insert(id, hash, c.Last)
 		store.held.Add(1)
 		t.setLimit(&t.entries[idx], c.Limit)
