@@ -79,7 +79,9 @@ func floodKeys(t *testing.T, rl pb.RateLimiterClient, prefix string, total, keyL
 					case strings.Contains(r.GetError(), fullError) && r.GetErrorCode() == pb.ErrorCode_UNAVAILABLE:
 						refused.Add(1)
 					default:
-						once.Do(func() { t.Errorf("flood item: error %q (%v), want none or %q", r.GetError(), r.GetErrorCode(), fullError) })
+						once.Do(func() {
+							t.Errorf("flood item: error %q (%v), want none or %q", r.GetError(), r.GetErrorCode(), fullError)
+						})
 					}
 				}
 			}
