@@ -44,7 +44,7 @@ const DefaultMaxKeys = 1_000_000
 // sliding logs their most entries (Config.MaxLogEntries), and every
 // counter it could have evicted still held spent hits. The check that
 // needed the counter is refused, and nothing is charged.
-var ErrFull = errors.New("no room for a new counter: the node holds its most counters (--max-keys, --memory-limit) " +
+var ErrFull = errors.New("no room for a new counter: the node holds its most counters (--max-keys, --max-log-entries, --memory-limit) " +
 	"and every one it could evict still holds spent hits; retry when they refill")
 
 // Config configures a Store. The zero value is usable: DefaultMaxKeys
