@@ -72,6 +72,12 @@ type Config struct {
 	// their SLIDING_LOG counters.
 	MaxKeys       int
 	MaxLogEntries int
+	// MemoryLimit, in bytes, bounds what the node holds, in the shares
+	// of memory.go: its counters, its replicas and the client requests in
+	// flight, each refused beyond its share; zero means only the counts
+	// above bound them. cmd/rlnode sets it to the Go runtime's soft
+	// memory limit (--memory-limit, GOMEMLIMIT or 90% of the container's).
+	MemoryLimit int64
 	// BatchWait and BatchLimit shape the batches of forwarded checks (see
 	// peer.Config).
 	BatchWait  time.Duration
@@ -194,10 +200,14 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	if n.policies, err = loadPolicies(conf.PolicyFile, log, reg); err != nil {
 		return nil, err
 	}
-	store := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries, Registerer: reg})
+	mem := splitMemory(conf.MemoryLimit, conf)
+	own := mem.counters
+	own.Registerer = reg
+	store := limiter.New(own)
 	// Replicas of other owners' counters are kept apart, under the same
-	// bounds (package replica exports their metrics).
-	replicas := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries})
+	// counts and a share of their own (package replica exports their
+	// metrics).
+	replicas := limiter.New(mem.replicas)
 	if n.snaps, err = openSnapshots(conf, store, log, reg); err != nil {
 		return nil, err
 	}
@@ -234,7 +244,8 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		ReplicateInterval: conf.ReplicateInterval, HandedOff: n.snaps.handedOff(),
 		Logger: log, Registerer: reg, Policies: n.policies, Leases: conf.Leases,
 	})
-	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod}, MaxStreams: conf.MaxStreams, Registerer: reg})
+	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod}, MaxStreams: conf.MaxStreams,
+		MaxBytes: mem.requests, MaxBodyBytes: api.MaxBodyBytes, Registerer: reg})
 	n.faces = api.New(api.Config{
 		Checker: n.svc, Leases: n.svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
 		Ready: n.members.Ready, ReadyNote: n.insecure,

@@ -329,12 +329,7 @@ type sentBy struct {
 }
 
 func (s sentBy) Merge(c limiter.Counter, now time.Time, skew time.Duration) error {
-	if err := s.replicas.Validate(c, now, skew); err != nil {
-		return err
-	}
-	c.Key = heldKey(s.from, c.Key)
-	s.replicas.Restore([]limiter.Counter{c}) // validated: Restore merges as Merge would
-	return nil
+	return s.replicas.MergeUnder(c, heldKey(s.from, c.Key), now, skew)
 }
 
 // heldKey is the key a replica of key sent by member from is kept under:
@@ -342,7 +337,7 @@ func (s sentBy) Merge(c limiter.Counter, now time.Time, skew time.Duration) erro
 // and each says who sent it. Member names hold no NUL (the peer server
 // refuses one that does), so the first NUL ends the sender's name; the
 // key may hold any byte. A held key may be longer than limiter.MaxKeyLen:
-// the store bounds keys only in Merge and Validate, which see the real one.
+// the store bounds keys only in MergeUnder, which sees the real one.
 func heldKey(from, key string) string { return from + "\x00" + key }
 
 // splitHeld returns the sender and the key of a held key (see heldKey).

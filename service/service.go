@@ -363,7 +363,8 @@ func (s *Service) decideLocal(ctx context.Context, c *call, js []int, route rout
 		for _, j := range js {
 			b := c.borrowing(j)
 			if b == nil {
-				s.setResult(c, j, s.store.Decide(&c.reqs[j]), route)
+				d, err := s.store.Try(&c.reqs[j])
+				s.setDecided(c, j, d, err, route)
 				continue
 			}
 			d, borrowed := s.borrow(ctx, c, &c.reqs[j], b)
@@ -377,7 +378,8 @@ func (s *Service) decideLocal(ctx context.Context, c *call, js []int, route rout
 	for _, group := range groupByKey(c.reqs, js) {
 		if len(group) == 1 {
 			j := js[group[0]]
-			s.setResult(c, j, s.store.Decide(&c.reqs[j]), route)
+			d, err := s.store.Try(&c.reqs[j])
+			s.setDecided(c, j, d, err, route)
 			continue
 		}
 		rs := make([]limiter.Request, len(group))
@@ -385,11 +387,26 @@ func (s *Service) decideLocal(ctx context.Context, c *call, js []int, route rout
 		for g, k := range group {
 			rs[g] = c.reqs[js[k]]
 		}
-		s.store.DecideAll(rs, ds)
+		err := s.store.TryAll(rs, ds)
 		for g, k := range group {
-			s.setResult(c, js[k], ds[g], route)
+			s.setDecided(c, js[k], ds[g], err, route)
 		}
 	}
+}
+
+// setDecided records what the store answered for c.reqs[j]: its
+// decision, or, when the store had no room for its counter
+// (limiter.ErrFull), that error, as the item's (checks.Code: resource
+// exhausted), so that the client learns why it was refused.
+func (s *Service) setDecided(c *call, j int, d algorithms.Decision, err error, route routeKind) {
+	if err != nil {
+		res := errorResult(err)
+		res.RetryAfterMs = d.RetryAfter.Milliseconds()
+		c.results[c.pos[j]] = res
+		s.metrics.checked(c.reqs[j].Algorithm, c.items[c.pos[j]].Behavior, route, false)
+		return
+	}
+	s.setResult(c, j, d, route)
 }
 
 // setResult records the decision for c.reqs[j], decided on this node by

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -102,6 +103,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if limit > 0 {
 		debug.SetMemoryLimit(limit)
 	}
-	log.Info("memory limit", "bytes", debug.SetMemoryLimit(-1), "from", source)
+	// The node holds its counters and requests within the limit in force,
+	// whichever set it (see node.Config.MemoryLimit).
+	if limit = debug.SetMemoryLimit(-1); limit < math.MaxInt64 {
+		conf.Config.MemoryLimit = limit
+	}
+	log.Info("memory limit", "bytes", limit, "from", source)
 	return serve(ctx, conf, log, nil)
 }
