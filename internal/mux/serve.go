@@ -12,6 +12,7 @@ import (
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -48,16 +49,16 @@ type Server[Req, Resp any] struct {
 	// sent. gRPC's flow control blocks a send while the client does not
 	// read its answers, and such a stream would hold its slot (and its
 	// goroutines) for as long as its client likes: once an answer has
-	// waited SendTimeout, Serve ends the stream with RESOURCE_EXHAUSTED
-	// (ErrNotRead). Only a stream whose RPC context came through
-	// Stoppable can be ended while a send is blocked; others end when the
-	// send does.
+	// waited SendTimeout, Serve ends the stream (ErrNotRead). Only a
+	// stream whose RPC context came through Stoppable can be ended while
+	// a send is blocked; others end when the send does.
 	SendTimeout time.Duration
 	// IdleTimeout, if positive, is how long a stream may go without a
 	// request while none is being decided. Then its client is asked to end
 	// it (Notice, with ErrIdle), as a draining node asks, so that no
 	// request crossing the notice is lost; a stream still idle
-	// IdleTimeout later is ended with ErrIdle. An idle stream so gives its
+	// IdleTimeout later is ended (ErrIdle; as for SendTimeout, through
+	// Stoppable). An idle stream so gives its
 	// slot back within twice IdleTimeout. A Go client of this package
 	// ends the stream at once, and opens another for its next request.
 	IdleTimeout time.Duration
@@ -73,8 +74,8 @@ func (sr *Server[Req, Resp]) init() {
 }
 
 // ErrDrained, ErrIdle and ErrNotRead say why a stream is asked to end
-// (the first two, in a Notice) or ended (the last two, as the status of
-// the RPC).
+// (the first two, in a Notice) or ended (the last two: Serve returns
+// them, and EndedTrailer carries their message).
 var (
 	ErrDrained = status.Error(codes.Unavailable, "node stopping: end the stream")
 	ErrIdle    = status.Error(codes.Unavailable, "stream idle: end it, and open another when there are requests to send")
@@ -83,15 +84,49 @@ var (
 
 type stopKey struct{}
 
+// EndedTrailer is the trailer that says why Serve ended a stream: the
+// status its client sees is gRPC's, DEADLINE_EXCEEDED, as for any RPC
+// whose context ended (see Stoppable).
+const EndedTrailer = "ringlimit-stream-ended"
+
 // Stoppable returns a context, derived from ctx, that Serve can end: a
 // grpc.InTapHandle returns it for the stream's RPC, so that it becomes
 // the context of the RPC's transport stream, whose sends and receives
 // watch it. Ending it is how Serve ends a stream whose send is blocked
-// (see Server.SendTimeout); the handler alone cannot, as a send blocked on
-// flow control waits for the client or the context, not for the handler.
+// (see Server.SendTimeout), or whose receive waits (IdleTimeout): the
+// handler alone cannot, as either waits for the client or the context,
+// not for the handler. gRPC then ends the RPC with the context's error,
+// which reads DEADLINE_EXCEEDED, the nearest of the two it knows (a
+// stream ended so is not one its client cancelled).
 func Stoppable(ctx context.Context) context.Context {
 	ctx, cancel := context.WithCancel(ctx)
-	return context.WithValue(ctx, stopKey{}, cancel)
+	return &stoppable{Context: ctx, cancel: cancel}
+}
+
+type stoppable struct {
+	context.Context
+	cancel  context.CancelFunc
+	stopped atomic.Bool
+}
+
+func (c *stoppable) stop() {
+	c.stopped.Store(true)
+	c.cancel()
+}
+
+func (c *stoppable) Err() error {
+	err := c.Context.Err()
+	if err != nil && c.stopped.Load() {
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+func (c *stoppable) Value(key any) any {
+	if key == (stopKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
 }
 
 // Drain asks the clients of every stream, open or opened later, to end
@@ -239,14 +274,15 @@ type server[Req, Resp any] struct {
 	stopped      error // why watch ended the stream; written once, by stop, before watch returns
 }
 
-// stop ends the stream with err as its status: it ends the RPC's context
-// if Stoppable made it (so that a blocked Send or Recv returns), and the
-// requests' contexts.
+// stop ends the stream for err, which Serve returns and EndedTrailer
+// says: it ends the RPC's context if Stoppable made it (so that a blocked
+// Send or Recv returns), and the requests' contexts.
 func (sv *server[Req, Resp]) stop(err error) {
 	sv.stopOnce.Do(func() {
 		sv.stopped = err
-		if stop, ok := sv.s.Context().Value(stopKey{}).(context.CancelFunc); ok {
-			stop()
+		sv.s.SetTrailer(metadata.Pairs(EndedTrailer, status.Convert(err).Message()))
+		if c, ok := sv.s.Context().Value(stopKey{}).(*stoppable); ok {
+			c.stop()
 		}
 		sv.cancel()
 	})

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
@@ -21,10 +22,13 @@ import (
 // or until the RPC's context ends.
 type stalled struct {
 	grpc.ServerStream
-	ctx context.Context
-	in  chan *pb.CheckStreamRequest // closed: the client ended its side
-	out chan *pb.CheckStreamResponse
+	ctx     context.Context
+	in      chan *pb.CheckStreamRequest // closed: the client ended its side
+	out     chan *pb.CheckStreamResponse
+	trailer metadata.MD // read once Serve has returned
 }
+
+func (s *stalled) SetTrailer(md metadata.MD) { s.trailer = metadata.Join(s.trailer, md) }
 
 func newStalled() *stalled {
 	return &stalled{ctx: Stoppable(context.Background()), in: make(chan *pb.CheckStreamRequest), out: make(chan *pb.CheckStreamResponse)}
@@ -94,7 +98,8 @@ func ended(served <-chan error) (error, bool) {
 // TestUnreadAnswersEndTheStream: a client that sends requests and reads
 // no answers has its stream ended, RESOURCE_EXHAUSTED, once an answer
 // has waited SendTimeout (at most a quarter more), though the send is
-// blocked; the stream's RPC context ends with it, which gives its slot back.
+// blocked; the stream's RPC context ends with it, which gives its slot
+// back, and the trailer says why.
 func TestUnreadAnswersEndTheStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newStalled()
@@ -109,8 +114,11 @@ func TestUnreadAnswersEndTheStream(t *testing.T) {
 		if !ok || !errors.Is(err, ErrNotRead) || status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("Serve after its answer was blocked for 12.6s: %v (returned %v), want ErrNotRead", err, ok)
 		}
-		if s.ctx.Err() == nil {
-			t.Error("the RPC's context did not end: its slot is held")
+		if !errors.Is(s.ctx.Err(), context.DeadlineExceeded) {
+			t.Errorf("the RPC's context: %v, want it ended (its slot given back), DeadlineExceeded for gRPC's status", s.ctx.Err())
+		}
+		if got := s.trailer.Get(EndedTrailer); len(got) != 1 || got[0] != status.Convert(ErrNotRead).Message() {
+			t.Errorf("trailer %s: %q, want ErrNotRead's message", EndedTrailer, got)
 		}
 	})
 }
@@ -153,8 +161,11 @@ func TestIdleStreamIsAskedToEnd(t *testing.T) {
 			if !ok || !errors.Is(err, ErrIdle) {
 				t.Fatalf("Serve, idle for 2m3s after a notice: %v (returned %v), want ErrIdle", err, ok)
 			}
-			if s.ctx.Err() == nil {
-				t.Error("the RPC's context did not end: its slot is held")
+			if !errors.Is(s.ctx.Err(), context.DeadlineExceeded) {
+				t.Errorf("the RPC's context: %v, want it ended", s.ctx.Err())
+			}
+			if got := s.trailer.Get(EndedTrailer); len(got) != 1 || got[0] != status.Convert(ErrIdle).Message() {
+				t.Errorf("trailer %s: %q, want ErrIdle's message", EndedTrailer, got)
 			}
 		})
 	})

@@ -1,0 +1,86 @@
+package node
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/tap"
+
+	"github.com/ringlimit/ringlimit/internal/admit"
+	"github.com/ringlimit/ringlimit/internal/mux"
+)
+
+// The defaults of the Config fields that bound how long a connection or
+// a stream holds its slot without earning it (see SECURITY.md,
+// "Connection and stream slots").
+const (
+	// DefaultMaxConnsPerSource leaves room for a proxy: Envoy opens a
+	// connection per worker thread to each upstream host, and more under
+	// load, and a node behind a NAT or a load balancer sees many clients
+	// under one address. It is an eighth of DefaultMaxConns, so that one
+	// address cannot take more than that.
+	DefaultMaxConnsPerSource = 512
+	// DefaultHandshakeTimeout bounds a connection's TLS and HTTP/2
+	// handshakes, and an HTTP request's headers: a few round trips, even
+	// across regions.
+	DefaultHandshakeTimeout = 10 * time.Second
+	// DefaultIdleTimeout is how long a connection that carries no request
+	// is kept: clients reconnect at once when they need one again.
+	DefaultIdleTimeout = 2 * time.Minute
+	// DefaultStreamSendTimeout is how long an answer on a CheckStream may
+	// wait for its client to read: a client that reads answers as they
+	// come (the Go client does) never waits more than a round trip.
+	DefaultStreamSendTimeout = 10 * time.Second
+	// DefaultStreamIdleTimeout is how long a CheckStream may go without a
+	// request before its client is asked to end it.
+	DefaultStreamIdleTimeout = 5 * time.Minute
+)
+
+// keepaliveTime and keepaliveTimeout make gRPC ping a client that has
+// sent nothing for a minute, and close its connection if it does not
+// answer within 20s: a client that vanished (a host that died without a
+// reset) or stopped reading its connection frees its slot within 80s
+// rather than gRPC's two hours.
+const (
+	keepaliveTime    = time.Minute
+	keepaliveTimeout = 20 * time.Second
+	// keepaliveMinPing is the shortest ping interval a client may use
+	// (gRPC's default is 5 minutes, which Envoy's keepalive settings often
+	// undercut); a client that pings more often is sent away.
+	keepaliveMinPing = 10 * time.Second
+)
+
+// connOptions are the options of both gRPC servers (client and peer
+// ports) that bound what a connection holds: its handshakes (TLS and
+// HTTP/2) within HandshakeTimeout, else it is closed (gRPC's default is
+// 120s); a connection without RPCs closed after IdleTimeout; keepalive as
+// above.
+func (c Config) connOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ConnectionTimeout(c.HandshakeTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: c.IdleTimeout, Time: keepaliveTime, Timeout: keepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinPing, PermitWithoutStream: true}),
+	}
+}
+
+// clientTap is the client port's grpc.InTapHandle: the gate admits the
+// RPC, and a stream's RPC context is made one that its mux.Server can end
+// (see mux.Stoppable), so that a stream whose client does not read its
+// answers ends, and gives its slot back, though its send is blocked.
+// Only admitted streams get one: a refused RPC's context is never ended
+// by gRPC until its connection closes, and would keep it.
+func clientTap(gate *admit.Gate, streams ...string) tap.ServerInHandle {
+	stoppable := map[string]bool{}
+	for _, m := range streams {
+		stoppable[m] = true
+	}
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		ctx, err := gate.Tap(ctx, info)
+		if err == nil && stoppable[info.FullMethodName] {
+			ctx = mux.Stoppable(ctx)
+		}
+		return ctx, err
+	}
+}
