@@ -111,6 +111,9 @@ type Config struct {
 	IdleTimeout       time.Duration
 	StreamSendTimeout time.Duration
 	StreamIdleTimeout time.Duration
+	// RequestTimeout bounds a unary RPC on the client port whose client
+	// gave no shorter deadline, its message included (see clientTap).
+	RequestTimeout time.Duration
 	// SnapshotDir is where the counters are written every
 	// SnapshotInterval and at shutdown, and loaded from at start; empty
 	// means counters live in memory only.
@@ -155,6 +158,7 @@ func DefaultConfig() Config {
 		IdleTimeout:       DefaultIdleTimeout,
 		StreamSendTimeout: DefaultStreamSendTimeout,
 		StreamIdleTimeout: DefaultStreamIdleTimeout,
+		RequestTimeout:    DefaultRequestTimeout,
 		SnapshotInterval:  snapshot.DefaultInterval,
 		Leases: global.LeaseConfig{TTL: global.DefaultLeaseTTL, MaxLessees: global.DefaultMaxLessees,
 			MaxLeasesPerKey: global.DefaultMaxLeasesPerKey, MaxKeysPerLessee: global.DefaultMaxKeysPerLessee},
@@ -272,10 +276,12 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	// The client port's codec refuses the 1,001st item, or descriptor,
 	// before building it.
 	rlsBound := api.BoundOf(&rlspb.RateLimitRequest{}, "descriptors", rls.MaxDescriptors)
+	tap := newClientTap(gate, conf.RequestTimeout, api.CheckStreamMethod)
 	n.grpcSrv = grpc.NewServer(slices.Concat(api.ServerOptions(rlsBound), tr.grpcServer(), conf.connOptions(),
-		[]grpc.ServerOption{workers, grpc.InTapHandle(clientTap(gate, api.CheckStreamMethod))})...)
+		[]grpc.ServerOption{workers, grpc.InTapHandle(tap.tap)})...)
 	n.health = n.faces.RegisterGRPC(n.grpcSrv)
 	rls.New(rls.Config{Checker: n.svc, Policies: n.policies}).Register(n.grpcSrv)
+	tap.learn(n.grpcSrv)
 	guard := peer.NewGuard(peer.GuardConfig{Members: n.members, Certificates: tr.peerTLS, Logger: log, Registerer: reg})
 	n.peerSrv = grpc.NewServer(slices.Concat(peer.ServerOptions(), tr.peerServer, conf.connOptions(),
 		[]grpc.ServerOption{workers, grpc.ChainUnaryInterceptor(guard.Unary), grpc.ChainStreamInterceptor(guard.Stream)})...)

@@ -36,6 +36,11 @@ const (
 	// DefaultStreamIdleTimeout is how long a CheckStream may go without a
 	// request before its client is asked to end it.
 	DefaultStreamIdleTimeout = 5 * time.Minute
+	// DefaultRequestTimeout bounds a unary RPC on the client port, its
+	// message included: a check forwarded to its owner gives up after 2s
+	// (peer.DefaultTimeout), and nothing else a node does for a client
+	// takes longer.
+	DefaultRequestTimeout = 30 * time.Second
 )
 
 // keepaliveTime and keepaliveTimeout make gRPC ping a client that has
@@ -65,22 +70,66 @@ func (c Config) connOptions() []grpc.ServerOption {
 	}
 }
 
-// clientTap is the client port's grpc.InTapHandle: the gate admits the
-// RPC, and a stream's RPC context is made one that its mux.Server can end
-// (see mux.Stoppable), so that a stream whose client does not read its
-// answers ends, and gives its slot back, though its send is blocked.
-// Only admitted streams get one: a refused RPC's context is never ended
-// by gRPC until its connection closes, and would keep it.
-func clientTap(gate *admit.Gate, streams ...string) tap.ServerInHandle {
-	stoppable := map[string]bool{}
+// clientTap is the client port's grpc.InTapHandle. The gate admits the
+// RPC (see admit.Gate.Tap), and then:
+//
+//   - a stream of Streams gets an RPC context that its mux.Server can end
+//     (see mux.Stoppable), so that a stream whose client does not read
+//     its answers ends, and gives its slot back, though its send is
+//     blocked;
+//   - a unary RPC gets a deadline of RequestTimeout, unless its client
+//     gave a shorter one: a client that sends an RPC's headers and
+//     withholds its message would otherwise hold a slot of --max-inflight
+//     for as long as its connection lives (the handler, which could time
+//     it, is not called before the message arrives).
+//
+// Only admitted RPCs get either: a refused RPC's context is never ended by
+// gRPC until its connection closes, and would keep what was derived from
+// it.
+type clientTap struct {
+	gate           *admit.Gate
+	requestTimeout time.Duration
+	streams        map[string]bool
+	// unary holds the full names of the unary methods, once learn has
+	// read them from the server; it is written before the server serves,
+	// and only read after.
+	unary map[string]bool
+}
+
+func newClientTap(gate *admit.Gate, requestTimeout time.Duration, streams ...string) *clientTap {
+	t := &clientTap{gate: gate, requestTimeout: requestTimeout, streams: map[string]bool{}, unary: map[string]bool{}}
 	for _, m := range streams {
-		stoppable[m] = true
+		t.streams[m] = true
 	}
-	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
-		ctx, err := gate.Tap(ctx, info)
-		if err == nil && stoppable[info.FullMethodName] {
-			ctx = mux.Stoppable(ctx)
+	return t
+}
+
+// learn reads the unary methods of srv, once every service is registered
+// and before it serves.
+func (t *clientTap) learn(srv *grpc.Server) {
+	for svc, info := range srv.GetServiceInfo() {
+		for _, m := range info.Methods {
+			if !m.IsClientStream && !m.IsServerStream {
+				t.unary["/"+svc+"/"+m.Name] = true
+			}
 		}
-		return ctx, err
 	}
+}
+
+func (t *clientTap) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	ctx, err := t.gate.Tap(ctx, info)
+	switch {
+	case err != nil:
+	case t.streams[info.FullMethodName]:
+		ctx = mux.Stoppable(ctx)
+	case t.unary[info.FullMethodName]:
+		if d, ok := ctx.Deadline(); !ok || time.Until(d) > t.requestTimeout {
+			// The timer is released when the RPC ends, which ends ctx's
+			// parent; AfterFunc says so to vet.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, t.requestTimeout)
+			context.AfterFunc(ctx, cancel)
+		}
+	}
+	return ctx, err
 }

@@ -61,7 +61,7 @@ func TestParseConfigBounds(t *testing.T) {
 	}
 	if c.MaxInflight != admit.DefaultMax || c.MaxStreams != admit.DefaultMaxStreams || c.MaxConns != node.DefaultMaxConns || c.MaxLogEntries != limiter.DefaultMaxLogEntries ||
 		c.MaxConnsPerSource != node.DefaultMaxConnsPerSource || c.HandshakeTimeout != node.DefaultHandshakeTimeout || c.IdleTimeout != node.DefaultIdleTimeout ||
-		c.StreamSendTimeout != node.DefaultStreamSendTimeout || c.StreamIdleTimeout != node.DefaultStreamIdleTimeout {
+		c.StreamSendTimeout != node.DefaultStreamSendTimeout || c.StreamIdleTimeout != node.DefaultStreamIdleTimeout || c.RequestTimeout != node.DefaultRequestTimeout {
 		t.Errorf("defaults: %+v", c)
 	}
 	for _, args := range [][]string{
@@ -73,6 +73,7 @@ func TestParseConfigBounds(t *testing.T) {
 		{"--idle-timeout", "-1s"},
 		{"--stream-send-timeout", "0s"},
 		{"--stream-idle-timeout", "0s"},
+		{"--request-timeout", "0s"},
 		{"--max-log-entries", "9999"},
 	} {
 		if _, err := parseConfig(args, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), args[0]) {

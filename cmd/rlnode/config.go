@@ -62,6 +62,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", d.HandshakeTimeout, "longest a new connection may take over its TLS and HTTP/2 handshakes, on every port, and an HTTP request over its headers; beyond it the connection is closed")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", d.IdleTimeout, "a connection that has carried no request for this long is closed (HTTP keep-alive, gRPC on the client and peer ports); clients reconnect when they need to")
 	fs.DurationVar(&c.StreamSendTimeout, "stream-send-timeout", d.StreamSendTimeout, "a CheckStream whose answer has waited this long for its client to read it is ended with RESOURCE_EXHAUSTED, freeing its slot")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", d.RequestTimeout, "longest a gRPC call on the client port (other than a stream) may take, its message included, unless its client asks for less: a client that withholds its message holds a slot of --max-inflight until then")
 	fs.DurationVar(&c.StreamIdleTimeout, "stream-idle-timeout", d.StreamIdleTimeout, "a CheckStream without requests for this long is asked to end (the Go client does at once), and ended if it is still idle as long again, freeing its slot")
 	fs.StringVar(&c.MemoryLimit, "memory-limit", "", "the Go runtime's soft memory limit, e.g. 512MiB (default: 90% of the container's memory limit, unless GOMEMLIMIT is set)")
 	fs.IntVar(&c.MaxLogEntries, "max-log-entries", d.MaxLogEntries, "entries of all SLIDING_LOG counters held, 16 bytes each; beyond it the least recently used logs are evicted")
@@ -162,6 +163,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("--stream-send-timeout: must be positive, got %v", c.StreamSendTimeout)
 	case c.StreamIdleTimeout <= 0:
 		return fmt.Errorf("--stream-idle-timeout: must be positive, got %v", c.StreamIdleTimeout)
+	case c.RequestTimeout <= 0:
+		return fmt.Errorf("--request-timeout: must be positive, got %v", c.RequestTimeout)
 	case c.MaxInflight <= 0:
 		return fmt.Errorf("--max-inflight: must be positive, got %d", c.MaxInflight)
 	case c.MaxStreams <= 0:

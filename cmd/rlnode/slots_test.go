@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -299,6 +301,55 @@ func drain(s pb.RateLimiter_CheckStreamClient) error {
 	for {
 		if _, err := s.Recv(); err != nil {
 			return err
+		}
+	}
+}
+
+// TestWithheldMessagesFreeTheirSlots: Check RPCs whose client sends the
+// headers and never the message take every slot of --max-inflight (4
+// here); each ends after --request-timeout, and a legitimate check is then
+// admitted. Before, they held the slots for as long as their connection
+// lived.
+func TestWithheldMessagesFreeTheirSlots(t *testing.T) {
+	_, grpcAddr, _ := startNode(t, "--max-inflight", "4", "--request-timeout", "1s")
+	h2 := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(floodSource)}}
+		return d.DialContext(ctx, network, addr)
+	}}
+	defer h2.CloseIdleConnections()
+	ended := make(chan int, 4)
+	for range 4 {
+		body, w := io.Pipe() // never written: the message is withheld
+		defer w.Close()
+		req, err := http.NewRequest(http.MethodPost, "http://"+grpcAddr+"/ringlimit.v1.RateLimiter/Check", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/grpc")
+		req.Header.Set("TE", "trailers")
+		go func() {
+			resp, err := h2.RoundTrip(req)
+			if err != nil {
+				ended <- -1
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			code, _ := strconv.Atoi(resp.Trailer.Get("Grpc-Status") + resp.Header.Get("Grpc-Status"))
+			ended <- code
+		}()
+	}
+	item := &pb.CheckItem{Name: "withheld", Key: "k", Limit: 5, DurationMs: 60_000}
+	eventually(t, "a legitimate check admitted", func() bool {
+		r, err := checkOnce(grpcAddr, item)
+		if status.Code(err) != codes.ResourceExhausted && err != nil {
+			t.Fatalf("a legitimate check: %v, want it admitted or RESOURCE_EXHAUSTED while the slots are held", err)
+		}
+		return err == nil && r.GetStatus() == pb.Status_UNDER_LIMIT
+	})
+	for range 4 {
+		if code := <-ended; code != int(codes.DeadlineExceeded) {
+			t.Errorf("a call whose message was withheld ended with gRPC status %d, want DEADLINE_EXCEEDED", code)
 		}
 	}
 }
