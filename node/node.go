@@ -263,6 +263,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		Ready: n.members.Ready, ReadyNote: n.insecure,
 		Members: func() []api.Member { return apiMembers(n.members) },
 		Ring:    n.members.Ring, StreamSendTimeout: conf.StreamSendTimeout, StreamIdleTimeout: conf.StreamIdleTimeout,
+		StreamEnded: streamEnded(n.lis.grpc.(*conns.Listener), reg),
 	})
 
 	// Stream workers reuse goroutines whose stacks have grown already,

@@ -2,13 +2,17 @@ package node
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/tap"
 
 	"github.com/ringlimit/ringlimit/internal/admit"
+	"github.com/ringlimit/ringlimit/internal/conns"
 	"github.com/ringlimit/ringlimit/internal/mux"
 )
 
@@ -132,4 +136,30 @@ func (t *clientTap) tap(ctx context.Context, info *tap.Info) (context.Context, e
 		}
 	}
 	return ctx, err
+}
+
+// streamEnded returns what a node does when it ends a CheckStream (see
+// mux.Server.Ended): it counts it, and closes the connection of a client
+// that did not read its answers. That client reads nothing of the
+// connection, or nothing of that stream, and the stream's unsent answers
+// (up to gRPC's 64 KiB a stream, and one answer more) would wait there
+// until it did: closing the connection frees them, and the slots of the
+// connection and of its other streams.
+func streamEnded(grpcLis *conns.Listener, reg prometheus.Registerer) func(ctx context.Context, reason error) {
+	ended := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ringlimit_streams_ended_total",
+		Help: "CheckStreams the node ended, by reason: not_read (an answer waited --stream-send-timeout for its client to read it; the client's connection is closed) or idle (no request for twice --stream-idle-timeout, the client asked to end it halfway).",
+	}, []string{"reason"})
+	reg.MustRegister(ended)
+	notRead, idle := ended.WithLabelValues("not_read"), ended.WithLabelValues("idle")
+	return func(ctx context.Context, reason error) {
+		if errors.Is(reason, mux.ErrIdle) {
+			idle.Inc()
+			return
+		}
+		notRead.Inc()
+		if p, ok := peer.FromContext(ctx); ok {
+			grpcLis.CloseConn(p.Addr)
+		}
+	}
 }

@@ -197,14 +197,15 @@ func TestHandshakeFloodOnPeerPort(t *testing.T) {
 
 // TestUnreadStreamsFreeTheirSlots: a client that fills every CheckStream
 // slot (--max-streams 8) with streams whose answers it never reads, or on
-// which it sends nothing, has them ended after --stream-send-timeout, or
-// twice --stream-idle-timeout (DEADLINE_EXCEEDED, the trailer saying
-// why), and a new client then opens as many. Before, 256 such streams held
+// which it sends nothing, has them ended after --stream-send-timeout (and
+// its connection closed), or twice --stream-idle-timeout
+// (DEADLINE_EXCEEDED, the trailer saying why), and a new client then
+// opens as many. Before, 256 such streams held
 // every slot for as long as they liked (issue 24).
 func TestUnreadStreamsFreeTheirSlots(t *testing.T) {
 	for _, idle := range []bool{false, true} {
 		t.Run(map[bool]string{false: "unread answers", true: "idle"}[idle], func(t *testing.T) {
-			_, grpcAddr, _ := startNode(t, "--max-streams", "8", "--stream-send-timeout", "1s", "--stream-idle-timeout", "1s")
+			httpAddr, grpcAddr, _ := startNode(t, "--max-streams", "8", "--stream-send-timeout", "1s", "--stream-idle-timeout", "1s")
 			// The attacker's window is the smallest gRPC allows, so that
 			// a few answers fill it.
 			conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -220,6 +221,13 @@ func TestUnreadStreamsFreeTheirSlots(t *testing.T) {
 				s, err := pb.NewRateLimiterClient(conn).CheckStream(ctx)
 				if err != nil {
 					t.Fatal(err)
+				}
+				// The stream holds its slot once a first request is answered.
+				if err := s.Send(&pb.CheckStreamRequest{Id: 100, Requests: []*pb.CheckItem{{Name: "first", Key: "k", Limit: 5, DurationMs: 1000}}}); err != nil {
+					t.Fatal(err)
+				}
+				if r, err := s.Recv(); err != nil || r.GetId() != 100 {
+					t.Fatalf("a first request of the attacker's: %v %v", r, err)
 				}
 				if !idle {
 					// Answers of about 50 KB: each of 1,000 items has an
@@ -238,16 +246,25 @@ func TestUnreadStreamsFreeTheirSlots(t *testing.T) {
 			// Every slot comes free: a new client opens 8 streams. (Until
 			// then the attacker reads nothing, which would free its streams.)
 			accepted(t, grpcAddr, 8)
-			want := mux.ErrNotRead
-			if idle {
-				want = mux.ErrIdle
+			if !idle {
+				// The client's connection was closed: its streams end so.
+				for i, s := range streams {
+					if err := drain(s); status.Code(err) != codes.Unavailable {
+						t.Errorf("stream %d ended with %v, want UNAVAILABLE: its connection closed", i, err)
+					}
+				}
+				// The first ended closes the connection, which ends the others.
+				eventually(t, "a stream counted", metricAtLeast(httpAddr, `ringlimit_streams_ended_total{reason="not_read"}`, 1))
+				return
 			}
+			want := status.Convert(mux.ErrIdle).Message()
 			for i, s := range streams {
 				err := drain(s)
-				if why := s.Trailer().Get(mux.EndedTrailer); status.Code(err) != codes.DeadlineExceeded || len(why) != 1 || why[0] != status.Convert(want).Message() {
-					t.Errorf("stream %d ended with %v, trailer %q, want DEADLINE_EXCEEDED and %q", i, err, why, status.Convert(want).Message())
+				if why := s.Trailer().Get(mux.EndedTrailer); status.Code(err) != codes.DeadlineExceeded || len(why) != 1 || why[0] != want {
+					t.Errorf("stream %d ended with %v, trailer %q, want DEADLINE_EXCEEDED and %q", i, err, why, want)
 				}
 			}
+			eventually(t, "8 streams counted", metricAtLeast(httpAddr, `ringlimit_streams_ended_total{reason="idle"}`, 8))
 		})
 	}
 }

@@ -66,11 +66,12 @@ type Listener struct {
 	conf             Config
 	refusedTotal     prometheus.Counter
 	refusedPerSource prometheus.Counter
-	open             prometheus.Gauge
+	gauge            prometheus.Gauge
 
 	mu       sync.Mutex
 	total    int
-	bySource map[string]int // IP address -> connections open; no zero entries
+	bySource map[string]int   // IP address -> connections open; no zero entries
+	open     map[string]*conn // remote address -> the connection open from it
 }
 
 // Limit returns l bounded as conf says.
@@ -79,10 +80,10 @@ func Limit(l net.Listener, conf Config) *Listener {
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	return &Listener{Listener: l, conf: conf, bySource: map[string]int{},
+	return &Listener{Listener: l, conf: conf, bySource: map[string]int{}, open: map[string]*conn{},
 		refusedTotal:     m.refused.WithLabelValues(conf.Name, "total"),
 		refusedPerSource: m.refused.WithLabelValues(conf.Name, "per_source"),
-		open:             m.open.WithLabelValues(conf.Name),
+		gauge:            m.open.WithLabelValues(conf.Name),
 	}
 }
 
@@ -95,41 +96,58 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		src := source(c.RemoteAddr())
-		if refused := l.enter(src); refused != nil {
+		lc := &conn{Conn: c, l: l, src: source(c.RemoteAddr()), remote: c.RemoteAddr().String()}
+		if refused := l.enter(lc); refused != nil {
 			c.Close()
 			refused.Inc()
 			continue
 		}
-		return &conn{Conn: c, l: l, src: src}, nil
+		return lc, nil
 	}
 }
 
-// enter takes a slot for a connection from src, or returns the counter of
-// the bound that refuses it.
-func (l *Listener) enter(src string) prometheus.Counter {
+// enter takes a slot for c, or returns the counter of the bound that
+// refuses it.
+func (l *Listener) enter(c *conn) prometheus.Counter {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
 	case l.conf.Max > 0 && l.total >= l.conf.Max:
 		return l.refusedTotal
-	case l.conf.PerSource > 0 && l.bySource[src] >= l.conf.PerSource:
+	case l.conf.PerSource > 0 && l.bySource[c.src] >= l.conf.PerSource:
 		return l.refusedPerSource
 	}
 	l.total++
-	l.bySource[src]++
-	l.open.Inc()
+	l.bySource[c.src]++
+	l.open[c.remote] = c
+	l.gauge.Inc()
 	return nil
 }
 
-func (l *Listener) leave(src string) {
+func (l *Listener) leave(c *conn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.total--
-	if l.bySource[src]--; l.bySource[src] == 0 {
-		delete(l.bySource, src)
+	if l.bySource[c.src]--; l.bySource[c.src] == 0 {
+		delete(l.bySource, c.src)
 	}
-	l.open.Dec()
+	delete(l.open, c.remote)
+	l.gauge.Dec()
+}
+
+// CloseConn closes the connection open from the remote address remote
+// (as its RemoteAddr says), if there is one, and reports whether there
+// was: a server that finds a client of a connection misbehaving, such as
+// one that reads nothing of what it is sent, ends it whole.
+func (l *Listener) CloseConn(remote net.Addr) bool {
+	l.mu.Lock()
+	c := l.open[remote.String()]
+	l.mu.Unlock()
+	if c == nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // source is the IP address of a connection's remote end: connections from
@@ -148,13 +166,14 @@ func source(a net.Addr) string {
 // conn gives its slot back once, at its first Close.
 type conn struct {
 	net.Conn
-	l    *Listener
-	src  string
-	once sync.Once
+	l      *Listener
+	src    string // its remote IP address
+	remote string // its remote address
+	once   sync.Once
 }
 
 func (c *conn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.leave(c.src) })
+	c.once.Do(func() { c.l.leave(c) })
 	return err
 }

@@ -116,3 +116,23 @@ func TestTotal(t *testing.T) {
 		t.Fatal("a connection was not accepted after a slot was freed")
 	}
 }
+
+// TestCloseConn: a server closes one connection by its client's address;
+// the client sees it closed, and its slot is free.
+func TestCloseConn(t *testing.T) {
+	l := listen(t, Config{PerSource: 1})
+	accepted := serve(t, l)
+	c := dialFrom(t, "127.0.0.2", l.Addr().String())
+	server := <-accepted
+	if !l.CloseConn(server.RemoteAddr()) {
+		t.Fatal("CloseConn found no connection from the client's address")
+	}
+	if !closedByServer(c) {
+		t.Error("the client's connection is still open")
+	}
+	if l.CloseConn(server.RemoteAddr()) {
+		t.Error("CloseConn found the closed connection again")
+	}
+	dialFrom(t, "127.0.0.2", l.Addr().String())
+	<-accepted // the source's one slot is free again
+}

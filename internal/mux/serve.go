@@ -62,6 +62,12 @@ type Server[Req, Resp any] struct {
 	// slot back within twice IdleTimeout. A Go client of this package
 	// ends the stream at once, and opens another for its next request.
 	IdleTimeout time.Duration
+	// Ended, if not nil, is called with the stream's context when Serve
+	// ends a stream for ErrNotRead or ErrIdle, e.g. to count it, or to
+	// close the connection of a client that reads nothing: the ended
+	// stream's unsent answers wait there until the client reads them or
+	// the connection closes.
+	Ended func(ctx context.Context, reason error)
 
 	drainOnce sync.Once
 	drainCtx  context.Context // ends at Drain
@@ -170,7 +176,7 @@ func (sr *Server[Req, Resp]) Serve(s grpc.BidiStreamingServer[Req, Resp]) error 
 	sr.init()
 	ctx, cancel := context.WithCancel(s.Context())
 	defer cancel()
-	sv := &server[Req, Resp]{s: s, ctx: ctx, cancel: cancel, timeout: sr.Timeout, handle: sr.Handle}
+	sv := &server[Req, Resp]{s: s, ctx: ctx, cancel: cancel, timeout: sr.Timeout, handle: sr.Handle, ended: sr.Ended}
 	sv.handOverFn = sv.handOver
 	sv.active.Store(1)
 	sv.lastRecv.Store(time.Now().UnixNano())
@@ -271,7 +277,8 @@ type server[Req, Resp any] struct {
 	lastRecv     atomic.Int64
 	deciding     atomic.Int32
 	stopOnce     sync.Once
-	stopped      error // why watch ended the stream; written once, by stop, before watch returns
+	stopped      error                                   // why watch ended the stream; written once, by stop, before watch returns
+	ended        func(ctx context.Context, reason error) // Server.Ended
 }
 
 // stop ends the stream for err, which Serve returns and EndedTrailer
@@ -285,6 +292,9 @@ func (sv *server[Req, Resp]) stop(err error) {
 			c.stop()
 		}
 		sv.cancel()
+		if sv.ended != nil {
+			sv.ended(sv.s.Context(), err)
+		}
 	})
 }
 
