@@ -99,11 +99,19 @@ func ended(served <-chan error) (error, bool) {
 // no answers has its stream ended, RESOURCE_EXHAUSTED, once an answer
 // has waited SendTimeout (at most a quarter more), though the send is
 // blocked; the stream's RPC context ends with it, which gives its slot
-// back, and the trailer says why.
+// back, the trailer says why, and Ended is told.
 func TestUnreadAnswersEndTheStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newStalled()
-		served := serveStalled(slotServer(10*time.Second, 0, nil), s)
+		sr := slotServer(10*time.Second, 0, nil)
+		var endedFor []error
+		sr.Ended = func(ctx context.Context, reason error) {
+			if ctx != s.ctx {
+				t.Error("Ended was not given the stream's context")
+			}
+			endedFor = append(endedFor, reason)
+		}
+		served := serveStalled(sr, s)
 		s.in <- request("k", 1)
 		time.Sleep(10 * time.Second)
 		if err, ok := ended(served); ok {
@@ -119,6 +127,9 @@ func TestUnreadAnswersEndTheStream(t *testing.T) {
 		}
 		if got := s.trailer.Get(EndedTrailer); len(got) != 1 || got[0] != status.Convert(ErrNotRead).Message() {
 			t.Errorf("trailer %s: %q, want ErrNotRead's message", EndedTrailer, got)
+		}
+		if len(endedFor) != 1 || !errors.Is(endedFor[0], ErrNotRead) {
+			t.Errorf("Ended called with %v, want once with ErrNotRead", endedFor)
 		}
 	})
 }
