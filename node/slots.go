@@ -48,10 +48,10 @@ const (
 )
 
 // keepaliveTime and keepaliveTimeout make gRPC ping a client that has
-// sent nothing for a minute, and close its connection if it does not
-// answer within 20s: a client that vanished (a host that died without a
-// reset) or stopped reading its connection frees its slot within 80s
-// rather than gRPC's two hours.
+// sent nothing for a minute, and close its connection if nothing arrives
+// within 20s: a client that vanished (a host that died without a reset)
+// or went silent frees its slot within 80s rather than gRPC's two hours
+// and 20s.
 const (
 	keepaliveTime    = time.Minute
 	keepaliveTimeout = 20 * time.Second
@@ -77,10 +77,10 @@ func (c Config) connOptions() []grpc.ServerOption {
 // clientTap is the client port's grpc.InTapHandle. The gate admits the
 // RPC (see admit.Gate.Tap), and then:
 //
-//   - a stream of Streams gets an RPC context that its mux.Server can end
-//     (see mux.Stoppable), so that a stream whose client does not read
-//     its answers ends, and gives its slot back, though its send is
-//     blocked;
+//   - a stream of the methods newClientTap is given gets an RPC context
+//     that its mux.Server can end (see mux.Stoppable), so that a stream
+//     whose client does not read its answers, or sends nothing, ends and
+//     gives its slot back, though its send or receive is blocked;
 //   - a unary RPC gets a deadline of RequestTimeout, unless its client
 //     gave a shorter one: a client that sends an RPC's headers and
 //     withholds its message would otherwise hold a slot of --max-inflight

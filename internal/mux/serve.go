@@ -54,13 +54,14 @@ type Server[Req, Resp any] struct {
 	// a send is blocked; others end when the send does.
 	SendTimeout time.Duration
 	// IdleTimeout, if positive, is how long a stream may go without a
-	// request while none is being decided. Then its client is asked to end
-	// it (Notice, with ErrIdle), as a draining node asks, so that no
+	// request while none is being decided. Then its client is asked to
+	// end it (Notice, with ErrIdle), as a draining node asks, so that no
 	// request crossing the notice is lost; a stream still idle
 	// IdleTimeout later is ended (ErrIdle; as for SendTimeout, through
-	// Stoppable). An idle stream so gives its
-	// slot back within twice IdleTimeout. A Go client of this package
-	// ends the stream at once, and opens another for its next request.
+	// Stoppable). An idle stream so gives its slot back within twice
+	// IdleTimeout. A Client of this package ends the stream at once, and
+	// sends its next requests another way for RetryAfter, then on a new
+	// stream.
 	IdleTimeout time.Duration
 	// Ended, if not nil, is called with the stream's context when Serve
 	// ends a stream for ErrNotRead or ErrIdle, e.g. to count it, or to
