@@ -65,6 +65,14 @@ type Config struct {
 	// admit.Gate.Message): it returns what to call once the request is
 	// answered, or the error to refuse it with.
 	AdmitMessage func() (done func(), err error)
+	// StreamSendTimeout and StreamIdleTimeout end a CheckStream whose
+	// client does not read its answers, or sends no requests, and
+	// StreamEnded is told of each (see mux.Server's SendTimeout,
+	// IdleTimeout and Ended); zero timeouts mean never, a nil StreamEnded
+	// nothing. A stream's RPC context must come through mux.Stoppable for
+	// a blocked send to end.
+	StreamSendTimeout, StreamIdleTimeout time.Duration
+	StreamEnded                          func(ctx context.Context, reason error)
 }
 
 // Server is the gRPC and HTTP faces of one node. It is safe for
@@ -89,7 +97,8 @@ func New(conf Config) *Server {
 		}, []string{"interface"}),
 	}
 	s.bufs.New = func() any { return new([]byte) }
-	s.streams = mux.Server[pb.CheckStreamRequest, pb.CheckStreamResponse]{Timeout: streamTimeout, Handle: s.checkMessage, Notice: drainNotice}
+	s.streams = mux.Server[pb.CheckStreamRequest, pb.CheckStreamResponse]{Timeout: streamTimeout, Handle: s.checkMessage, Notice: notice,
+		SendTimeout: conf.StreamSendTimeout, IdleTimeout: conf.StreamIdleTimeout, Ended: conf.StreamEnded}
 	if conf.Registerer != nil {
 		conf.Registerer.MustRegister(s.latency)
 	}

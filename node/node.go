@@ -34,6 +34,7 @@ import (
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/global"
 	"github.com/ringlimit/ringlimit/internal/admit"
+	"github.com/ringlimit/ringlimit/internal/conns"
 	"github.com/ringlimit/ringlimit/internal/tlsfiles"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
@@ -99,10 +100,26 @@ type Config struct {
 	ReplicateInterval time.Duration
 	// MaxInflight bounds client requests in flight, MaxStreams the
 	// CheckStreams open, and MaxConns the connections open on each of the
-	// HTTP, gRPC and peer listeners.
-	MaxInflight int
-	MaxStreams  int
-	MaxConns    int
+	// HTTP, gRPC and peer listeners, MaxConnsPerSource those from one IP
+	// address on each (zero: no bound per source).
+	MaxInflight       int
+	MaxStreams        int
+	MaxConns          int
+	MaxConnsPerSource int
+	// HandshakeTimeout bounds the TLS and HTTP/2 handshakes of a
+	// connection to any of the three ports, and the headers of an HTTP
+	// request; IdleTimeout closes a connection that has carried no request
+	// for that long. StreamSendTimeout ends a CheckStream whose answer has
+	// waited that long for its client to read it, and StreamIdleTimeout
+	// asks a CheckStream without requests for that long to end (see
+	// mux.Server). Zero timeouts mean none.
+	HandshakeTimeout  time.Duration
+	IdleTimeout       time.Duration
+	StreamSendTimeout time.Duration
+	StreamIdleTimeout time.Duration
+	// RequestTimeout bounds a unary RPC on the client port whose client
+	// gave no shorter deadline, its message included (see clientTap).
+	RequestTimeout time.Duration
 	// SnapshotDir is where the counters are written every
 	// SnapshotInterval and at shutdown, and loaded from at start; empty
 	// means counters live in memory only.
@@ -142,6 +159,12 @@ func DefaultConfig() Config {
 		MaxInflight:       admit.DefaultMax,
 		MaxStreams:        admit.DefaultMaxStreams,
 		MaxConns:          DefaultMaxConns,
+		MaxConnsPerSource: DefaultMaxConnsPerSource,
+		HandshakeTimeout:  DefaultHandshakeTimeout,
+		IdleTimeout:       DefaultIdleTimeout,
+		StreamSendTimeout: DefaultStreamSendTimeout,
+		StreamIdleTimeout: DefaultStreamIdleTimeout,
+		RequestTimeout:    DefaultRequestTimeout,
 		SnapshotInterval:  snapshot.DefaultInterval,
 		Leases: global.LeaseConfig{TTL: global.DefaultLeaseTTL, MaxLessees: global.DefaultMaxLessees,
 			MaxLeasesPerKey: global.DefaultMaxLeasesPerKey, MaxKeysPerLessee: global.DefaultMaxKeysPerLessee},
@@ -191,7 +214,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 			lis.close()
 		}
 	}()
-	n.lis = lis.limit(conf.MaxConns)
+	n.lis = lis.limit(conf, conns.NewMetrics(reg))
 
 	tr, err := newTransport(conf, log)
 	if err != nil {
@@ -250,7 +273,8 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		Checker: n.svc, Leases: n.svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
 		Ready: n.members.Ready, ReadyNote: n.insecure,
 		Members: func() []api.Member { return apiMembers(n.members) },
-		Ring:    n.members.Ring,
+		Ring:    n.members.Ring, StreamSendTimeout: conf.StreamSendTimeout, StreamIdleTimeout: conf.StreamIdleTimeout,
+		StreamEnded: streamEnded(n.lis.grpc.(*conns.Listener), reg),
 	})
 
 	// Stream workers reuse goroutines whose stacks have grown already,
@@ -264,19 +288,24 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	// The client port's codec refuses the 1,001st item, or descriptor,
 	// before building it.
 	rlsBound := api.BoundOf(&rlspb.RateLimitRequest{}, "descriptors", rls.MaxDescriptors)
-	n.grpcSrv = grpc.NewServer(slices.Concat(api.ServerOptions(rlsBound), tr.grpcServer(), []grpc.ServerOption{workers, grpc.InTapHandle(gate.Tap)})...)
+	tap := newClientTap(gate, conf.RequestTimeout, api.CheckStreamMethod)
+	n.grpcSrv = grpc.NewServer(slices.Concat(api.ServerOptions(rlsBound), tr.grpcServer(), conf.connOptions(),
+		[]grpc.ServerOption{workers, grpc.InTapHandle(tap.tap)})...)
 	n.health = n.faces.RegisterGRPC(n.grpcSrv)
 	rls.New(rls.Config{Checker: n.svc, Policies: n.policies}).Register(n.grpcSrv)
+	tap.learn(n.grpcSrv)
 	guard := peer.NewGuard(peer.GuardConfig{Members: n.members, Certificates: tr.peerTLS, Logger: log, Registerer: reg})
-	n.peerSrv = grpc.NewServer(slices.Concat(peer.ServerOptions(), tr.peerServer,
+	n.peerSrv = grpc.NewServer(slices.Concat(peer.ServerOptions(), tr.peerServer, conf.connOptions(),
 		[]grpc.ServerOption{workers, grpc.ChainUnaryInterceptor(guard.Unary), grpc.ChainStreamInterceptor(guard.Stream)})...)
 	n.peerFace = peer.NewServer(n.svc.Owner(), reg)
 	n.peerFace.Register(n.peerSrv)
 	// Timeouts bound what a slow or idle client can hold: a body of
 	// api.MaxBodyBytes arrives well within ReadTimeout on any link, and
-	// a check needs no headers of more than a few KB.
-	n.httpSrv = &http.Server{Handler: n.faces.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
-		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, TLSConfig: tr.public}
+	// a check needs no headers of more than a few KB. No route streams or
+	// long-polls, so WriteTimeout is what answering a check can take.
+	// ReadHeaderTimeout also bounds a TLS handshake.
+	n.httpSrv = &http.Server{Handler: n.faces.Handler(), ReadHeaderTimeout: conf.HandshakeTimeout, MaxHeaderBytes: 64 << 10,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: conf.IdleTimeout, TLSConfig: tr.public}
 	return n, nil
 }
 

@@ -174,9 +174,9 @@ func (s *Server) forwardMessage(ctx context.Context, req *peerpb.ForwardStreamRe
 	return &peerpb.ForwardStreamResponse{Id: req.GetId(), Responses: resps, Status: mux.Status(err)}
 }
 
-// drainNotice asks a sender to end its ForwardStream.
-func drainNotice() *peerpb.ForwardStreamResponse {
-	return &peerpb.ForwardStreamResponse{Status: mux.Status(status.Error(codes.Unavailable, "node stopping: end the stream"))}
+// drainNotice asks a sender to end its ForwardStream, for reason.
+func drainNotice(reason error) *peerpb.ForwardStreamResponse {
+	return &peerpb.ForwardStreamResponse{Status: mux.Status(reason)}
 }
 
 func forwardTimeout(req *peerpb.ForwardStreamRequest) time.Duration {
