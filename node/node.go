@@ -391,12 +391,14 @@ func stopGRPC(ctx context.Context, srv *grpc.Server) {
 	srv.GracefulStop()
 }
 
-// membersAt returns the names of the ring's members whose peer port is at
-// addr: whom a connection to addr must reach.
+// membersAt returns the names of the members whose peer port is at addr:
+// whom a connection to addr must reach. They are the admitted members,
+// those that left moments ago included (a new owner may still pull a
+// counter from its previous owner as it leaves).
 func (n *Node) membersAt(addr string) []string {
 	var names []string
-	for _, m := range n.members.Ring().Members() {
-		if m.PeerAddr == addr {
+	for _, m := range n.members.Members() {
+		if m.PeerAddr == addr && n.members.Member(m.Name) {
 			names = append(names, m.Name)
 		}
 	}
