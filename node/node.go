@@ -129,6 +129,14 @@ type Config struct {
 	// gRPC ports. Empty files mean plaintext.
 	PeerTLS tlsfiles.Files
 	TLS     tlsfiles.Files
+	// MemberNames, if not empty, is the pattern every member's name must
+	// match (dot-separated labels, each a path.Match pattern, a * never
+	// crossing a dot: "rlnode-*.rlnode.ns.svc.cluster.local"): a node of
+	// another name is not admitted to the ring whatever certificate it
+	// holds, so that other certificates the cluster CA issued cannot make
+	// members. Empty admits any name (with peer TLS, any that the
+	// member's certificate names).
+	MemberNames string
 	// GossipKeys encrypt gossip; the first encrypts, all decrypt. Nil
 	// means plaintext gossip.
 	GossipKeys [][]byte
@@ -216,7 +224,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	}()
 	n.lis = lis.limit(conf, conns.NewMetrics(reg))
 
-	tr, err := newTransport(conf, log)
+	tr, err := newTransport(conf, log, n.membersAt)
 	if err != nil {
 		return nil, err
 	}
@@ -249,6 +257,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		PeerAddr:      n.lis.peer.Addr().String(),
 		GRPCAddr:      n.lis.grpc.Addr().String(),
 		HTTPAddr:      n.lis.http.Addr().String(),
+		Admit:         tr.admitFunc(),
 		Logger:        log,
 		Registerer:    reg,
 		OnChange: func(_, _ *ring.Ring) {
@@ -294,7 +303,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	n.health = n.faces.RegisterGRPC(n.grpcSrv)
 	rls.New(rls.Config{Checker: n.svc, Policies: n.policies}).Register(n.grpcSrv)
 	tap.learn(n.grpcSrv)
-	guard := peer.NewGuard(peer.GuardConfig{Members: n.members, Certificates: tr.peerTLS, Logger: log, Registerer: reg})
+	guard := peer.NewGuard(peer.GuardConfig{Members: n.members, Certificates: tr.peerTLS, Self: conf.NodeName, Logger: log, Registerer: reg})
 	n.peerSrv = grpc.NewServer(slices.Concat(peer.ServerOptions(), tr.peerServer, conf.connOptions(),
 		[]grpc.ServerOption{workers, grpc.ChainUnaryInterceptor(guard.Unary), grpc.ChainStreamInterceptor(guard.Stream)})...)
 	n.peerFace = peer.NewServer(n.svc.Owner(), reg)
@@ -431,6 +440,20 @@ func stopGRPC(ctx context.Context, srv *grpc.Server) {
 	stop := context.AfterFunc(ctx, srv.Stop)
 	defer stop()
 	srv.GracefulStop()
+}
+
+// membersAt returns the names of the members whose peer port is at addr:
+// whom a connection to addr must reach. They are the admitted members,
+// those that left moments ago included (a new owner may still pull a
+// counter from its previous owner as it leaves).
+func (n *Node) membersAt(addr string) []string {
+	var names []string
+	for _, m := range n.members.Members() {
+		if m.PeerAddr == addr && n.members.Member(m.Name) {
+			names = append(names, m.Name)
+		}
+	}
+	return names
 }
 
 func peerAddrs(r *ring.Ring) []string {

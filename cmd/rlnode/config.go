@@ -77,6 +77,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&c.PeerTLS.Cert, "peer-tls-cert", "", "PEM certificate for the peer port, valid for --node-name, from the cluster CA; reloaded on change")
 	fs.StringVar(&c.PeerTLS.Key, "peer-tls-key", "", "PEM key of --peer-tls-cert")
 	fs.StringVar(&c.PeerTLS.CA, "peer-tls-ca", "", "PEM cluster CA: peers must present a certificate from it (mutual TLS)")
+	fs.StringVar(&c.MemberNames, "member-names", "", "pattern every member's name must match, dot-separated labels each a glob whose * stays within its label (rlnode-*.rlnode.ns.svc.cluster.local): a node of another name is not admitted to the ring, so other certificates of the cluster CA make no members")
 	fs.StringVar(&c.TLS.Cert, "tls-cert", "", "PEM certificate for TLS on the HTTP and gRPC ports; reloaded on change")
 	fs.StringVar(&c.TLS.Key, "tls-key", "", "PEM key of --tls-cert")
 	fs.StringVar(&c.TLS.CA, "tls-client-ca", "", "PEM CA: clients of the HTTP and gRPC ports must present a certificate from it")
