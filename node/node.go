@@ -23,6 +23,7 @@ import (
 	"slices"
 	"time"
 
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -40,6 +41,7 @@ import (
 	"github.com/ringlimit/ringlimit/policy"
 	"github.com/ringlimit/ringlimit/replica"
 	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/rlqs"
 	"github.com/ringlimit/ringlimit/rls"
 	"github.com/ringlimit/ringlimit/service"
 	"github.com/ringlimit/ringlimit/snapshot"
@@ -112,6 +114,8 @@ type Config struct {
 	// Leases bounds the lessees' accounts of the keys this node owns
 	// (see docs/leases.md).
 	Leases global.LeaseConfig
+	// RLQS bounds Envoy's rate limit quota streams (see package rlqs).
+	RLQS rlqs.Bounds
 }
 
 // DefaultConfig is the Config of `rlnode` run without flags, but for its
@@ -139,6 +143,7 @@ func DefaultConfig() Config {
 		SnapshotInterval:  snapshot.DefaultInterval,
 		Leases: global.LeaseConfig{TTL: global.DefaultLeaseTTL, MaxLessees: global.DefaultMaxLessees,
 			MaxLeasesPerKey: global.DefaultMaxLeasesPerKey, MaxKeysPerLessee: global.DefaultMaxKeysPerLessee},
+		RLQS: rlqs.DefaultBounds(),
 	}
 }
 
@@ -154,6 +159,7 @@ type Node struct {
 	members  *cluster.Cluster
 	svc      *service.Service
 	faces    *api.Server
+	quotas   *rlqs.Server
 	health   *health.Server
 	grpcSrv  *grpc.Server
 	peerSrv  *grpc.Server
@@ -234,7 +240,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		ReplicateInterval: conf.ReplicateInterval, HandedOff: n.snaps.handedOff(),
 		Logger: log, Registerer: reg, Policies: n.policies, Leases: conf.Leases,
 	})
-	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod}, MaxStreams: conf.MaxStreams, Registerer: reg})
+	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod, rlqs.Method}, MaxStreams: conf.MaxStreams, Registerer: reg})
 	n.faces = api.New(api.Config{
 		Checker: n.svc, Leases: n.svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
 		Ready: n.members.Ready, ReadyNote: n.insecure,
@@ -253,9 +259,15 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	// The client port's codec refuses the 1,001st item, or descriptor,
 	// before building it.
 	rlsBound := api.BoundOf(&rlspb.RateLimitRequest{}, "descriptors", rls.MaxDescriptors)
-	n.grpcSrv = grpc.NewServer(slices.Concat(api.ServerOptions(rlsBound), tr.grpcServer(), []grpc.ServerOption{workers, grpc.InTapHandle(gate.Tap)})...)
+	rlqsBound := api.BoundOf(&rlqspb.RateLimitQuotaUsageReports{}, "bucket_quota_usages", rlqs.MaxUsagesPerMessage)
+	n.grpcSrv = grpc.NewServer(slices.Concat(api.ServerOptions(rlsBound, rlqsBound), tr.grpcServer(), []grpc.ServerOption{workers, grpc.InTapHandle(gate.Tap)})...)
 	n.health = n.faces.RegisterGRPC(n.grpcSrv)
 	rls.New(rls.Config{Checker: n.svc, Policies: n.policies}).Register(n.grpcSrv)
+	if n.quotas, err = rlqs.New(rlqs.Config{Leaser: n.svc, Policies: n.policies, Bounds: conf.RLQS, LeaseTTL: conf.Leases.TTL,
+		Registerer: reg, Logger: log}); err != nil {
+		return nil, err
+	}
+	n.quotas.Register(n.grpcSrv)
 	guard := peer.NewGuard(peer.GuardConfig{Members: n.members, Certificates: tr.peerTLS, Logger: log, Registerer: reg})
 	n.peerSrv = grpc.NewServer(slices.Concat(peer.ServerOptions(), tr.peerServer,
 		[]grpc.ServerOption{workers, grpc.ChainUnaryInterceptor(guard.Unary), grpc.ChainStreamInterceptor(guard.Stream)})...)

@@ -26,7 +26,6 @@ import (
 	"strings"
 	"time"
 
-	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -98,6 +97,7 @@ type applied struct {
 	limit     *policy.Limit // nil: no limit (none matched, replaced or unlimited)
 	unlimited bool
 	shared    []string // share_threshold values, see policy.Match
+	entries   []policy.Entry
 	hits      int64
 	item      int // index of its check item
 }
@@ -128,7 +128,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			continue
 		}
 		a.item = len(check.Requests)
-		check.Requests = append(check.Requests, checkItem(req.GetDomain(), descs[i], a))
+		check.Requests = append(check.Requests, checkItem(req.GetDomain(), a))
 	}
 	var results []*pb.CheckResult
 	if len(check.Requests) > 0 {
@@ -166,6 +166,11 @@ func (s *Server) limits(set *policy.Set, req *rlspb.RateLimitRequest) ([]applied
 		if !known {
 			continue // an unknown domain limits nothing, even with an override
 		}
+		entries := make([]policy.Entry, len(d.GetEntries()))
+		for j, e := range d.GetEntries() {
+			entries[j] = policy.Entry{Key: e.GetKey(), Value: e.GetValue()}
+		}
+		as[i].entries = entries
 		if o := d.GetLimit(); o != nil {
 			u := policy.Unit(o.GetUnit())
 			switch {
@@ -177,10 +182,6 @@ func (s *Server) limits(set *policy.Set, req *rlspb.RateLimitRequest) ([]applied
 			// An override is a plain fixed window: no shadow mode, no name.
 			as[i].limit = &policy.Limit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u, Algorithm: limiter.FixedWindow}
 			continue
-		}
-		entries := make([]policy.Entry, len(d.GetEntries()))
-		for j, e := range d.GetEntries() {
-			entries[j] = policy.Entry{Key: e.GetKey(), Value: e.GetValue()}
 		}
 		m := set.Match(domain, entries)
 		if m.Limit == nil {
@@ -204,14 +205,14 @@ func (s *Server) limits(set *policy.Set, req *rlspb.RateLimitRequest) ([]applied
 }
 
 // checkItem is the ringlimit check of descriptor d under a.limit.
-func checkItem(domain string, d *commonpb.RateLimitDescriptor, a *applied) *pb.CheckItem {
+func checkItem(domain string, a *applied) *pb.CheckItem {
 	l := a.limit
 	hits := a.hits
 	return &pb.CheckItem{
 		// The unit is part of the name, so that a limit whose unit changes
 		// starts a new counter, as envoyproxy/ratelimit's keys do.
 		Name: "rls/" + l.Unit.String(),
-		Key:  counterKey(domain, d, a.shared),
+		Key:  CounterKey(domain, a.entries, a.shared),
 		Hits: &hits,
 		// A limit of 0 is checked as 1: over is then "count after > 0",
 		// which answer reads off remaining.
@@ -233,19 +234,20 @@ func parentOf(l *policy.Limit) *pb.ParentLimit {
 	return &pb.ParentLimit{Key: l.Parent.Key, Limit: int64(l.Parent.RequestsPerUnit), DurationMs: l.Parent.Unit.Period().Milliseconds()}
 }
 
-// counterKey is envoyproxy/ratelimit's cache key without its window:
+// CounterKey is envoyproxy/ratelimit's cache key without its window:
 // domain_key_value_key_value_, with share_threshold values replaced by
-// their wildcard.
-func counterKey(domain string, d *commonpb.RateLimitDescriptor, shared []string) string {
+// their wildcard (shared, from policy.Match). Package rlqs keys a
+// bucket's counter by it too.
+func CounterKey(domain string, entries []policy.Entry, shared []string) string {
 	var b strings.Builder
 	b.WriteString(domain)
 	b.WriteByte('_')
-	for i, e := range d.GetEntries() {
-		v := e.GetValue()
+	for i, e := range entries {
+		v := e.Value
 		if i < len(shared) && shared[i] != "" {
 			v = shared[i]
 		}
-		b.WriteString(e.GetKey())
+		b.WriteString(e.Key)
 		b.WriteByte('_')
 		b.WriteString(v)
 		b.WriteByte('_')
