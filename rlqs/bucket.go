@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/global"
 )
 
 // How a grant becomes what Envoy's filter enforces.
@@ -19,33 +20,65 @@ import (
 // bucket starts full: max_tokens), kept with its tokens when the
 // assignment is the same (only its time-to-live is extended), and
 // dropped when the assignment expires. So an assignment here is an
-// *instance*: a token bucket of `tokens` hits, sent once with a fill
-// interval whose nanoseconds carry the instance's number (Envoy's filter
-// compares them to tell a new assignment from a renewal, and counts the
-// rate in whole seconds), then renewed unchanged. Its refill is
-// tokens per fillWindow, slow enough to be small and fast enough that
-// Envoy's bucket starts full (it refuses to pre-fill a bucket whose
-// max_tokens/rate exceeds its monotonic clock).
+// *instance*: a token bucket of M tokens, sent once with a fill interval
+// whose nanoseconds carry the instance's number (Envoy's filter compares
+// them to tell a new assignment from a renewal, and counts the rate in
+// whole seconds), then renewed unchanged. It refills M per fillWindow:
+// slow, and fast enough that Envoy's bucket starts full (it refuses to
+// pre-fill a bucket whose max_tokens/rate exceeds its monotonic clock).
 //
-// The server keeps, per bucket, cap: the most the Envoy can have admitted
-// from every instance sent, each through its expiry (its tokens and its
-// refill), counting instances replaced as spent in full. It sends or
-// renews an instance only while cap stays within the grant the owner
-// reserves for the stream (granted): so the Envoy admits at most what the
-// owner lent, exactly, as a Go lessee does. A new instance is sent only
-// when the current one is nearly spent by the Envoy's reports (at most an
-// eighth of it and one hit left), or cannot be renewed within the grant;
-// the hits it still held are then counted spent (a stranded reserve, small
-// while the Envoy spends what it gets). With nothing to lend, the
-// assignment is DENY_ALL.
+// The server bounds what the Envoy can still admit beyond what it
+// reported (admitted): a token bucket holds at most its size, so each
+// instance that may be in force at the Envoy (until its expiry and
+// deliveryMargin) can admit at most its size plus its refill until then,
+// counted from deliveryMargin before now (the Envoy's usage is counted
+// when it sent its report). admitted plus those terms (need) is kept
+// within the grant the owner reserves for the stream (granted): an
+// instance is renewed, or a new one sent, only if need stays within it.
+// So the Envoy admits at most what the owner lent, as a Go lessee does,
+// given that an assignment reaches the Envoy within deliveryMargin and a
+// report reaches the server within deliveryMargin of the Envoy counting
+// it; need holds no hit once the instances that were replaced are dead,
+// so nothing stays reserved for an instance spent. A new instance is sent
+// when the Envoy's reports show the current one spent (all but an eighth
+// of it and one hit), or it cannot be renewed within the grant; with
+// nothing to lend, the assignment is DENY_ALL.
 
 // fillWindow is the time an instance takes to refill its size.
 const fillWindow = 60 * time.Second
 
-// deliveryMargin is added to an instance's time-to-live when its refill
-// is counted: Envoy starts the time-to-live when it receives the
-// assignment, after the server sent it.
-const deliveryMargin = time.Second
+// deliveryMargin bounds the time an assignment takes to reach Envoy, and
+// a report to reach the server (see above): the stream's messages cross
+// a connection that is up, in well under it.
+const deliveryMargin = 250 * time.Millisecond
+
+// maxReplaced bounds the replaced instances a bucket keeps the terms of:
+// with more in force at once, the current one is renewed, not replaced.
+const maxReplaced = 8
+
+// instance is one token bucket assignment sent to the Envoy.
+type instance struct {
+	tokens       int64     // M; 0 is DENY_ALL
+	since, until time.Time // sent; expires (Envoy's clock starts when it arrives)
+	admitted     int64     // the bucket's admitted total when sent
+}
+
+// term is the most inst can admit, beyond what the Envoy had reported at
+// t, through until (its expiry).
+func (inst *instance) term(t, until time.Time) float64 {
+	if inst.tokens == 0 {
+		return 0
+	}
+	from := t.Add(-deliveryMargin)
+	refill := float64(inst.tokens) * max(0, until.Add(deliveryMargin).Sub(from).Seconds()) / fillWindow.Seconds()
+	return float64(inst.tokens) + refill
+}
+
+// dead reports whether inst can no longer be in force at the Envoy when
+// the report read at t was counted.
+func (inst *instance) dead(t time.Time) bool {
+	return t.Add(-deliveryMargin).After(inst.until.Add(deliveryMargin))
+}
 
 // kind is how a bucket is served.
 type kind uint8
@@ -70,13 +103,12 @@ type bucket struct {
 	// answer.
 	epoch, admitted, asked, acked, granted int64
 
-	// The assignment in force (see above). tokens 0 is DENY_ALL; prior
-	// is cap without the current instance.
-	prior         float64
-	tokens        int64
-	seq           int64
-	since, until  time.Time
-	sent, expired bool
+	// The assignment in force, and those it replaced that may still be
+	// (see above).
+	cur      instance
+	replaced []instance
+	seq      int64
+	sent     bool
 	// idle counts the Envoy's reports of the bucket in a row with no
 	// request; reported is when it last reported it.
 	idle     int
@@ -97,78 +129,76 @@ func (b *bucket) report(u usage, now time.Time) {
 	b.reported = now
 }
 
-// instanceCap is what the current instance lets the Envoy admit in all,
-// through time t.
-func (b *bucket) instanceCap(t time.Time) float64 {
-	if b.tokens == 0 {
-		return 0
+// need is admitted plus the most the Envoy can still admit at t, with
+// the current instance in force through until.
+func (b *bucket) need(t, until time.Time) float64 {
+	n := float64(b.admitted) + b.cur.term(t, until)
+	live := b.replaced[:0]
+	for _, r := range b.replaced {
+		if !r.dead(t) {
+			live = append(live, r)
+			n += r.term(t, r.until)
+		}
 	}
-	refill := float64(b.tokens) * max(0, t.Add(deliveryMargin).Sub(b.since).Seconds()) / fillWindow.Seconds()
-	return float64(b.tokens) + refill
+	clear(b.replaced[len(live):])
+	b.replaced = live
+	return n
 }
-
-// cap is the most the Envoy can have admitted from every instance sent,
-// through their expiries.
-func (b *bucket) cap() float64 { return b.prior + b.instanceCap(b.until) }
 
 // leaseReport is the stream's account of b, as the lease protocol reports
 // it: granted claims what the Envoy may hold, which an owner that did not
 // lend the account (a new one, a ring change) reserves as far as it can,
 // and any other owner ignores.
-func (b *bucket) leaseReport(interval time.Duration) *pb.LeaseReport {
-	c := min(int64(math.Ceil(b.cap())), math.MaxInt64/2)
+func (b *bucket) leaseReport(now time.Time, interval time.Duration) *pb.LeaseReport {
+	c := min(int64(math.Ceil(b.need(now, b.cur.until))), global.MaxLeaseTotal)
 	return &pb.LeaseReport{Item: b.item, Epoch: b.epoch, Admitted: b.admitted, Acked: b.acked, Asked: b.asked,
-		Granted: max(b.granted, c, b.admitted), IntervalMs: interval.Milliseconds()}
+		Granted: max(b.granted, c), IntervalMs: interval.Milliseconds()}
 }
 
 // assign adopts the owner's answer (granted total, acked) and returns
-// the assignment to send, valid for ttl from now, or nil when the one
-// in force stands: the same instance, renewed, is still returned, since
-// a renewal is what extends its time-to-live.
+// the assignment to send, valid for ttl from now: the instance in force,
+// renewed, or a new one.
 func (b *bucket) assign(granted, acked int64, now time.Time, ttl time.Duration) *typepb.RateLimitStrategy {
 	b.granted, b.acked = granted, max(b.acked, acked)
-	if b.sent && !now.Before(b.until) {
-		// Envoy may have dropped the instance at its expiry (it counts
-		// from when it received it), and would start the same one again
-		// full: only a new instance is safe.
-		b.expired = true
-	}
-	if over := float64(b.admitted) - b.cap(); over > 0 {
-		// Hits the Envoy admitted outside any instance (its own
-		// no-assignment or expired behaviour, or more than it was
-		// lent): the cap never lies below what it reported.
-		b.prior += over
-	}
 	g := float64(granted)
 	until := now.Add(ttl)
-	if b.tokens > 0 {
-		left := b.prior + b.instanceCap(now) - float64(b.admitted)
-		spent := left < 1+float64(b.tokens)/8
-		if !spent && !b.expired && b.prior+b.instanceCap(until) <= g {
-			b.until = until
+	// Envoy may have dropped an instance at its expiry (counted from when
+	// it arrived) before a renewal reaches it, and would start the same
+	// one again full: only a new instance is safe then.
+	live := b.sent && now.Add(deliveryMargin).Before(b.cur.until)
+	if live && b.cur.tokens > 0 {
+		spent := float64(b.admitted-b.cur.admitted) >= float64(b.cur.tokens)*7/8-1
+		if (!spent || len(b.replaced) >= maxReplaced) && b.need(now, until) <= g {
+			b.cur.until = until
 			return b.strategy()
 		}
-		b.prior = b.cap() // the instance it replaces, counted spent in full
 	}
-	per := 1 + (ttl+deliveryMargin).Seconds()/fillWindow.Seconds()
-	m := int64(math.Floor((g - b.prior) / per))
-	m = min(m, math.MaxUint32)
-	if m < 1 {
-		m = 0
+	if live && b.cur.tokens == 0 && len(b.replaced) >= maxReplaced {
+		b.cur.until = until // DENY_ALL renewed
+		return b.strategy()
 	}
+	if b.sent && b.cur.tokens > 0 {
+		b.replaced = append(b.replaced, b.cur)
+	}
+	b.cur = instance{}
+	per := 1 + (ttl+3*deliveryMargin).Seconds()/fillWindow.Seconds()
+	m := int64(math.Floor((g - b.need(now, until)) / per))
+	m = min(max(m, 0), math.MaxUint32)
 	b.seq++
-	b.tokens, b.since, b.until, b.sent, b.expired = m, now, until, true, false
+	b.cur = instance{tokens: m, since: now, until: until, admitted: b.admitted}
+	b.sent = true
 	return b.strategy()
 }
 
 // strategy is the current instance as Envoy's RateLimitStrategy.
 func (b *bucket) strategy() *typepb.RateLimitStrategy {
-	if b.tokens == 0 {
+	if b.cur.tokens == 0 {
 		return blanket(typepb.RateLimitStrategy_DENY_ALL)
 	}
+	m := uint32(b.cur.tokens)
 	return &typepb.RateLimitStrategy{Strategy: &typepb.RateLimitStrategy_TokenBucket{TokenBucket: &typepb.TokenBucket{
-		MaxTokens:     uint32(b.tokens),
-		TokensPerFill: wrapperspb.UInt32(uint32(b.tokens)),
+		MaxTokens:     m,
+		TokensPerFill: wrapperspb.UInt32(m),
 		FillInterval:  &durationpb.Duration{Seconds: int64(fillWindow.Seconds()), Nanos: int32(b.seq%999_999_999) + 1},
 	}}}
 }

@@ -164,6 +164,12 @@ func New(conf Config) (*Server, error) {
 	if err := conf.Bounds.Check(); err != nil {
 		return nil, err
 	}
+	if conf.Logger == nil {
+		conf.Logger = slog.New(slog.DiscardHandler)
+	}
+	if conf.Now == nil {
+		conf.Now = time.Now
+	}
 	s := &Server{conf: conf, metrics: newMetrics(conf.Registerer), streams: map[*stream]struct{}{}}
 	if conf.AssignmentTTL+deliveryMargin > conf.LeaseTTL {
 		// An assignment must end, on Envoy's clock, before its owner frees
@@ -171,12 +177,6 @@ func New(conf Config) (*Server, error) {
 		// whose leases are shorter still serves everything else.
 		s.refuse = fmt.Sprintf("--rlqs-assignment-ttl (%v) must be at most --lease-ttl (%v) less %v, so that Envoy stops using a grant before its owner frees it",
 			conf.AssignmentTTL, conf.LeaseTTL, deliveryMargin)
-	}
-	if conf.Logger == nil {
-		conf.Logger = slog.New(slog.DiscardHandler)
-	}
-	if conf.Now == nil {
-		conf.Now = time.Now
 	}
 	return s, nil
 }
@@ -270,7 +270,9 @@ func (s *Server) StreamRateLimitQuotas(gs rlqspb.RateLimitQuotaService_StreamRat
 			}
 		}
 	}()
-	renew := time.NewTicker(s.conf.AssignmentTTL / 2)
+	// Assignments are renewed when half their time-to-live is left, within
+	// a fifth of it: well before they could expire at the Envoy.
+	renew := time.NewTicker(s.conf.AssignmentTTL / 5)
 	defer renew.Stop()
 	for {
 		var resp *rlqspb.RateLimitQuotaResponse
@@ -387,7 +389,7 @@ func (st *stream) renew(ctx context.Context) *rlqspb.RateLimitQuotaResponse {
 	now := st.srv.conf.Now()
 	var due []*bucket
 	for _, b := range st.buckets {
-		if b.sent && now.Sub(b.until) >= -st.srv.conf.AssignmentTTL/2 {
+		if b.sent && now.Sub(b.cur.until) >= -st.srv.conf.AssignmentTTL/2 {
 			due = append(due, b)
 		}
 	}
@@ -409,13 +411,13 @@ func (st *stream) assign(ctx context.Context, buckets []*bucket, now time.Time, 
 		switch b.kind {
 		case allowAll:
 			resp.BucketAction = append(resp.BucketAction, st.action(b, blanket(typepb.RateLimitStrategy_ALLOW_ALL), ttl))
-			b.sent, b.until = true, now.Add(ttl)
+			b.sent, b.cur.until = true, now.Add(ttl)
 		case denyAll:
 			resp.BucketAction = append(resp.BucketAction, st.action(b, blanket(typepb.RateLimitStrategy_DENY_ALL), ttl))
-			b.sent, b.until = true, now.Add(ttl)
+			b.sent, b.cur.until = true, now.Add(ttl)
 		case leased:
 			lent = append(lent, b)
-			req.Reports = append(req.Reports, b.leaseReport(st.interval))
+			req.Reports = append(req.Reports, b.leaseReport(now, st.interval))
 		}
 	}
 	if len(lent) == 0 {
