@@ -32,7 +32,8 @@ import (
 // instance that may be in force at the Envoy (until its expiry and
 // deliveryMargin) can admit at most its size plus its refill until then,
 // counted from deliveryMargin before now (the Envoy's usage is counted
-// when it sent its report). admitted plus those terms (need) is kept
+// when it sent its report); one replaced is in force until the one sent
+// in its place arrives. admitted plus those terms (need) is kept
 // within the grant the owner reserves for the stream (granted): an
 // instance is renewed, or a new one sent, only if need stays within it.
 // So the Envoy admits at most what the owner lent, as a Go lessee does,
@@ -61,6 +62,7 @@ type instance struct {
 	tokens       int64     // M; 0 is DENY_ALL
 	since, until time.Time // sent; expires (Envoy's clock starts when it arrives)
 	admitted     int64     // the bucket's admitted total when sent
+	replaced     time.Time // when another was sent in its place, if it was
 }
 
 // term is the most inst can admit, beyond what the Envoy had reported at
@@ -74,10 +76,15 @@ func (inst *instance) term(t, until time.Time) float64 {
 	return float64(inst.tokens) + refill
 }
 
-// dead reports whether inst can no longer be in force at the Envoy when
-// the report read at t was counted.
+// dead reports whether inst was no longer in force at the Envoy when the
+// report read at t was counted: it ends at its expiry, or when the
+// instance sent in its place arrives, whichever is first.
 func (inst *instance) dead(t time.Time) bool {
-	return t.Add(-deliveryMargin).After(inst.until.Add(deliveryMargin))
+	end := inst.until
+	if !inst.replaced.IsZero() && inst.replaced.Before(end) {
+		end = inst.replaced
+	}
+	return t.Add(-deliveryMargin).After(end.Add(deliveryMargin))
 }
 
 // kind is how a bucket is served.
@@ -178,7 +185,9 @@ func (b *bucket) assign(granted, acked int64, now time.Time, ttl time.Duration) 
 		return b.strategy()
 	}
 	if b.sent && b.cur.tokens > 0 {
-		b.replaced = append(b.replaced, b.cur)
+		r := b.cur
+		r.replaced = now
+		b.replaced = append(b.replaced, r)
 	}
 	b.cur = instance{}
 	per := 1 + (ttl+3*deliveryMargin).Seconds()/fillWindow.Seconds()

@@ -285,10 +285,7 @@ func (s *Server) StreamRateLimitQuotas(gs rlqspb.RateLimitQuotaService_StreamRat
 			}
 			return err
 		case <-st.drain:
-			if err := gs.Send(st.zeroTTL()); err != nil {
-				return err
-			}
-			return status.Error(codes.Unavailable, "node draining: every assignment expired, open the stream on another node")
+			return st.drainStream(ctx, gs, msgs, ended)
 		case m := <-msgs:
 			if resp, err = st.take(ctx, m); err != nil {
 				s.metrics.refused.WithLabelValues("invalid").Inc()
@@ -457,6 +454,31 @@ func (st *stream) action(b *bucket, strategy *typepb.RateLimitStrategy, ttl time
 	return &rlqspb.RateLimitQuotaResponse_BucketAction{BucketId: b.id,
 		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
 			AssignmentTimeToLive: durationpb.New(ttl), RateLimitStrategy: strategy}}}
+}
+
+// drainStream ends a stream as its node drains: every assignment again
+// with a zero time-to-live, so that the Envoy stops using it at once; then
+// the Envoy's next report (awaited a report interval and two delivery
+// margins at most), which carries what it admitted since its last one,
+// is taken to the owners on this stream's accounts, where those hits are
+// reserved, rather than left to the Envoy's next stream to claim; then
+// the stream ends UNAVAILABLE, and the Envoy opens its next one
+// elsewhere.
+func (st *stream) drainStream(ctx context.Context, gs rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer,
+	msgs <-chan *rlqspb.RateLimitQuotaUsageReports, ended <-chan error) error {
+	if err := gs.Send(st.zeroTTL()); err != nil {
+		return err
+	}
+	wait := time.NewTimer(max(st.interval, st.srv.conf.AssignmentTTL) + 2*deliveryMargin)
+	defer wait.Stop()
+	select {
+	case m := <-msgs:
+		st.take(ctx, m) // its assignments are not sent: the stream ends
+	case <-ended:
+	case <-wait.C:
+	case <-ctx.Done():
+	}
+	return status.Error(codes.Unavailable, "node draining: every assignment expired, open the stream on another node")
 }
 
 // zeroTTL is every assignment in force again, with a time-to-live of
