@@ -19,35 +19,6 @@ import (
 	"github.com/ringlimit/ringlimit/rls"
 )
 
-// failover is an Envoy cluster of several rlnode endpoints, as Envoy's
-// grpc_service names one: a stream opens on the first endpoint that
-// takes it, the preferred one first.
-type failover struct{ conns []*grpc.ClientConn }
-
-func (f failover) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	return f.conns[0].Invoke(ctx, method, args, reply, opts...)
-}
-
-func (f failover) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	var err error
-	for _, c := range f.conns {
-		var st grpc.ClientStream
-		if st, err = c.NewStream(ctx, desc, method, opts...); err == nil {
-			// A stream a draining node refuses fails at its first
-			// receive, not here: the Envoy opens the next one at its
-			// next report, on the next endpoint (see below).
-			return st, nil
-		}
-	}
-	return nil, err
-}
-
-// rotate makes endpoint i the preferred one, as Envoy's balancer moves
-// to another endpoint once one refuses.
-func (f *failover) rotate(i int) {
-	f.conns = append(f.conns[i:], f.conns[:i]...)
-}
-
 // TestRLQS is the RLQS run of issue 20: 4 Envoys (envoysim, which does
 // what Envoy's rate_limit_quota filter does) over 3 nodes, one bucket,
 // each Envoy asking far more than the limit. Every whole second (the
@@ -93,9 +64,9 @@ func TestRLQS(t *testing.T) {
 	envoys := make([]*envoysim.Envoy, 4)
 	var runs sync.WaitGroup
 	for i := range envoys {
-		f := &failover{conns: append([]*grpc.ClientConn(nil), conns...)}
-		f.rotate([]int{0, 1, 2, 1}[i])
-		envoys[i] = envoysim.New(envoysim.Config{Conn: f, Domain: "edge", Interval: interval})
+		first := []int{0, 1, 2, 1}[i] // its node; when that refuses, the next
+		order := append(append(envoysim.Endpoints(nil), conns[first:]...), conns[:first]...)
+		envoys[i] = envoysim.New(envoysim.Config{Conn: order, Domain: "edge", Interval: interval})
 		runs.Go(func() { envoys[i].Run(ctx) })
 	}
 	start := time.Now().Truncate(time.Second).Add(time.Second)

@@ -285,3 +285,25 @@ func (e *Envoy) Stats() Stats {
 	}
 	return s
 }
+
+// Endpoints is an Envoy cluster of several nodes, as the filter's
+// grpc_service names one: a stream opens on the first that takes it, in
+// order, as Envoy's balancer moves on from an endpoint that refuses.
+type Endpoints []*grpc.ClientConn
+
+// Invoke calls the first endpoint (the quota service has no unary call).
+func (e Endpoints) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return e[0].Invoke(ctx, method, args, reply, opts...)
+}
+
+// NewStream opens the stream on the first endpoint that takes it.
+func (e Endpoints) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	var err error
+	for _, c := range e {
+		var st grpc.ClientStream
+		if st, err = c.NewStream(ctx, desc, method, opts...); err == nil {
+			return st, nil
+		}
+	}
+	return nil, err
+}
