@@ -33,7 +33,7 @@ func (n *Node) leave(ctx context.Context, parts loops) error {
 			// Envoys fall back at once (a zero time-to-live) and open their
 			// next quota stream elsewhere; their grants stay reserved on
 			// the owners until they report on that stream.
-			n.quotas.Drain()
+			n.quotas.Drain(ctx)
 			stopGRPC(ctx, n.grpcSrv)
 			return n.httpSrv.Shutdown(ctx)
 		}},

@@ -11,6 +11,7 @@ import (
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/global"
+	"github.com/ringlimit/ringlimit/lease"
 )
 
 // How a grant becomes what Envoy's filter enforces.
@@ -117,9 +118,11 @@ type bucket struct {
 	seq      int64
 	sent     bool
 	// idle counts the Envoy's reports of the bucket in a row with no
-	// request; reported is when it last reported it.
+	// request; reported is when it last reported it, interval the time
+	// between its last two reports (its reporting_interval).
 	idle     int
 	reported time.Time
+	interval time.Duration
 	// leasedAt is when the owner last answered the stream's account.
 	leasedAt time.Time
 }
@@ -132,6 +135,9 @@ func (b *bucket) report(u usage, now time.Time) {
 		b.idle++
 	} else {
 		b.idle = 0
+	}
+	if !b.reported.IsZero() {
+		b.interval = min(now.Sub(b.reported), lease.MaxIntervalMs*time.Millisecond)
 	}
 	b.reported = now
 }
@@ -156,10 +162,10 @@ func (b *bucket) need(t, until time.Time) float64 {
 // it: granted claims what the Envoy may hold, which an owner that did not
 // lend the account (a new one, a ring change) reserves as far as it can,
 // and any other owner ignores.
-func (b *bucket) leaseReport(now time.Time, interval time.Duration) *pb.LeaseReport {
+func (b *bucket) leaseReport(now time.Time) *pb.LeaseReport {
 	c := min(int64(math.Ceil(b.need(now, b.cur.until))), global.MaxLeaseTotal)
 	return &pb.LeaseReport{Item: b.item, Epoch: b.epoch, Admitted: b.admitted, Acked: b.acked, Asked: b.asked,
-		Granted: max(b.granted, c), IntervalMs: interval.Milliseconds()}
+		Granted: max(b.granted, c), IntervalMs: b.interval.Milliseconds()}
 }
 
 // assign adopts the owner's answer (granted total, acked) and returns

@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
@@ -189,8 +190,9 @@ func (s *Server) Register(srv grpc.ServiceRegistrar) {
 // Drain tells every stream's Envoy to fall back at once (each assignment
 // again, with a time-to-live of zero) and ends the streams with
 // UNAVAILABLE, so that Envoy opens its next stream to another node; it
-// refuses streams from then on. It returns once every stream has ended.
-func (s *Server) Drain() {
+// refuses streams from then on. It returns once every stream has ended,
+// or ctx has.
+func (s *Server) Drain(ctx context.Context) {
 	s.mu.Lock()
 	if s.draining {
 		s.mu.Unlock()
@@ -204,7 +206,11 @@ func (s *Server) Drain() {
 	}
 	s.mu.Unlock()
 	for _, c := range told {
-		<-c
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
@@ -311,10 +317,8 @@ type stream struct {
 	domain  string
 	epoch   int64 // the last account epoch given to a bucket
 	buckets map[string]*bucket
-	// interval is the time between the Envoy's last two reports: its
-	// reporting_interval, as the owner counts it (LeaseReport.interval_ms).
-	interval   time.Duration
-	lastReport time.Time
+	// set is the policies the buckets were matched against.
+	set *policy.Set
 	// drain is closed by Drain; drained by the handler as it returns.
 	drain, drained chan struct{}
 }
@@ -336,10 +340,9 @@ func (st *stream) take(ctx context.Context, m *rlqspb.RateLimitQuotaUsageReports
 	}
 	st.domain = domain
 	now := st.srv.conf.Now()
-	if !st.lastReport.IsZero() {
-		st.interval = min(now.Sub(st.lastReport), lease.MaxIntervalMs*time.Millisecond)
+	if set != st.set {
+		st.rematch(set)
 	}
-	st.lastReport = now
 	resp := &rlqspb.RateLimitQuotaResponse{}
 	var due []*bucket
 	for _, u := range usages {
@@ -373,12 +376,28 @@ func (st *stream) subscribe(set *policy.Set, u usage) *bucket {
 	st.epoch++
 	b := &bucket{id: u.id, epoch: st.epoch}
 	b.kind, b.item = Match(set, st.domain, u.entries)
+	st.set = set
 	if b.kind == unsupported {
 		st.srv.metrics.refused.WithLabelValues("unsupported_policy").Inc()
 	}
 	st.buckets[u.key] = b
 	st.srv.metrics.buckets.Inc()
 	return b
+}
+
+// rematch matches the stream's buckets against set, the policies now in
+// force: a bucket whose limit changed starts a new account (a new epoch)
+// of its new counter, which claims what the Envoy may still admit under
+// the assignments it holds.
+func (st *stream) rematch(set *policy.Set) {
+	st.set = set
+	for _, b := range st.buckets {
+		k, item := Match(set, st.domain, entriesOf(b.id))
+		if k != b.kind || !proto.Equal(item, b.item) {
+			st.epoch++
+			b.kind, b.item, b.epoch, b.granted, b.acked = k, item, st.epoch, 0, 0
+		}
+	}
 }
 
 // renew renews the assignments sent half a time-to-live ago or more.
@@ -414,7 +433,7 @@ func (st *stream) assign(ctx context.Context, buckets []*bucket, now time.Time, 
 			b.sent, b.cur.until = true, now.Add(ttl)
 		case leased:
 			lent = append(lent, b)
-			req.Reports = append(req.Reports, b.leaseReport(now, st.interval))
+			req.Reports = append(req.Reports, b.leaseReport(now))
 		}
 	}
 	if len(lent) == 0 {
@@ -456,6 +475,10 @@ func (st *stream) action(b *bucket, strategy *typepb.RateLimitStrategy, ttl time
 			AssignmentTimeToLive: durationpb.New(ttl), RateLimitStrategy: strategy}}}
 }
 
+// maxDrainWait bounds how long a draining stream waits for the Envoy's
+// next report, whatever its reporting interval.
+const maxDrainWait = 5 * time.Second
+
 // drainStream ends a stream as its node drains: every assignment again
 // with a zero time-to-live, so that the Envoy stops using it at once; then
 // the Envoy's next report (awaited a report interval and two delivery
@@ -469,7 +492,11 @@ func (st *stream) drainStream(ctx context.Context, gs rlqspb.RateLimitQuotaServi
 	if err := gs.Send(st.zeroTTL()); err != nil {
 		return err
 	}
-	wait := time.NewTimer(max(st.interval, st.srv.conf.AssignmentTTL) + 2*deliveryMargin)
+	var interval time.Duration
+	for _, b := range st.buckets {
+		interval = max(interval, b.interval)
+	}
+	wait := time.NewTimer(min(max(interval, st.srv.conf.AssignmentTTL), maxDrainWait) + 2*deliveryMargin)
 	defer wait.Stop()
 	select {
 	case m := <-msgs:

@@ -385,7 +385,7 @@ func TestDrainZeroTTL(t *testing.T) {
 		t.Fatalf("%d assignments, want 2", n)
 	}
 	done := make(chan struct{})
-	go func() { s.Drain(); close(done) }()
+	go func() { s.Drain(context.Background()); close(done) }()
 	zero := 0
 	for {
 		resp, err := st.Recv()

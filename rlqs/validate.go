@@ -137,3 +137,9 @@ func bucketKey(entries []policy.Entry) string {
 // global.MaxLeaseTotal (a bucket that lived that long is far past any
 // limit's window).
 func addTotal(total, n int64) int64 { return min(total+n, global.MaxLeaseTotal) }
+
+// entriesOf is a checked bucket_id's entries, sorted by key.
+func entriesOf(id *rlqspb.BucketId) []policy.Entry {
+	entries, _ := checkBucketID(id) // checked when it subscribed
+	return entries
+}
