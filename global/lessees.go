@@ -120,6 +120,12 @@ type LeaseReport struct {
 	// the rest, and the account's epoch becomes Epoch.
 	Epoch, Admitted, Acked, Asked, Granted int64
 	Release                                bool
+	// Interval is how often the lessee reports, when longer than the
+	// sync interval (an Envoy stream reports every reporting_interval);
+	// zero means every sync interval. Its grant is topped up to cover
+	// leaseRounds of the longer of the two, at most half the TTL, so that
+	// a lessee that reports seldom is not held to a sync round's demand.
+	Interval time.Duration
 }
 
 // LeaseGrant is the owner's answer to one LeaseReport: the account as it
@@ -163,6 +169,9 @@ type lesseeAccount struct {
 	// yet, in hits, as of creditAt (see topUp).
 	credit   float64
 	creditAt time.Time
+	// interval is the lessee's report interval as topUp counts it (see
+	// LeaseReport.Interval), as of its last report.
+	interval time.Duration
 }
 
 func (a *lesseeAccount) outstanding() int64 { return max(0, a.granted-a.received) }
@@ -191,6 +200,8 @@ func checkLeaseReport(rep *LeaseReport) error {
 		return fmt.Errorf("asked: must be at least admitted (%d), got %d: %w", rep.Admitted, rep.Asked, ErrInvalidReport)
 	case rep.Request.Reset:
 		return fmt.Errorf("reset: not in a lease report: %w", ErrInvalidReport)
+	case rep.Interval < 0:
+		return fmt.Errorf("interval: must not be negative, got %v: %w", rep.Interval, ErrInvalidReport)
 	}
 	return nil
 }
@@ -254,6 +265,7 @@ func (n *Node) lend(lessee Lessee, rep *LeaseReport, now time.Time) LeaseGrant {
 		g.Decided, g.Decision = true, n.decideAgainst(l, &r, l.outstanding())
 	}
 	if a.epoch == rep.Epoch {
+		a.interval = min(max(n.interval, rep.Interval), max(n.interval, n.leases.TTL/2))
 		if !rep.Release { // a release gives back: it asks for nothing
 			n.topUp(l, a, &peek, n.payDebt(l, &peek, n.store.Check(&peek).Remaining)-l.debt, now)
 		}
@@ -324,8 +336,10 @@ func (n *Node) take(l *lease, a *lesseeAccount, rep *LeaseReport, peek *limiter.
 		a.granted = max(a.received, min(a.granted, rep.Granted))
 	}
 	a.expires = now.Add(n.leases.TTL)
-	if dt := now.Sub(a.askedAt); !fresh && (rep.Asked > a.asked || dt >= n.interval) && rep.Asked >= a.asked {
-		// The demand since the last measure; at most a millisecond's
+	if dt := now.Sub(a.askedAt); !fresh && (rep.Asked > a.asked || dt >= max(n.interval, a.interval)) && rep.Asked >= a.asked {
+		// The demand since the last measure (a report that asks nothing
+		// new measures it only a report interval after the last: a
+		// lessee's server may renew between its client's reports); at most a millisecond's
 		// worth is assumed between two reports that come closer, as the
 		// first calls of a busy lessee do, so that its grant grows at once
 		// rather than a hit or two at a time.
@@ -366,9 +380,10 @@ func (n *Node) topUp(l *lease, a *lesseeAccount, r *limiter.Request, remaining i
 	if !a.creditAt.IsZero() {
 		a.credit += refill * now.Sub(a.creditAt).Seconds()
 	}
-	a.credit = min(a.credit, refill*leaseRounds*n.interval.Seconds()+1)
+	round := max(n.interval, a.interval).Seconds()
+	a.credit = min(a.credit, refill*leaseRounds*round+1)
 	a.creditAt = now
-	need := int64(math.Ceil(a.rate*leaseRounds*n.interval.Seconds())) - a.outstanding()
+	need := int64(math.Ceil(a.rate*leaseRounds*round)) - a.outstanding()
 	avail := remaining - l.outstanding()
 	if need <= 0 || avail <= 0 {
 		return

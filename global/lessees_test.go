@@ -741,3 +741,35 @@ func TestBroadcastChunks(t *testing.T) {
 		t.Errorf("parts hold %d states, want the %d in order", len(all), len(states))
 	}
 }
+
+// TestLendReportInterval: a lessee that reports every second (an Envoy
+// stream) is topped up to two of its intervals of demand, a lessee of the
+// sync interval to two sync rounds; neither beyond half the time-to-live.
+func TestLendReportInterval(t *testing.T) {
+	for _, tc := range []struct {
+		interval time.Duration
+		want     int64 // the grant after demand of 1,000 a second
+	}{{0, 200}, {time.Second, 2000}, {time.Minute, 2000}} {
+		tn := newTestNodes(t, LeaseConfig{}, "a")
+		n := tn.nodes["a"]
+		l := newLessee(0)
+		r := fixedWindow("user:1", 1_000_000, t0)
+		rep := l.report(r, 0)
+		rep.Interval = tc.interval
+		l.apply(t, n.Lend(l.id, []LeaseReport{rep})[0])
+		tn.now = tn.now.Add(time.Second)
+		l.asked += 1000 // asked in the second: 1,000 a second
+		rep = l.report(r, 0)
+		rep.Interval = tc.interval
+		l.apply(t, n.Lend(l.id, []LeaseReport{rep})[0])
+		if l.granted != tc.want {
+			t.Errorf("interval %v: granted %d after 1,000 asked a second, want %d", tc.interval, l.granted, tc.want)
+		}
+	}
+	tn := newTestNodes(t, LeaseConfig{}, "a")
+	rep := newLessee(0).report(fixedWindow("user:1", 10, t0), 0)
+	rep.Interval = -time.Second
+	if g := tn.nodes["a"].Lend(newLessee(0).id, []LeaseReport{rep})[0]; !errors.Is(g.Err, ErrInvalidReport) || !strings.Contains(g.Err.Error(), "interval") {
+		t.Errorf("a negative interval: %v, want ErrInvalidReport naming it", g.Err)
+	}
+}

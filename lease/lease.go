@@ -36,6 +36,10 @@ import (
 // codec stops decoding after, and which a relay carries at most.
 const MaxReports = checks.MaxItems
 
+// MaxIntervalMs bounds a report's interval_ms: a minute. The owner counts
+// at most half the time-to-live of it anyway.
+const MaxIntervalMs = 60_000
+
 // SecretLen is the length of a lessee's secret, in bytes: 128 random bits.
 const SecretLen = 16
 
@@ -195,7 +199,7 @@ func (n *Node) prepare(reports []*pb.LeaseReport) *call {
 			continue
 		}
 		c.reqs[i] = global.LeaseReport{Request: r, Epoch: rep.GetEpoch(), Admitted: rep.GetAdmitted(), Acked: rep.GetAcked(),
-			Asked: rep.GetAsked(), Granted: rep.GetGranted(), Release: rep.GetRelease()}
+			Asked: rep.GetAsked(), Granted: rep.GetGranted(), Release: rep.GetRelease(), Interval: time.Duration(rep.GetIntervalMs()) * time.Millisecond}
 	}
 	return c
 }
@@ -219,6 +223,8 @@ func (n *Node) request(rep *pb.LeaseReport, now time.Time) (limiter.Request, err
 		return limiter.Request{}, errors.New("item.reset: not in a lease report")
 	case rep.GetHits() < 0:
 		return limiter.Request{}, fmt.Errorf("hits: must not be negative, got %d", rep.GetHits())
+	case rep.GetIntervalMs() < 0 || rep.GetIntervalMs() > MaxIntervalMs:
+		return limiter.Request{}, fmt.Errorf("interval_ms: must be between 0 and %d, got %d", MaxIntervalMs, rep.GetIntervalMs())
 	}
 	r, err := checks.Request(item, now, n.conf.MaxClockSkew)
 	if err != nil {

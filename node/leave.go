@@ -30,6 +30,10 @@ func (n *Node) leave(ctx context.Context, parts loops) error {
 		{"stop accepting checks", func(ctx context.Context) error {
 			n.health.Shutdown() // NOT_SERVING, so that balancers stop sending
 			n.faces.Drain()     // clients end their streams, which GracefulStop waits for
+			// Envoys fall back at once (a zero time-to-live) and open their
+			// next quota stream elsewhere; their grants stay reserved on
+			// the owners until they report on that stream.
+			n.quotas.Drain(ctx)
 			stopGRPC(ctx, n.grpcSrv)
 			return n.httpSrv.Shutdown(ctx)
 		}},

@@ -23,6 +23,7 @@ import (
 	"slices"
 	"time"
 
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -41,6 +42,7 @@ import (
 	"github.com/ringlimit/ringlimit/policy"
 	"github.com/ringlimit/ringlimit/replica"
 	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/rlqs"
 	"github.com/ringlimit/ringlimit/rls"
 	"github.com/ringlimit/ringlimit/service"
 	"github.com/ringlimit/ringlimit/snapshot"
@@ -143,6 +145,8 @@ type Config struct {
 	// Leases bounds the lessees' accounts of the keys this node owns
 	// (see docs/leases.md).
 	Leases global.LeaseConfig
+	// RLQS bounds Envoy's rate limit quota streams (see package rlqs).
+	RLQS rlqs.Bounds
 }
 
 // DefaultConfig is the Config of `rlnode` run without flags, but for its
@@ -176,6 +180,7 @@ func DefaultConfig() Config {
 		SnapshotInterval:  snapshot.DefaultInterval,
 		Leases: global.LeaseConfig{TTL: global.DefaultLeaseTTL, MaxLessees: global.DefaultMaxLessees,
 			MaxLeasesPerKey: global.DefaultMaxLeasesPerKey, MaxKeysPerLessee: global.DefaultMaxKeysPerLessee},
+		RLQS: rlqs.DefaultBounds(),
 	}
 }
 
@@ -191,6 +196,7 @@ type Node struct {
 	members  *cluster.Cluster
 	svc      *service.Service
 	faces    *api.Server
+	quotas   *rlqs.Server
 	health   *health.Server
 	grpcSrv  *grpc.Server
 	peerSrv  *grpc.Server
@@ -276,7 +282,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		ReplicateInterval: conf.ReplicateInterval, HandedOff: n.snaps.handedOff(),
 		Logger: log, Registerer: reg, Policies: n.policies, Leases: conf.Leases,
 	})
-	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod}, MaxStreams: conf.MaxStreams,
+	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod, rlqs.Method}, MaxStreams: conf.MaxStreams,
 		MaxBytes: mem.requests, MaxBodyBytes: api.MaxBodyBytes, Registerer: reg})
 	n.faces = api.New(api.Config{
 		Checker: n.svc, Leases: n.svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
@@ -297,11 +303,17 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	// The client port's codec refuses the 1,001st item, or descriptor,
 	// before building it.
 	rlsBound := api.BoundOf(&rlspb.RateLimitRequest{}, "descriptors", rls.MaxDescriptors)
+	rlqsBound := api.BoundOf(&rlqspb.RateLimitQuotaUsageReports{}, "bucket_quota_usages", rlqs.MaxUsagesPerMessage)
 	tap := newClientTap(gate, conf.RequestTimeout, api.CheckStreamMethod)
-	n.grpcSrv = grpc.NewServer(slices.Concat(api.ServerOptions(rlsBound), tr.grpcServer(), conf.connOptions(),
+	n.grpcSrv = grpc.NewServer(slices.Concat(api.ServerOptions(rlsBound, rlqsBound), tr.grpcServer(), conf.connOptions(),
 		[]grpc.ServerOption{workers, grpc.InTapHandle(tap.tap)})...)
 	n.health = n.faces.RegisterGRPC(n.grpcSrv)
 	rls.New(rls.Config{Checker: n.svc, Policies: n.policies}).Register(n.grpcSrv)
+	if n.quotas, err = rlqs.New(rlqs.Config{Leaser: n.svc, Policies: n.policies, Bounds: conf.RLQS, LeaseTTL: conf.Leases.TTL,
+		Registerer: reg, Logger: log}); err != nil {
+		return nil, err
+	}
+	n.quotas.Register(n.grpcSrv)
 	tap.learn(n.grpcSrv)
 	guard := peer.NewGuard(peer.GuardConfig{Members: n.members, Certificates: tr.peerTLS, Self: conf.NodeName, Logger: log, Registerer: reg})
 	n.peerSrv = grpc.NewServer(slices.Concat(peer.ServerOptions(), tr.peerServer, conf.connOptions(),

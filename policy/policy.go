@@ -33,6 +33,7 @@ import (
 	"maps"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -184,6 +185,17 @@ type Parent struct {
 
 // Window is the length of the parent's window.
 func (p *Parent) Window() time.Duration { return Window(p.Unit, p.UnitMultiplier) }
+
+// WindowName names the limit's window in the names of its counters: the
+// unit ("MINUTE"), with the multiplier when there is one ("SECONDx30"),
+// so that a limit whose window changes starts new counters, and a window
+// of one unit keeps the name it had before multipliers.
+func (l *Limit) WindowName() string {
+	if l.UnitMultiplier <= 1 {
+		return l.Unit.String()
+	}
+	return l.Unit.String() + "x" + strconv.FormatUint(uint64(l.UnitMultiplier), 10)
+}
 
 // Window is the length of the limit's window: UnitMultiplier Units; 0 if
 // the limit is unlimited.

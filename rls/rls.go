@@ -23,11 +23,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 
-	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -100,6 +98,7 @@ type applied struct {
 	limit     *policy.Limit // nil: no limit (none matched, replaced or unlimited)
 	unlimited bool
 	shared    []string // share_threshold values, see policy.Match
+	entries   []policy.Entry
 	hits      int64
 	item      int // index of its check item
 }
@@ -130,7 +129,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			continue
 		}
 		a.item = len(check.Requests)
-		check.Requests = append(check.Requests, checkItem(req.GetDomain(), descs[i], a))
+		check.Requests = append(check.Requests, checkItem(req.GetDomain(), a))
 	}
 	var results []*pb.CheckResult
 	if len(check.Requests) > 0 {
@@ -168,6 +167,11 @@ func (s *Server) limits(set *policy.Set, req *rlspb.RateLimitRequest) ([]applied
 		if !known {
 			continue // an unknown domain limits nothing, even with an override
 		}
+		entries := make([]policy.Entry, len(d.GetEntries()))
+		for j, e := range d.GetEntries() {
+			entries[j] = policy.Entry{Key: e.GetKey(), Value: e.GetValue()}
+		}
+		as[i].entries = entries
 		if o := d.GetLimit(); o != nil {
 			u := policy.Unit(o.GetUnit())
 			switch {
@@ -179,10 +183,6 @@ func (s *Server) limits(set *policy.Set, req *rlspb.RateLimitRequest) ([]applied
 			// An override is a plain fixed window: no shadow mode, no name.
 			as[i].limit = &policy.Limit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u, Algorithm: limiter.FixedWindow}
 			continue
-		}
-		entries := make([]policy.Entry, len(d.GetEntries()))
-		for j, e := range d.GetEntries() {
-			entries[j] = policy.Entry{Key: e.GetKey(), Value: e.GetValue()}
 		}
 		m := set.Match(domain, entries)
 		if m.Limit == nil {
@@ -206,15 +206,15 @@ func (s *Server) limits(set *policy.Set, req *rlspb.RateLimitRequest) ([]applied
 }
 
 // checkItem is the ringlimit check of descriptor d under a.limit.
-func checkItem(domain string, d *commonpb.RateLimitDescriptor, a *applied) *pb.CheckItem {
+func checkItem(domain string, a *applied) *pb.CheckItem {
 	l := a.limit
 	hits := a.hits
 	return &pb.CheckItem{
 		// The window is part of the name, so that a limit whose unit (or
 		// multiplier) changes starts a new counter, as envoyproxy/ratelimit's
 		// keys do.
-		Name: counterName(l),
-		Key:  counterKey(domain, d, a.shared),
+		Name: "rls/" + l.WindowName(),
+		Key:  CounterKey(domain, a.entries, a.shared),
 		Hits: &hits,
 		// A limit of 0 is checked as 1: over is then "count after > 0",
 		// which answer reads off remaining.
@@ -228,17 +228,6 @@ func checkItem(domain string, d *commonpb.RateLimitDescriptor, a *applied) *pb.C
 	}
 }
 
-// counterName names the counters of limits with l's window: "rls/" and
-// the unit ("rls/MINUTE"), with the multiplier when there is one
-// ("rls/SECONDx30"), so that a window of one unit keeps the name it had
-// before multipliers.
-func counterName(l *policy.Limit) string {
-	if l.UnitMultiplier <= 1 {
-		return "rls/" + l.Unit.String()
-	}
-	return "rls/" + l.Unit.String() + "x" + strconv.FormatUint(uint64(l.UnitMultiplier), 10)
-}
-
 // parentOf is the parent of a check under l, nil if l has no ceiling.
 func parentOf(l *policy.Limit) *pb.ParentLimit {
 	if l.Ceiling == 0 {
@@ -247,19 +236,20 @@ func parentOf(l *policy.Limit) *pb.ParentLimit {
 	return &pb.ParentLimit{Key: l.Parent.Key, Limit: int64(l.Parent.RequestsPerUnit), DurationMs: l.Parent.Window().Milliseconds()}
 }
 
-// counterKey is envoyproxy/ratelimit's cache key without its window:
+// CounterKey is envoyproxy/ratelimit's cache key without its window:
 // domain_key_value_key_value_, with share_threshold values replaced by
-// their wildcard.
-func counterKey(domain string, d *commonpb.RateLimitDescriptor, shared []string) string {
+// their wildcard (shared, from policy.Match). Package rlqs keys a
+// bucket's counter by it too.
+func CounterKey(domain string, entries []policy.Entry, shared []string) string {
 	var b strings.Builder
 	b.WriteString(domain)
 	b.WriteByte('_')
-	for i, e := range d.GetEntries() {
-		v := e.GetValue()
+	for i, e := range entries {
+		v := e.Value
 		if i < len(shared) && shared[i] != "" {
 			v = shared[i]
 		}
-		b.WriteString(e.GetKey())
+		b.WriteString(e.Key)
 		b.WriteByte('_')
 		b.WriteString(v)
 		b.WriteByte('_')

@@ -1106,7 +1106,12 @@ type LeaseReport struct {
 	Release bool `protobuf:"varint,7,opt,name=release,proto3" json:"release,omitempty"`
 	// hits, when positive, asks the owner to decide that many hits now,
 	// exactly, as a GLOBAL check of its own; the answer's decided says.
-	Hits          int64 `protobuf:"varint,8,opt,name=hits,proto3" json:"hits,omitempty"`
+	Hits int64 `protobuf:"varint,8,opt,name=hits,proto3" json:"hits,omitempty"`
+	// interval_ms is how often the lessee reports, when that is longer
+	// than the owner's --global-sync (an Envoy stream reports every
+	// reporting_interval): the owner tops the grant up to cover two of
+	// them, up to half the time-to-live. 0 means every --global-sync.
+	IntervalMs    int64 `protobuf:"varint,9,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1193,6 +1198,13 @@ func (x *LeaseReport) GetRelease() bool {
 func (x *LeaseReport) GetHits() int64 {
 	if x != nil {
 		return x.Hits
+	}
+	return 0
+}
+
+func (x *LeaseReport) GetIntervalMs() int64 {
+	if x != nil {
+		return x.IntervalMs
 	}
 	return 0
 }
@@ -1430,7 +1442,7 @@ const file_ringlimit_proto_rawDesc = "" +
 	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\"[\n" +
 	"\fLeaseRequest\x12\x16\n" +
 	"\x06lessee\x18\x01 \x01(\fR\x06lessee\x123\n" +
-	"\areports\x18\x02 \x03(\v2\x19.ringlimit.v1.LeaseReportR\areports\"\xe0\x01\n" +
+	"\areports\x18\x02 \x03(\v2\x19.ringlimit.v1.LeaseReportR\areports\"\x81\x02\n" +
 	"\vLeaseReport\x12+\n" +
 	"\x04item\x18\x01 \x01(\v2\x17.ringlimit.v1.CheckItemR\x04item\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x1a\n" +
@@ -1439,7 +1451,9 @@ const file_ringlimit_proto_rawDesc = "" +
 	"\x05asked\x18\x05 \x01(\x03R\x05asked\x12\x18\n" +
 	"\agranted\x18\x06 \x01(\x03R\agranted\x12\x18\n" +
 	"\arelease\x18\a \x01(\bR\arelease\x12\x12\n" +
-	"\x04hits\x18\b \x01(\x03R\x04hits\"A\n" +
+	"\x04hits\x18\b \x01(\x03R\x04hits\x12\x1f\n" +
+	"\vinterval_ms\x18\t \x01(\x03R\n" +
+	"intervalMs\"A\n" +
 	"\rLeaseResponse\x120\n" +
 	"\x06grants\x18\x01 \x03(\v2\x18.ringlimit.v1.LeaseGrantR\x06grants\"\x9d\x02\n" +
 	"\n" +

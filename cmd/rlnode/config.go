@@ -74,6 +74,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.IntVar(&c.Leases.MaxLessees, "max-lessees", d.Leases.MaxLessees, "lessees holding accounts of keys this node owns; a report that would open an account beyond it is answered UNAVAILABLE")
 	fs.IntVar(&c.Leases.MaxLeasesPerKey, "max-leases-per-key", d.Leases.MaxLeasesPerKey, "lessees' accounts of one key")
 	fs.IntVar(&c.Leases.MaxKeysPerLessee, "max-keys-per-lessee", d.Leases.MaxKeysPerLessee, "one lessee's accounts of keys this node owns")
+	fs.IntVar(&c.RLQS.MaxStreams, "rlqs-max-streams", d.RLQS.MaxStreams, "Envoy rate limit quota streams open on this node; a stream beyond it is refused RESOURCE_EXHAUSTED (docs/envoy.md)")
+	fs.IntVar(&c.RLQS.MaxBucketsPerStream, "rlqs-max-buckets-per-stream", d.RLQS.MaxBucketsPerStream, "buckets of one quota stream (at most 1000); reports of further buckets are ignored, and Envoy applies its no_assignment_behavior to them")
+	fs.DurationVar(&c.RLQS.AssignmentTTL, "rlqs-assignment-ttl", d.RLQS.AssignmentTTL, "time-to-live of a quota assignment, whole seconds, at most --lease-ttl less 1s; renewed every half of it")
+	fs.IntVar(&c.RLQS.AbandonAfter, "rlqs-abandon-after", d.RLQS.AbandonAfter, "reports in a row without a request after which a quota bucket is abandoned (AbandonAction)")
 	fs.StringVar(&c.PeerTLS.Cert, "peer-tls-cert", "", "PEM certificate for the peer port, valid for --node-name, from the cluster CA; reloaded on change")
 	fs.StringVar(&c.PeerTLS.Key, "peer-tls-key", "", "PEM key of --peer-tls-cert")
 	fs.StringVar(&c.PeerTLS.CA, "peer-tls-ca", "", "PEM cluster CA: peers must present a certificate from it (mutual TLS)")
@@ -175,6 +179,8 @@ func (c Config) validate() error {
 	case c.Leases.MaxLessees <= 0 || c.Leases.MaxLeasesPerKey <= 0 || c.Leases.MaxKeysPerLessee <= 0:
 		return fmt.Errorf("--max-lessees, --max-leases-per-key, --max-keys-per-lessee: must be positive, got %d, %d, %d",
 			c.Leases.MaxLessees, c.Leases.MaxLeasesPerKey, c.Leases.MaxKeysPerLessee)
+	case c.RLQS.Check() != nil:
+		return c.RLQS.Check()
 	case c.NodeName == "":
 		return errors.New("--node-name: must not be empty")
 	case c.PeerTLS != (tlsfiles.Files{}) && (c.PeerTLS.Cert == "" || c.PeerTLS.Key == "" || c.PeerTLS.CA == ""):

@@ -18,6 +18,7 @@ func commands() []command {
 		{"check", "ask a node whether a request may go ahead (exit 0 allowed, 1 refused, 2 error)"},
 		{"members", "list a node's view of the cluster"},
 		{"bench", "measure a node or cluster with a bounded load"},
+		{"bench-rlqs", "simulated Envoys on one quota bucket of a cluster: admissions a second against the limit"},
 		{"policy", "policy files: `rlnode policy check PATH` validates them offline"},
 		{"help", "say how to use rlnode, or one command: rlnode help check"},
 		{"version", "print the build: module version, VCS revision and time, Go version"},

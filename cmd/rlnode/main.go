@@ -81,6 +81,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return runMembers(ctx, args[1:], stdout, stderr)
 		case "bench":
 			return runBench(ctx, args[1:], stdout, stderr)
+		case "bench-rlqs":
+			return runRLQSBench(ctx, args[1:], stdout, stderr)
 		case "policy":
 			return runPolicy(args[1:], stdout, stderr)
 		}

@@ -1,0 +1,530 @@
+// Package rlqs serves Envoy's rate limit quota service,
+// envoy.service.rate_limit_quota.v3.RateLimitQuotaService: Envoy's
+// rate_limit_quota filter decides requests itself, from an assignment
+// per bucket, and reports its usage every reporting interval on one
+// stream (docs/envoy.md has what the filter does, as this server relies
+// on it).
+//
+// Each stream is a lessee (see package lease and docs/leases.md): it
+// gets a random secret, so an account of its own on each counter's
+// owner, which no other client can name. A bucket_id is matched against
+// the stream's domain in the policy files as an RLS descriptor with its
+// entries in key order (see Match); a bucket whose policy applies is the
+// policy's counter, and each Envoy report of it becomes a lease report
+// of running totals (admitted += allowed, asked += allowed + denied),
+// sent through the node's lessee side (lease.Node.Lease), which takes it
+// to the counter's owner, over the peer port when that is another node.
+// The owner splits the limit among the streams by their demand and
+// reserves each stream's grant against the counter; the grant becomes a
+// token bucket assignment (bucket.go), so the Envoys together admit at
+// most what the owner lent.
+package rlqs
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/global"
+	"github.com/ringlimit/ringlimit/lease"
+	"github.com/ringlimit/ringlimit/policy"
+)
+
+// Method is the full name of the stream, as the node's admission gate
+// counts it (a long-lived stream, not a request in flight).
+const Method = "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas"
+
+// The defaults of Config.
+const (
+	DefaultMaxStreams          = 1000
+	DefaultMaxBucketsPerStream = 1000
+	DefaultAssignmentTTL       = time.Second
+	DefaultAbandonAfter        = 30
+)
+
+// Leaser takes a lessee's reports to their counters' owners:
+// *service.Service (lease.Node.Lease).
+type Leaser interface {
+	Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.LeaseResponse, error)
+}
+
+// Policies returns the policies in force: *policy.Reloader. A nil Set
+// means no policy file was given.
+type Policies interface {
+	Policies() *policy.Set
+}
+
+// Bounds are a Server's flags. The zero value of each means its default.
+type Bounds struct {
+	// MaxStreams bounds the streams open on this node
+	// (--rlqs-max-streams); a stream beyond it is refused with
+	// RESOURCE_EXHAUSTED.
+	MaxStreams int
+	// MaxBucketsPerStream bounds one stream's buckets
+	// (--rlqs-max-buckets-per-stream), at most lease.MaxReports: the
+	// reports of a bucket beyond it are ignored, and Envoy applies its
+	// no_assignment_behavior to that bucket.
+	MaxBucketsPerStream int
+	// AssignmentTTL is each assignment's time-to-live
+	// (--rlqs-assignment-ttl): whole seconds, as Envoy's filter reads
+	// only the seconds, and shorter than the lease time-to-live, so that
+	// Envoy stops using a grant before its owner frees it. An assignment
+	// is renewed every half of it.
+	AssignmentTTL time.Duration
+	// AbandonAfter is how many reports in a row without a request make
+	// a bucket idle (--rlqs-abandon-after): it is abandoned
+	// (AbandonAction), and its grant goes back to its owner by the
+	// lease time-to-live.
+	AbandonAfter int
+}
+
+// DefaultBounds are the flags' defaults.
+func DefaultBounds() Bounds {
+	return Bounds{MaxStreams: DefaultMaxStreams, MaxBucketsPerStream: DefaultMaxBucketsPerStream,
+		AssignmentTTL: DefaultAssignmentTTL, AbandonAfter: DefaultAbandonAfter}
+}
+
+// Check returns an error naming the flag out of range.
+func (b Bounds) Check() error {
+	switch {
+	case b.MaxStreams <= 0:
+		return fmt.Errorf("--rlqs-max-streams: must be positive, got %d", b.MaxStreams)
+	case b.MaxBucketsPerStream <= 0 || b.MaxBucketsPerStream > lease.MaxReports:
+		return fmt.Errorf("--rlqs-max-buckets-per-stream: must be between 1 and %d (a lease call's reports), got %d", lease.MaxReports, b.MaxBucketsPerStream)
+	case b.AssignmentTTL < time.Second || b.AssignmentTTL%time.Second != 0:
+		return fmt.Errorf("--rlqs-assignment-ttl: must be whole seconds, at least 1s (Envoy reads only the seconds), got %v", b.AssignmentTTL)
+	case b.AbandonAfter <= 0:
+		return fmt.Errorf("--rlqs-abandon-after: must be positive, got %d", b.AbandonAfter)
+	}
+	return nil
+}
+
+// Config configures a Server. Leaser and Policies are required.
+type Config struct {
+	Leaser   Leaser
+	Policies Policies
+	Bounds
+	// LeaseTTL is the node's --lease-ttl; zero means
+	// global.DefaultLeaseTTL. Streams are refused, FAILED_PRECONDITION,
+	// unless it exceeds AssignmentTTL by a second.
+	LeaseTTL   time.Duration
+	Registerer prometheus.Registerer
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Now is the clock of the grants' accounting; nil means time.Now.
+	Now func() time.Time
+}
+
+// Server serves StreamRateLimitQuotas. It is safe for concurrent use and
+// starts nothing but the goroutines of the streams it serves.
+type Server struct {
+	rlqspb.UnimplementedRateLimitQuotaServiceServer
+	conf    Config
+	metrics *metrics
+	// refuse, when not empty, is why every stream is refused.
+	refuse string
+
+	mu       sync.Mutex
+	streams  map[*stream]struct{}
+	draining bool
+}
+
+// New returns a Server, or the error of Bounds.Check.
+func New(conf Config) (*Server, error) {
+	d := DefaultBounds()
+	if conf.MaxStreams <= 0 {
+		conf.MaxStreams = d.MaxStreams
+	}
+	if conf.MaxBucketsPerStream <= 0 {
+		conf.MaxBucketsPerStream = d.MaxBucketsPerStream
+	}
+	if conf.AssignmentTTL <= 0 {
+		conf.AssignmentTTL = d.AssignmentTTL
+	}
+	if conf.AbandonAfter <= 0 {
+		conf.AbandonAfter = d.AbandonAfter
+	}
+	if conf.LeaseTTL <= 0 {
+		conf.LeaseTTL = global.DefaultLeaseTTL
+	}
+	if err := conf.Bounds.Check(); err != nil {
+		return nil, err
+	}
+	if conf.Logger == nil {
+		conf.Logger = slog.New(slog.DiscardHandler)
+	}
+	if conf.Now == nil {
+		conf.Now = time.Now
+	}
+	s := &Server{conf: conf, metrics: newMetrics(conf.Registerer), streams: map[*stream]struct{}{}}
+	if conf.AssignmentTTL+deliveryMargin > conf.LeaseTTL {
+		// An assignment must end, on Envoy's clock, before its owner frees
+		// the grant behind it, with a second for its delivery. A node
+		// whose leases are shorter still serves everything else.
+		s.refuse = fmt.Sprintf("--rlqs-assignment-ttl (%v) must be at most --lease-ttl (%v) less %v, so that Envoy stops using a grant before its owner frees it",
+			conf.AssignmentTTL, conf.LeaseTTL, deliveryMargin)
+	}
+	return s, nil
+}
+
+// Register registers s on srv.
+func (s *Server) Register(srv grpc.ServiceRegistrar) {
+	rlqspb.RegisterRateLimitQuotaServiceServer(srv, s)
+}
+
+// Drain tells every stream's Envoy to fall back at once (each assignment
+// again, with a time-to-live of zero) and ends the streams with
+// UNAVAILABLE, so that Envoy opens its next stream to another node; it
+// refuses streams from then on. It returns once every stream has ended,
+// or ctx has.
+func (s *Server) Drain(ctx context.Context) {
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		return
+	}
+	s.draining = true
+	var told []chan struct{}
+	for st := range s.streams {
+		told = append(told, st.drained)
+		close(st.drain)
+	}
+	s.mu.Unlock()
+	for _, c := range told {
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// open counts a new stream, or refuses it.
+func (s *Server) open() (*stream, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.refuse != "":
+		return nil, status.Error(codes.FailedPrecondition, s.refuse)
+	case s.draining:
+		return nil, status.Error(codes.Unavailable, "node draining: open the stream on another node")
+	case len(s.streams) >= s.conf.MaxStreams:
+		s.metrics.refused.WithLabelValues("streams").Inc()
+		return nil, status.Errorf(codes.ResourceExhausted, "streams: --rlqs-max-streams %d reached on this node", s.conf.MaxStreams)
+	}
+	secret := make([]byte, lease.SecretLen)
+	rand.Read(secret) // never fails (crypto/rand)
+	st := &stream{srv: s, secret: secret, buckets: map[string]*bucket{}, drain: make(chan struct{}), drained: make(chan struct{})}
+	s.streams[st] = struct{}{}
+	s.metrics.streams.Inc()
+	return st, nil
+}
+
+// close forgets st. Its accounts stay on their owners until their
+// time-to-live runs out, covering what the Envoy admitted and has not
+// reported: it reports it on its next stream, whose account claims it.
+func (s *Server) close(st *stream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.streams, st)
+	s.metrics.streams.Dec()
+	s.metrics.buckets.Sub(float64(len(st.buckets)))
+}
+
+// StreamRateLimitQuotas serves one Envoy's stream: each message of
+// usage reports is answered with the assignments it changes or renews,
+// and the assignments are renewed every half time-to-live between
+// reports.
+func (s *Server) StreamRateLimitQuotas(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	st, err := s.open()
+	if err != nil {
+		return err
+	}
+	defer close(st.drained)
+	defer s.close(st)
+	ctx := gs.Context()
+	msgs := make(chan *rlqspb.RateLimitQuotaUsageReports)
+	ended := make(chan error, 1)
+	// The receiving goroutine ends when the stream does: returning from
+	// this handler ends the stream, and Recv with it.
+	go func() {
+		for {
+			m, err := gs.Recv()
+			if err != nil {
+				ended <- err
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	// Assignments are renewed when half their time-to-live is left, within
+	// a fifth of it: well before they could expire at the Envoy.
+	renew := time.NewTicker(s.conf.AssignmentTTL / 5)
+	defer renew.Stop()
+	for {
+		var resp *rlqspb.RateLimitQuotaResponse
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-ended:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-st.drain:
+			return st.drainStream(ctx, gs, msgs, ended)
+		case m := <-msgs:
+			if resp, err = st.take(ctx, m); err != nil {
+				s.metrics.refused.WithLabelValues("invalid").Inc()
+				return err
+			}
+		case <-renew.C:
+			resp = st.renew(ctx)
+		}
+		if len(resp.GetBucketAction()) > 0 {
+			if err := gs.Send(resp); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// stream is one Envoy stream: its secret (its accounts' name on the
+// owners) and its buckets. Only its handler's goroutine touches it, but
+// for drain and drained, which the Server closes and waits on.
+type stream struct {
+	srv     *Server
+	secret  []byte
+	domain  string
+	epoch   int64 // the last account epoch given to a bucket
+	buckets map[string]*bucket
+	// set is the policies the buckets were matched against.
+	set *policy.Set
+	// drain is closed by Drain; drained by the handler as it returns.
+	drain, drained chan struct{}
+}
+
+// take answers a message of usage reports, or returns the status that
+// ends the stream.
+func (st *stream) take(ctx context.Context, m *rlqspb.RateLimitQuotaUsageReports) (*rlqspb.RateLimitQuotaResponse, error) {
+	first := st.domain == ""
+	domain, usages, err := validate(st.domain, m)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	set := st.srv.conf.Policies.Policies()
+	switch {
+	case set == nil:
+		return nil, status.Error(codes.FailedPrecondition, "no policies: start rlnode with --policy-file")
+	case first && !set.HasDomain(domain):
+		return nil, status.Errorf(codes.NotFound, "domain: %q is not a domain of the policy files", domain)
+	}
+	st.domain = domain
+	now := st.srv.conf.Now()
+	if set != st.set {
+		st.rematch(set)
+	}
+	resp := &rlqspb.RateLimitQuotaResponse{}
+	var due []*bucket
+	for _, u := range usages {
+		b := st.buckets[u.key]
+		if b == nil {
+			if len(st.buckets) >= st.srv.conf.MaxBucketsPerStream {
+				st.srv.metrics.refused.WithLabelValues("buckets_per_stream").Inc()
+				continue
+			}
+			b = st.subscribe(set, u)
+		}
+		b.report(u, now)
+		if b.idle >= st.srv.conf.AbandonAfter {
+			resp.BucketAction = append(resp.BucketAction, &rlqspb.RateLimitQuotaResponse_BucketAction{BucketId: b.id,
+				BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction{}}})
+			st.srv.metrics.assignments.WithLabelValues("abandon").Inc()
+			delete(st.buckets, u.key)
+			st.srv.metrics.buckets.Dec()
+			continue
+		}
+		due = append(due, b)
+	}
+	st.assign(ctx, due, now, resp)
+	return resp, nil
+}
+
+// subscribe starts the stream's bucket of u: a report of a bucket the
+// stream has not seen (or has abandoned) subscribes to it, as Envoy's
+// first report does.
+func (st *stream) subscribe(set *policy.Set, u usage) *bucket {
+	st.epoch++
+	b := &bucket{id: u.id, epoch: st.epoch}
+	b.kind, b.item = Match(set, st.domain, u.entries)
+	st.set = set
+	if b.kind == unsupported {
+		st.srv.metrics.refused.WithLabelValues("unsupported_policy").Inc()
+	}
+	st.buckets[u.key] = b
+	st.srv.metrics.buckets.Inc()
+	return b
+}
+
+// rematch matches the stream's buckets against set, the policies now in
+// force: a bucket whose limit changed starts a new account (a new epoch)
+// of its new counter, which claims what the Envoy may still admit under
+// the assignments it holds.
+func (st *stream) rematch(set *policy.Set) {
+	st.set = set
+	for _, b := range st.buckets {
+		k, item := Match(set, st.domain, entriesOf(b.id))
+		if k != b.kind || !proto.Equal(item, b.item) {
+			st.epoch++
+			b.kind, b.item, b.epoch, b.granted, b.acked = k, item, st.epoch, 0, 0
+		}
+	}
+}
+
+// renew renews the assignments sent half a time-to-live ago or more.
+func (st *stream) renew(ctx context.Context) *rlqspb.RateLimitQuotaResponse {
+	now := st.srv.conf.Now()
+	var due []*bucket
+	for _, b := range st.buckets {
+		if b.sent && now.Sub(b.cur.until) >= -st.srv.conf.AssignmentTTL/2 {
+			due = append(due, b)
+		}
+	}
+	resp := &rlqspb.RateLimitQuotaResponse{}
+	st.assign(ctx, due, now, resp)
+	return resp
+}
+
+// assign adds to resp the assignments of buckets: the fixed ones as they
+// are, the leased ones from one lease call for all of them. A leased
+// bucket whose report the owner did not take gets nothing: its
+// assignment runs out by its time-to-live, before the owner frees the
+// grant behind it.
+func (st *stream) assign(ctx context.Context, buckets []*bucket, now time.Time, resp *rlqspb.RateLimitQuotaResponse) {
+	ttl := st.srv.conf.AssignmentTTL
+	var lent []*bucket
+	req := &pb.LeaseRequest{Lessee: st.secret}
+	for _, b := range buckets {
+		switch b.kind {
+		case allowAll:
+			resp.BucketAction = append(resp.BucketAction, st.action(b, blanket(typepb.RateLimitStrategy_ALLOW_ALL), ttl))
+			b.sent, b.cur.until = true, now.Add(ttl)
+		case denyAll:
+			resp.BucketAction = append(resp.BucketAction, st.action(b, blanket(typepb.RateLimitStrategy_DENY_ALL), ttl))
+			b.sent, b.cur.until = true, now.Add(ttl)
+		case leased:
+			lent = append(lent, b)
+			req.Reports = append(req.Reports, b.leaseReport(now))
+		}
+	}
+	if len(lent) == 0 {
+		return
+	}
+	out, err := st.srv.conf.Leaser.Lease(ctx, req)
+	if err == nil && len(out.GetGrants()) != len(lent) {
+		err = fmt.Errorf("%d grants for %d reports", len(out.GetGrants()), len(lent))
+	}
+	if err != nil {
+		st.srv.metrics.refused.WithLabelValues("lease").Add(float64(len(lent)))
+		st.srv.conf.Logger.Warn("rlqs: lease call failed; assignments not renewed", "buckets", len(lent), "err", err)
+		return
+	}
+	for i, g := range out.GetGrants() {
+		b := lent[i]
+		if g.GetError() != "" || g.GetEpoch() != b.epoch {
+			st.srv.metrics.refused.WithLabelValues("lease").Inc()
+			st.srv.conf.Logger.Debug("rlqs: lease report not taken", "bucket", b.id.GetBucket(), "err", g.GetError())
+			continue
+		}
+		b.leasedAt = now
+		resp.BucketAction = append(resp.BucketAction, st.action(b, b.assign(g.GetGranted(), g.GetAcked(), now, ttl), ttl))
+	}
+}
+
+// action is the assignment of strategy to b for ttl, counted.
+func (st *stream) action(b *bucket, strategy *typepb.RateLimitStrategy, ttl time.Duration) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	label := "token_bucket"
+	if r, ok := strategy.GetStrategy().(*typepb.RateLimitStrategy_BlanketRule_); ok {
+		label = r.BlanketRule.String()
+	}
+	if ttl == 0 {
+		label = "zero_ttl"
+	}
+	st.srv.metrics.assignments.WithLabelValues(label).Inc()
+	return &rlqspb.RateLimitQuotaResponse_BucketAction{BucketId: b.id,
+		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+			AssignmentTimeToLive: durationpb.New(ttl), RateLimitStrategy: strategy}}}
+}
+
+// maxDrainWait bounds how long a draining stream waits for the Envoy's
+// next report, whatever its reporting interval.
+const maxDrainWait = 5 * time.Second
+
+// drainStream ends a stream as its node drains: every assignment again
+// with a zero time-to-live, so that the Envoy stops using it at once; then
+// the Envoy's next report (awaited a report interval and two delivery
+// margins at most), which carries what it admitted since its last one,
+// is taken to the owners on this stream's accounts, where those hits are
+// reserved, rather than left to the Envoy's next stream to claim; then
+// the stream ends UNAVAILABLE, and the Envoy opens its next one
+// elsewhere.
+func (st *stream) drainStream(ctx context.Context, gs rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer,
+	msgs <-chan *rlqspb.RateLimitQuotaUsageReports, ended <-chan error) error {
+	if err := gs.Send(st.zeroTTL()); err != nil {
+		return err
+	}
+	var interval time.Duration
+	for _, b := range st.buckets {
+		interval = max(interval, b.interval)
+	}
+	wait := time.NewTimer(min(max(interval, st.srv.conf.AssignmentTTL), maxDrainWait) + 2*deliveryMargin)
+	defer wait.Stop()
+	select {
+	case m := <-msgs:
+		st.take(ctx, m) // its assignments are not sent: the stream ends
+	case <-ended:
+	case <-wait.C:
+	case <-ctx.Done():
+	}
+	return status.Error(codes.Unavailable, "node draining: every assignment expired, open the stream on another node")
+}
+
+// zeroTTL is every assignment in force again, with a time-to-live of
+// zero: Envoy's filter expires each at once and falls back to its
+// expired-assignment behaviour until its next stream assigns it again.
+func (st *stream) zeroTTL() *rlqspb.RateLimitQuotaResponse {
+	resp := &rlqspb.RateLimitQuotaResponse{}
+	for _, b := range st.buckets {
+		if !b.sent {
+			continue
+		}
+		strategy := b.strategy()
+		switch b.kind {
+		case allowAll:
+			strategy = blanket(typepb.RateLimitStrategy_ALLOW_ALL)
+		case denyAll:
+			strategy = blanket(typepb.RateLimitStrategy_DENY_ALL)
+		}
+		resp.BucketAction = append(resp.BucketAction, st.action(b, strategy, 0))
+	}
+	return resp
+}
