@@ -46,7 +46,7 @@ var (
 	// ErrUnknownReservation reports a reservation id this store does not
 	// hold: never made here, or past its time-to-live (when it was charged
 	// in full, or, if settled, forgotten).
-	ErrUnknownReservation = errors.New("reservation_id: unknown or expired")
+	ErrUnknownReservation = errors.New("reservation_id: unknown for this name and key, or expired")
 	// ErrOtherCounter reports a reservation id used with a name and key
 	// other than those it was made for.
 	ErrOtherCounter = errors.New("reservation_id: a reservation of another name or key")

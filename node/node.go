@@ -72,6 +72,9 @@ type Config struct {
 	// their SLIDING_LOG counters.
 	MaxKeys       int
 	MaxLogEntries int
+	// MaxReservations bounds the reservations this node's store holds,
+	// open or settled (see limiter.Config.MaxReservations).
+	MaxReservations int
 	// BatchWait and BatchLimit shape the batches of forwarded checks (see
 	// peer.Config).
 	BatchWait  time.Duration
@@ -126,6 +129,7 @@ func DefaultConfig() Config {
 		GossipAddr:        cluster.DefaultBindAddr,
 		MaxKeys:           limiter.DefaultMaxKeys,
 		MaxLogEntries:     limiter.DefaultMaxLogEntries,
+		MaxReservations:   limiter.DefaultMaxReservations,
 		BatchWait:         500 * time.Microsecond,
 		BatchLimit:        1000,
 		GlobalSync:        100 * time.Millisecond,
@@ -194,7 +198,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	if n.policies, err = loadPolicies(conf.PolicyFile, log, reg); err != nil {
 		return nil, err
 	}
-	store := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries, Registerer: reg})
+	store := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries, MaxReservations: conf.MaxReservations, Registerer: reg})
 	// Replicas of other owners' counters are kept apart, under the same
 	// bounds (package replica exports their metrics).
 	replicas := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries})
@@ -236,7 +240,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	})
 	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod}, MaxStreams: conf.MaxStreams, Registerer: reg})
 	n.faces = api.New(api.Config{
-		Checker: n.svc, Leases: n.svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
+		Checker: n.svc, Leases: n.svc, Settler: n.svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
 		Ready: n.members.Ready, ReadyNote: n.insecure,
 		Members: func() []api.Member { return apiMembers(n.members) },
 		Ring:    n.members.Ring,

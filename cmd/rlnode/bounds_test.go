@@ -59,7 +59,8 @@ func TestParseConfigBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxInflight != admit.DefaultMax || c.MaxStreams != admit.DefaultMaxStreams || c.MaxConns != node.DefaultMaxConns || c.MaxLogEntries != limiter.DefaultMaxLogEntries {
+	if c.MaxInflight != admit.DefaultMax || c.MaxStreams != admit.DefaultMaxStreams || c.MaxConns != node.DefaultMaxConns || c.MaxLogEntries != limiter.DefaultMaxLogEntries ||
+		c.MaxReservations != limiter.DefaultMaxReservations {
 		t.Errorf("defaults: %+v", c)
 	}
 	for _, args := range [][]string{
@@ -67,6 +68,7 @@ func TestParseConfigBounds(t *testing.T) {
 		{"--max-streams", "0"},
 		{"--max-conns", "-1"},
 		{"--max-log-entries", "9999"},
+		{"--max-reservations", "0"},
 	} {
 		if _, err := parseConfig(args, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), args[0]) {
 			t.Errorf("%v: err %v, want one naming %s", args, err, args[0])
