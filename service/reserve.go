@@ -38,9 +38,8 @@ func (s *Service) reserve(c *call, j int, ttl time.Duration, route routeKind) {
 		return
 	}
 	d, id, err := s.store.Reserve(&c.reqs[j], ttl)
-	if err != nil {
+	if err != nil { // --max-reservations (counted by the store); the rest checks.Request refused already
 		c.results[i] = errorResult(err)
-		s.metrics.invalid(err)
 		return
 	}
 	s.setResult(c, j, d, route)
