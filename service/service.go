@@ -60,6 +60,9 @@ type Peers interface {
 	handoff.Peers
 	replica.Peers
 	lease.Peers
+	// Settle relays a client's settle of a reservation to the node at addr
+	// (see peer.Pool.Settle).
+	Settle(ctx context.Context, addr, from string, req *pb.SettleRequest) (*pb.SettleResponse, error)
 }
 
 // Config configures a Service. The zero value is a single node with a

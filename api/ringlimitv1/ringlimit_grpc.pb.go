@@ -66,8 +66,9 @@ type RateLimiterClient interface {
 	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
 	// Settle charges a reservation (see CheckItem.reserve_ttl_ms) its real
 	// cost, or releases it. The reservation is held by its key's owner:
-	// send the settle there, as the Go client does; another node answers
-	// UNAVAILABLE naming the owner. Errors: INVALID_ARGUMENT naming the
+	// any node relays the settle there (the Go client sends it there
+	// itself); UNAVAILABLE if the owner cannot be reached, and the settle
+	// may be sent again. Errors: INVALID_ARGUMENT naming the
 	// field (a malformed reservation_id, one made for another name or key,
 	// a cost out of bounds), NOT_FOUND for an id the owner does not hold
 	// (never made, or past its time-to-live: then it was charged in full),
@@ -176,8 +177,9 @@ type RateLimiterServer interface {
 	Lease(context.Context, *LeaseRequest) (*LeaseResponse, error)
 	// Settle charges a reservation (see CheckItem.reserve_ttl_ms) its real
 	// cost, or releases it. The reservation is held by its key's owner:
-	// send the settle there, as the Go client does; another node answers
-	// UNAVAILABLE naming the owner. Errors: INVALID_ARGUMENT naming the
+	// any node relays the settle there (the Go client sends it there
+	// itself); UNAVAILABLE if the owner cannot be reached, and the settle
+	// may be sent again. Errors: INVALID_ARGUMENT naming the
 	// field (a malformed reservation_id, one made for another name or key,
 	// a cost out of bounds), NOT_FOUND for an id the owner does not hold
 	// (never made, or past its time-to-live: then it was charged in full),
