@@ -72,7 +72,7 @@ func Request(item *pb.CheckItem, now time.Time, maxSkew time.Duration) (limiter.
 		return limiter.Request{}, err
 	}
 	if item.ReserveTtlMs != nil {
-		if err := checkReserve(item, alone); err != nil {
+		if err := checkReserve(item); err != nil {
 			return limiter.Request{}, err
 		}
 	}

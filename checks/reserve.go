@@ -18,7 +18,7 @@ const MaxReserveTTL = 24 * time.Hour
 // a time-to-live within bounds, at least one hit, and nothing a
 // reservation cannot give back exactly or that is not decided by the
 // key's owner, who holds the reservation (see limiter.Store.Reserve).
-func checkReserve(item *pb.CheckItem, alone bool) error {
+func checkReserve(item *pb.CheckItem) error {
 	ttl := item.GetReserveTtlMs()
 	switch {
 	case ttl <= 0 || ttl > MaxReserveTTL.Milliseconds():
@@ -29,7 +29,7 @@ func checkReserve(item *pb.CheckItem, alone bool) error {
 		return &FieldError{"behavior", fmt.Sprintf("not with %s: a reservation is held by the key's owner (use BATCHED or UNBATCHED)", item.Behavior)}
 	case item.Ceiling != 0:
 		return &FieldError{"ceiling", "not with reserve_ttl_ms: a check that borrows cannot reserve yet"}
-	case item.MinIntervalMs > 0 || alone:
+	case item.MinIntervalMs > 0: // a spacing alone too
 		return &FieldError{"min_interval_ms", "not with reserve_ttl_ms: a spacing counts requests and cannot give them back"}
 	case item.ChargeRefused:
 		return &FieldError{"charge_refused", "not with reserve_ttl_ms: a reservation holds only admitted hits"}
