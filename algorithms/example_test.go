@@ -156,9 +156,9 @@ func ExampleTokenBucket_GiveBack() {
 	var b algorithms.TokenBucket
 	now := time.Unix(0, 0)
 	fmt.Println(b.Take(now, l, 1000).Remaining)
-	b.GiveBack(now, now, l, 1000-400)
+	b.GiveBack(now, now, l, 1000, 1000-400)
 	fmt.Println(b.Check(now, l, 0).Remaining)
-	b.GiveBack(now, now, l, 1_000_000) // never above capacity
+	b.GiveBack(now, now, l, 1000, 1000) // the rest: never above capacity
 	fmt.Println(b.Check(now, l, 0).Remaining)
 	// Output:
 	// 19000
@@ -173,11 +173,11 @@ func ExampleFixedWindow_GiveBack() {
 	var w algorithms.FixedWindow
 	t0 := time.Unix(0, 0)
 	w.Take(t0, l, 6)
-	w.GiveBack(t0, t0, l, 4)
+	w.GiveBack(t0, t0, l, 6, 4)
 	fmt.Println(w.Check(t0, l, 0).Remaining)
 	next := t0.Add(time.Minute)
 	w.Take(next, l, 3)
-	w.GiveBack(next, t0, l, 2) // taken in the window before: nothing to give
+	w.GiveBack(next, t0, l, 6, 2) // taken in the window before: nothing to give
 	fmt.Println(w.Check(next, l, 0).Remaining)
 	// Output:
 	// 8

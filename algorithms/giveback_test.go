@@ -1,7 +1,10 @@
 package algorithms_test
 
 import (
+	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,7 +15,7 @@ import (
 // Spacing.
 type giver interface {
 	counter
-	GiveBack(now, takenAt time.Time, l algorithms.Limit, n int64)
+	GiveBack(now, takenAt time.Time, l algorithms.Limit, taken, n int64)
 }
 
 // givers returns the six algorithms as givers.
@@ -59,11 +62,11 @@ func TestGiveBackTimelines(t *testing.T) {
 		remaining int64
 	}{
 		{"reserve", func(giver) {}, 4},
-		{"settle less", func(g giver) { g.GiveBack(t0, t0, l, 4) }, 8},
+		{"settle less", func(g giver) { g.GiveBack(t0, t0, l, 6, 4) }, 8},
 		{"settle more", func(g giver) { g.Take(t0, l, 2) }, 2},
-		{"release", func(g giver) { g.GiveBack(t0, t0, l, 6) }, 10},
+		{"release", func(g giver) { g.GiveBack(t0, t0, l, 6, 6) }, 10},
 		{"expiry charges in full", func(giver) {}, 4},
-		{"give back more than held", func(g giver) { g.GiveBack(t0, t0, l, math.MaxInt64) }, 10},
+		{"give back more than held", func(g giver) { g.GiveBack(t0, t0, l, 6, math.MaxInt64) }, 10},
 	}
 	for _, k := range givers() {
 		for _, c := range cases {
@@ -93,33 +96,58 @@ func TestGiveBackTimelines(t *testing.T) {
 }
 
 // TestGiveBackAsIfCharged: a counter that reserved 6 at t0, admitted 1
-// more at t0+1s and settled for 2 at t0+2s (giving 4 back) decides from
-// then on exactly as one that was charged 2 at t0 and 1 at t0+1s, on every
-// algorithm: give-back is exact, with no rounding, while the hits are
-// still held. Limit 3 per second makes the emission interval 1s/3, not a
-// whole number of nanoseconds.
+// more and settled for 2 (giving 4 back) decides from then on exactly as
+// one that was charged 2 at t0 and the 1 beside it, on every algorithm:
+// give-back is exact, with no rounding, while the reserved hits are still
+// held: settled at once, or for 10 a minute (an emission interval of 6 s)
+// 2 s later, while the bucket algorithms still hold the 4 unused hits.
+// With 30 per 10 s the emission interval is 1s/3, not a whole number of
+// nanoseconds.
 func TestGiveBackAsIfCharged(t *testing.T) {
-	for _, l := range []algorithms.Limit{
-		{Count: 10, Period: time.Minute},
-		{Count: 30, Period: 10 * time.Second, Burst: 12},
+	for _, c := range []struct {
+		l             algorithms.Limit
+		other, settle time.Duration // when the other hit and the settle come, after t0
+	}{
+		{algorithms.Limit{Count: 10, Period: time.Minute}, time.Second, 2 * time.Second},
+		{algorithms.Limit{Count: 30, Period: 10 * time.Second, Burst: 12}, 0, 0},
 	} {
 		for _, k := range givers() {
-			t.Run(k.name, func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/%d per %v", k.name, c.l.Count, c.l.Period), func(t *testing.T) {
 				reserved, charged := k.new(), k.new()
-				reserved.Take(t0, l, 6)
-				reserved.Take(t0.Add(time.Second), l, 1)
-				reserved.GiveBack(t0.Add(2*time.Second), t0, l, 4)
-				charged.Take(t0, l, 2)
-				charged.Take(t0.Add(time.Second), l, 1)
-				for at := 2 * time.Second; at <= 3*time.Minute; at += 1500 * time.Millisecond {
+				reserved.Take(t0, c.l, 6)
+				reserved.Take(t0.Add(c.other), c.l, 1)
+				reserved.GiveBack(t0.Add(c.settle), t0, c.l, 6, 4)
+				charged.Take(t0, c.l, 2)
+				charged.Take(t0.Add(c.other), c.l, 1)
+				for at := c.settle; at <= 3*time.Minute; at += 1500 * time.Millisecond {
 					for _, n := range []int64{0, 1, 5, 8} {
 						now := t0.Add(at)
-						if got, want := reserved.Check(now, l, n), charged.Check(now, l, n); got != want {
-							t.Fatalf("limit %+v: Check(t0+%v, %d) = %+v after give-back, %+v if charged the cost", l, at, n, got, want)
+						if got, want := reserved.Check(now, c.l, n), charged.Check(now, c.l, n); got != want {
+							t.Fatalf("Check(t0+%v, %d) = %+v after give-back, %+v if charged the cost", at, n, got, want)
 						}
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestGiveBackDrained: a bucket's taken hits drain as it refills, the
+// unused ones with the rest, so a give-back after a while returns only
+// what they still hold. 10 a minute: 6 taken at t0 span 36 s; settled
+// for 0 at t0+30s, 6 s of them (one hit) are still held, and that is all
+// that goes back, although other takes kept the bucket from refilling.
+func TestGiveBackDrained(t *testing.T) {
+	l := algorithms.Limit{Count: 10, Period: time.Minute}
+	for _, k := range givers()[:3] {
+		g := k.new()
+		g.Take(t0, l, 6)
+		g.Take(t0.Add(29*time.Second), l, 4) // 6 of 10 missing at t0+29s (5 refilled), then 4 more
+		now := t0.Add(30 * time.Second)
+		before := g.Check(now, l, 0).Remaining
+		g.GiveBack(now, t0, l, 6, 6)
+		if got := g.Check(now, l, 0).Remaining; got != before+1 {
+			t.Errorf("%s: remaining %d after giving back 6 taken 30 s ago, want %d: only the one hit still held", k.name, got, before+1)
 		}
 	}
 }
@@ -133,7 +161,7 @@ func TestGiveBackSubNanosecond(t *testing.T) {
 			g := k.new()
 			g.Take(t0, l, 1)
 			g.Take(t0, l, 1)
-			g.GiveBack(t0, t0, l, 1)
+			g.GiveBack(t0, t0, l, 1, 1)
 			one := k.new()
 			one.Take(t0, l, 1)
 			for _, at := range []time.Duration{0, 1, 333333333, 333333334, time.Second} {
@@ -157,7 +185,7 @@ func TestGiveBackOnlyWhereTaken(t *testing.T) {
 			// 12 s later 2 have refilled; giving 6 back fills the bucket,
 			// no more: 10 are admitted at once, not 12.
 			now := t0.Add(12 * time.Second)
-			g.GiveBack(now, t0, l, 6)
+			g.GiveBack(now, t0, l, 6, 6)
 			if d := g.Check(now, l, 0); d.Remaining != 10 || d.ResetAfter != 0 {
 				t.Errorf("%s: %+v after giving back, want a full bucket", k.name, d)
 			}
@@ -174,7 +202,7 @@ func TestGiveBackOnlyWhereTaken(t *testing.T) {
 		w.Take(t0, l, 6)
 		next := t0.Add(time.Minute)
 		w.Take(next, l, 3)
-		w.GiveBack(next, t0, l, 6)
+		w.GiveBack(next, t0, l, 6, 6)
 		if got := w.Check(next, l, 0).Remaining; got != 7 {
 			t.Errorf("remaining %d in the next window, want 7: hits of the window before were given back into it", got)
 		}
@@ -184,13 +212,13 @@ func TestGiveBackOnlyWhereTaken(t *testing.T) {
 		w.Take(t0, l, 6)
 		now := t0.Add(time.Minute + 30*time.Second)
 		w.Take(now, l, 1)
-		w.GiveBack(now, t0, l, 4)
+		w.GiveBack(now, t0, l, 6, 4)
 		if w.Prev != 2 || w.Curr != 1 {
 			t.Errorf("prev %d, curr %d; want 2 and 1", w.Prev, w.Curr)
 		}
 		later := now.Add(time.Minute) // t0's window has slid out
 		before := w.Check(later, l, 0)
-		w.GiveBack(later, t0, l, 2)
+		w.GiveBack(later, t0, l, 6, 2)
 		if after := w.Check(later, l, 0); after != before {
 			t.Errorf("after giving back hits of a window that slid out: %+v, want %+v", after, before)
 		}
@@ -200,17 +228,17 @@ func TestGiveBackOnlyWhereTaken(t *testing.T) {
 		s.Take(t0, l, 2)
 		s.Take(t0.Add(time.Second), l, 6)
 		s.Take(t0.Add(2*time.Second), l, 1)
-		s.GiveBack(t0.Add(3*time.Second), t0.Add(time.Second), l, 4)
+		s.GiveBack(t0.Add(3*time.Second), t0.Add(time.Second), l, 6, 4)
 		want := []logEntry{{t0.UnixNano(), 2}, {t0.Add(time.Second).UnixNano(), 2}, {t0.Add(2 * time.Second).UnixNano(), 1}}
 		if got := entries(&s); !sameState(got, want) {
 			t.Errorf("entries %v, want %v", got, want)
 		}
-		s.GiveBack(t0.Add(3*time.Second), t0.Add(time.Second), l, 100)
+		s.GiveBack(t0.Add(3*time.Second), t0.Add(time.Second), l, 6, 100)
 		want = []logEntry{want[0], want[2]}
 		if got := entries(&s); !sameState(got, want) {
 			t.Errorf("entries %v after release, want %v", got, want)
 		}
-		s.GiveBack(t0.Add(3*time.Second), t0.Add(1500*time.Millisecond), l, 100) // nothing logged then
+		s.GiveBack(t0.Add(3*time.Second), t0.Add(1500*time.Millisecond), l, 100, 100) // nothing logged then
 		if got := entries(&s); !sameState(got, want) {
 			t.Errorf("entries %v after giving back at an instant with no entry, want %v", got, want)
 		}
@@ -225,8 +253,62 @@ func TestGiveBackDoesNotAllocate(t *testing.T) {
 	for _, k := range givers() {
 		g := k.new()
 		g.Take(t0, l, 1)
-		if n := testing.AllocsPerRun(100, func() { g.Take(t0, l, 1); g.GiveBack(t0, t0, l, 1) }); n != 0 {
+		if n := testing.AllocsPerRun(100, func() { g.Take(t0, l, 1); g.GiveBack(t0, t0, l, 1, 1) }); n != 0 {
 			t.Errorf("%s: GiveBack allocates %v times", k.name, n)
+		}
+	}
+}
+
+// TestGiveBackNeverUndercharges plays random reservations on each
+// algorithm: each takes an estimate at its start and, some time later,
+// gives back what its cost did not use. Beside it a second counter is
+// charged only the cost, at the start. The reserving counter must never
+// be less charged than that one: whenever it admits an estimate, the
+// other admits the cost, and it never reports more remaining. So
+// give-back never refills beyond what the hits still hold.
+func TestGiveBackNeverUndercharges(t *testing.T) {
+	for _, l := range []algorithms.Limit{
+		{Count: 10, Period: time.Second},
+		{Count: 7, Period: 3 * time.Second, Burst: 4},
+		{Count: 100, Period: time.Minute},
+	} {
+		for _, k := range givers() {
+			t.Run(fmt.Sprintf("%s/%d per %v", k.name, l.Count, l.Period), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(l.Count), uint64(l.Period)))
+				res, real := k.new(), k.new()
+				type open struct {
+					at, settle  time.Time
+					taken, back int64
+				}
+				var pending []open
+				now := t0
+				for step := range 3000 {
+					now = now.Add(time.Duration(rng.Int64N(int64(l.Period / 3))))
+					// Settle what is due, in time order, as a store does.
+					slices.SortFunc(pending, func(a, b open) int { return a.settle.Compare(b.settle) })
+					kept := pending[:0]
+					for _, p := range pending {
+						if p.settle.After(now) {
+							kept = append(kept, p)
+							continue
+						}
+						res.GiveBack(p.settle, p.at, l, p.taken, p.back)
+					}
+					pending = kept
+					if got, want := res.Check(now, l, 0).Remaining, real.Check(now, l, 0).Remaining; got > want {
+						t.Fatalf("step %d: %d remaining after give-backs, but %d had only the costs been charged", step, got, want)
+					}
+					estimate := 1 + rng.Int64N(min(l.Capacity(), l.Count))
+					cost := rng.Int64N(estimate + 1)
+					if !res.Take(now, l, estimate).Allowed {
+						continue
+					}
+					if !real.Take(now, l, cost).Allowed {
+						t.Fatalf("step %d: an estimate of %d admitted, but its cost %d refused on the counter charged only costs", step, estimate, cost)
+					}
+					pending = append(pending, open{at: now, settle: now.Add(time.Duration(rng.Int64N(int64(2 * l.Period)))), taken: estimate, back: estimate - cost})
+				}
+			})
 		}
 	}
 }

@@ -99,9 +99,11 @@ type Settled struct {
 	Decision algorithms.Decision
 	// Limit is the limit the reservation was made under.
 	Limit algorithms.Limit
-	// GivenBack is the hits given back: what was reserved beyond the cost,
-	// or all of it on release, when the counter still held them (see
-	// algorithms' GiveBack); 0 if its limit has changed since.
+	// GivenBack is the hits returned to the counter: what was reserved
+	// beyond the cost, or all of it on release, of which the counter takes
+	// back what they still hold there (see algorithms' GiveBack: a bucket
+	// has refilled part of them as time passed); 0 if its limit has
+	// changed since.
 	GivenBack int64
 	// Forced is the hits charged beyond the reservation: the cost's excess
 	// over it. They are charged whether or not the counter has room, since
@@ -210,12 +212,12 @@ func (rs *reservations) bindHash(name, key string) uint64 {
 // giving is what Reserve and Settle need of a table beyond counters.
 type giving interface {
 	lastAt(idx int32) int64
-	giveBack(idx int32, now, takenAt int64, l algorithms.Limit, n int64) bool
+	giveBack(idx int32, now, takenAt int64, l algorithms.Limit, taken, n int64) bool
 }
 
 // giver is a state that can give hits back: the six algorithms.
 type giver interface {
-	GiveBack(now, takenAt time.Time, l algorithms.Limit, n int64)
+	GiveBack(now, takenAt time.Time, l algorithms.Limit, taken, n int64)
 }
 
 // Reservable reports whether a counter of algorithm a can hold
@@ -335,7 +337,7 @@ func (s *Store) Settle(st *Settlement) (Settled, error) {
 		outcome = "given_back"
 		t := sh.tables[v.algorithm]
 		id, hash := sh.counterID(&r)
-		if idx := t.find(id, hash); idx >= 0 && t.(giving).giveBack(idx, now, v.takenAt, v.limit, v.hits-cost) {
+		if idx := t.find(id, hash); idx >= 0 && t.(giving).giveBack(idx, now, v.takenAt, v.limit, v.hits, v.hits-cost) {
 			out.GivenBack = v.hits - cost
 		}
 	case cost > v.hits:
@@ -393,11 +395,11 @@ func (s *Store) Reservations() int { return int(s.reservations.held.Load()) }
 
 func (t *table[S, P]) lastAt(idx int32) int64 { return t.entries[idx].last }
 
-// giveBack gives n hits taken at takenAt under l back to the counter at
-// idx at now (Unix ns), and reports whether it did: not if the counter's
-// limit is no longer l, since a clamp to another limit may have uncounted
-// them already.
-func (t *table[S, P]) giveBack(idx int32, now, takenAt int64, l algorithms.Limit, n int64) bool {
+// giveBack gives n of the taken hits taken at takenAt under l back to the
+// counter at idx at now (Unix ns), as algorithms' GiveBack bounds them,
+// and reports whether it did: not if the counter's limit is no longer l,
+// since a clamp to another limit may have uncounted them already.
+func (t *table[S, P]) giveBack(idx int32, now, takenAt int64, l algorithms.Limit, taken, n int64) bool {
 	e := &t.entries[idx]
 	g, ok := any(P(&e.state)).(giver)
 	if !ok || t.limit(e) != l {
@@ -406,7 +408,7 @@ func (t *table[S, P]) giveBack(idx int32, now, takenAt int64, l algorithms.Limit
 	before := t.footprint(idx)
 	now = max(now, e.last)
 	e.last = now
-	g.GiveBack(time.Unix(0, now), time.Unix(0, takenAt), l, n)
+	g.GiveBack(time.Unix(0, now), time.Unix(0, takenAt), l, taken, n)
 	e.changed = true
 	t.settle(idx, before)
 	return true

@@ -984,9 +984,13 @@ type SettleResponse struct {
 	// state is the counter after the settle, as a check of no hits answers
 	// it: status UNDER_LIMIT, remaining, reset_time_ms, limit.
 	State *CheckResult `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
-	// given_back is the hits given back to the counter (the reservation
-	// beyond the cost, or all of it on release); 0 if the counter's limit
-	// changed since the reservation, when they may be gone already.
+	// given_back is the hits of the reservation beyond the cost (all of
+	// them on release), returned to the counter, which takes back only
+	// what they still hold there: a bucket has refilled part of them as
+	// time passed, a window that ended took them with it (see
+	// docs/checks.md, Reservations); state says what is left. 0 if the
+	// counter's limit changed since the reservation, when they may be gone
+	// already.
 	GivenBack int64 `protobuf:"varint,2,opt,name=given_back,json=givenBack,proto3" json:"given_back,omitempty"`
 	// forced is the hits charged beyond the reservation: the work was done,
 	// so they are charged whether or not there is room, down to an empty
