@@ -197,6 +197,22 @@ func (rs *reservations) init(conf Config, shards int) {
 	}
 }
 
+// claim counts one more reservation held, if the bound leaves room for
+// it. It counts before the reservation is made, and only up to the
+// bound, so that concurrent reservations in other shards never take the
+// store, nor its gauge, past it.
+func (rs *reservations) claim() bool {
+	for {
+		n := rs.held.Load()
+		if n >= rs.max {
+			return false
+		}
+		if rs.held.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
 // bindHash hashes a name and key with the store's secret seed: a
 // reservation keeps it rather than the strings, up to 1,280 bytes, and no
 // one who cannot read the seed can make another name and key match.
@@ -264,12 +280,13 @@ func (s *Store) Reserve(r *Request, ttl time.Duration) (algorithms.Decision, Res
 	defer sh.mu.Unlock()
 	now := r.Now.UnixNano()
 	s.expire(res, now)
-	if rs.held.Load() >= rs.max {
+	if !rs.claim() {
 		rs.refused.Inc()
 		return algorithms.Decision{}, none, fmt.Errorf("%w: the node holds --max-reservations %d", ErrTooManyReservations, rs.max)
 	}
 	d := s.take(sh, r)
 	if !d.Allowed {
+		rs.held.Add(-1)
 		return d, none, nil
 	}
 	t := sh.tables[r.Algorithm]
@@ -289,7 +306,6 @@ func (s *Store) Reserve(r *Request, ttl time.Duration) (algorithms.Decision, Res
 	}
 	res.byID[rid] = v
 	heap.Push(&res.expiry, expiring{v.expires, rid})
-	rs.held.Add(1)
 	return d, rid, nil
 }
 

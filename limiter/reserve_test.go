@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -280,5 +281,30 @@ func TestReservationsConcurrent(t *testing.T) {
 	wg.Wait()
 	if most > 20 || admitted == 0 {
 		t.Errorf("at most %d reservations held at once (want <= 20), %d admitted", most, admitted)
+	}
+}
+
+// TestReservationsBoundConcurrent: reservations made at once over many
+// keys (so many shards) never take the store past MaxReservations.
+func TestReservationsBoundConcurrent(t *testing.T) {
+	s := New(Config{MaxReservations: 50})
+	l := algorithms.Limit{Count: 1_000_000, Period: time.Minute}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				r := &Request{Name: "n", Key: fmt.Sprint("k", g, "-", i), Algorithm: TokenBucket, Limit: l, Hits: 1, Now: t0}
+				if _, _, err := s.Reserve(r, time.Minute); err != nil && !errors.Is(err, ErrTooManyReservations) {
+					t.Error(err)
+				}
+				if n := s.Reservations(); n > 50 {
+					t.Errorf("%d reservations held, above the bound of 50", n)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := s.Reservations(); n != 50 {
+		t.Errorf("%d reservations held, want 50", n)
 	}
 }
