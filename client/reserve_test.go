@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,8 +84,8 @@ func TestReserveUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := t0
-	svc := service.New(service.Config{Now: func() time.Time { return now }})
+	var after atomic.Int64 // how far past t0 the service's clock is
+	svc := service.New(service.Config{Now: func() time.Time { return t0.Add(time.Duration(after.Load())) }})
 	srv := grpc.NewServer()
 	api.New(api.Config{Checker: svc, Settler: svc}).RegisterGRPC(srv)
 	go srv.Serve(lis)
@@ -99,7 +100,7 @@ func TestReserveUnknown(t *testing.T) {
 	if err != nil || !r.Allowed {
 		t.Fatal(r, err)
 	}
-	now = t0.Add(time.Second) // the service reads it on the server's goroutine after this write: the RPC orders them
+	after.Store(int64(time.Second))
 	if _, err := r.Settle(ctx, 1); !errors.Is(err, client.ErrUnknownReservation) {
 		t.Errorf("Settle past the time-to-live: %v, want ErrUnknownReservation", err)
 	}
