@@ -54,13 +54,18 @@ type Config struct {
 	// GET /metrics; nil means no metrics.
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
-	// Admit, if not nil, wraps the POST /v1/check handler, e.g. to bound
-	// the requests in flight (admit.Gate.HTTP). The probes, /metrics and
-	// /v1/members are not wrapped, so that they answer under load.
+	// Admit, if not nil, wraps the POST /v1/check and POST /v1/settle
+	// handlers, e.g. to bound the requests in flight (admit.Gate.HTTP).
+	// The probes, /metrics and /v1/members are not wrapped, so that they
+	// answer under load.
 	Admit func(http.Handler) http.Handler
 	// Leases, if not nil, answers RateLimiter/Lease (package lease's
 	// Node); nil means the RPC answers Unimplemented.
 	Leases Leaser
+	// Settler, if not nil, answers RateLimiter/Settle and POST /v1/settle
+	// (package service's Service); nil means they answer Unimplemented
+	// (HTTP 501).
+	Settler Settler
 	// AdmitMessage, if not nil, admits each request of a CheckStream (e.g.
 	// admit.Gate.Message): it returns what to call once the request is
 	// answered, or the error to refuse it with.
@@ -92,7 +97,7 @@ func New(conf Config) *Server {
 		conf: conf,
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ringlimit_check_duration_seconds",
-			Help:    "Time to answer a check request, by interface (grpc, grpc_stream, grpc_lease, http).",
+			Help:    "Time to answer a check request, by interface (grpc, grpc_stream, grpc_lease, grpc_settle, http, http_settle).",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"interface"}),
 	}

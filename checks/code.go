@@ -17,8 +17,14 @@ import (
 // ItemCode, and Envoy's rate limit service with it too.
 func Code(err error) codes.Code {
 	switch {
-	case errors.Is(err, ErrInvalid):
+	case errors.Is(err, ErrInvalid), errors.Is(err, limiter.ErrOtherCounter), errors.Is(err, limiter.ErrNotReservable):
 		return codes.InvalidArgument
+	case errors.Is(err, limiter.ErrUnknownReservation):
+		return codes.NotFound
+	case errors.Is(err, limiter.ErrSettled):
+		return codes.FailedPrecondition
+	case errors.Is(err, limiter.ErrTooManyReservations):
+		return codes.Unavailable
 	case errors.Is(err, ErrUnavailable):
 		return codes.Unavailable
 	case errors.Is(err, limiter.ErrFull):
@@ -36,6 +42,10 @@ func HTTPStatus(err error) int {
 	switch Code(err) {
 	case codes.InvalidArgument:
 		return http.StatusBadRequest
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.FailedPrecondition:
+		return http.StatusConflict
 	case codes.Unavailable, codes.ResourceExhausted: // as an overloaded node answers (package admit)
 		return http.StatusServiceUnavailable
 	case codes.DeadlineExceeded:

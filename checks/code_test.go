@@ -28,6 +28,11 @@ func TestCodes(t *testing.T) {
 		{fmt.Errorf("%w: %w", ErrUnavailable, context.Canceled), codes.Unavailable, http.StatusServiceUnavailable, pb.ErrorCode_UNAVAILABLE},
 		{fmt.Errorf("wait: %w", context.DeadlineExceeded), codes.DeadlineExceeded, http.StatusGatewayTimeout, pb.ErrorCode_INTERNAL},
 		{context.Canceled, codes.Canceled, 499, pb.ErrorCode_INTERNAL},
+		{limiter.ErrUnknownReservation, codes.NotFound, http.StatusNotFound, pb.ErrorCode_INTERNAL},
+		{fmt.Errorf("%w: with cost 3", limiter.ErrSettled), codes.FailedPrecondition, http.StatusConflict, pb.ErrorCode_INTERNAL},
+		{limiter.ErrOtherCounter, codes.InvalidArgument, http.StatusBadRequest, pb.ErrorCode_INVALID_ARGUMENT},
+		{fmt.Errorf("algorithm: SPACING cannot give hits back: %w", limiter.ErrNotReservable), codes.InvalidArgument, http.StatusBadRequest, pb.ErrorCode_INVALID_ARGUMENT},
+		{fmt.Errorf("%w: the node holds --max-reservations 10", limiter.ErrTooManyReservations), codes.Unavailable, http.StatusServiceUnavailable, pb.ErrorCode_UNAVAILABLE},
 		{errors.New("a bug"), codes.Internal, http.StatusInternalServerError, pb.ErrorCode_INTERNAL},
 		// ErrorCode has no code for it: an item reads back as UNAVAILABLE.
 		{fmt.Errorf("decide: %w", limiter.ErrFull), codes.ResourceExhausted, http.StatusServiceUnavailable, pb.ErrorCode_UNAVAILABLE},

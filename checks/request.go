@@ -71,6 +71,11 @@ func Request(item *pb.CheckItem, now time.Time, maxSkew time.Duration) (limiter.
 	if err := checkBorrowing(item, alone); err != nil {
 		return limiter.Request{}, err
 	}
+	if item.ReserveTtlMs != nil {
+		if err := checkReserve(item); err != nil {
+			return limiter.Request{}, err
+		}
+	}
 	at := now
 	if item.CreatedAtMs != 0 {
 		at = time.UnixMilli(item.CreatedAtMs)

@@ -65,6 +65,10 @@ type Config struct {
 	// by a full log, algorithms.MaxSlidingLogLimit entries, a shard). Zero
 	// means DefaultMaxLogEntries.
 	MaxLogEntries int
+	// MaxReservations bounds the reservations held, open or settled (see
+	// reserve.go); beyond it Reserve is refused. Zero means
+	// DefaultMaxReservations.
+	MaxReservations int
 	// Registerer receives the store's metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
@@ -112,6 +116,9 @@ type Store struct {
 	// logEntries is the entries all sliding logs have room for; each
 	// shard's sliding-log table adds and takes its own (see logBudget).
 	logEntries atomic.Int64
+	// reservations are the reservations held beside the counters, one
+	// table a shard, each guarded by its shard's lock (see reserve.go).
+	reservations reservations
 }
 
 // shard is one lock's worth of counters.
@@ -155,6 +162,7 @@ func New(conf Config) *Store {
 		}
 	}
 	s.metrics = newMetrics(conf.Registerer, s.Len)
+	s.reservations.init(conf, n)
 	return s
 }
 

@@ -81,6 +81,9 @@ type Config struct {
 	// above bound them. cmd/rlnode sets it to the Go runtime's soft
 	// memory limit (--memory-limit, GOMEMLIMIT or 90% of the container's).
 	MemoryLimit int64
+	// MaxReservations bounds the reservations this node's store holds,
+	// open or settled (see limiter.Config.MaxReservations).
+	MaxReservations int
 	// BatchWait and BatchLimit shape the batches of forwarded checks (see
 	// peer.Config).
 	BatchWait  time.Duration
@@ -161,6 +164,7 @@ func DefaultConfig() Config {
 		GossipAddr:        cluster.DefaultBindAddr,
 		MaxKeys:           limiter.DefaultMaxKeys,
 		MaxLogEntries:     limiter.DefaultMaxLogEntries,
+		MaxReservations:   limiter.DefaultMaxReservations,
 		BatchWait:         500 * time.Microsecond,
 		BatchLimit:        1000,
 		GlobalSync:        100 * time.Millisecond,
@@ -240,6 +244,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	mem := splitMemory(conf.MemoryLimit, conf)
 	own := mem.counters
 	own.Registerer = reg
+	own.MaxReservations = conf.MaxReservations
 	store := limiter.New(own)
 	// Replicas of other owners' counters are kept apart, under the same
 	// counts and a share of their own (package replica exports their
@@ -285,7 +290,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod, rlqs.Method}, MaxStreams: conf.MaxStreams,
 		MaxBytes: mem.requests, MaxBodyBytes: api.MaxBodyBytes, Registerer: reg})
 	n.faces = api.New(api.Config{
-		Checker: n.svc, Leases: n.svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
+		Checker: n.svc, Leases: n.svc, Settler: n.svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
 		Ready: n.members.Ready, ReadyNote: n.insecure,
 		Members: func() []api.Member { return apiMembers(n.members) },
 		Ring:    n.members.Ring, StreamSendTimeout: conf.StreamSendTimeout, StreamIdleTimeout: conf.StreamIdleTimeout,

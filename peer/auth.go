@@ -53,9 +53,10 @@ type GuardConfig struct {
 
 // Guard checks who makes each peer call, before the Server sees it:
 // reports (AddGlobalHits), GLOBAL states (UpdateGlobals), hand-offs
-// (HandOff), replicas (Replicate), relayed lease reports (Lease) and
-// streams of forwards (ForwardStream) are taken only from current members
-// under their own names, never under the receiving node's own name. A
+// (HandOff), replicas (Replicate), relayed lease reports (Lease), relayed
+// settles of reservations (Settle) and streams of forwards (ForwardStream)
+// are taken only from current members under their own names, never under
+// the receiving node's own name. A
 // refused call fails with codes.PermissionDenied (codes.Unauthenticated
 // without a certificate) and reaches no handler. Forward carries no name:
 // with mutual TLS, it is taken only from a certificate that names a
@@ -133,6 +134,8 @@ func (g *Guard) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	case *peerpb.ReplicateRequest:
 		from = r.GetFrom()
 	case *peerpb.LeaseRelayRequest:
+		from = r.GetFrom()
+	case *peerpb.SettleRelayRequest:
 		from = r.GetFrom()
 	default:
 		return handler(ctx, req) // no peer method else; nothing to check

@@ -61,7 +61,8 @@ func TestParseConfigBounds(t *testing.T) {
 	}
 	if c.MaxInflight != admit.DefaultMax || c.MaxStreams != admit.DefaultMaxStreams || c.MaxConns != node.DefaultMaxConns || c.MaxLogEntries != limiter.DefaultMaxLogEntries ||
 		c.MaxConnsPerSource != node.DefaultMaxConnsPerSource || c.HandshakeTimeout != node.DefaultHandshakeTimeout || c.IdleTimeout != node.DefaultIdleTimeout ||
-		c.StreamSendTimeout != node.DefaultStreamSendTimeout || c.StreamIdleTimeout != node.DefaultStreamIdleTimeout || c.RequestTimeout != node.DefaultRequestTimeout {
+		c.StreamSendTimeout != node.DefaultStreamSendTimeout || c.StreamIdleTimeout != node.DefaultStreamIdleTimeout || c.RequestTimeout != node.DefaultRequestTimeout ||
+		c.MaxReservations != limiter.DefaultMaxReservations {
 		t.Errorf("defaults: %+v", c)
 	}
 	for _, args := range [][]string{
@@ -75,6 +76,7 @@ func TestParseConfigBounds(t *testing.T) {
 		{"--stream-idle-timeout", "0s"},
 		{"--request-timeout", "0s"},
 		{"--max-log-entries", "9999"},
+		{"--max-reservations", "0"},
 	} {
 		if _, err := parseConfig(args, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), args[0]) {
 			t.Errorf("%v: err %v, want one naming %s", args, err, args[0])
