@@ -50,6 +50,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzAppendString$$' -fuzztime $(FUZZTIME) ./internal/checkjson
 	go test -run '^$$' -fuzz '^FuzzUnmarshal$$' -fuzztime $(FUZZTIME) ./internal/wire
 	go test -run '^$$' -fuzz '^FuzzMarshal$$' -fuzztime $(FUZZTIME) ./internal/wire
+	go test -run '^$$' -fuzz '^FuzzCountMessages$$' -fuzztime $(FUZZTIME) ./internal/wire
 	go test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./checks
 	go test -run '^$$' -fuzz '^FuzzBorrowing$$' -fuzztime $(FUZZTIME) ./service
 	go test -run '^$$' -fuzz '^FuzzPeerHandlers$$' -fuzztime $(FUZZTIME) ./service

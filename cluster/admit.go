@@ -57,7 +57,7 @@ func (a *admission) admitted(name, peerAddr string) bool {
 	return ok && s.ok && s.peerAddr == peerAddr
 }
 
-// start begins the checks that are due: of each alive member in want (name
+// startAdmission begins the checks that are due: of each alive member in want (name
 // -> peer address) that has not passed for its address, none is in flight
 // and its backoff has passed. It forgets the members not in known.
 func (c *Cluster) startAdmission(ctx context.Context, want map[string]string, known map[string]bool, now time.Time) {
@@ -92,7 +92,7 @@ func (c *Cluster) startAdmission(ctx context.Context, want map[string]string, kn
 	}
 }
 
-// take records v, and reports whether it changed who is admitted.
+// takeVerdict records v, and reports whether it changed who is admitted.
 func (c *Cluster) takeVerdict(v verdict, now time.Time) bool {
 	a := c.admission
 	a.inFlight--

@@ -45,15 +45,20 @@ func start(t *testing.T, name, bind string, join ...string) *testNode {
 // startKeyed is start for a node that encrypts gossip with keys.
 func startKeyed(t *testing.T, name, bind string, keys [][]byte, join ...string) *testNode {
 	t.Helper()
+	return startWith(t, name, bind, func(c *Config) { c.Keys = keys }, join...)
+}
+
+// startWith is start for a node whose Config set changes.
+func startWith(t *testing.T, name, bind string, set func(*Config), join ...string) *testNode {
+	t.Helper()
 	if bind == "" {
 		bind = "127.0.0.1:0"
 	}
 	n := &testNode{reg: prometheus.NewRegistry()}
-	c, err := New(Config{
+	conf := Config{
 		NodeName:     name,
 		BindAddr:     bind,
 		Join:         join,
-		Keys:         keys,
 		PeerAddr:     ":" + portFor(name, 8082),
 		GRPCAddr:     ":" + portFor(name, 8081),
 		HTTPAddr:     ":" + portFor(name, 8080),
@@ -64,7 +69,9 @@ func startKeyed(t *testing.T, name, bind string, keys [][]byte, join ...string) 
 		OnChange:     func(old, new *ring.Ring) { n.changes.Add(1) },
 		Logger:       slog.New(slog.DiscardHandler),
 		Registerer:   n.reg,
-	})
+	}
+	set(&conf)
+	c, err := New(conf)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/internal/testpki"
 )
@@ -189,5 +190,45 @@ func TestCertificateNames(t *testing.T) {
 		if got := CertificateNames(tc.cert, tc.name); got != tc.want {
 			t.Errorf("CertificateNames(%v / %q, %q) = %v, want %v", tc.cert.DNSNames, tc.cert.Subject.CommonName, tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestGuardForwardAndSelf: with mutual TLS, Forward is taken from a
+// certificate naming a current member other than the receiver (by its
+// name, or a wildcard matching one), and refused as no_member from any
+// other certificate of the cluster CA (a stranger's, the receiver's own,
+// a wildcard matching no member); and no call is taken under the
+// receiver's own name, with or without TLS.
+func TestGuardForwardAndSelf(t *testing.T) {
+	ca := testpki.NewCA(t, "cluster")
+	reg := prometheus.NewRegistry()
+	m := members{"a", "b.rl.ns", "c"}
+	g := NewGuard(GuardConfig{Members: m, Certificates: true, Self: "a", Registerer: reg})
+	addr := serveService(t, NewServer(&fakeHandler{}, nil), grpc.ChainUnaryInterceptor(g.Unary), grpc.ChainStreamInterceptor(g.Stream),
+		grpc.Creds(credentials.NewTLS(tlsSource(t, ca, ca, "a").ServerConfig())))
+	forward := &peerpb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: []*pb.CheckItem{{Name: "n", Key: "k", Limit: 1, DurationMs: 1000}}}}}
+	for _, tc := range []struct {
+		cert string
+		want codes.Code
+	}{
+		{"c", codes.OK},
+		{"*.rl.ns", codes.OK}, // matches b.rl.ns
+		{"stranger", codes.PermissionDenied},
+		{"a", codes.PermissionDenied},
+		{"*.other.ns", codes.PermissionDenied},
+	} {
+		_, err := dialAs(t, addr, ca, tc.cert).Forward(t.Context(), forward)
+		if status.Code(err) != tc.want {
+			t.Errorf("Forward with a certificate for %s: %v, want %v", tc.cert, err, tc.want)
+		}
+	}
+	if got := refusals(t, reg, refusedNoMember); got != 3 {
+		t.Errorf("no_member refusals = %v, want 3", got)
+	}
+	if _, err := dialAs(t, addr, ca, "a").HandOff(t.Context(), &peerpb.HandOffRequest{From: "a"}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("HandOff as a, the receiver, with a's certificate: %v, want PermissionDenied", err)
+	}
+	if got := refusals(t, reg, refusedSelf); got != 1 {
+		t.Errorf("self refusals = %v, want 1", got)
 	}
 }

@@ -25,7 +25,9 @@ import (
 const (
 	// MaxForwardMessages is the most messages a Forward or a
 	// ForwardStream batch may build: MaxForwardItems requests and as many
-	// items, each with a parent (a check with a ceiling), and the batch.
+	// items, each with a parent (a check with a ceiling), and the batch;
+	// and the most a hand-off, replica or lease relay may, which their
+	// bounds keep far below it.
 	MaxForwardMessages = 3*MaxForwardItems + 1
 	// bytesPerMessage bounds the messages of the other requests (GLOBAL
 	// reports and states, whose count only their size bounds): one a
@@ -60,10 +62,12 @@ var bounded = map[string]struct {
 	string((&peerpb.LeaseRelayRequest{}).ProtoReflect().Descriptor().FullName()):    {3, checks.MaxItems},
 }
 
-// maxMessages is the most messages decoding b, an encoded m, may build.
+// maxMessages is the most messages decoding b, an encoded m, may build:
+// MaxForwardMessages for a request whose field is bounded (its prefix
+// holds few enough elements of at most three messages each), else one a
+// bytesPerMessage bytes.
 func maxMessages(m proto.Message, b []byte) int {
-	switch m.(type) {
-	case *peerpb.ForwardRequest, *peerpb.ForwardStreamRequest:
+	if _, ok := bounded[string(m.ProtoReflect().Descriptor().FullName())]; ok {
 		return MaxForwardMessages
 	}
 	return max(1024, len(b)/bytesPerMessage)
