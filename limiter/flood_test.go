@@ -60,3 +60,42 @@ func TestKeyFloodKeepsDebts(t *testing.T) {
 		t.Errorf("%d flood keys refused, the metric counts %v; want some, and the same", refused, got)
 	}
 }
+
+// TestMaxBytes: with MaxBytes the store holds counters within their
+// accounted bytes, refusing beyond them as beyond MaxKeys, and its count
+// of bytes follows every counter that leaves (hand-off, idle drop), back
+// to zero when none is left.
+func TestMaxBytes(t *testing.T) {
+	perHour := algorithms.Limit{Count: 5, Period: time.Hour}
+	key := func(i int) string { return fmt.Sprintf("%01000d", i) } // 1 KB keys
+	probe := New(Config{})
+	cost := probe.shards[0].tables[TokenBucket].cost(len(appendID(nil, RoleLimit, "api", key(0))))
+	s := New(Config{MaxKeys: 1000, MaxBytes: 100 * cost}) // one shard
+	refused := 0
+	for i := range 300 {
+		r := Request{Name: "api", Key: key(i), Hits: 1, Now: t0, Limit: perHour}
+		if _, err := s.Try(&r); errors.Is(err, ErrFull) {
+			refused++
+		}
+	}
+	if s.Len() != 100 || refused != 200 || s.bytes.Load() != 100*cost {
+		t.Errorf("%d counters held, %d refused, %d bytes accounted; want 100, 200 and %d", s.Len(), refused, s.bytes.Load(), 100*cost)
+	}
+	half := key(50)
+	for range s.Extract(func(k string) bool { return k < half }) {
+	}
+	if s.Len() != 50 || s.bytes.Load() != 50*cost {
+		t.Errorf("after extracting half: %d counters, %d bytes; want 50 and %d", s.Len(), s.bytes.Load(), 50*cost)
+	}
+	// Two hours on the rest are full again, and a new key's insert drops
+	// them as idle, two at a time.
+	for i := range 30 {
+		r := Request{Name: "api", Key: "late", Hits: 0, Now: t0.Add(2*time.Hour + time.Duration(i)), Limit: perHour}
+		s.Decide(&r)
+		for range s.Extract(func(key string) bool { return key == "late" }) {
+		}
+	}
+	if s.Len() != 0 || s.bytes.Load() != 0 {
+		t.Errorf("every counter gone: %d counters, %d bytes accounted; want none", s.Len(), s.bytes.Load())
+	}
+}
