@@ -66,6 +66,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzCPUSeconds$$' -fuzztime $(FUZZTIME) ./loadgen
 	go test -run '^$$' -fuzz '^FuzzLease$$' -fuzztime $(FUZZTIME) ./lease
 	go test -run '^$$' -fuzz '^FuzzLeaseRelayCodec$$' -fuzztime $(FUZZTIME) ./peer
+	go test -run '^$$' -fuzz '^FuzzPeerCodec$$' -fuzztime $(FUZZTIME) ./peer
 	go test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./rlqs
 
 # The container image (see Dockerfile): a static rlnode built here, copied

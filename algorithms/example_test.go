@@ -148,3 +148,38 @@ func ExampleSlidingLog_Entries() {
 	// [100000000000 2 130000000000 1]
 	// 7
 }
+
+// A reservation takes an estimate up front and gives back what the work
+// did not use: here 1,000 tokens reserved, 400 spent.
+func ExampleTokenBucket_GiveBack() {
+	l := algorithms.Limit{Count: 20_000, Period: time.Minute}
+	var b algorithms.TokenBucket
+	now := time.Unix(0, 0)
+	fmt.Println(b.Take(now, l, 1000).Remaining)
+	b.GiveBack(now, now, l, 1000, 1000-400)
+	fmt.Println(b.Check(now, l, 0).Remaining)
+	b.GiveBack(now, now, l, 1000, 1000) // the rest: never above capacity
+	fmt.Println(b.Check(now, l, 0).Remaining)
+	// Output:
+	// 19000
+	// 19600
+	// 20000
+}
+
+// A fixed window takes hits back only into the window they were counted
+// in: once it has ended, they went with it.
+func ExampleFixedWindow_GiveBack() {
+	l := algorithms.Limit{Count: 10, Period: time.Minute}
+	var w algorithms.FixedWindow
+	t0 := time.Unix(0, 0)
+	w.Take(t0, l, 6)
+	w.GiveBack(t0, t0, l, 6, 4)
+	fmt.Println(w.Check(t0, l, 0).Remaining)
+	next := t0.Add(time.Minute)
+	w.Take(next, l, 3)
+	w.GiveBack(next, t0, l, 6, 2) // taken in the window before: nothing to give
+	fmt.Println(w.Check(next, l, 0).Remaining)
+	// Output:
+	// 8
+	// 7
+}

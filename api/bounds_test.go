@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -191,7 +190,7 @@ func TestGRPCManyEmptyItemsCostLittle(t *testing.T) {
 // it leaves other messages and malformed input to protobuf.
 func TestBoundedCodec(t *testing.T) {
 	b := BoundOf(&pb.CheckResponse{}, "responses", 3)
-	c := boundedCodec{CodecV2: encoding.GetCodecV2(protocodec.Name), bounds: map[protoreflect.FullName]Bound{b.Message: b}, leaves: &sync.Map{}}
+	c := boundedCodec{CodecV2: encoding.GetCodecV2(protocodec.Name), bounds: map[protoreflect.FullName]Bound{b.Message: b}}
 	resp := &pb.CheckResponse{}
 	req := &pb.CheckRequest{All: true}
 	for range 10 {
@@ -241,11 +240,11 @@ func TestBoundedCodec(t *testing.T) {
 		return v
 	}
 	value := (&structpb.Value{}).ProtoReflect().Descriptor()
-	if budget := MaxMessages; !c.countMessages(nest(maxDepth/2-1), value, &budget, 0) {
-		t.Errorf("%d levels of nesting refused", maxDepth-2)
+	if _, ok := wire.CountMessages(nest(wire.MaxDepth/2-1), value, MaxMessages); !ok {
+		t.Errorf("%d levels of nesting refused", wire.MaxDepth-2)
 	}
-	if budget := MaxMessages; c.countMessages(nest(maxDepth), value, &budget, 0) {
-		t.Errorf("%d levels of nesting accepted", 2*maxDepth)
+	if _, ok := wire.CountMessages(nest(wire.MaxDepth), value, MaxMessages); ok {
+		t.Errorf("%d levels of nesting accepted", 2*wire.MaxDepth)
 	}
 
 	bad := []byte{0x0a, 0x05, 0x08} // requests: 5 bytes promised, 1 given

@@ -2,12 +2,10 @@ package api
 
 import (
 	"fmt"
-	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -72,7 +70,7 @@ func ServerOptions(bounds ...Bound) []grpc.ServerOption {
 // newCodec returns the codec of ServerOptions, with bounds besides those
 // of the client port's own requests.
 func newCodec(bounds ...Bound) boundedCodec {
-	c := boundedCodec{CodecV2: wire.Codec{}, bounds: map[protoreflect.FullName]Bound{}, leaves: &sync.Map{}}
+	c := boundedCodec{CodecV2: wire.Codec{}, bounds: map[protoreflect.FullName]Bound{}}
 	own := []Bound{BoundOf(&pb.CheckRequest{}, "requests", checks.MaxItems), BoundOf(&pb.CheckStreamRequest{}, "requests", checks.MaxItems),
 		BoundOf(&pb.LeaseRequest{}, "reports", lease.MaxReports)}
 	for _, b := range append(bounds, own...) {
@@ -92,7 +90,6 @@ func newCodec(bounds ...Bound) boundedCodec {
 type boundedCodec struct {
 	encoding.CodecV2
 	bounds map[protoreflect.FullName]Bound
-	leaves *sync.Map // protoreflect.FullName -> bool: a message type with no message fields
 }
 
 func (c boundedCodec) Unmarshal(data mem.BufferSlice, v any) error {
@@ -107,51 +104,8 @@ func (c boundedCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if bound, ok := c.bounds[d.FullName()]; ok {
 		b = wire.Prefix(b, bound.Field, bound.Max+1)
 	}
-	budget := MaxMessages
-	if !c.countMessages(b, d, &budget, 0) {
+	if _, ok := wire.CountMessages(b, d, MaxMessages); !ok {
 		return fmt.Errorf("%s: more than %d messages, or nested too deeply", d.FullName(), MaxMessages)
 	}
 	return wire.Unmarshal(b, m)
-}
-
-// maxDepth bounds countMessages' recursion; ringlimit's and Envoy's
-// requests nest a few levels.
-const maxDepth = 32
-
-// countMessages takes the messages nested in the encoded message msg, of
-// type d, from *budget, and reports whether the budget and maxDepth held.
-// Malformed input is left for proto.Unmarshal to refuse.
-func (c boundedCodec) countMessages(msg []byte, d protoreflect.MessageDescriptor, budget *int, depth int) bool {
-	if depth > maxDepth {
-		return false
-	}
-	if c.leaf(d) { // a check item, say: nothing to count inside
-		return true
-	}
-	fields := d.Fields()
-	for f := range wire.Fields(msg) {
-		if fd := fields.ByNumber(f.Num); fd != nil && fd.Message() != nil && f.Type == protowire.BytesType {
-			if *budget--; *budget < 0 {
-				return false
-			}
-			val, _ := protowire.ConsumeBytes(msg[f.Off+f.TagLen:])
-			if !c.countMessages(val, fd.Message(), budget, depth+1) {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// leaf reports whether messages of type d hold no messages.
-func (c boundedCodec) leaf(d protoreflect.MessageDescriptor) bool {
-	if leaf, ok := c.leaves.Load(d.FullName()); ok {
-		return leaf.(bool)
-	}
-	leaf := true
-	for i := range d.Fields().Len() {
-		leaf = leaf && d.Fields().Get(i).Message() == nil
-	}
-	c.leaves.Store(d.FullName(), leaf)
-	return leaf
 }

@@ -25,7 +25,8 @@ import (
 // costs no memory.
 const MaxBodyBytes = 5 << 19
 
-// Handler returns the HTTP interface: POST /v1/check, GET /v1/members,
+// Handler returns the HTTP interface: POST /v1/check, POST /v1/settle,
+// GET /v1/members,
 // GET /metrics, GET /healthz and GET /readyz. Errors of the /v1/ paths,
 // a wrong method included, are JSON: {"error":"..."}.
 func (s *Server) Handler() http.Handler {
@@ -36,6 +37,12 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.Handle("POST /v1/check", check)
 	mux.HandleFunc("/v1/check", methodNotAllowed("POST"))
+	var settle http.Handler = http.HandlerFunc(s.handleSettle)
+	if s.conf.Admit != nil {
+		settle = s.conf.Admit(settle)
+	}
+	mux.Handle("POST /v1/settle", settle)
+	mux.HandleFunc("/v1/settle", methodNotAllowed("POST"))
 	mux.HandleFunc("GET /v1/members", s.handleMembers)
 	mux.HandleFunc("/v1/members", methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

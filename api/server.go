@@ -54,17 +54,30 @@ type Config struct {
 	// GET /metrics; nil means no metrics.
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
-	// Admit, if not nil, wraps the POST /v1/check handler, e.g. to bound
-	// the requests in flight (admit.Gate.HTTP). The probes, /metrics and
-	// /v1/members are not wrapped, so that they answer under load.
+	// Admit, if not nil, wraps the POST /v1/check and POST /v1/settle
+	// handlers, e.g. to bound the requests in flight (admit.Gate.HTTP).
+	// The probes, /metrics and /v1/members are not wrapped, so that they
+	// answer under load.
 	Admit func(http.Handler) http.Handler
 	// Leases, if not nil, answers RateLimiter/Lease (package lease's
 	// Node); nil means the RPC answers Unimplemented.
 	Leases Leaser
+	// Settler, if not nil, answers RateLimiter/Settle and POST /v1/settle
+	// (package service's Service); nil means they answer Unimplemented
+	// (HTTP 501).
+	Settler Settler
 	// AdmitMessage, if not nil, admits each request of a CheckStream (e.g.
 	// admit.Gate.Message): it returns what to call once the request is
 	// answered, or the error to refuse it with.
 	AdmitMessage func() (done func(), err error)
+	// StreamSendTimeout and StreamIdleTimeout end a CheckStream whose
+	// client does not read its answers, or sends no requests, and
+	// StreamEnded is told of each (see mux.Server's SendTimeout,
+	// IdleTimeout and Ended); zero timeouts mean never, a nil StreamEnded
+	// nothing. A stream's RPC context must come through mux.Stoppable for
+	// a blocked send to end.
+	StreamSendTimeout, StreamIdleTimeout time.Duration
+	StreamEnded                          func(ctx context.Context, reason error)
 }
 
 // Server is the gRPC and HTTP faces of one node. It is safe for
@@ -84,12 +97,13 @@ func New(conf Config) *Server {
 		conf: conf,
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ringlimit_check_duration_seconds",
-			Help:    "Time to answer a check request, by interface (grpc, grpc_stream, grpc_lease, http).",
+			Help:    "Time to answer a check request, by interface (grpc, grpc_stream, grpc_lease, grpc_settle, http, http_settle).",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"interface"}),
 	}
 	s.bufs.New = func() any { return new([]byte) }
-	s.streams = mux.Server[pb.CheckStreamRequest, pb.CheckStreamResponse]{Timeout: streamTimeout, Handle: s.checkMessage, Notice: drainNotice}
+	s.streams = mux.Server[pb.CheckStreamRequest, pb.CheckStreamResponse]{Timeout: streamTimeout, Handle: s.checkMessage, Notice: notice,
+		SendTimeout: conf.StreamSendTimeout, IdleTimeout: conf.StreamIdleTimeout, Ended: conf.StreamEnded}
 	if conf.Registerer != nil {
 		conf.Registerer.MustRegister(s.latency)
 	}

@@ -4,9 +4,6 @@ import (
 	"context"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/internal/mux"
 )
@@ -30,9 +27,9 @@ func (g grpcServer) CheckStream(stream pb.RateLimiter_CheckStreamServer) error {
 // its checks in Check RPCs, which the stopping server refuses as usual.
 func (s *Server) Drain() { s.streams.Drain() }
 
-// drainNotice asks a client to end its CheckStream.
-func drainNotice() *pb.CheckStreamResponse {
-	return &pb.CheckStreamResponse{Status: mux.Status(status.Error(codes.Unavailable, "node stopping: end the stream"))}
+// notice asks a client to end its CheckStream, for reason.
+func notice(reason error) *pb.CheckStreamResponse {
+	return &pb.CheckStreamResponse{Status: mux.Status(reason)}
 }
 
 func streamTimeout(req *pb.CheckStreamRequest) time.Duration {

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/limiter"
 )
 
 // Code is the gRPC code of err, an error of a check or of a request of
@@ -16,10 +17,18 @@ import (
 // ItemCode, and Envoy's rate limit service with it too.
 func Code(err error) codes.Code {
 	switch {
-	case errors.Is(err, ErrInvalid):
+	case errors.Is(err, ErrInvalid), errors.Is(err, limiter.ErrOtherCounter), errors.Is(err, limiter.ErrNotReservable):
 		return codes.InvalidArgument
+	case errors.Is(err, limiter.ErrUnknownReservation):
+		return codes.NotFound
+	case errors.Is(err, limiter.ErrSettled):
+		return codes.FailedPrecondition
+	case errors.Is(err, limiter.ErrTooManyReservations):
+		return codes.Unavailable
 	case errors.Is(err, ErrUnavailable):
 		return codes.Unavailable
+	case errors.Is(err, limiter.ErrFull):
+		return codes.ResourceExhausted
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
@@ -33,7 +42,11 @@ func HTTPStatus(err error) int {
 	switch Code(err) {
 	case codes.InvalidArgument:
 		return http.StatusBadRequest
-	case codes.Unavailable:
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.FailedPrecondition:
+		return http.StatusConflict
+	case codes.Unavailable, codes.ResourceExhausted: // as an overloaded node answers (package admit)
 		return http.StatusServiceUnavailable
 	case codes.DeadlineExceeded:
 		return http.StatusGatewayTimeout
@@ -45,12 +58,15 @@ func HTTPStatus(err error) int {
 
 // ItemCode is the error_code of a per-item result that failed with err:
 // Code's, in the terms of ringlimit.v1's ErrorCode, which has no code for
-// a deadline or a cancellation of the whole request (INTERNAL).
+// a deadline or a cancellation of the whole request (INTERNAL), nor for
+// resources exhausted: an item the node had no room for is UNAVAILABLE,
+// which tells a client the same (retry later, perhaps elsewhere), and its
+// error says why.
 func ItemCode(err error) pb.ErrorCode {
 	switch Code(err) {
 	case codes.InvalidArgument:
 		return pb.ErrorCode_INVALID_ARGUMENT
-	case codes.Unavailable:
+	case codes.Unavailable, codes.ResourceExhausted:
 		return pb.ErrorCode_UNAVAILABLE
 	}
 	return pb.ErrorCode_INTERNAL

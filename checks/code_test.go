@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/limiter"
 )
 
 // TestCodes: every kind of error has one code, the same on every face:
@@ -27,7 +28,14 @@ func TestCodes(t *testing.T) {
 		{fmt.Errorf("%w: %w", ErrUnavailable, context.Canceled), codes.Unavailable, http.StatusServiceUnavailable, pb.ErrorCode_UNAVAILABLE},
 		{fmt.Errorf("wait: %w", context.DeadlineExceeded), codes.DeadlineExceeded, http.StatusGatewayTimeout, pb.ErrorCode_INTERNAL},
 		{context.Canceled, codes.Canceled, 499, pb.ErrorCode_INTERNAL},
+		{limiter.ErrUnknownReservation, codes.NotFound, http.StatusNotFound, pb.ErrorCode_INTERNAL},
+		{fmt.Errorf("%w: with cost 3", limiter.ErrSettled), codes.FailedPrecondition, http.StatusConflict, pb.ErrorCode_INTERNAL},
+		{limiter.ErrOtherCounter, codes.InvalidArgument, http.StatusBadRequest, pb.ErrorCode_INVALID_ARGUMENT},
+		{fmt.Errorf("algorithm: SPACING cannot give hits back: %w", limiter.ErrNotReservable), codes.InvalidArgument, http.StatusBadRequest, pb.ErrorCode_INVALID_ARGUMENT},
+		{fmt.Errorf("%w: the node holds --max-reservations 10", limiter.ErrTooManyReservations), codes.Unavailable, http.StatusServiceUnavailable, pb.ErrorCode_UNAVAILABLE},
 		{errors.New("a bug"), codes.Internal, http.StatusInternalServerError, pb.ErrorCode_INTERNAL},
+		// ErrorCode has no code for it: an item reads back as UNAVAILABLE.
+		{fmt.Errorf("decide: %w", limiter.ErrFull), codes.ResourceExhausted, http.StatusServiceUnavailable, pb.ErrorCode_UNAVAILABLE},
 	}
 	for _, c := range cases {
 		if got := Code(c.err); got != c.code {
@@ -39,7 +47,7 @@ func TestCodes(t *testing.T) {
 		if got := ItemCode(c.err); got != c.item {
 			t.Errorf("ItemCode(%v) = %v, want %v", c.err, got, c.item)
 		}
-		if c.item != pb.ErrorCode_INTERNAL && ItemStatus(c.item) != c.code {
+		if c.item != pb.ErrorCode_INTERNAL && c.code != codes.ResourceExhausted && ItemStatus(c.item) != c.code {
 			t.Errorf("ItemStatus(%v) = %v, want %v", c.item, ItemStatus(c.item), c.code)
 		}
 	}

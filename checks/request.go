@@ -12,7 +12,7 @@ import (
 
 // Request validates item and converts it to the store's form, evaluated
 // at now or at the item's created_at_ms when that is within maxSkew of
-// now. Every check goes through it: a client's, one a peer forwards,
+// now: earlier than now as it says, never later than now. Every check goes through it: a client's, one a peer forwards,
 // relays or pulls, and a GLOBAL report's. An invalid item's error is a
 // *FieldError naming the field.
 //
@@ -71,11 +71,25 @@ func Request(item *pb.CheckItem, now time.Time, maxSkew time.Duration) (limiter.
 	if err := checkBorrowing(item, alone); err != nil {
 		return limiter.Request{}, err
 	}
+	if item.ReserveTtlMs != nil {
+		if err := checkReserve(item); err != nil {
+			return limiter.Request{}, err
+		}
+	}
 	at := now
 	if item.CreatedAtMs != 0 {
 		at = time.UnixMilli(item.CreatedAtMs)
 		if skew := at.Sub(now).Abs(); skew > maxSkew {
 			return limiter.Request{}, &FieldError{"created_at_ms", fmt.Sprintf("%v away from the server clock, more than --max-clock-skew %v", skew.Round(time.Millisecond), maxSkew)}
+		}
+		// A time ahead of this node's clock is taken as now, as a counter
+		// received from a peer is (Intake): evaluated later, a spent
+		// counter would regain what the difference refills (a bucket up
+		// to --max-clock-skew of its rate, a window that begins later
+		// with nothing counted), and the counter's time, which never runs
+		// backwards, would then hold everyone else at that later time.
+		if at.After(now) {
+			at = now
 		}
 	}
 	hits := int64(1)

@@ -238,6 +238,10 @@ func (f *fakeRL) Lease(context.Context, *pb.LeaseRequest, ...grpc.CallOption) (*
 	return nil, errors.New("fakeRL takes no lease") // unused: the checks of these tests are not leased
 }
 
+func (f *fakeRL) Settle(context.Context, *pb.SettleRequest, ...grpc.CallOption) (*pb.SettleResponse, error) {
+	return nil, errors.New("fakeRL holds no reservation") // unused: the checks of these tests reserve nothing
+}
+
 // TestBatchingAddsNoDelay runs the batching in virtual time: an idle
 // check is answered without time passing, and a check gathered behind
 // another goes as soon as that one returns, without time passing either.

@@ -50,6 +50,9 @@ type Client struct {
 	close   func() error // nil when wrapped
 	router  *router      // nil unless the client routes
 	leases  *leases      // nil when the checker takes no lease calls
+	// settlers returns where a reservation of a key is settled (see
+	// Reserve); nil when the checker takes no settles.
+	settlers func(key string) Settler
 }
 
 // New returns a client of the node at addr (host:port), or of a load
@@ -64,11 +67,15 @@ func New(addr string, opts ...grpc.DialOption) (*Client, error) {
 // Wrap returns a client whose checks go to ch, as they are: it neither
 // batches nor routes. If ch is a Leaser too, limits with Lease are leased
 // from it, reported every DefaultLeaseInterval; otherwise they are checked
-// as Global. Close does not close ch.
+// as Global. If ch is a Settler, reservations are settled with it (see
+// Reserve). Close does not close ch.
 func Wrap(ch Checker) *Client {
 	c := &Client{checker: ch}
 	if l, ok := ch.(Leaser); ok {
 		c.leases = newLeases(func(string) Leaser { return l }, DefaultLeaseInterval)
+	}
+	if st, ok := ch.(Settler); ok {
+		c.settlers = func(string) Settler { return st }
 	}
 	return c
 }

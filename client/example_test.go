@@ -167,3 +167,32 @@ func ExampleLimit_lease() {
 	// allowed true, decided by "lease"
 	// allowed true, decided by "lease"
 }
+
+// A Reservation holds an estimate while work whose cost is known only
+// afterwards runs (a language model's tokens), then charges what was
+// really spent and gives the rest back at once.
+func ExampleClient_Reserve() {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	c := client.Wrap(service.New(service.Config{Now: func() time.Time { return t0 }}))
+	ctx := context.Background()
+	tokens := client.Limit{Name: "llm_tokens", Count: 20_000, Period: time.Minute}
+
+	r, err := c.Reserve(ctx, tokens, "tenant:acme", 1000, time.Minute)
+	if err != nil || !r.Allowed {
+		fmt.Println("refused:", err)
+		return
+	}
+	defer r.Release(ctx) // gives everything back if the work fails before Settle
+	fmt.Printf("reserved 1000: %d left\n", r.Remaining)
+
+	spent := int64(420) // what the work reports when it ends
+	s, err := r.Settle(ctx, spent)
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
+	fmt.Printf("settled for %d: %d given back, %d left\n", spent, s.GivenBack, s.Remaining)
+	// Output:
+	// reserved 1000: 19000 left
+	// settled for 420: 580 given back, 19580 left
+}

@@ -271,6 +271,10 @@ func (n *node) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.LeaseRespon
 	return n.rl.Lease(ctx, req)
 }
 
+func (n *node) Settle(ctx context.Context, req *pb.SettleRequest) (*pb.SettleResponse, error) {
+	return n.rl.Settle(ctx, req)
+}
+
 // fail answers p with err, unless the client routes and sends p to
 // another node instead.
 func (n *node) fail(p *part, err error) {

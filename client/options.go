@@ -116,11 +116,11 @@ func Open(addrs []string, opts ...Option) (*Client, error) {
 		return &Client{checker: n, close: func() error {
 			cancel()
 			return n.close()
-		}, leases: newLeases(func(string) Leaser { return n }, o.leaseEvery)}, nil
+		}, leases: newLeases(func(string) Leaser { return n }, o.leaseEvery), settlers: func(string) Settler { return n }}, nil
 	}
 	r, err := newRouter(addrs, o.refresh, conf)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{checker: r, close: r.Close, router: r, leases: newLeases(r.leaseRoute, o.leaseEvery)}, nil
+	return &Client{checker: r, close: r.Close, router: r, leases: newLeases(r.leaseRoute, o.leaseEvery), settlers: r.settleRoute}, nil
 }

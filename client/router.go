@@ -155,7 +155,15 @@ func (r *router) place(v *view, it *pb.CheckItem) *node {
 
 // leaseRoute returns the node a leased key's reports go to: its owner,
 // or, before a ring is learned, the first seed, which relays them.
-func (r *router) leaseRoute(key string) Leaser {
+func (r *router) leaseRoute(key string) Leaser { return r.owner(key) }
+
+// settleRoute returns the node a reservation of key is settled at: its
+// owner, which holds it, or, before a ring is learned, the first seed.
+func (r *router) settleRoute(key string) Settler { return r.owner(key) }
+
+// owner returns the node that owns key by the ring the client knows, or,
+// before a ring is learned, the first seed.
+func (r *router) owner(key string) *node {
 	v := r.view.Load()
 	if time.Since(v.learned) >= r.refresh {
 		r.ask(nil)

@@ -140,6 +140,16 @@ type Config struct {
 	// this node.
 	OnChange func(old, new *ring.Ring)
 
+	// Admit checks that the member name, which gossip says serves its peer
+	// port at peerAddr, is who it says: package node dials the address
+	// over mutual TLS and checks that the certificate presented names the
+	// member. A member enters the ring only once Admit returned nil for
+	// its current peer address, on this node (see admission); Run calls
+	// it from goroutines of its own, at most 16 at once, with a context
+	// that ends within 5s. Nil admits every member gossip announces, as
+	// without peer TLS nothing can be checked.
+	Admit func(ctx context.Context, name, peerAddr string) error
+
 	// Logger receives this package's logs and memberlist's. Nil discards them.
 	Logger *slog.Logger
 
@@ -159,6 +169,7 @@ type Cluster struct {
 	events    *events
 	delegate  *delegate
 	conflicts *conflicts
+	admission *admission // owned by the Run goroutine
 
 	view    atomic.Pointer[view]
 	ready   atomic.Bool
@@ -171,6 +182,9 @@ type view struct {
 	local   ring.Member
 	gossip  string
 	members []MemberInfo
+	// admitted are the names admission has admitted (alive or gone); nil
+	// when every member is (Config.Admit is nil).
+	admitted map[string]bool
 }
 
 // MemberInfo describes a member as this node sees it. (Package api's
@@ -260,12 +274,18 @@ func New(conf Config) (*Cluster, error) {
 		events:    newEvents(),
 		delegate:  &delegate{},
 		conflicts: &conflicts{self: conf.NodeName},
+		admission: newAdmission(),
 	}
 	local := ring.Member{Name: conf.NodeName, PeerAddr: conf.PeerAddr, GRPCAddr: conf.GRPCAddr}
 	r := ring.New(local)
+	var admitted map[string]bool
+	if conf.Admit != nil {
+		admitted = map[string]bool{conf.NodeName: true}
+	}
 	c.view.Store(&view{
-		ring:  r,
-		local: local,
+		admitted: admitted,
+		ring:     r,
+		local:    local,
 		members: []MemberInfo{{
 			Name:     local.Name,
 			PeerAddr: local.PeerAddr,
@@ -300,13 +320,28 @@ func (c *Cluster) LocalMember() ring.Member { return c.view.Load().local }
 // to learn the chosen port.
 func (c *Cluster) GossipAddr() string { return c.view.Load().gossip }
 
-// Member reports whether name is a member of the cluster: alive as far as
-// this node knows, or gone for less than LeftGrace. Names this node never
-// heard of through gossip are not members; so, with Config.Keys, only nodes
-// holding the gossip key can be.
+// Member reports whether name is a member of the cluster: admitted (see
+// Config.Admit) and alive as far as this node knows, or gone for less than
+// LeftGrace. Names this node never heard of through gossip are not
+// members; so, with Config.Keys, only nodes holding the gossip key can be,
+// and with Config.Admit only those whose peer port proved the name.
 func (c *Cluster) Member(name string) bool {
+	if a := c.view.Load().admitted; a != nil && !a[name] {
+		return false
+	}
 	n, ok := c.events.get(name)
 	return ok && (n.alive || time.Since(n.change) < LeftGrace)
+}
+
+// Names returns the names Member reports true for.
+func (c *Cluster) Names() []string {
+	var out []string
+	for _, m := range c.view.Load().members {
+		if c.Member(m.Name) {
+			out = append(out, m.Name)
+		}
+	}
+	return out
 }
 
 // Members returns every node this node knows of, sorted by name, including
@@ -333,7 +368,7 @@ func (c *Cluster) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.rebuild()
+	c.rebuild(ctx)
 
 	join := len(c.conf.Join) > 0
 	if !join {
@@ -365,6 +400,13 @@ func (c *Cluster) Run(ctx context.Context) error {
 		armed = true
 	}
 
+	// Admission retries members that failed on this tick.
+	tick := time.NewTicker(admitRetry)
+	defer tick.Stop()
+	if c.conf.Admit == nil {
+		tick.Stop()
+	}
+
 	for {
 		select {
 		case <-ctx.Done():
@@ -389,12 +431,23 @@ func (c *Cluster) Run(ctx context.Context) error {
 				}
 				timer.Stop()
 			}
-			c.rebuild() // without this node: it has left
+			for ; c.admission.inFlight > 0; c.admission.inFlight-- {
+				<-c.admission.verdicts // the checks end with ctx
+			}
+			c.rebuild(nil) // without this node: it has left
 			c.log.Info("left cluster")
 			return ctx.Err()
 
+		case v := <-c.admission.verdicts:
+			if c.takeVerdict(v, time.Now()) {
+				c.rebuild(ctx)
+			}
+
+		case <-tick.C:
+			c.rebuild(ctx)
+
 		case <-c.events.changed:
-			c.rebuild()
+			c.rebuild(ctx)
 			if join && !joining && !armed && c.alone() {
 				c.log.Warn("alone in the cluster: trying to rejoin", "join", c.conf.Join)
 				backoff = c.conf.JoinRetry
@@ -430,7 +483,7 @@ func (c *Cluster) Run(ctx context.Context) error {
 					return err
 				}
 			}
-			c.rebuild() // the join's events may still be waiting in c.events.changed
+			c.rebuild(ctx) // the join's events may still be waiting in c.events.changed
 			if !c.ready.Swap(true) {
 				c.log.Info("joined cluster", "members", c.Ring().Len())
 			}
@@ -542,13 +595,23 @@ func (c *Cluster) create(ctx context.Context) (*memberlist.Memberlist, error) {
 }
 
 // rebuild publishes a new view from the events delegate's nodes, and a new
-// ring if the members in it changed. Only the Run goroutine calls it.
-func (c *Cluster) rebuild() {
-	nodes := c.events.snapshot(time.Now(), keepGone)
+// ring if the members in it changed; with Config.Admit, only admitted
+// members are in the ring, and the checks of the others that are due are
+// started with ctx (none if ctx is nil: Run is leaving). Only the Run
+// goroutine calls it.
+func (c *Cluster) rebuild(ctx context.Context) {
+	now := time.Now()
+	nodes := c.events.snapshot(now, keepGone)
 	old := c.view.Load()
 	members := make([]ring.Member, 0, len(nodes))
 	infos := make([]MemberInfo, 0, len(nodes))
+	var admitted map[string]bool
+	want, known := map[string]string{}, map[string]bool{}
+	if c.conf.Admit != nil {
+		admitted = map[string]bool{c.conf.NodeName: true}
+	}
 	for _, n := range nodes {
+		known[n.name] = true
 		info := MemberInfo{Name: n.name, GossipAddr: n.addr, State: Dead}
 		if n.alive {
 			info.State = Alive
@@ -560,14 +623,24 @@ func (c *Cluster) rebuild() {
 			info.HTTPAddr = withHost(m.HTTP, n.ip)
 		}
 		if info.State == Alive {
-			if err != nil {
+			switch {
+			case err != nil:
 				c.log.Warn("node left out of the ring", "node", n.name, "err", err)
-			} else {
+			case admitted != nil && n.name != c.conf.NodeName && !c.admission.admitted(n.name, info.PeerAddr):
+				want[n.name] = info.PeerAddr
+			default:
 				members = append(members, ring.Member{Name: n.name, PeerAddr: info.PeerAddr, GRPCAddr: info.GRPCAddr})
 			}
 		}
+		if admitted != nil && c.admission.admitted(n.name, info.PeerAddr) {
+			admitted[n.name] = true
+		}
 		infos = append(infos, info)
 	}
+	if admitted != nil && ctx != nil {
+		c.startAdmission(ctx, want, known, now)
+	}
+	c.metrics.unadmitted.Set(float64(len(want)))
 
 	r := old.ring
 	changed := !slices.Equal(r.Members(), members) // both sorted by name
@@ -578,7 +651,7 @@ func (c *Cluster) rebuild() {
 	for i := range infos {
 		infos[i].Share = shares[infos[i].Name]
 	}
-	c.view.Store(&view{ring: r, local: old.local, gossip: old.gossip, members: infos})
+	c.view.Store(&view{ring: r, local: old.local, gossip: old.gossip, members: infos, admitted: admitted})
 	if !changed {
 		return
 	}

@@ -11,6 +11,10 @@ type metrics struct {
 	members      prometheus.Gauge
 	rebuilds     prometheus.Counter
 	joinAttempts prometheus.Counter
+	// unadmitted and admitFailures are admission's: alive members gossip
+	// announces that have not proved their name (see admission).
+	unadmitted    prometheus.Gauge
+	admitFailures prometheus.Counter
 }
 
 // newMetrics creates the metrics and registers them on reg, unless reg is nil.
@@ -28,11 +32,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "ringlimit_cluster_join_attempts_total",
 			Help: "Attempts to join the cluster through the --join addresses.",
 		}),
+		unadmitted: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ringlimit_cluster_members_unadmitted",
+			Help: "Alive members announced by gossip and left out of the ring because their peer port has not presented a certificate naming them.",
+		}),
+		admitFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_cluster_admission_failures_total",
+			Help: "Checks of a member's peer port that failed: no handshake, a certificate not from the cluster CA, or one that does not name the member.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.members, m.rebuilds, m.joinAttempts} {
+	for _, c := range []prometheus.Collector{m.members, m.rebuilds, m.joinAttempts, m.unadmitted, m.admitFailures} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register cluster metrics: %w", err)
 		}

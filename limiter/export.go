@@ -113,34 +113,45 @@ func (s *Store) walk(collect func(a Algorithm, t counters, out []Counter) []Coun
 	}
 }
 
-// Merge takes c, which came from another node, into the store, unless it
-// is invalid: its record (name and key bounds, a known algorithm), its
-// limit (valid, and within algorithms.MaxSlidingLogLimit for a sliding
-// log), its Last (not after now+skew) and its state (it decodes, and is
-// possible for its algorithm under c.Limit at now, allowing skew) are all
-// checked first, and a counter that fails any check is refused, with an
-// error wrapping ErrBadCounter or ErrUnknownVersion, and changes nothing.
-// A new counter is inserted; an existing one keeps the more charged of the
-// two states, so that merging never refills a counter.
+// Merge takes c, which came from another node, into the store, unless
+// it is invalid, in which case it changes nothing: its record (name and
+// key bounds, a known algorithm), its limit (valid, and within
+// algorithms.MaxSlidingLogLimit for a sliding log), its Last (not after
+// now+skew) and its state (it decodes, and is possible for its algorithm
+// under c.Limit at now, allowing skew) are all checked first, and a
+// counter that fails any check is refused with an error wrapping
+// ErrBadCounter or ErrUnknownVersion. A new counter is inserted, making
+// room as a check's would (or refused with ErrFull); an existing one
+// keeps the more charged of the two states, so that merging never refills
+// a counter.
 func (s *Store) Merge(c Counter, now time.Time, skew time.Duration) error {
+	return s.MergeUnder(c, c.Key, now, skew)
+}
+
+// MergeUnder is Merge for a store that keeps counters under keys of its
+// own (replicas, under their sender's name: see package replica): c is
+// checked under its own key, then kept under key.
+func (s *Store) MergeUnder(c Counter, key string, now time.Time, skew time.Duration) error {
 	if err := c.validate(now, skew); err != nil {
 		return err
 	}
+	if err := s.shards[0].tables[c.Algorithm].validate(&c, now, skew); err != nil {
+		return err
+	}
+	c.Key = key
 	sh := s.shard(c.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	t := sh.tables[c.Algorithm]
-	if err := t.validate(&c, now, skew); err != nil {
-		return err
-	}
-	return t.merge(s, sh, &c)
+	return sh.tables[c.Algorithm].merge(s, sh, &c, now.UnixNano(), true)
 }
 
 // Restore puts back counters that this store yielded (from Extract) but
 // that could not be delivered, merging each with any counter made for the
 // same key since. Unlike Merge, it trusts them to be possible: they are
 // this store's own. (One whose algorithm or state does not even decode,
-// which Extract never yields, is skipped.)
+// which Extract never yields, is skipped.) Nor does it make room for
+// them, as they are debts it would otherwise forgive: the store may then
+// exceed its bounds by the counters that were out for delivery.
 func (s *Store) Restore(cs []Counter) {
 	for i := range cs {
 		c := &cs[i]
@@ -149,7 +160,7 @@ func (s *Store) Restore(cs []Counter) {
 		}
 		sh := s.shard(c.Key)
 		sh.mu.Lock()
-		_ = sh.tables[c.Algorithm].merge(s, sh, c)
+		_ = sh.tables[c.Algorithm].merge(s, sh, c, c.Last, false)
 		sh.mu.Unlock()
 	}
 }
@@ -279,16 +290,27 @@ func (t *table[S, P]) validate(c *Counter, now time.Time, skew time.Duration) er
 // under different limits, the merged state is then clamped to the limit
 // kept, as the next check with it would, so that a state charged under
 // another limit (a year-long one, say) cannot outlast it by arriving in a
-// hand-off. A state that does not decode changes nothing. sh.mu is held.
-func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter) error {
+// hand-off. A state that does not decode changes nothing. With room, a
+// new counter, or a sliding log that may grow, must find room as a check's
+// would at now (see Store.take), or is refused with ErrFull. sh.mu is
+// held.
+func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter, now int64, room bool) error {
 	var s S
 	if err := P(&s).UnmarshalBinary(c.State); err != nil {
 		return stateError(err)
 	}
 	id, hash := sh.counterID(&Request{Name: c.Name, Key: c.Key, Role: c.Role})
 	idx := t.find(id, hash)
+	if room && !t.logRoom(idx, now) {
+		store.metrics.refused.Inc()
+		return ErrFull
+	}
 	if idx < 0 {
-		store.makeRoom(sh, t, c.Last)
+		if room {
+			if err := store.makeRoom(sh, t, now, 1, t.cost(len(id))); err != nil {
+				return err
+			}
+		}
 		idx = t.insert(id, hash, c.Last)
 		store.held.Add(1)
 		t.setLimit(&t.entries[idx], c.Limit)

@@ -8,13 +8,14 @@ const DefaultMaxLogEntries = 10_000_000
 
 // logBudget bounds the memory of variable-size states (sliding logs):
 // --max-keys bounds the number of counters, but one full log takes
-// algorithms.MaxSlidingLogLimit entries. The sliding-log table of every
+// algorithms.MaxSlidingLogLimit entries. Beyond the budget, logs back to
+// full are evicted and, when none is, logs are not let grow (logRoom). The sliding-log table of every
 // shard shares the store's count; for the other tables used is nil, as
 // their states have a fixed size.
 type logBudget struct {
 	used    *atomic.Int64 // entries all the store's logs have room for
 	max     int64
-	evicted func(n int) // counts n logs evicted (Store.evictedLogs)
+	evicted func(n int) // counts n logs evicted back to full (Store.evictedLogs)
 }
 
 // sized is a state whose memory varies: algorithms.SlidingLog.
@@ -34,30 +35,39 @@ func (t *table[S, P]) footprint(idx int32) int64 {
 }
 
 // settle accounts for the state at idx having grown or shrunk from before
-// entries and, while the store's logs hold more than the budget, evicts
-// the least recently used other counters of t, and counts them (the
-// budget's evicted). Eviction stays within the shard whose lock is held,
-// so the store may exceed the budget by what one shard's logs hold when
-// the growing log is its only one: at most a full log a shard. Every
-// decision calls it, so the case of a table outside the budget is an
-// inlined comparison.
+// entries. It evicts nothing: a log grows only after logRoom made room,
+// so the logs exceed the budget by at most one decision's growth a
+// shard. Every decision calls it, so the case of a table outside the
+// budget is an inlined comparison.
 func (t *table[S, P]) settle(idx int32, before int64) {
 	if t.logs.used != nil {
-		t.settleLogs(idx, before)
+		t.logs.used.Add(t.footprint(idx) - before)
 	}
 }
 
-// settleLogs is settle in a table inside the budget.
-func (t *table[S, P]) settleLogs(idx int32, before int64) {
-	t.logs.used.Add(t.footprint(idx) - before)
+// logRoom reports whether the log at idx (-1: a new one) may grow: true
+// in a table outside the budget and while the logs hold no more than the
+// budget; beyond it, it evicts logs of t back to full at now, which lose
+// nothing (see evictFull), until they do, and reports false when it
+// finds none: the logs that are left are debts, which the store never
+// forgives to make room, so the growth is refused (ErrFull).
+func (t *table[S, P]) logRoom(idx int32, now int64) bool {
+	if t.logs.used == nil || t.logs.used.Load() <= t.logs.max {
+		return true
+	}
 	evicted := 0
-	for t.logs.used.Load() > t.logs.max && t.tail >= 0 && t.tail != idx {
-		t.evictOldest()
+	defer func() {
+		if evicted > 0 {
+			t.logs.evicted(evicted)
+		}
+	}()
+	for t.logs.used.Load() > t.logs.max {
+		if !t.evictFull(now, evictScan, idx) {
+			return false
+		}
 		evicted++
 	}
-	if evicted > 0 {
-		t.logs.evicted(evicted)
-	}
+	return true
 }
 
 // forget accounts for the state at idx leaving the store.

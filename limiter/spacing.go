@@ -44,13 +44,14 @@ func (r *Request) spacing() Request {
 
 // decideSpaced decides r, which is spaced, and its spacing together on sh,
 // whose lock is held: both are charged (if charge) when both admit, and
-// neither otherwise. It allocates nothing.
-func (s *Store) decideSpaced(sh *shard, r *Request, charge bool) algorithms.Decision {
+// neither otherwise, or ErrFull when the store has no room for either's
+// counter. It allocates nothing.
+func (s *Store) decideSpaced(sh *shard, r *Request, charge bool) (algorithms.Decision, error) {
 	rs := [2]Request{*r, r.spacing()}
 	rs[0].MinInterval = 0
 	var ds [2]algorithms.Decision
-	s.decideAll(sh, rs[:], ds[:], charge)
-	return withSpacing(ds[0], ds[1])
+	err := s.decideAll(sh, rs[:], ds[:], charge)
+	return withSpacing(ds[0], ds[1]), err
 }
 
 // withSpacing is the decision of a spaced request from the decisions of

@@ -14,9 +14,17 @@
 // that are back to full carry no information, so the store drops idle
 // counters it meets at the cold end of a table as it inserts new ones,
 // without any background scan.
+//
+// Bounded does not mean forgiving. A counter that still holds spent hits
+// (a debt) is never dropped to make room: were it, a flood of new keys
+// would refill every spent user. The store makes room only by evicting
+// counters that are back to full, which lose nothing, and when it finds
+// none it refuses the new counter (ErrFull) rather than forget an old one
+// (see makeRoom).
 package limiter
 
 import (
+	"errors"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -31,18 +39,36 @@ import (
 // DefaultMaxKeys is the default bound on counters held in memory.
 const DefaultMaxKeys = 1_000_000
 
+// ErrFull reports a counter the store had no room for: it held its most
+// counters (Config.MaxKeys) or counter bytes (Config.MaxBytes), or its
+// sliding logs their most entries (Config.MaxLogEntries), and every
+// counter it could have evicted still held spent hits. The check that
+// needed the counter is refused, and nothing is charged.
+var ErrFull = errors.New("no room for a new counter: the node holds its most counters (--max-keys, --max-log-entries, --memory-limit) " +
+	"and every one it could evict still holds spent hits; retry when they refill")
+
 // Config configures a Store. The zero value is usable: DefaultMaxKeys
 // counters, no metrics.
 type Config struct {
-	// MaxKeys bounds the counters held; beyond it the least recently used
-	// are evicted. Zero means DefaultMaxKeys.
+	// MaxKeys bounds the counters held; beyond it counters back to full
+	// are evicted, and when none is, new ones are refused (ErrFull). Zero
+	// means DefaultMaxKeys.
 	MaxKeys int
+	// MaxBytes bounds the bytes the counters are accounted at (see
+	// table.cost: entry, index slot and id), as MaxKeys bounds their
+	// number; zero means no bound but MaxKeys. Sliding-log entries are
+	// bounded apart, by MaxLogEntries.
+	MaxBytes int64
 	// MaxLogEntries bounds the entries of all sliding logs held, 16 bytes
 	// each: a log that grows while the logs hold more evicts the least
 	// recently used sliding logs of its shard (so the store may exceed it
 	// by a full log, algorithms.MaxSlidingLogLimit entries, a shard). Zero
 	// means DefaultMaxLogEntries.
 	MaxLogEntries int
+	// MaxReservations bounds the reservations held, open or settled (see
+	// reserve.go); beyond it Reserve is refused. Zero means
+	// DefaultMaxReservations.
+	MaxReservations int
 	// Registerer receives the store's metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
@@ -83,11 +109,16 @@ type Store struct {
 	mask          uint64
 	maxKeys       int64
 	maxLogEntries int64
+	maxBytes      int64        // 0: no bound
 	held          atomic.Int64 // counters in all shards
+	bytes         atomic.Int64 // what the counters of all shards are accounted at (table.cost)
 	metrics       metrics
 	// logEntries is the entries all sliding logs have room for; each
 	// shard's sliding-log table adds and takes its own (see logBudget).
 	logEntries atomic.Int64
+	// reservations are the reservations held beside the counters, one
+	// table a shard, each guarded by its shard's lock (see reserve.go).
+	reservations reservations
 }
 
 // shard is one lock's worth of counters.
@@ -111,26 +142,27 @@ func New(conf Config) *Store {
 	for n < 256 && n*2*1024 <= maxKeys {
 		n *= 2
 	}
-	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), maxKeys: int64(maxKeys)}
+	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), maxKeys: int64(maxKeys), maxBytes: max(conf.MaxBytes, 0)}
 	maxLog := conf.MaxLogEntries
 	if maxLog <= 0 {
 		maxLog = DefaultMaxLogEntries
 	}
 	s.maxLogEntries = int64(maxLog)
 	for i := range s.shards {
-		logs := newTable[algorithms.SlidingLog]()
+		logs := newTable[algorithms.SlidingLog](&s.bytes)
 		logs.logs = logBudget{used: &s.logEntries, max: int64(maxLog), evicted: s.evictedLogs}
 		s.shards[i].tables = [NumAlgorithms]counters{
-			TokenBucket:   newTable[algorithms.TokenBucket](),
-			GCRA:          newTable[algorithms.GCRA](),
-			LeakyBucket:   newTable[algorithms.LeakyBucket](),
-			FixedWindow:   newTable[algorithms.FixedWindow](),
-			SlidingWindow: newTable[algorithms.SlidingWindow](),
+			TokenBucket:   newTable[algorithms.TokenBucket](&s.bytes),
+			GCRA:          newTable[algorithms.GCRA](&s.bytes),
+			LeakyBucket:   newTable[algorithms.LeakyBucket](&s.bytes),
+			FixedWindow:   newTable[algorithms.FixedWindow](&s.bytes),
+			SlidingWindow: newTable[algorithms.SlidingWindow](&s.bytes),
 			SlidingLog:    logs,
-			Spacing:       newTable[algorithms.Spacing](),
+			Spacing:       newTable[algorithms.Spacing](&s.bytes),
 		}
 	}
 	s.metrics = newMetrics(conf.Registerer, s.Len)
+	s.reservations.init(conf, n)
 	return s
 }
 
@@ -156,8 +188,17 @@ func (s *Store) shard(key string) *shard {
 // algorithms' Clamp), so that a changed limit, or a hostile one, takes
 // effect at once and leaves nothing the next limit cannot hold. A request
 // with a MinInterval is decided together with its spacing (see
-// withSpacing).
+// withSpacing). A request whose counter the store has no room for is
+// refused, charging nothing (Try says why: ErrFull).
 func (s *Store) Decide(r *Request) algorithms.Decision {
+	d, _ := s.Try(r)
+	return d
+}
+
+// Try is Decide that also returns ErrFull when the request was refused
+// because the store had no room for its counter (see makeRoom); the
+// decision is then a refusal with RetryAfter FullRetryAfter.
+func (s *Store) Try(r *Request) (algorithms.Decision, error) {
 	sh := s.shard(r.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -167,6 +208,14 @@ func (s *Store) Decide(r *Request) algorithms.Decision {
 	return s.take(sh, r)
 }
 
+// FullRetryAfter is the RetryAfter of a check refused with ErrFull: when
+// a counter of the store refills cannot be told from the new key's shard
+// alone, so the client is asked to come back as an overloaded node asks.
+const FullRetryAfter = time.Second
+
+// full is the decision of a check refused with ErrFull.
+var full = algorithms.Decision{RetryAfter: FullRetryAfter}
+
 // DecideAll decides requests that must be admitted together: if every one
 // of them is admitted, all are charged; otherwise none is, and every
 // decision is a refusal. The requests must share one Key (the caller
@@ -175,32 +224,42 @@ func (s *Store) Decide(r *Request) algorithms.Decision {
 // In a refused group, an item that would have passed on its own reports
 // the state it has (nothing charged) and the group's longest RetryAfter.
 // The spacings of requests with a MinInterval are members of the group
-// too (see spaceAll).
+// too (see spaceAll). A group one of whose counters the store has no room
+// for is refused whole (TryAll says why).
 func (s *Store) DecideAll(rs []Request, out []algorithms.Decision) {
+	_ = s.TryAll(rs, out)
+}
+
+// TryAll is DecideAll that also returns ErrFull when the group was
+// refused because the store had no room for one of its counters; every
+// decision is then the refusal Try answers.
+func (s *Store) TryAll(rs []Request, out []algorithms.Decision) error {
 	if len(rs) == 0 {
-		return
+		return nil
 	}
 	sh := s.shard(rs[0].Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if all, spacing := spaceAll(rs); all != nil {
 		ds := make([]algorithms.Decision, len(all))
-		s.decideAll(sh, all, ds, true)
+		err := s.decideAll(sh, all, ds, true)
 		for i := range rs {
 			out[i] = ds[i]
 			if j := spacing[i]; j >= 0 {
 				out[i] = withSpacing(ds[i], ds[j])
 			}
 		}
-		return
+		return err
 	}
-	s.decideAll(sh, rs, out, true)
+	return s.decideAll(sh, rs, out, true)
 }
 
 // decideAll is DecideAll on sh, whose lock is held, for requests without
 // a MinInterval; without charge it only reports what DecideAll would
-// answer, as Check does for one request.
-func (s *Store) decideAll(sh *shard, rs []Request, out []algorithms.Decision, charge bool) {
+// answer, as Check does for one request. Before it charges anything it
+// makes room for every counter of the group that is new (reserve), so
+// that a group is charged whole or not at all.
+func (s *Store) decideAll(sh *shard, rs []Request, out []algorithms.Decision, charge bool) error {
 	admitted := true
 	var retry time.Duration
 	for i := range rs {
@@ -211,12 +270,19 @@ func (s *Store) decideAll(sh *shard, rs []Request, out []algorithms.Decision, ch
 		}
 	}
 	if admitted {
-		if charge {
-			for i := range rs {
-				out[i] = s.take(sh, &rs[i])
-			}
+		if !charge {
+			return nil
 		}
-		return
+		if err := s.reserve(sh, rs); err != nil {
+			for i := range rs {
+				out[i] = full
+			}
+			return err
+		}
+		for i := range rs {
+			out[i] = s.takeReserved(sh, &rs[i])
+		}
+		return nil
 	}
 	for i := range rs {
 		if out[i].Allowed {
@@ -225,6 +291,36 @@ func (s *Store) decideAll(sh *shard, rs []Request, out []algorithms.Decision, ch
 			out[i].RetryAfter = retry
 		}
 	}
+	return nil
+}
+
+// reserve makes room in the store for the counters of rs that sh does not
+// hold yet, by the rule of makeRoom, and in the sliding-log budget for
+// the logs rs may grow, by the rule of logRoom, so that taking them all
+// then refuses none: a group is charged whole or not at all. sh.mu is
+// held.
+func (s *Store) reserve(sh *shard, rs []Request) error {
+	var n, bytes int64
+	var first counters
+	now := rs[0].Now.UnixNano()
+	for i := range rs {
+		t := sh.tables[rs[i].Algorithm]
+		id, hash := sh.counterID(&rs[i])
+		idx := t.find(id, hash)
+		if rs[i].Algorithm == SlidingLog && rs[i].Hits > 0 && !t.logRoom(idx, now) {
+			s.metrics.refused.Inc()
+			return ErrFull
+		}
+		if idx < 0 {
+			n++
+			bytes += t.cost(len(id))
+			first = t
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return s.makeRoom(sh, first, now, n, bytes)
 }
 
 // sharedHits returns the hits rs[i] is checked with in an all-or-nothing
@@ -253,15 +349,40 @@ func (sh *shard) counterID(r *Request) ([]byte, uint32) {
 // fold mixes a 64-bit hash into the 32 bits a table slot keeps.
 func fold(h uint64) uint32 { return uint32(h>>32) ^ uint32(h) }
 
-// take decides r against its counter in sh, creating it if needed. sh.mu
-// is held.
-func (s *Store) take(sh *shard, r *Request) algorithms.Decision {
+// take decides r against its counter in sh, creating it if there is room
+// (see makeRoom); a sliding log that may grow while the logs hold their
+// budget is refused unless logs back to full make room (see logRoom). A
+// refusal charges nothing and makes no counter. sh.mu is held.
+func (s *Store) take(sh *shard, r *Request) (algorithms.Decision, error) {
 	t := sh.tables[r.Algorithm]
 	id, hash := sh.counterID(r)
-	now := r.Now.UnixNano()
 	idx := t.find(id, hash)
+	now := r.Now.UnixNano()
+	if r.Algorithm == SlidingLog && r.Hits > 0 && !t.logRoom(idx, now) {
+		s.metrics.refused.Inc()
+		return full, ErrFull
+	}
 	if idx < 0 {
-		s.makeRoom(sh, t, now)
+		if err := s.makeRoom(sh, t, now, 1, t.cost(len(id))); err != nil {
+			return full, err
+		}
+	}
+	return s.takeAt(t, r, id, hash, idx), nil
+}
+
+// takeReserved is take for a request reserve has made room for: it
+// refuses nothing. sh.mu is held.
+func (s *Store) takeReserved(sh *shard, r *Request) algorithms.Decision {
+	t := sh.tables[r.Algorithm]
+	id, hash := sh.counterID(r)
+	return s.takeAt(t, r, id, hash, t.find(id, hash))
+}
+
+// takeAt decides r against the counter at idx of t, or, if idx is -1, a
+// new one for id, of hash hash. sh.mu is held, and there is room.
+func (s *Store) takeAt(t counters, r *Request, id []byte, hash uint32, idx int32) algorithms.Decision {
+	now := r.Now.UnixNano()
+	if idx < 0 {
 		idx = t.insert(id, hash, now)
 		s.held.Add(1)
 	}
@@ -282,32 +403,50 @@ func (sh *shard) check(r *Request, n int64) algorithms.Decision {
 	return t.check(t.find(id, hash), r.Reset, r.Now.UnixNano(), r.Limit, n)
 }
 
-// makeRoom drops idle counters at the cold end of t, and, if the store
-// still holds MaxKeys counters, evicts the least recently used counter of
-// sh. Eviction is LRU within a shard: keys spread evenly over shards, so
-// this approximates global LRU without a global lock. (A store whose keys
-// all hash to other shards may exceed MaxKeys by at most one counter a
-// shard.) sh.mu is held.
-func (s *Store) makeRoom(sh *shard, t counters, now int64) {
+// makeRoom drops idle counters at the cold end of t, then makes room for
+// n more counters accounted at bytes (table.cost) within MaxKeys and
+// MaxBytes, evicting only counters back to full at now, which lose
+// nothing (see evictFull). When it finds none it evicts nothing and
+// returns ErrFull: a new key is refused rather than an old debt forgiven.
+// Eviction stays within sh: keys spread evenly over shards, so a shard
+// holds its share of the counters, and no global lock is needed. (A store
+// whose keys all hash to other shards may exceed MaxKeys by at most one
+// counter a shard.) sh.mu is held.
+func (s *Store) makeRoom(sh *shard, t counters, now int64, n, bytes int64) error {
 	if dropped := t.dropIdle(now, 2); dropped > 0 {
 		s.held.Add(-int64(dropped))
 		s.metrics.idleDropped.Add(float64(dropped))
 	}
-	if s.held.Load() < s.maxKeys {
-		return
-	}
-	var oldest counters
-	var oldestLast int64
-	for _, c := range sh.tables {
-		if last, ok := c.oldest(); ok && (oldest == nil || last < oldestLast) {
-			oldest, oldestLast = c, last
+	for s.held.Load()+n > s.maxKeys || (s.maxBytes > 0 && s.bytes.Load()+bytes > s.maxBytes) {
+		if !s.evictFull(sh, now) {
+			s.metrics.refused.Inc()
+			return ErrFull
 		}
 	}
-	if oldest != nil {
-		oldest.evictOldest()
-		s.held.Add(-1)
-		s.metrics.evictions.Inc()
+	return nil
+}
+
+// evictScan is how many counters evictFull examines at the cold end of
+// each table before it gives up: enough that a shard with counters back
+// to full rarely refuses, few enough that a shard of debts refuses a new
+// key in a few hundred nanoseconds.
+const evictScan = 4
+
+// evictFull evicts one counter of sh that is back to full at now, if it
+// finds one among the evictScan least recently used of each of its
+// tables, and reports whether it did. A counter it examines that still
+// holds spent hits moves to the recent end of its table, so that the
+// next call examines others: under a flood, the search goes round the
+// whole shard rather than meet the same debts again. sh.mu is held.
+func (s *Store) evictFull(sh *shard, now int64) bool {
+	for _, t := range sh.tables {
+		if t.evictFull(now, evictScan, -1) {
+			s.held.Add(-1)
+			s.metrics.evictions.Inc()
+			return true
+		}
 	}
+	return false
 }
 
 // adder is a state that can count refused hits too: FixedWindow.
@@ -331,8 +470,9 @@ type counters interface {
 	take(idx int32, reset bool, now int64, l algorithms.Limit, n int64, chargeRefused bool) algorithms.Decision
 	check(idx int32, reset bool, now int64, l algorithms.Limit, n int64) algorithms.Decision
 	dropIdle(now int64, most int) int
-	oldest() (last int64, ok bool)
-	evictOldest()
+	evictFull(now int64, most int, except int32) bool
+	cost(idLen int) int64
+	logRoom(idx int32, now int64) bool
 	snapshot(a Algorithm, out []Counter) []Counter
 	charged(a Algorithm, now int64, out []Counter, states []byte) ([]Counter, []byte)
 	changed(a Algorithm, out []Counter) []Counter
@@ -340,7 +480,7 @@ type counters interface {
 	extract(a Algorithm, move func(key string) bool, out []Counter) []Counter
 	takeOut(a Algorithm, id []byte, hash uint32) (Counter, bool)
 	validate(c *Counter, now time.Time, skew time.Duration) error
-	merge(store *Store, sh *shard, c *Counter) error
+	merge(store *Store, sh *shard, c *Counter, now int64, room bool) error
 }
 
 // take decides n hits under l on the counter at idx at now (Unix ns), and
@@ -393,15 +533,26 @@ func (t *table[S, P]) dropIdle(now int64, most int) int {
 	return dropped
 }
 
-func (t *table[S, P]) oldest() (int64, bool) {
-	if t.tail < 0 {
-		return 0, false
+// evictFull removes the least recently used counter of t but except
+// (-1: none) that is back to full at now, among the most least recently
+// used, moving each examined counter still charged to the recent end, and
+// reports whether it removed one (see Store.evictFull).
+func (t *table[S, P]) evictFull(now int64, most int, except int32) bool {
+	for range most {
+		idx := t.tail
+		if idx < 0 {
+			return false
+		}
+		if idx != except && t.fullAt(idx) <= now {
+			t.remove(idx, fold(xxhash.Sum64String(t.entries[idx].id)))
+			return true
+		}
+		if idx == t.head {
+			return false
+		}
+		t.touch(idx)
 	}
-	return t.entries[t.tail].last, true
-}
-
-func (t *table[S, P]) evictOldest() {
-	t.remove(t.tail, fold(xxhash.Sum64String(t.entries[t.tail].id)))
+	return false
 }
 
 // addClamped returns ns + d, saturating instead of overflowing.
@@ -416,14 +567,17 @@ func addClamped(ns int64, d time.Duration) int64 {
 // for hits that another node already admitted (GLOBAL behaviour): they
 // must be counted, not refused, and a counter never goes below empty.
 // It ignores r.MinInterval: GLOBAL checks have none (package service
-// refuses the combination).
+// refuses the combination). A counter the store has no room for is not
+// made, and the hits are not counted (they are counted as refused, see
+// ErrFull): the store forgives no old debt to count them.
 func (s *Store) Charge(r *Request) algorithms.Decision {
 	sh := s.shard(r.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	capped := *r
 	capped.Hits = min(r.Hits, sh.check(r, 0).Remaining)
-	return s.take(sh, &capped)
+	d, _ := s.take(sh, &capped)
+	return d
 }
 
 // Check answers what Decide would for r, charging nothing and creating no
@@ -435,7 +589,8 @@ func (s *Store) Check(r *Request) algorithms.Decision {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if r.spaced() {
-		return s.decideSpaced(sh, r, false)
+		d, _ := s.decideSpaced(sh, r, false) // without charge, nothing is refused for room
+		return d
 	}
 	return sh.check(r, r.Hits)
 }

@@ -1,9 +1,11 @@
 package limiter
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,25 +128,53 @@ func TestDecideAllSharedCounter(t *testing.T) {
 	}
 }
 
+// TestEvictionAtMaxKeys: at MaxKeys the store evicts counters back to
+// full, and refuses new keys (ErrFull, counted) while every counter holds
+// spent hits, rather than forgive one: a flood of new keys refills no
+// one.
 func TestEvictionAtMaxKeys(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s := New(Config{MaxKeys: 100, Registerer: reg})
+	hourly := func(key string, hits int64, at time.Duration) Request {
+		r := req(key, hits, at)
+		r.Limit.Period = time.Hour // never idle within the hour
+		return r
+	}
 	for i := range 300 {
-		r := req(fmt.Sprint("k", i), 1, time.Duration(i)*time.Millisecond)
-		r.Limit.Period = time.Hour // never idle within the test
-		s.Decide(&r)
+		r := hourly(fmt.Sprint("k", i), 1, time.Duration(i)*time.Millisecond)
+		d, err := s.Try(&r)
+		switch {
+		case i < 100 && (err != nil || !d.Allowed):
+			t.Fatalf("k%d, with room: %+v, %v; want admitted", i, d, err)
+		case i >= 100 && (!errors.Is(err, ErrFull) || d.Allowed || d.RetryAfter != FullRetryAfter):
+			t.Fatalf("k%d, every counter a debt: %+v, %v; want refused with ErrFull", i, d, err)
+		}
 	}
 	if n := s.Len(); n != 100 {
 		t.Errorf("Len = %d, want 100", n)
 	}
-	if got := testutil.ToFloat64(s.metrics.evictions); got != 200 {
-		t.Errorf("evictions = %v, want 200", got)
+	if ev, ref := testutil.ToFloat64(s.metrics.evictions), testutil.ToFloat64(s.metrics.refused); ev != 0 || ref != 200 {
+		t.Errorf("evictions = %v, refused = %v; want 0 and 200", ev, ref)
 	}
-	// The most recent counters survive: k299 is charged, so 1 remains.
-	r := req("k299", 0, time.Second)
-	r.Limit.Period = time.Hour
-	if d := s.Decide(&r); d.Remaining != 1 {
-		t.Errorf("k299 remaining %d, want 1 (it was evicted)", d.Remaining)
+	// The first counter, the least recently used, kept its debt.
+	if r := hourly("k0", 0, time.Second); s.Decide(&r).Remaining != 1 {
+		t.Errorf("k0 remaining %d, want 1: it was forgiven", s.Decide(&r).Remaining)
+	}
+	// Two hours on, every counter is full again: new keys evict them.
+	// (The new keys are GCRA's: a table drops its own idle counters
+	// before anything is evicted.)
+	for i := range 100 {
+		r := hourly(fmt.Sprint("new", i), 1, 2*time.Hour)
+		r.Algorithm = GCRA
+		if _, err := s.Try(&r); err != nil {
+			t.Fatalf("new%d, every counter full again: %v", i, err)
+		}
+	}
+	if n := s.Len(); n != 100 {
+		t.Errorf("Len = %d, want 100", n)
+	}
+	if ev := testutil.ToFloat64(s.metrics.evictions); ev != 100 {
+		t.Errorf("evictions = %v, want 100: the full counters make room", ev)
 	}
 }
 
@@ -170,7 +200,7 @@ func TestIdleCountersAreDropped(t *testing.T) {
 // TestTableMatchesMap drives one table with random inserts, lookups and
 // removals, and compares it with a Go map.
 func TestTableMatchesMap(t *testing.T) {
-	tb := newTable[algorithms.TokenBucket]()
+	tb := newTable[algorithms.TokenBucket](new(atomic.Int64))
 	want := map[string]int32{}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for step := range 50_000 {

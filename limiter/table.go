@@ -1,7 +1,9 @@
 package limiter
 
 import (
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/ringlimit/ringlimit/algorithms"
 )
@@ -62,10 +64,26 @@ type table[S any, P state[S]] struct {
 	n       int   // entries in use
 	logs    logBudget
 	limits  limits
+	bytes   *atomic.Int64 // the store's count of what its counters are accounted at (cost)
 }
 
-func newTable[S any, P state[S]]() *table[S, P] {
-	return &table[S, P]{limits: newLimits(), free: -1, head: -1, tail: -1}
+// newTable returns an empty table that accounts its counters in bytes
+// (see cost).
+func newTable[S any, P state[S]](bytes *atomic.Int64) *table[S, P] {
+	return &table[S, P]{limits: newLimits(), free: -1, head: -1, tail: -1, bytes: bytes}
+}
+
+// cost is the bytes a counter of t whose id is idLen bytes long is
+// accounted at, for Config.MaxBytes: its entry, a quarter more for the
+// room the slice of entries grows into (append grows a large slice by a
+// quarter, and freed entries are reused, not returned), 16 bytes of index
+// (an 8-byte slot at a load between 53% and 80%: the index grows by half
+// at 80%), and its id rounded up to 16 bytes (the allocator's size
+// classes). The interned limits are not counted: there are at most as
+// many as counters, and most counters share a few.
+func (t *table[S, P]) cost(idLen int) int64 {
+	var e entry[S]
+	return int64(unsafe.Sizeof(e))*5/4 + 16 + int64(idLen+15)&^15
 }
 
 // limit returns the limit e was last evaluated with.
@@ -123,11 +141,13 @@ func (t *table[S, P]) insert(id []byte, hash uint32, now int64) int32 {
 	t.index.add(hash, idx, t.n)
 	t.n++
 	t.pushFront(idx)
+	t.bytes.Add(t.cost(len(id)))
 	return idx
 }
 
 // remove deletes the entry at idx, which must be in use.
 func (t *table[S, P]) remove(idx int32, hash uint32) {
+	t.bytes.Add(-t.cost(len(t.entries[idx].id)))
 	t.index.delete(hash, idx)
 	t.forget(idx)
 	t.limits.release(t.entries[idx].limit)

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net"
 
-	"golang.org/x/net/netutil"
+	"github.com/ringlimit/ringlimit/internal/conns"
 )
 
 // listeners are a node's sockets, opened before anything is served so that
@@ -46,13 +46,13 @@ func (l listeners) close() {
 // at some hundreds of MB per listener.
 const DefaultMaxConns = 4096
 
-// limit bounds each listener to n connections open at once: beyond it, new
-// connections wait in the kernel's backlog until one closes. Memberlist's
-// gossip listener is its own and is not bounded here.
-func (l listeners) limit(n int) listeners {
-	return listeners{
-		http: netutil.LimitListener(l.http, n),
-		grpc: netutil.LimitListener(l.grpc, n),
-		peer: netutil.LimitListener(l.peer, n),
+// limit bounds each listener to conf.MaxConns connections open at once,
+// and conf.MaxConnsPerSource from one IP address: beyond either, a new
+// connection is closed as soon as it is accepted (see package conns).
+// Memberlist's gossip listener is its own and is not bounded here.
+func (l listeners) limit(conf Config, m *conns.Metrics) listeners {
+	bound := func(lis net.Listener, name string) net.Listener {
+		return conns.Limit(lis, conns.Config{Name: name, Max: conf.MaxConns, PerSource: conf.MaxConnsPerSource, Metrics: m})
 	}
+	return listeners{http: bound(l.http, "http"), grpc: bound(l.grpc, "grpc"), peer: bound(l.peer, "peer")}
 }

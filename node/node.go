@@ -35,6 +35,7 @@ import (
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/global"
 	"github.com/ringlimit/ringlimit/internal/admit"
+	"github.com/ringlimit/ringlimit/internal/conns"
 	"github.com/ringlimit/ringlimit/internal/tlsfiles"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
@@ -74,6 +75,15 @@ type Config struct {
 	// their SLIDING_LOG counters.
 	MaxKeys       int
 	MaxLogEntries int
+	// MemoryLimit, in bytes, bounds what the node holds, in the shares
+	// of memory.go: its counters, its replicas and the client requests in
+	// flight, each refused beyond its share; zero means only the counts
+	// above bound them. cmd/rlnode sets it to the Go runtime's soft
+	// memory limit (--memory-limit, GOMEMLIMIT or 90% of the container's).
+	MemoryLimit int64
+	// MaxReservations bounds the reservations this node's store holds,
+	// open or settled (see limiter.Config.MaxReservations).
+	MaxReservations int
 	// BatchWait and BatchLimit shape the batches of forwarded checks (see
 	// peer.Config).
 	BatchWait  time.Duration
@@ -95,10 +105,26 @@ type Config struct {
 	ReplicateInterval time.Duration
 	// MaxInflight bounds client requests in flight, MaxStreams the
 	// CheckStreams open, and MaxConns the connections open on each of the
-	// HTTP, gRPC and peer listeners.
-	MaxInflight int
-	MaxStreams  int
-	MaxConns    int
+	// HTTP, gRPC and peer listeners, MaxConnsPerSource those from one IP
+	// address on each (zero: no bound per source).
+	MaxInflight       int
+	MaxStreams        int
+	MaxConns          int
+	MaxConnsPerSource int
+	// HandshakeTimeout bounds the TLS and HTTP/2 handshakes of a
+	// connection to any of the three ports, and the headers of an HTTP
+	// request; IdleTimeout closes a connection that has carried no request
+	// for that long. StreamSendTimeout ends a CheckStream whose answer has
+	// waited that long for its client to read it, and StreamIdleTimeout
+	// asks a CheckStream without requests for that long to end (see
+	// mux.Server). Zero timeouts mean none.
+	HandshakeTimeout  time.Duration
+	IdleTimeout       time.Duration
+	StreamSendTimeout time.Duration
+	StreamIdleTimeout time.Duration
+	// RequestTimeout bounds a unary RPC on the client port whose client
+	// gave no shorter deadline, its message included (see clientTap).
+	RequestTimeout time.Duration
 	// SnapshotDir is where the counters are written every
 	// SnapshotInterval and at shutdown, and loaded from at start; empty
 	// means counters live in memory only.
@@ -108,6 +134,14 @@ type Config struct {
 	// gRPC ports. Empty files mean plaintext.
 	PeerTLS tlsfiles.Files
 	TLS     tlsfiles.Files
+	// MemberNames, if not empty, is the pattern every member's name must
+	// match (dot-separated labels, each a path.Match pattern, a * never
+	// crossing a dot: "rlnode-*.rlnode.ns.svc.cluster.local"): a node of
+	// another name is not admitted to the ring whatever certificate it
+	// holds, so that other certificates the cluster CA issued cannot make
+	// members. Empty admits any name (with peer TLS, any that the
+	// member's certificate names).
+	MemberNames string
 	// GossipKeys encrypt gossip; the first encrypts, all decrypt. Nil
 	// means plaintext gossip.
 	GossipKeys [][]byte
@@ -130,6 +164,7 @@ func DefaultConfig() Config {
 		GossipAddr:        cluster.DefaultBindAddr,
 		MaxKeys:           limiter.DefaultMaxKeys,
 		MaxLogEntries:     limiter.DefaultMaxLogEntries,
+		MaxReservations:   limiter.DefaultMaxReservations,
 		BatchWait:         500 * time.Microsecond,
 		BatchLimit:        1000,
 		GlobalSync:        100 * time.Millisecond,
@@ -140,6 +175,12 @@ func DefaultConfig() Config {
 		MaxInflight:       admit.DefaultMax,
 		MaxStreams:        admit.DefaultMaxStreams,
 		MaxConns:          DefaultMaxConns,
+		MaxConnsPerSource: DefaultMaxConnsPerSource,
+		HandshakeTimeout:  DefaultHandshakeTimeout,
+		IdleTimeout:       DefaultIdleTimeout,
+		StreamSendTimeout: DefaultStreamSendTimeout,
+		StreamIdleTimeout: DefaultStreamIdleTimeout,
+		RequestTimeout:    DefaultRequestTimeout,
 		SnapshotInterval:  snapshot.DefaultInterval,
 		Leases: global.LeaseConfig{TTL: global.DefaultLeaseTTL, MaxLessees: global.DefaultMaxLessees,
 			MaxLeasesPerKey: global.DefaultMaxLeasesPerKey, MaxKeysPerLessee: global.DefaultMaxKeysPerLessee},
@@ -191,19 +232,24 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 			lis.close()
 		}
 	}()
-	n.lis = lis.limit(conf.MaxConns)
+	n.lis = lis.limit(conf, conns.NewMetrics(reg))
 
-	tr, err := newTransport(conf, log)
+	tr, err := newTransport(conf, log, n.membersAt)
 	if err != nil {
 		return nil, err
 	}
 	if n.policies, err = loadPolicies(conf.PolicyFile, log, reg); err != nil {
 		return nil, err
 	}
-	store := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries, Registerer: reg})
+	mem := splitMemory(conf.MemoryLimit, conf)
+	own := mem.counters
+	own.Registerer = reg
+	own.MaxReservations = conf.MaxReservations
+	store := limiter.New(own)
 	// Replicas of other owners' counters are kept apart, under the same
-	// bounds (package replica exports their metrics).
-	replicas := limiter.New(limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries})
+	// counts and a share of their own (package replica exports their
+	// metrics).
+	replicas := limiter.New(mem.replicas)
 	if n.snaps, err = openSnapshots(conf, store, log, reg); err != nil {
 		return nil, err
 	}
@@ -222,6 +268,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		PeerAddr:      n.lis.peer.Addr().String(),
 		GRPCAddr:      n.lis.grpc.Addr().String(),
 		HTTPAddr:      n.lis.http.Addr().String(),
+		Admit:         tr.admitFunc(),
 		Logger:        log,
 		Registerer:    reg,
 		OnChange: func(_, _ *ring.Ring) {
@@ -240,12 +287,14 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		ReplicateInterval: conf.ReplicateInterval, HandedOff: n.snaps.handedOff(),
 		Logger: log, Registerer: reg, Policies: n.policies, Leases: conf.Leases,
 	})
-	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod, rlqs.Method}, MaxStreams: conf.MaxStreams, Registerer: reg})
+	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod, rlqs.Method}, MaxStreams: conf.MaxStreams,
+		MaxBytes: mem.requests, MaxBodyBytes: api.MaxBodyBytes, Registerer: reg})
 	n.faces = api.New(api.Config{
-		Checker: n.svc, Leases: n.svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
+		Checker: n.svc, Leases: n.svc, Settler: n.svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
 		Ready: n.members.Ready, ReadyNote: n.insecure,
 		Members: func() []api.Member { return apiMembers(n.members) },
-		Ring:    n.members.Ring,
+		Ring:    n.members.Ring, StreamSendTimeout: conf.StreamSendTimeout, StreamIdleTimeout: conf.StreamIdleTimeout,
+		StreamEnded: streamEnded(n.lis.grpc.(*conns.Listener), reg),
 	})
 
 	// Stream workers reuse goroutines whose stacks have grown already,
@@ -260,7 +309,9 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	// before building it.
 	rlsBound := api.BoundOf(&rlspb.RateLimitRequest{}, "descriptors", rls.MaxDescriptors)
 	rlqsBound := api.BoundOf(&rlqspb.RateLimitQuotaUsageReports{}, "bucket_quota_usages", rlqs.MaxUsagesPerMessage)
-	n.grpcSrv = grpc.NewServer(slices.Concat(api.ServerOptions(rlsBound, rlqsBound), tr.grpcServer(), []grpc.ServerOption{workers, grpc.InTapHandle(gate.Tap)})...)
+	tap := newClientTap(gate, conf.RequestTimeout, api.CheckStreamMethod)
+	n.grpcSrv = grpc.NewServer(slices.Concat(api.ServerOptions(rlsBound, rlqsBound), tr.grpcServer(), conf.connOptions(),
+		[]grpc.ServerOption{workers, grpc.InTapHandle(tap.tap)})...)
 	n.health = n.faces.RegisterGRPC(n.grpcSrv)
 	rls.New(rls.Config{Checker: n.svc, Policies: n.policies}).Register(n.grpcSrv)
 	if n.quotas, err = rlqs.New(rlqs.Config{Leaser: n.svc, Policies: n.policies, Bounds: conf.RLQS, LeaseTTL: conf.Leases.TTL,
@@ -268,16 +319,19 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		return nil, err
 	}
 	n.quotas.Register(n.grpcSrv)
-	guard := peer.NewGuard(peer.GuardConfig{Members: n.members, Certificates: tr.peerTLS, Logger: log, Registerer: reg})
-	n.peerSrv = grpc.NewServer(slices.Concat(peer.ServerOptions(), tr.peerServer,
+	tap.learn(n.grpcSrv)
+	guard := peer.NewGuard(peer.GuardConfig{Members: n.members, Certificates: tr.peerTLS, Self: conf.NodeName, Logger: log, Registerer: reg})
+	n.peerSrv = grpc.NewServer(slices.Concat(peer.ServerOptions(), tr.peerServer, conf.connOptions(),
 		[]grpc.ServerOption{workers, grpc.ChainUnaryInterceptor(guard.Unary), grpc.ChainStreamInterceptor(guard.Stream)})...)
 	n.peerFace = peer.NewServer(n.svc.Owner(), reg)
 	n.peerFace.Register(n.peerSrv)
 	// Timeouts bound what a slow or idle client can hold: a body of
 	// api.MaxBodyBytes arrives well within ReadTimeout on any link, and
-	// a check needs no headers of more than a few KB.
-	n.httpSrv = &http.Server{Handler: n.faces.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
-		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, TLSConfig: tr.public}
+	// a check needs no headers of more than a few KB. No route streams or
+	// long-polls, so WriteTimeout is what answering a check can take.
+	// ReadHeaderTimeout also bounds a TLS handshake.
+	n.httpSrv = &http.Server{Handler: n.faces.Handler(), ReadHeaderTimeout: conf.HandshakeTimeout, MaxHeaderBytes: 64 << 10,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: conf.IdleTimeout, TLSConfig: tr.public}
 	return n, nil
 }
 
@@ -301,6 +355,13 @@ func (n *Node) Run(ctx context.Context) error {
 	// Before anything serves or joins: the node reports ready, and decides
 	// checks, with its counters.
 	n.snaps.load(ctx, n.svc.Intake())
+	if ctx.Err() != nil {
+		// Asked to stop while loading (SIGTERM): nothing serves or has
+		// joined yet, so there is nothing to leave, and no final snapshot
+		// is written, which would replace the file with the part loaded.
+		n.log.Info("stopped during start-up, while loading the snapshot: nothing was served or joined", "node", n.conf.NodeName)
+		return nil
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	// The background loops run until their step of leaving stops them,
@@ -324,7 +385,11 @@ func (n *Node) Run(ctx context.Context) error {
 
 	g.Go(func() error {
 		<-gctx.Done()
-		n.log.Info("shutting down", "timeout", n.conf.ShutdownTimeout)
+		stage := "serving"
+		if !n.members.Ready() {
+			stage = "start-up: not joined yet" // --join answers no one yet: leaving is quick
+		}
+		n.log.Info("shutting down", "stage", stage, "timeout", n.conf.ShutdownTimeout)
 		ctx, cancel := context.WithTimeout(context.Background(), n.conf.ShutdownTimeout)
 		defer cancel()
 		return n.leave(ctx, parts)
@@ -392,6 +457,20 @@ func stopGRPC(ctx context.Context, srv *grpc.Server) {
 	stop := context.AfterFunc(ctx, srv.Stop)
 	defer stop()
 	srv.GracefulStop()
+}
+
+// membersAt returns the names of the members whose peer port is at addr:
+// whom a connection to addr must reach. They are the admitted members,
+// those that left moments ago included (a new owner may still pull a
+// counter from its previous owner as it leaves).
+func (n *Node) membersAt(addr string) []string {
+	var names []string
+	for _, m := range n.members.Members() {
+		if m.PeerAddr == addr && n.members.Member(m.Name) {
+			names = append(names, m.Name)
+		}
+	}
+	return names
 }
 
 func peerAddrs(r *ring.Ring) []string {

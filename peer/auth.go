@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/x509"
 	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -21,6 +24,10 @@ type Membership interface {
 	// Member reports whether name is a current member (or one that left
 	// moments ago, whose hand-off and last report are on the way).
 	Member(name string) bool
+	// Names lists the names Member reports true for. The Guard reads it
+	// only for a certificate with a wildcard name, and remembers the
+	// answer for the certificate.
+	Names() []string
 }
 
 // GuardConfig configures a Guard. Members is required.
@@ -32,6 +39,11 @@ type GuardConfig struct {
 	// CertificateNames). False means names cannot be authenticated, only
 	// checked for membership.
 	Certificates bool
+	// Self is this node's own name. A caller that names itself so is
+	// refused whatever its certificate (a node never calls itself), so
+	// that without mutual TLS the receiving node's name, which any caller
+	// knows, is no credential. Empty refuses no name for this reason.
+	Self string
 	// Logger receives one line per refusal; nil discards them.
 	Logger *slog.Logger
 	// Registerer receives ringlimit_peer_refused_total; nil means it is
@@ -41,26 +53,40 @@ type GuardConfig struct {
 
 // Guard checks who makes each peer call, before the Server sees it:
 // reports (AddGlobalHits), GLOBAL states (UpdateGlobals), hand-offs
-// (HandOff), replicas (Replicate), relayed lease reports (Lease) and
-// streams of forwards (ForwardStream) are taken only from current members under their own names. A
+// (HandOff), replicas (Replicate), relayed lease reports (Lease), relayed
+// settles of reservations (Settle) and streams of forwards (ForwardStream)
+// are taken only from current members under their own names, never under
+// the receiving node's own name. A
 // refused call fails with codes.PermissionDenied (codes.Unauthenticated
 // without a certificate) and reaches no handler. Forward carries no name:
-// with mutual TLS, the certificate the handshake verified is its
-// authentication. (What a call says, such as GLOBAL states only for keys
-// the sender owns, the Handler validates.)
+// with mutual TLS, it is taken only from a certificate that names a
+// current member other than this node, so that a certificate the cluster
+// CA issued for anything else (another service, a member that left) can
+// change no state through any call. (What a call says, such as GLOBAL
+// states only for keys the sender owns, the Handler validates.)
 //
 // Guard is safe for concurrent use.
 type Guard struct {
 	conf    GuardConfig
 	log     *slog.Logger
 	refused *prometheus.CounterVec
+
+	mu    sync.Mutex
+	named map[*x509.Certificate]string // a member each certificate was found to name, at most maxNamed
 }
+
+// maxNamed bounds Guard.named: a verified certificate is parsed anew on
+// every handshake, and connections are long-lived, so the cache is
+// emptied when it fills rather than tracking which are still in use.
+const maxNamed = 1024
 
 // The reasons of ringlimit_peer_refused_total.
 const (
 	refusedNoCertificate = "no_certificate" // mutual TLS without a verified certificate
 	refusedWrongName     = "wrong_name"     // the claimed name is not the certificate's
 	refusedNotMember     = "not_member"     // the claimed name is not a member
+	refusedSelf          = "self"           // the caller claims the receiving node's own name
+	refusedNoMember      = "no_member"      // the certificate of an unnamed call (Forward) names no other current member
 )
 
 // NewGuard returns a Guard configured by conf. It panics if
@@ -72,15 +98,15 @@ func NewGuard(conf GuardConfig) *Guard {
 	}
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ringlimit_peer_refused_total",
-		Help: "Peer calls refused because of who sent them, by reason: no_certificate, wrong_name, not_member.",
+		Help: "Peer calls refused because of who sent them, by reason: no_certificate, wrong_name, not_member, self, no_member.",
 	}, []string{"reason"})
-	for _, r := range []string{refusedNoCertificate, refusedWrongName, refusedNotMember} {
+	for _, r := range []string{refusedNoCertificate, refusedWrongName, refusedNotMember, refusedSelf, refusedNoMember} {
 		refused.WithLabelValues(r) // exported at 0, so that alerts see the series
 	}
 	if conf.Registerer != nil {
 		conf.Registerer.MustRegister(refused)
 	}
-	return &Guard{conf: conf, log: log, refused: refused}
+	return &Guard{conf: conf, log: log, refused: refused, named: make(map[*x509.Certificate]string)}
 }
 
 // Unary is the Guard as a gRPC unary server interceptor, for the peer
@@ -95,6 +121,9 @@ func (g *Guard) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	var from string
 	switch r := req.(type) {
 	case *peerpb.ForwardRequest:
+		if cert != nil && !g.namesMember(cert) {
+			return nil, g.refuse(ctx, info.FullMethod, "", refusedNoMember, codes.PermissionDenied)
+		}
 		return handler(ctx, req)
 	case *peerpb.GlobalHitsRequest:
 		from = r.GetFrom()
@@ -105,6 +134,8 @@ func (g *Guard) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	case *peerpb.ReplicateRequest:
 		from = r.GetFrom()
 	case *peerpb.LeaseRelayRequest:
+		from = r.GetFrom()
+	case *peerpb.SettleRelayRequest:
 		from = r.GetFrom()
 	default:
 		return handler(ctx, req) // no peer method else; nothing to check
@@ -136,12 +167,52 @@ func (g *Guard) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 // from is a member and, with mutual TLS, the name of cert.
 func (g *Guard) check(ctx context.Context, method string, cert *x509.Certificate, from string) error {
 	switch {
+	case from != "" && from == g.conf.Self:
+		return g.refuse(ctx, method, from, refusedSelf, codes.PermissionDenied)
 	case cert != nil && !CertificateNames(cert, from):
 		return g.refuse(ctx, method, from, refusedWrongName, codes.PermissionDenied)
 	case !g.conf.Members.Member(from):
 		return g.refuse(ctx, method, from, refusedNotMember, codes.PermissionDenied)
 	}
 	return nil
+}
+
+// namesMember reports whether cert names a current member other than this
+// node: its common name or a DNS name, or, for a wildcard DNS name, any
+// member's name it matches. The member found is remembered for cert, so
+// that the next call on the connection costs one Member lookup.
+func (g *Guard) namesMember(cert *x509.Certificate) bool {
+	g.mu.Lock()
+	name, ok := g.named[cert]
+	g.mu.Unlock()
+	if ok && g.conf.Members.Member(name) {
+		return true
+	}
+	name = ""
+	for _, n := range append([]string{cert.Subject.CommonName}, cert.DNSNames...) {
+		if !strings.Contains(n, "*") && n != g.conf.Self && g.conf.Members.Member(n) && CertificateNames(cert, n) {
+			name = n
+			break
+		}
+	}
+	if name == "" && slices.ContainsFunc(cert.DNSNames, func(n string) bool { return strings.Contains(n, "*") }) {
+		for _, n := range g.conf.Members.Names() {
+			if n != g.conf.Self && CertificateNames(cert, n) && g.conf.Members.Member(n) {
+				name = n
+				break
+			}
+		}
+	}
+	if name == "" {
+		return false
+	}
+	g.mu.Lock()
+	if len(g.named) >= maxNamed {
+		clear(g.named)
+	}
+	g.named[cert] = name
+	g.mu.Unlock()
+	return true
 }
 
 // SenderHeader is the gRPC metadata key in which a node names itself when

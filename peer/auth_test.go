@@ -27,6 +27,8 @@ func (m members) Member(name string) bool {
 	return false
 }
 
+func (m members) Names() []string { return m }
+
 // guarded serves h behind a Guard over members, with mutual TLS from ca if
 // it is not nil, and returns the address and the Guard's registry.
 func guarded(t *testing.T, h Handler, ca *testpki.CA, m members) (string, *prometheus.Registry) {

@@ -5,13 +5,11 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
-	"github.com/ringlimit/ringlimit/internal/wire"
 )
 
 // LeaseHandler is the owner's side of Peer/Lease: a Handler that also
@@ -63,23 +61,4 @@ func (s *Server) Lease(ctx context.Context, req *peerpb.LeaseRelayRequest) (*pee
 		return nil, status.Errorf(codes.Internal, "handler answered %d of %d lease reports", len(grants), len(reports))
 	}
 	return &peerpb.LeaseRelayResponse{Grants: grants}, nil
-}
-
-// relayReports is the field number of LeaseRelayRequest.reports.
-const relayReports = 3
-
-// codec is wire.Codec, except that it decodes a LeaseRelayRequest from the
-// prefix of its encoding that holds checks.MaxItems+1 reports at most, so
-// that a request of many empty reports builds no more than the Server
-// refuses (as the client port's codec bounds a check request's items).
-type codec struct{ wire.Codec }
-
-func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
-	m, ok := v.(*peerpb.LeaseRelayRequest)
-	if !ok {
-		return c.Codec.Unmarshal(data, v)
-	}
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-	defer buf.Free()
-	return wire.Unmarshal(wire.Prefix(buf.ReadOnlyData(), relayReports, checks.MaxItems+1), m)
 }

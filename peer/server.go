@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -46,11 +47,18 @@ const (
 
 // ServerOptions are the gRPC server options the peer listener needs: its
 // receive limit, MaxMessageBytes, and the codec that decodes and encodes
-// forwarded checks without reflection (wire.Codec), and bounds relayed
-// lease reports as it decodes them. Add them to the
-// *grpc.Server that serves Register.
+// forwarded checks without reflection (wire.Codec), and counts every
+// request before it decodes it (codec): the elements of a bounded field
+// beyond one past the bound are never built, a request that would build
+// more messages than its kind may is refused, and the requests decoded
+// and not yet answered hold at most MaxInflightBytes (their wire bytes
+// and a cost per message) on each server. Add them first
+// to the *grpc.Server that serves Register: they include the outermost
+// unary interceptor, which gives a request's bytes back when its call
+// ends.
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.ForceServerCodecV2(codec{})}
+	c := codec{budget: semaphore.NewWeighted(MaxInflightBytes)}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.ForceServerCodecV2(c), grpc.ChainUnaryInterceptor(releaseUnary)}
 }
 
 // Handler is what Server needs from the node: the owner's side of each peer
@@ -170,13 +178,14 @@ func (s *Server) Drain() { s.streams.Drain() }
 
 // forwardMessage answers one batch of a ForwardStream.
 func (s *Server) forwardMessage(ctx context.Context, req *peerpb.ForwardStreamRequest) *peerpb.ForwardStreamResponse {
+	defer release(req) // the codec's budget, held since it decoded req
 	resps, err := s.forward(ctx, req.GetRequests(), false, false)
 	return &peerpb.ForwardStreamResponse{Id: req.GetId(), Responses: resps, Status: mux.Status(err)}
 }
 
-// drainNotice asks a sender to end its ForwardStream.
-func drainNotice() *peerpb.ForwardStreamResponse {
-	return &peerpb.ForwardStreamResponse{Status: mux.Status(status.Error(codes.Unavailable, "node stopping: end the stream"))}
+// drainNotice asks a sender to end its ForwardStream, for reason.
+func drainNotice(reason error) *peerpb.ForwardStreamResponse {
+	return &peerpb.ForwardStreamResponse{Status: mux.Status(reason)}
 }
 
 func forwardTimeout(req *peerpb.ForwardStreamRequest) time.Duration {

@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ringlimit/ringlimit/algorithms"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -330,13 +331,13 @@ func (p *parser) descriptor(parent *node, n *yaml.Node, path, ref string, depth 
 	return nil
 }
 
-var limitKeys = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "soft_percent", "min_interval_ms",
+var limitKeys = []string{"requests_per_unit", "unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "soft_percent", "min_interval_ms",
 	"ceiling", "parent"}
 
 // limit parses a rate_limit mapping.
 func (p *parser) limit(n *yaml.Node, path string, shadow, quota bool) (*Limit, error) {
 	l := &Limit{ShadowMode: shadow, QuotaMode: quota, Algorithm: limiter.FixedWindow}
-	var unitNode, intervalNode, ceilingNode, parentNode *yaml.Node
+	var unitNode, multiplierNode, intervalNode, ceilingNode, parentNode *yaml.Node
 	unit := ""
 	err := p.fields(n, path, limitKeys, func(k string, v *yaml.Node) error {
 		field := join(path, k)
@@ -349,6 +350,11 @@ func (p *parser) limit(n *yaml.Node, path string, shadow, quota bool) (*Limit, e
 			unitNode = v
 			var err error
 			unit, err = p.scalar(v, field)
+			return err
+		case "unit_multiplier":
+			multiplierNode = v
+			var err error
+			l.UnitMultiplier, err = p.multiplier(v, field)
 			return err
 		case "unlimited":
 			var err error
@@ -406,6 +412,8 @@ func (p *parser) limit(n *yaml.Node, path string, shadow, quota bool) (*Limit, e
 	switch {
 	case l.Unlimited && unit != "":
 		return nil, p.errorf(unitNode, join(path, "unit"), "must not be set when unlimited is true")
+	case l.Unlimited && multiplierNode != nil:
+		return nil, p.errorf(multiplierNode, join(path, "unit_multiplier"), "must not be set when unlimited is true")
 	case l.Unlimited && intervalNode != nil:
 		return nil, p.errorf(intervalNode, join(path, "min_interval_ms"), "must not be set when unlimited is true")
 	case !l.Unlimited && !valid:
@@ -416,6 +424,9 @@ func (p *parser) limit(n *yaml.Node, path string, shadow, quota bool) (*Limit, e
 		return nil, p.errorf(at, join(path, "unit"), "invalid unit %q (want second, minute, hour, day, week, month or year)", unit)
 	}
 	l.Unit = u
+	if err := p.window(multiplierNode, path, u, l.UnitMultiplier); err != nil {
+		return nil, err
+	}
 	for i, r := range l.Replaces {
 		switch {
 		case r == "":
@@ -462,13 +473,13 @@ func (p *parser) checkBorrowing(l *Limit, n, ceilingNode, parentNode *yaml.Node,
 	return nil
 }
 
-var parentKeys = []string{"key", "requests_per_unit", "unit"}
+var parentKeys = []string{"key", "requests_per_unit", "unit", "unit_multiplier"}
 
 // parent parses a rate_limit's parent mapping.
 func (p *parser) parent(n *yaml.Node, path string) (*Parent, error) {
 	pl := &Parent{}
 	unit := ""
-	var unitNode *yaml.Node
+	var unitNode, multiplierNode *yaml.Node
 	err := p.fields(n, path, parentKeys, func(k string, v *yaml.Node) (err error) {
 		field := join(path, k)
 		switch k {
@@ -484,6 +495,9 @@ func (p *parser) parent(n *yaml.Node, path string) (*Parent, error) {
 		case "unit":
 			unitNode = v
 			unit, err = p.scalar(v, field)
+		case "unit_multiplier":
+			multiplierNode = v
+			pl.UnitMultiplier, err = p.multiplier(v, field)
 		}
 		return err
 	})
@@ -498,10 +512,33 @@ func (p *parser) parent(n *yaml.Node, path string) (*Parent, error) {
 		}
 		return nil, p.errorf(at, join(path, "unit"), "invalid unit %q (want second, minute, hour, day, week, month or year)", unit)
 	}
+	if err := p.window(multiplierNode, path, pl.Unit, pl.UnitMultiplier); err != nil {
+		return nil, err
+	}
 	if pl.RequestsPerUnit == 0 {
 		return nil, p.errorf(n, join(path, "requests_per_unit"), "missing or 0: the parent must admit something to lend")
 	}
 	return pl, nil
+}
+
+// multiplier parses a unit_multiplier: a whole number from 1, so that a
+// window is never empty.
+func (p *parser) multiplier(v *yaml.Node, field string) (uint32, error) {
+	u, err := p.uint(v, field, MaxUnitMultiplier)
+	if err == nil && u == 0 {
+		err = p.errorf(v, field, "must be at least 1 (a window of 0 units admits nothing and never ends)")
+	}
+	return uint32(u), err
+}
+
+// window refuses a unit_multiplier (at v, under path) that makes the
+// window longer than a check's may be, checks.MaxDuration.
+func (p *parser) window(v *yaml.Node, path string, u Unit, count uint32) error {
+	if w := Window(u, count); v != nil && w > checks.MaxDuration {
+		return p.errorf(v, join(path, "unit_multiplier"), "%d %ss make a window of %v, longer than a year (%v), the longest a check may have",
+			count, strings.ToLower(u.String()), w, checks.MaxDuration)
+	}
+	return nil
 }
 
 // defaultParentKey gives l's parent, if it has no key of its own, the

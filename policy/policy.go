@@ -33,6 +33,7 @@ import (
 	"maps"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -99,10 +100,31 @@ func parseUnit(s string) (Unit, bool) {
 	return Unknown, false
 }
 
+// Window is count units of u: a window of any length, as a policy's
+// unit_multiplier asks ("per 30 s" is 30 units of a second). count is at
+// least 1.
+func Window(u Unit, count uint32) time.Duration {
+	return u.Period() * time.Duration(max(count, 1))
+}
+
+// unitText names count units of u as `policy check` prints them:
+// "second", or "30 seconds".
+func unitText(u Unit, count uint32) string {
+	name := strings.ToLower(u.String())
+	if count <= 1 {
+		return name
+	}
+	return fmt.Sprintf("%d %ss", count, name)
+}
+
 // MaxRequestsPerUnit bounds requests_per_unit: the largest limit a check
 // may have, checks.MaxLimit. (ratelimit allows up to 2^32-1; a larger
 // value is an error here rather than a silently different limit.)
 const MaxRequestsPerUnit = checks.MaxLimit
+
+// MaxUnitMultiplier bounds unit_multiplier as a number, before the
+// window it makes is held to a year (31,536,000 seconds).
+const MaxUnitMultiplier = uint64(checks.MaxDuration / time.Second)
 
 // MaxSoftPercent bounds soft_percent.
 const MaxSoftPercent = 1000
@@ -116,6 +138,10 @@ type Limit struct {
 	// RequestsPerUnit hits are admitted per Unit; 0 refuses every hit.
 	RequestsPerUnit uint32
 	Unit            Unit
+	// UnitMultiplier makes the window that many Units long (unit_multiplier,
+	// named as Envoy's RateLimitResponse names it): 30 with Second is "per
+	// 30 s". 1 unless the file says; see Window.
+	UnitMultiplier uint32
 	// Unlimited: the descriptor is never limited (Unit is Unknown).
 	Unlimited bool
 	// Name identifies the limit for other limits' Replaces.
@@ -154,7 +180,26 @@ type Parent struct {
 	Key             string
 	RequestsPerUnit uint32
 	Unit            Unit
+	UnitMultiplier  uint32
 }
+
+// Window is the length of the parent's window.
+func (p *Parent) Window() time.Duration { return Window(p.Unit, p.UnitMultiplier) }
+
+// WindowName names the limit's window in the names of its counters: the
+// unit ("MINUTE"), with the multiplier when there is one ("SECONDx30"),
+// so that a limit whose window changes starts new counters, and a window
+// of one unit keeps the name it had before multipliers.
+func (l *Limit) WindowName() string {
+	if l.UnitMultiplier <= 1 {
+		return l.Unit.String()
+	}
+	return l.Unit.String() + "x" + strconv.FormatUint(uint64(l.UnitMultiplier), 10)
+}
+
+// Window is the length of the limit's window: UnitMultiplier Units; 0 if
+// the limit is unlimited.
+func (l *Limit) Window() time.Duration { return Window(l.Unit, l.UnitMultiplier) }
 
 // Enforced is the number of hits a window admits: RequestsPerUnit plus
 // SoftPercent of it, rounded down.
@@ -168,7 +213,7 @@ func (l *Limit) String() string {
 		return "unlimited"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d/%s %s", l.RequestsPerUnit, strings.ToLower(l.Unit.String()), l.Algorithm)
+	fmt.Fprintf(&b, "%d/%s %s", l.RequestsPerUnit, unitText(l.Unit, l.UnitMultiplier), l.Algorithm)
 	if l.SoftPercent > 0 {
 		fmt.Fprintf(&b, " soft +%d%% (enforced %d)", l.SoftPercent, l.Enforced())
 	}
@@ -176,7 +221,7 @@ func (l *Limit) String() string {
 		fmt.Fprintf(&b, " min_interval=%v", l.MinInterval)
 	}
 	if l.Ceiling > 0 {
-		fmt.Fprintf(&b, " ceiling=%d parent=%q:%d/%s", l.Ceiling, l.Parent.Key, l.Parent.RequestsPerUnit, strings.ToLower(l.Parent.Unit.String()))
+		fmt.Fprintf(&b, " ceiling=%d parent=%q:%d/%s", l.Ceiling, l.Parent.Key, l.Parent.RequestsPerUnit, unitText(l.Parent.Unit, l.Parent.UnitMultiplier))
 	}
 	if l.Name != "" {
 		fmt.Fprintf(&b, " name=%s", l.Name)

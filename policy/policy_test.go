@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ringlimit/ringlimit/limiter"
 )
@@ -126,6 +127,56 @@ func TestResolve(t *testing.T) {
 	}
 }
 
+// TestWindows: unit_multiplier makes a window of that many units, which
+// Window gives, Resolve shows, and a unit alone leaves at one unit.
+func TestWindows(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "w.yaml")
+	yaml := `domain: w
+descriptors:
+  - key: half_minute
+    rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 10}
+  - key: five_minutes
+    rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 100, algorithm: TOKEN_BUCKET}
+  - key: one
+    rate_limit: {unit: hour, unit_multiplier: 1, requests_per_unit: 7}
+  - key: plain
+    rate_limit: {unit: hour, requests_per_unit: 7}
+  - key: year
+    rate_limit: {unit: day, unit_multiplier: 365, requests_per_unit: 1}
+  - key: borrows
+    rate_limit: {unit: second, unit_multiplier: 10, requests_per_unit: 1, ceiling: 5, parent: {requests_per_unit: 20, unit: second, unit_multiplier: 10}}
+`
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	set, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		ref, want string
+		window    time.Duration
+	}{
+		{"w/half_minute", "10/30 seconds FIXED_WINDOW", 30 * time.Second},
+		{"w/five_minutes", "100/5 minutes TOKEN_BUCKET", 5 * time.Minute},
+		{"w/one", "7/hour FIXED_WINDOW", time.Hour},
+		{"w/plain", "7/hour FIXED_WINDOW", time.Hour},
+		{"w/year", "1/365 days FIXED_WINDOW", 365 * 24 * time.Hour},
+		{"w/borrows", `1/10 seconds FIXED_WINDOW ceiling=5 parent="w/borrows":20/10 seconds`, 10 * time.Second},
+	} {
+		l, err := set.Resolve(tt.ref)
+		if err != nil {
+			t.Fatalf("Resolve(%q): %v", tt.ref, err)
+		}
+		if l.String() != tt.want || l.Window() != tt.window {
+			t.Errorf("Resolve(%q) = %q with a window of %v, want %q and %v", tt.ref, l, l.Window(), tt.want, tt.window)
+		}
+		if l.Parent != nil && l.Parent.Window() != tt.window {
+			t.Errorf("Resolve(%q): the parent's window %v, want %v", tt.ref, l.Parent.Window(), tt.window)
+		}
+	}
+}
+
 // TestPolicies lists the loaded policies with references that resolve to
 // them.
 func TestPolicies(t *testing.T) {
@@ -180,6 +231,13 @@ func TestErrors(t *testing.T) {
 		{"min interval negative", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, min_interval_ms: -1}\n", `f.yaml:4: descriptors[0].rate_limit.min_interval_ms: want a whole number from 0 to 31536000000`},
 		{"min interval over a year", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, min_interval_ms: 31536000001}\n", `rate_limit.min_interval_ms: want a whole number from 0 to 31536000000`},
 		{"min interval as a duration", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, min_interval_ms: 2s}\n", `rate_limit.min_interval_ms: want a whole number`},
+		{"multiplier of 0", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, unit_multiplier: 0}\n", `f.yaml:4: descriptors[0].rate_limit.unit_multiplier: must be at least 1`},
+		{"multiplier negative", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, unit_multiplier: -30}\n", `rate_limit.unit_multiplier: want a whole number from 0 to 31536000`},
+		{"multiplier as a duration", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, unit_multiplier: 30s}\n", `rate_limit.unit_multiplier: want a whole number`},
+		{"window over a year", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 1, unit_multiplier: 366}\n", `rate_limit.unit_multiplier: 366 days make a window of 8784h0m0s, longer than a year`},
+		{"multiplier when unlimited", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit_multiplier: 2}\n", `rate_limit.unit_multiplier: must not be set when unlimited is true`},
+		{"parent multiplier of 0", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, ceiling: 2, parent: {requests_per_unit: 9, unit: second, unit_multiplier: 0}}\n", `rate_limit.parent.unit_multiplier: must be at least 1`},
+		{"parent window over a year", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, ceiling: 2, parent: {requests_per_unit: 9, unit: week, unit_multiplier: 53}}\n", `rate_limit.parent.unit_multiplier: 53 weeks make a window`},
 		{"min interval when unlimited", "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      min_interval_ms: 10\n", `f.yaml:6: descriptors[0].rate_limit.min_interval_ms: must not be set when unlimited is true`},
 		{"sliding log", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 20000, algorithm: SLIDING_LOG}\n", `rate_limit.requests_per_unit: SLIDING_LOG keeps a timestamp`},
 		{"ceiling without parent", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, ceiling: 2}\n", `f.yaml:4: descriptors[0].rate_limit.parent: missing: a ceiling borrows from a parent`},
@@ -190,7 +248,7 @@ func TestErrors(t *testing.T) {
 		{"ceiling when unlimited", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, ceiling: 2}\n", `rate_limit.ceiling: must not be set when unlimited is true`},
 		{"parent unit", "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      ceiling: 2\n      parent: {requests_per_unit: 9, unit: aeon}\n", `f.yaml:8: descriptors[0].rate_limit.parent.unit: invalid unit "aeon"`},
 		{"parent of nothing", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, ceiling: 2, parent: {unit: second}}\n", `rate_limit.parent.requests_per_unit: missing or 0`},
-		{"parent unknown key", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, ceiling: 2, parent: {limit: 9}}\n", `rate_limit.parent.limit: unknown key (want one of key, requests_per_unit, unit)`},
+		{"parent unknown key", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, ceiling: 2, parent: {limit: 9}}\n", `rate_limit.parent.limit: unknown key (want one of key, requests_per_unit, unit, unit_multiplier)`},
 		{"parent key too long", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, ceiling: 2, parent: {key: " + strings.Repeat("p", 257) + ", requests_per_unit: 9, unit: second}}\n", `rate_limit.parent.key: longer than 256 bytes`},
 		{"default parent key too long", "domain: a\ndescriptors:\n  - key: " + strings.Repeat("k", 300) + "\n    rate_limit: {unit: second, requests_per_unit: 1, ceiling: 2, parent: {requests_per_unit: 9, unit: second}}\n", `rate_limit.parent.key: the default, the policy's reference`},
 		{"sliding log ceiling", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: SLIDING_LOG, ceiling: 10001, parent: {requests_per_unit: 9, unit: second}}\n", `rate_limit.ceiling: SLIDING_LOG keeps a timestamp`},

@@ -24,12 +24,22 @@
 // now owns into its own counters (Promote), before it decides any check on
 // the new ring: a check for a key whose owner crashed is decided on the
 // last replicated state, never on an empty counter while a replica is
-// here. Promoting merges, and merging never refills, so promoting is safe
-// whatever the reason the key moved: a node that leaves gracefully hands
-// its counters over before it leaves the ring, and those are at least as
-// charged as their replicas. Every owner then sends again the counters
-// whose heir changed (limiter.Store.MarkChanged of their partitions), so
-// that replicas follow their keys to their new heir.
+// here. Every owner then sends again the counters whose heir changed
+// (limiter.Store.MarkChanged of their partitions), so that replicas follow
+// their keys to their new heir.
+//
+// A replica is kept under the name of the member that sent it, and only
+// the key's owner's replica is ever promoted: when the ring changes, a
+// replica becomes this node's counter only if this node now owns its key,
+// its sender owned the key in the ring before and is no longer in the
+// ring (it left or failed); and when this node decides a key for an owner
+// that cannot be reached (failover), only that owner's replica. So a
+// member that sends replicas of keys it does not own (of keys the
+// receiver owns itself, say, spent) changes no counter, whenever the ring
+// changes. Promoting merges, and merging never refills, so promoting is
+// safe whatever the reason the key moved: a node that leaves gracefully
+// hands its counters over before it leaves the ring, and those are at
+// least as charged as their replicas.
 //
 // What is lost when an owner crashes is what it admitted since its last
 // round: at most one interval of hits, plus the time for a round to reach
@@ -39,6 +49,7 @@ package replica
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,11 +125,17 @@ type Node struct {
 
 	changed chan struct{} // cap 1: coalesces bursts of ring changes
 
-	promoted  atomic.Pointer[ring.Ring] // the ring whose replicas were promoted last
-	promoteMu sync.Mutex                // one promotion at a time
+	promoted  atomic.Pointer[rings] // the ring whose replicas were promoted last, and the one before
+	promoteMu sync.Mutex            // one promotion at a time
 
 	heirs  heirs        // of the ring of the last round; used by Replicate only
 	synced atomic.Int64 // Unix ns at which the last round that delivered every batch began
+}
+
+// rings are the ring of the last promotion and the ring before it, whose
+// owners sent the replicas that promotion took.
+type rings struct {
+	now, before *ring.Ring
 }
 
 // heirs is the ring without this node, by which its keys' heirs are found,
@@ -140,6 +157,9 @@ func New(conf Config) *Node {
 	}
 	n.synced.Store(n.now().UnixNano())
 	n.metrics = newMetrics(conf.Registerer, n)
+	// The ring at start is the one before the first change: its owners
+	// are those whose replicas the first change may promote.
+	n.promoted.Store(&rings{now: n.cluster.Ring()})
 	return n
 }
 
@@ -282,11 +302,14 @@ func (n *Node) send(ctx context.Context, b *handoff.Batch, failed map[string]boo
 }
 
 // Receive keeps copies of counters that node from owns, merging each into
-// the replicas after validating it as hand-off does (checks.Intake), and
-// returns a Refusal for each it did not keep. Replicas are never used to
-// decide a check until Promote makes them this node's counters.
+// the replicas, under from's name, after validating it as hand-off does
+// (checks.Intake), and returns a Refusal for each it did not keep.
+// Replicas are never used to decide a check until Promote or PromoteKey
+// makes them this node's counters, and only those from the key's owner
+// ever are. from must be a peer's name, as the peer server checks it (no
+// NUL: see heldKey).
 func (n *Node) Receive(from string, counters []*peerpb.CounterState) []*peerpb.Refusal {
-	refused := n.intake.Merge(n.replicas, counters, n.now())
+	refused := n.intake.Merge(sentBy{n.replicas, from}, counters, n.now())
 	for _, r := range refused {
 		n.metrics.refused.WithLabelValues(checks.ReasonLabel(r.GetReason())).Inc()
 	}
@@ -298,28 +321,65 @@ func (n *Node) Receive(from string, counters []*peerpb.CounterState) []*peerpb.R
 	return refused
 }
 
-// Promote makes the replicas of the keys this node owns in r its own
-// counters, merging each into the store, once per ring: a call with the
-// ring of the last promotion costs an atomic load. Call it with the ring a
-// check is routed by before deciding it, so that no check for a key
-// inherited from a crashed owner is decided while its replica waits here.
-// A ring other than the cluster's current one (a check routed just before
-// a change) promotes nothing: under it, this node owned its keys already.
+// sentBy merges counters into replicas under the key heldKey gives them,
+// which records who sent each, after validating each under its own key.
+type sentBy struct {
+	replicas *limiter.Store
+	from     string
+}
+
+func (s sentBy) Merge(c limiter.Counter, now time.Time, skew time.Duration) error {
+	return s.replicas.MergeUnder(c, heldKey(s.from, c.Key), now, skew)
+}
+
+// heldKey is the key a replica of key sent by member from is kept under:
+// from, a NUL and key. Replicas of one key from two members stay apart,
+// and each says who sent it. Member names hold no NUL (the peer server
+// refuses one that does), so the first NUL ends the sender's name; the
+// key may hold any byte. A held key may be longer than limiter.MaxKeyLen:
+// the store bounds keys only in MergeUnder, which sees the real one.
+func heldKey(from, key string) string { return from + "\x00" + key }
+
+// splitHeld returns the sender and the key of a held key (see heldKey).
+func splitHeld(held string) (from, key string) {
+	from, key, _ = strings.Cut(held, "\x00")
+	return from, key
+}
+
+// Promote makes this node's own counters, merging each into the store,
+// the replicas of the keys that r gives this node whose sender owned the
+// key in the ring of the last promotion and is not in r: the key's owner
+// left the ring or failed, and this node inherits its key. It does so
+// once per ring: a call with the ring of the last promotion costs an
+// atomic load. Call it with the ring a check is routed by before deciding
+// it, so that no check for a key inherited from a crashed owner is
+// decided while its replica waits here. A ring other than the cluster's
+// current one (a check routed just before a change) promotes nothing:
+// under it, this node owned its keys already. Replicas of other senders
+// stay where they are, never decided from: a member that sends replicas
+// of keys it does not own changes no counter by it.
 func (n *Node) Promote(r *ring.Ring) {
-	if n.promoted.Load() == r {
+	if n.promoted.Load().now == r {
 		return
 	}
 	n.promoteMu.Lock()
 	defer n.promoteMu.Unlock()
-	if n.promoted.Load() == r || r != n.cluster.Ring() {
+	last := n.promoted.Load()
+	if last.now == r || r != n.cluster.Ring() {
 		return
 	}
 	self := n.cluster.LocalMember().Name
 	var moved []limiter.Counter
-	for c := range n.replicas.Extract(func(key string) bool {
+	for c := range n.replicas.Extract(func(held string) bool {
+		from, key := splitHeld(held)
 		owner, ok := r.Owner(key)
-		return ok && owner.Name == self
+		if !ok || owner.Name != self || r.Has(from) {
+			return false
+		}
+		was, ok := last.now.Owner(key)
+		return ok && was.Name == from
 	}) {
+		_, c.Key = splitHeld(c.Key)
 		moved = append(moved, c)
 	}
 	if len(moved) > 0 {
@@ -330,18 +390,34 @@ func (n *Node) Promote(r *ring.Ring) {
 		n.metrics.promoted.Add(float64(len(moved)))
 		n.log.Info("promoted replicas of keys this node now owns", "counters", len(moved))
 	}
-	n.promoted.Store(r)
+	n.promoted.Store(&rings{now: r, before: last.now})
 }
 
 // PromoteKey makes the replicas of r's counters (its own, and the spacing
-// of a request with a MinInterval), if this node holds them, its own
-// counters, before it decides r for an owner that cannot be reached (this
-// node is the key's heir: see service's failover). It reports whether
-// there was one.
+// of a request with a MinInterval) that the key's owner sent, if this
+// node holds them, its own counters, before it decides r as the key's
+// heir for an owner that cannot be reached (see service's failover), or
+// as its new owner when the one before cannot be reached. The owner is
+// the key's in the ring of the last promotion, or, if that is this node,
+// in the ring before it. It reports whether there was one.
 func (n *Node) PromoteKey(r *limiter.Request) bool {
-	cs := n.replicas.TakeOut(r)
+	last := n.promoted.Load()
+	self := n.cluster.LocalMember().Name
+	owner, ok := last.now.Owner(r.Key)
+	if ok && owner.Name == self && last.before != nil {
+		owner, ok = last.before.Owner(r.Key)
+	}
+	if !ok || owner.Name == self {
+		return false
+	}
+	held := *r
+	held.Key = heldKey(owner.Name, r.Key)
+	cs := n.replicas.TakeOut(&held)
 	if len(cs) == 0 {
 		return false
+	}
+	for i := range cs {
+		cs[i].Key = r.Key
 	}
 	n.store.Restore(cs) // validated when they arrived, as in Promote
 	n.metrics.promoted.Add(float64(len(cs)))

@@ -177,7 +177,7 @@ func TestReplicateSendsChangedCountersToHeirs(t *testing.T) {
 	}
 	for _, k := range keys {
 		h := c.heirOf(k)
-		if got := remaining(c.nodes[h].replicas, k); got != 6 {
+		if got := remaining(c.nodes[h].replicas, heldKey("n0", k)); got != 6 {
 			t.Errorf("%s: heir n%d's replica has %d remaining, want 6", k, h, got)
 		}
 		if c.nodes[h].store.Len() != 0 {
@@ -201,7 +201,7 @@ func TestReplicateSendsChangedCountersToHeirs(t *testing.T) {
 	if sent := c.nodes[0].Replicate(t.Context()); sent != 1 {
 		t.Errorf("round 3 sent %d counters, want 1", sent)
 	}
-	if got := remaining(c.nodes[c.heirOf(keys[3])].replicas, keys[3]); got != 4 {
+	if got := remaining(c.nodes[c.heirOf(keys[3])].replicas, heldKey("n0", keys[3])); got != 4 {
 		t.Errorf("replica after round 3: %d remaining, want 4", got)
 	}
 	if got := testutil.ToFloat64(c.nodes[0].metrics.counters.WithLabelValues("sent")); got != float64(len(keys)+1) {
@@ -224,7 +224,7 @@ func TestReplicateRepeatedAndStaleBatchesDoNoHarm(t *testing.T) {
 			t.Fatalf("refused %v", refused)
 		}
 	}
-	if got := remaining(heir.replicas, key); got != 3 {
+	if got := remaining(heir.replicas, heldKey("n0", key)); got != 3 {
 		t.Errorf("replica has %d remaining after a repeated and a stale batch, want 3", got)
 	}
 }
@@ -474,5 +474,60 @@ func TestIdleReplicasAreDropped(t *testing.T) {
 	}
 	if got := heir.replicas.Len(); got != 5 {
 		t.Errorf("%d replicas after 5 new ones arrived two hours later, want the 5 new ones only", got)
+	}
+}
+
+// TestPromoteOnlyTheOwnersReplicas: each heir holds two replicas of each
+// of n0's keys: n0's own (2 hits spent) and a spent one planted by the
+// third node, which does not own the key. When n0 leaves the ring, each
+// heir promotes n0's replica alone; the planted one stays a replica, and
+// stays one when its sender leaves the ring too, as it never owned the
+// key. A replica is promoted under its key, not under the key it is kept
+// under. (On main, each heir promoted both, and n0's keys were spent.)
+func TestPromoteOnlyTheOwnersReplicas(t *testing.T) {
+	c := newCluster(3, DefaultInterval)
+	keys := c.keysOf(0, 30)
+	spent := limiter.New(limiter.Config{})
+	for _, k := range keys {
+		c.spend(0, k, 2)
+		r := limiter.Request{Name: "api", Key: k, Algorithm: limiter.TokenBucket, Limit: limit, Hits: limit.Count, Now: t0}
+		spent.Decide(&r)
+	}
+	c.nodes[0].Replicate(t.Context())
+	planters := map[int]string{1: "n2", 2: "n1"} // the heir's other node
+	for h, from := range planters {
+		if refused := c.nodes[h].Receive(from, records(t, spent)); len(refused) != 0 {
+			t.Fatalf("refused %v", refused)
+		}
+	}
+
+	without := c.ring.Without("n0")
+	for h := range planters {
+		c.members[h].set(without)
+		c.nodes[h].Promote(without)
+	}
+	for _, k := range keys {
+		owner, _ := without.Owner(k)
+		n := c.nodes[map[string]int{"n1": 1, "n2": 2}[owner.Name]]
+		if got := remaining(n.store, k); got != limit.Count-2 {
+			t.Errorf("%s on its new owner %s: %d remaining, want %d, n0's replica", k, owner.Name, got, limit.Count-2)
+		}
+	}
+
+	// Then the planter leaves: the keys the heir took from n0 stay as n0
+	// left them. (Those of n0's keys the planter had come to own are the
+	// planter's to replicate, truly or not, as for any key it owns.)
+	for h, from := range planters {
+		alone := without.Without(from)
+		c.members[h].set(alone)
+		c.nodes[h].Promote(alone)
+		for _, k := range keys {
+			if owner, _ := without.Owner(k); owner.Name != c.members[h].self.Name {
+				continue
+			}
+			if got := remaining(c.nodes[h].store, k); got != limit.Count-2 {
+				t.Errorf("%s on n%d after %s, which never owned it, left: %d remaining, want %d", k, h, from, got, limit.Count-2)
+			}
+		}
 	}
 }

@@ -23,10 +23,10 @@ func Match(set *policy.Set, domain string, entries []policy.Entry) (kind, *ringl
 		return denyAll, nil
 	}
 	return leased, &ringlimitv1.CheckItem{
-		Name:       "rlqs/" + l.Unit.String(),
+		Name:       "rlqs/" + l.WindowName(),
 		Key:        rls.CounterKey(domain, entries, m.Shared),
 		Limit:      l.Enforced(),
-		DurationMs: l.Unit.Period().Milliseconds(),
+		DurationMs: l.Window().Milliseconds(),
 		Algorithm:  ringlimitv1.Algorithm(l.Algorithm),
 	}
 }

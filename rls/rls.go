@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/checks"
@@ -209,15 +210,16 @@ func checkItem(domain string, a *applied) *pb.CheckItem {
 	l := a.limit
 	hits := a.hits
 	return &pb.CheckItem{
-		// The unit is part of the name, so that a limit whose unit changes
-		// starts a new counter, as envoyproxy/ratelimit's keys do.
-		Name: "rls/" + l.Unit.String(),
+		// The window is part of the name, so that a limit whose unit (or
+		// multiplier) changes starts a new counter, as envoyproxy/ratelimit's
+		// keys do.
+		Name: "rls/" + l.WindowName(),
 		Key:  CounterKey(domain, a.entries, a.shared),
 		Hits: &hits,
 		// A limit of 0 is checked as 1: over is then "count after > 0",
 		// which answer reads off remaining.
 		Limit:         max(l.Enforced(), 1),
-		DurationMs:    l.Unit.Period().Milliseconds(),
+		DurationMs:    l.Window().Milliseconds(),
 		Algorithm:     pb.Algorithm(l.Algorithm),
 		MinIntervalMs: l.MinInterval.Milliseconds(),
 		ChargeRefused: l.Algorithm == limiter.FixedWindow && l.MinInterval == 0 && l.Ceiling == 0,
@@ -231,7 +233,7 @@ func parentOf(l *policy.Limit) *pb.ParentLimit {
 	if l.Ceiling == 0 {
 		return nil
 	}
-	return &pb.ParentLimit{Key: l.Parent.Key, Limit: int64(l.Parent.RequestsPerUnit), DurationMs: l.Parent.Unit.Period().Milliseconds()}
+	return &pb.ParentLimit{Key: l.Parent.Key, Limit: int64(l.Parent.RequestsPerUnit), DurationMs: l.Parent.Window().Milliseconds()}
 }
 
 // CounterKey is envoyproxy/ratelimit's cache key without its window:
@@ -283,6 +285,9 @@ func (s *Server) answer(as []applied, results []*pb.CheckResult) (*rlspb.RateLim
 		over := r.GetStatus() == pb.Status_OVER_LIMIT || l.RequestsPerUnit == 0 && r.GetRemaining() == 0
 		st.CurrentLimit = &rlspb.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: uint32(l.Enforced()),
 			Unit: rlspb.RateLimitResponse_RateLimit_Unit(l.Unit)}
+		if l.UnitMultiplier > 1 {
+			st.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(l.UnitMultiplier)
+		}
 		if !over && l.RequestsPerUnit > 0 {
 			st.LimitRemaining = uint32(min(r.GetRemaining(), math.MaxUint32))
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"net"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/policy"
 	"github.com/ringlimit/ringlimit/rls"
 	"github.com/ringlimit/ringlimit/service"
@@ -325,3 +328,63 @@ func TestShouldRateLimitErrors(t *testing.T) {
 }
 
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
+
+// TestWindowMultiplier: a policy of 3 per 30 s (unit second, multiplier
+// 30) decides, remaining and reset included, exactly as a native check of
+// duration_ms 30,000 beside it on the same clock, for each algorithm a
+// policy may name; Envoy is told the window by unit_multiplier.
+func TestWindowMultiplier(t *testing.T) {
+	for _, algorithm := range []string{"FIXED_WINDOW", "SLIDING_WINDOW", "TOKEN_BUCKET", "LEAKY_BUCKET", "GCRA", "SLIDING_LOG"} {
+		t.Run(algorithm, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "w.yaml")
+			yaml := "domain: w\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 3, algorithm: " + algorithm + "}\n"
+			if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c := &clock{}
+			c.ns.Store(t0.UnixNano())
+			policies, err := policy.NewReloader(policy.ReloaderConfig{Path: path})
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc := service.New(service.Config{Now: c.now})
+			srv := rls.New(rls.Config{Checker: svc, Policies: policies, Now: c.now})
+			native := &pb.CheckItem{Name: "native", Key: "k", Limit: 3, DurationMs: 30_000, Algorithm: pb.Algorithm(pb.Algorithm_value[algorithm])}
+			// Steps inside a window, across its end, and idle for longer.
+			answers := map[rlspb.RateLimitResponse_Code]int{}
+			for i, advance := range []time.Duration{0, time.Second, time.Second, 2 * time.Second, 5 * time.Second, 9 * time.Second,
+				10 * time.Second, time.Second, 12 * time.Second, 29 * time.Second, 0, 31 * time.Second, 0, 0, 0} {
+				c.advance(advance)
+				got, err := srv.ShouldRateLimit(t.Context(), &rlspb.RateLimitRequest{Domain: "w", Descriptors: ds(desc("k", "v"))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				n, err := svc.Check(t.Context(), &pb.CheckRequest{Requests: []*pb.CheckItem{native}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				st, r := got.GetStatuses()[0], n.GetResponses()[0]
+				answers[st.GetCode()]++
+				wantCode := ok
+				if r.GetStatus() == pb.Status_OVER_LIMIT {
+					wantCode = over
+				}
+				wantRemaining := uint32(r.GetRemaining())
+				if wantCode == over {
+					wantRemaining = 0
+				}
+				left := max(r.GetResetTimeMs()-c.now().UnixMilli(), 0)
+				if st.GetCode() != wantCode || st.GetLimitRemaining() != wantRemaining || st.GetDurationUntilReset().GetSeconds() != (left+999)/1000 {
+					t.Errorf("step %d: policy answered %v remaining %d reset in %ds; the native check %v remaining %d reset in %dms",
+						i, st.GetCode(), st.GetLimitRemaining(), st.GetDurationUntilReset().GetSeconds(), r.GetStatus(), r.GetRemaining(), left)
+				}
+				if l := st.GetCurrentLimit(); l.GetUnit() != second || l.GetUnitMultiplier().GetValue() != 30 || l.GetRequestsPerUnit() != 3 {
+					t.Errorf("step %d: current_limit %v, want 3 per 30 seconds", i, l)
+				}
+			}
+			if answers[ok] == 0 || answers[over] == 0 {
+				t.Errorf("answers %v: the steps should see both OK and OVER_LIMIT", answers)
+			}
+		})
+	}
+}

@@ -10,8 +10,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/ring"
@@ -194,6 +196,18 @@ func (c *fakeCluster) Lease(ctx context.Context, addr, from string, lessee []byt
 		return nil, err
 	}
 	return o.Lease(ctx, from, lessee, reports)
+}
+
+func (c *fakeCluster) Settle(ctx context.Context, addr, from string, req *pb.SettleRequest) (*pb.SettleResponse, error) {
+	o, err := c.peer(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := o.Settle(ctx, from, req)
+	if err != nil { // as peer.Server answers it
+		return nil, status.Error(checks.Code(err), err.Error())
+	}
+	return resp, nil
 }
 
 // newFakeCluster returns n services named node-0.. on a fixed clock.

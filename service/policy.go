@@ -51,12 +51,12 @@ func (s *Service) withPolicy(item *pb.CheckItem) (*pb.CheckItem, error) {
 	out := proto.CloneOf(item)
 	out.Policy = ""
 	out.Limit = l.Enforced()
-	out.DurationMs = l.Unit.Period().Milliseconds()
+	out.DurationMs = l.Window().Milliseconds()
 	out.Algorithm = pb.Algorithm(l.Algorithm)
 	out.MinIntervalMs = l.MinInterval.Milliseconds()
 	if l.Ceiling > 0 {
 		out.Ceiling = int64(l.Ceiling)
-		out.Parent = &pb.ParentLimit{Key: l.Parent.Key, Limit: int64(l.Parent.RequestsPerUnit), DurationMs: l.Parent.Unit.Period().Milliseconds()}
+		out.Parent = &pb.ParentLimit{Key: l.Parent.Key, Limit: int64(l.Parent.RequestsPerUnit), DurationMs: l.Parent.Window().Milliseconds()}
 	}
 	if out.Name == "" {
 		out.Name = ref

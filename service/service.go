@@ -60,6 +60,9 @@ type Peers interface {
 	handoff.Peers
 	replica.Peers
 	lease.Peers
+	// Settle relays a client's settle of a reservation to the node at addr
+	// (see peer.Pool.Settle).
+	Settle(ctx context.Context, addr, from string, req *pb.SettleRequest) (*pb.SettleResponse, error)
 }
 
 // Config configures a Service. The zero value is a single node with a
@@ -333,6 +336,9 @@ func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 		if err == nil && c.all && item.Ceiling != 0 {
 			err = &checks.FieldError{Field: "ceiling", Reason: `not in an all-or-nothing request ("all": true): a check that borrows is decided in steps, apart from the others`}
 		}
+		if err == nil && c.all && item.ReserveTtlMs != nil {
+			err = &checks.FieldError{Field: "reserve_ttl_ms", Reason: `not in an all-or-nothing request ("all": true): a reservation is held and settled on its own`}
+		}
 		if err != nil {
 			c.results[i] = errorResult(err)
 			s.metrics.invalid(err)
@@ -361,9 +367,14 @@ func (s *Service) decideLocal(ctx context.Context, c *call, js []int, route rout
 	}
 	if !c.all {
 		for _, j := range js {
+			if ttl := c.reserveTTL(j); ttl > 0 {
+				s.reserve(c, j, ttl, route)
+				continue
+			}
 			b := c.borrowing(j)
 			if b == nil {
-				s.setResult(c, j, s.store.Decide(&c.reqs[j]), route)
+				d, err := s.store.Try(&c.reqs[j])
+				s.setDecided(c, j, d, err, route)
 				continue
 			}
 			d, borrowed := s.borrow(ctx, c, &c.reqs[j], b)
@@ -377,7 +388,8 @@ func (s *Service) decideLocal(ctx context.Context, c *call, js []int, route rout
 	for _, group := range groupByKey(c.reqs, js) {
 		if len(group) == 1 {
 			j := js[group[0]]
-			s.setResult(c, j, s.store.Decide(&c.reqs[j]), route)
+			d, err := s.store.Try(&c.reqs[j])
+			s.setDecided(c, j, d, err, route)
 			continue
 		}
 		rs := make([]limiter.Request, len(group))
@@ -385,11 +397,26 @@ func (s *Service) decideLocal(ctx context.Context, c *call, js []int, route rout
 		for g, k := range group {
 			rs[g] = c.reqs[js[k]]
 		}
-		s.store.DecideAll(rs, ds)
+		err := s.store.TryAll(rs, ds)
 		for g, k := range group {
-			s.setResult(c, js[k], ds[g], route)
+			s.setDecided(c, js[k], ds[g], err, route)
 		}
 	}
+}
+
+// setDecided records what the store answered for c.reqs[j]: its
+// decision, or, when the store had no room for its counter
+// (limiter.ErrFull), that error, as the item's (checks.Code: resource
+// exhausted), so that the client learns why it was refused.
+func (s *Service) setDecided(c *call, j int, d algorithms.Decision, err error, route routeKind) {
+	if err != nil {
+		res := errorResult(err)
+		res.RetryAfterMs = d.RetryAfter.Milliseconds()
+		c.results[c.pos[j]] = res
+		s.metrics.checked(c.reqs[j].Algorithm, c.items[c.pos[j]].Behavior, route, false)
+		return
+	}
+	s.setResult(c, j, d, route)
 }
 
 // setResult records the decision for c.reqs[j], decided on this node by
@@ -420,7 +447,8 @@ func groupByKey(reqs []limiter.Request, js []int) [][]int {
 
 // Run drives the service's background work until ctx ends: GLOBAL sync
 // rounds, hand-off of counters this node no longer owns, replication of
-// changed counters to their heirs, and probes of suspect owners.
+// changed counters to their heirs, probes of suspect owners, and the
+// dropping of expired reservations.
 // Shutdown then calls HandOff and FlushGlobal, in that order. If one of
 // these loops fails, Run stops the others and returns its error, so that
 // the node's owner hears of it and stops too.
@@ -430,6 +458,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return s.replica.Run(ctx) })
 	g.Go(func() error { s.probe(ctx); return nil })
 	g.Go(func() error { return s.global.Run(ctx) })
+	g.Go(func() error { s.expireReservations(ctx); return nil })
 	return g.Wait()
 }
 

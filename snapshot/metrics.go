@@ -47,7 +47,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		}),
 		loadErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringlimit_snapshot_load_errors_total",
-			Help: "Snapshot files refused at start, whole, by reason: foreign (not a snapshot, or another node's), version (an unknown format version), truncated, corrupt (checksum, lengths), too_large (beyond what the store could have written), io (could not be read).",
+			Help: "Snapshot files refused at start, whole, by reason: foreign (not a snapshot, or another node's), version (an unknown format version), truncated, corrupt (checksum, lengths), too_large (beyond what the store could have written), not_regular (a FIFO, device, directory or symbolic link), io (could not be read); and loads stopped part way, the file kept: timeout (the load took longer than its bound, a minute), canceled (the node was stopping).",
 		}, []string{"reason"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringlimit_snapshot_counters_refused_total",

@@ -85,6 +85,8 @@ type Config struct {
 	Store Store
 	// Interval is how often Run writes; zero means DefaultInterval.
 	Interval time.Duration
+	// LoadTimeout bounds a whole Load; zero means DefaultLoadTimeout.
+	LoadTimeout time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger receives a line per load, per refused file and per failed
@@ -102,6 +104,7 @@ type Dir struct {
 	node      string
 	store     Store
 	interval  time.Duration
+	loadLimit time.Duration // a Load's time bound
 	now       func() time.Time
 	log       *slog.Logger
 	metrics   metrics
@@ -133,11 +136,14 @@ func Open(conf Config) (*Dir, error) {
 	}
 	counters, logEntries := conf.Store.Bounds()
 	d := &Dir{dir: conf.Dir, path: filepath.Join(conf.Dir, FileName), node: conf.Node, store: conf.Store,
-		interval: conf.Interval, now: conf.Now, log: conf.Logger, metrics: newMetrics(conf.Registerer),
+		interval: conf.Interval, loadLimit: conf.LoadTimeout, now: conf.Now, log: conf.Logger, metrics: newMetrics(conf.Registerer),
 		limits: LimitsFor(counters, logEntries)}
 	d.one = Limits{Counters: d.limits.Counters / 2, Bytes: d.limits.Bytes / 2}
 	if d.interval <= 0 {
 		d.interval = DefaultInterval
+	}
+	if d.loadLimit <= 0 {
+		d.loadLimit = DefaultLoadTimeout
 	}
 	if d.now == nil {
 		d.now = time.Now
@@ -265,14 +271,24 @@ type pending struct {
 // it took. It reads the file twice: once to check it whole (magic,
 // version, node name, lengths, count, checksum, bounds) and only then to
 // merge, so that a file refused is refused before any of it is merged. A
-// refused file is logged, counted by reason and moved to FileName.refused
-// (replacing any there), and the node starts without it; refused counters
-// are logged and counted. Leftover temporary files, of writes that did
-// not finish, are removed first.
+// refused file (one of these checks failed, or the path is not a regular
+// file: see openRegular) is logged, counted by reason and moved to
+// FileName.refused (replacing any there), and the node starts without it;
+// refused counters are logged and counted. Leftover temporary files, of
+// writes that did not finish, are removed first.
+//
+// Load returns once ctx ends, or Config.LoadTimeout has passed, between
+// two reads of the disk or two counters: what it merged by then stays (each
+// counter was validated), the file stays where it is (it was not found
+// wrong), and the stop is logged and counted (reason timeout or canceled).
+// The caller tells the two apart by ctx.Err: Load's own bound is not
+// the caller's.
 func (d *Dir) Load(ctx context.Context, in checks.Intake) int {
 	start := d.now()
+	ctx, cancel := context.WithTimeout(ctx, d.loadLimit)
+	defer cancel()
 	d.removeLeftovers()
-	f, err := os.Open(d.path)
+	f, err := openRegular(d.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		d.log.Info("snapshot: none to load; starting empty", "path", d.path)
 		return 0
@@ -286,7 +302,8 @@ func (d *Dir) Load(ctx context.Context, in checks.Intake) int {
 		d.refuse(fmt.Errorf("%d bytes, more than the %d this node's store could have written: %w", info.Size(), d.limits.Bytes, ErrTooLarge))
 		return 0
 	}
-	h, err := Decode(f, d.limits, nil)
+	r := ctxReader{ctx, f}
+	h, err := Decode(r, d.limits, nil)
 	if err == nil && h.Node != d.node {
 		err = fmt.Errorf("written by node %q, this node is %q: %w", h.Node, d.node, ErrForeign)
 	}
@@ -294,6 +311,10 @@ func (d *Dir) Load(ctx context.Context, in checks.Intake) int {
 		_, err = f.Seek(0, 0)
 	}
 	if err != nil {
+		if stop := ended(ctx); stop != nil {
+			d.stopped(stop, 0)
+			return 0
+		}
 		d.refuse(err)
 		return 0
 	}
@@ -302,7 +323,7 @@ func (d *Dir) Load(ctx context.Context, in checks.Intake) int {
 	var first string
 	cs := &peerpb.CounterState{}
 	one := []*peerpb.CounterState{cs}
-	_, err = Decode(f, d.limits, func(record []byte) error {
+	_, err = Decode(r, d.limits, func(record []byte) error {
 		cs.Counter = record // Intake copies what it keeps
 		if r := in.Merge(d.store, one, now); len(r) > 0 {
 			reason := checks.ReasonLabel(r[0].GetReason())
@@ -314,22 +335,41 @@ func (d *Dir) Load(ctx context.Context, in checks.Intake) int {
 		} else {
 			taken++
 		}
-		return ctx.Err()
+		return ended(ctx)
 	})
 	d.metrics.loaded.Add(float64(taken))
 	if len(refused) > 0 {
 		d.log.Warn("snapshot: counters refused", "refused", refused, "first", first)
 	}
-	if err != nil {
-		// The file changed between the two reads, or ctx ended: what was
-		// merged was validated counter by counter; the rest is not loaded.
-		d.log.Error("snapshot: load stopped part way", "err", err, "loaded", taken)
+	stop := ended(ctx)
+	switch {
+	case stop != nil:
+		d.stopped(stop, taken)
+		return taken
+	case err != nil:
+		// The file changed between the two reads: what was merged was
+		// validated counter by counter; the rest is not loaded.
+		d.log.Error("snapshot: load stopped part way", "path", d.path, "err", err, "loaded", taken)
 		d.metrics.loadErrors.WithLabelValues(reasonOf(err)).Inc()
 	}
 	took := d.now().Sub(start)
 	d.metrics.duration.WithLabelValues("load").Observe(took.Seconds())
 	d.log.Info("snapshot loaded", "path", d.path, "counters", taken, "written", h.Written, "age", now.Sub(h.Written).Round(time.Millisecond), "took", took)
 	return taken
+}
+
+// stopped logs and counts a load that ctx ended, by its time bound or a
+// signal to stop, having merged taken counters. The file is left where it
+// is: nothing was found wrong with it.
+func (d *Dir) stopped(err error, taken int) {
+	reason := reasonOf(err)
+	d.metrics.loadErrors.WithLabelValues(reason).Inc()
+	if reason == "timeout" {
+		d.log.Error("snapshot: load stopped at its time bound; starting with what was loaded", "path", d.path,
+			"timeout", d.loadLimit, "loaded", taken)
+		return
+	}
+	d.log.Warn("snapshot: load stopped: the node is stopping", "path", d.path, "loaded", taken)
 }
 
 // refuse logs and counts a snapshot that cannot be loaded, and moves it
@@ -350,7 +390,8 @@ func (d *Dir) refuse(err error) {
 var refusals = [...]struct {
 	err    error
 	reason string
-}{{ErrForeign, "foreign"}, {ErrUnknownVersion, "version"}, {ErrTruncated, "truncated"}, {ErrCorrupt, "corrupt"}, {ErrTooLarge, "too_large"}}
+}{{ErrForeign, "foreign"}, {ErrUnknownVersion, "version"}, {ErrTruncated, "truncated"}, {ErrCorrupt, "corrupt"}, {ErrTooLarge, "too_large"},
+	{ErrNotRegular, "not_regular"}, {context.DeadlineExceeded, "timeout"}, {context.Canceled, "canceled"}}
 
 // reasonOf is the load_errors reason label of a Load error.
 func reasonOf(err error) string {

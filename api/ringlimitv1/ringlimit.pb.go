@@ -286,7 +286,16 @@ type CheckItem struct {
 	Ceiling int64 `protobuf:"varint,14,opt,name=ceiling,proto3" json:"ceiling,omitempty"`
 	// parent is the limit shared by every key that names it: with name it
 	// identifies one cluster-wide counter (see ParentLimit).
-	Parent        *ParentLimit `protobuf:"bytes,15,opt,name=parent,proto3" json:"parent,omitempty"`
+	Parent *ParentLimit `protobuf:"bytes,15,opt,name=parent,proto3" json:"parent,omitempty"`
+	// reserve_ttl_ms, when set, makes the check a reservation, for work
+	// whose cost is known only afterwards: it is admitted or refused as it
+	// would be without, but its hits are held under the result's
+	// reservation_id for this many ms (1 to 86,400,000, a day), counting
+	// against the limit as spent hits do, until Settle charges the real
+	// cost or releases them. One neither settled nor released in time is
+	// charged in full. It needs hits of at least 1, and is not with GLOBAL
+	// or LOCAL, ceiling, min_interval_ms, charge_refused nor "all".
+	ReserveTtlMs  *int64 `protobuf:"varint,16,opt,name=reserve_ttl_ms,json=reserveTtlMs,proto3,oneof" json:"reserve_ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -424,6 +433,13 @@ func (x *CheckItem) GetParent() *ParentLimit {
 		return x.Parent
 	}
 	return nil
+}
+
+func (x *CheckItem) GetReserveTtlMs() int64 {
+	if x != nil && x.ReserveTtlMs != nil {
+		return *x.ReserveTtlMs
+	}
+	return 0
 }
 
 // ParentLimit is the shared limit a check with a ceiling borrows from: the
@@ -564,7 +580,12 @@ type CheckResult struct {
 	// borrowed: the hits were admitted beyond the key's limit, from its
 	// parent's room, within its ceiling (status is UNDER_LIMIT; remaining
 	// and reset_time_ms still describe the key's own limit).
-	Borrowed      bool `protobuf:"varint,10,opt,name=borrowed,proto3" json:"borrowed,omitempty"`
+	Borrowed bool `protobuf:"varint,10,opt,name=borrowed,proto3" json:"borrowed,omitempty"`
+	// reservation_id names the reservation an admitted check with
+	// reserve_ttl_ms holds: 32 hex digits, 128 random bits, for Settle.
+	// Empty when the check was refused (nothing is held) or reserved
+	// nothing.
+	ReservationId string `protobuf:"bytes,11,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -667,6 +688,13 @@ func (x *CheckResult) GetBorrowed() bool {
 		return x.Borrowed
 	}
 	return false
+}
+
+func (x *CheckResult) GetReservationId() string {
+	if x != nil {
+		return x.ReservationId
+	}
+	return ""
 }
 
 type CheckResponse struct {
@@ -877,6 +905,162 @@ func (x *CheckStreamResponse) GetRing() uint64 {
 	return 0
 }
 
+// SettleRequest settles the reservation reservation_id, made by a check
+// of name and key.
+type SettleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ReservationId string                 `protobuf:"bytes,1,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Key           string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	// cost is the hits really spent, 0 to 1,000,000,000: below the
+	// reservation, the rest is given back; above it, the excess is charged
+	// as forced hits. Omitted releases the reservation: all its hits are
+	// given back.
+	Cost          *int64 `protobuf:"varint,4,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleRequest) Reset() {
+	*x = SettleRequest{}
+	mi := &file_ringlimit_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleRequest) ProtoMessage() {}
+
+func (x *SettleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
+func (*SettleRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SettleRequest) GetReservationId() string {
+	if x != nil {
+		return x.ReservationId
+	}
+	return ""
+}
+
+func (x *SettleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SettleRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SettleRequest) GetCost() int64 {
+	if x != nil && x.Cost != nil {
+		return *x.Cost
+	}
+	return 0
+}
+
+type SettleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// state is the counter after the settle, as a check of no hits answers
+	// it: status UNDER_LIMIT, remaining, reset_time_ms, limit.
+	State *CheckResult `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// given_back is the hits of the reservation beyond the cost (all of
+	// them on release), returned to the counter, which takes back only
+	// what they still hold there: a bucket has refilled part of them as
+	// time passed, a window that ended took them with it (see
+	// docs/checks.md, Reservations); state says what is left. 0 if the
+	// counter's limit changed since the reservation, when they may be gone
+	// already.
+	GivenBack int64 `protobuf:"varint,2,opt,name=given_back,json=givenBack,proto3" json:"given_back,omitempty"`
+	// forced is the hits charged beyond the reservation: the work was done,
+	// so they are charged whether or not there is room, down to an empty
+	// counter and no further.
+	Forced int64 `protobuf:"varint,3,opt,name=forced,proto3" json:"forced,omitempty"`
+	// replayed: the reservation was settled with the same cost before; this
+	// repeats that answer and charged nothing.
+	Replayed      bool `protobuf:"varint,4,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleResponse) Reset() {
+	*x = SettleResponse{}
+	mi := &file_ringlimit_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleResponse) ProtoMessage() {}
+
+func (x *SettleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
+func (*SettleResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SettleResponse) GetState() *CheckResult {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *SettleResponse) GetGivenBack() int64 {
+	if x != nil {
+		return x.GivenBack
+	}
+	return 0
+}
+
+func (x *SettleResponse) GetForced() int64 {
+	if x != nil {
+		return x.Forced
+	}
+	return 0
+}
+
+func (x *SettleResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
 type MembersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -885,7 +1069,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_ringlimit_proto_msgTypes[7]
+	mi := &file_ringlimit_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +1081,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_proto_msgTypes[7]
+	mi := &file_ringlimit_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +1094,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_proto_rawDescGZIP(), []int{7}
+	return file_ringlimit_proto_rawDescGZIP(), []int{9}
 }
 
 type MembersResponse struct {
@@ -926,7 +1110,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_ringlimit_proto_msgTypes[8]
+	mi := &file_ringlimit_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1122,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_proto_msgTypes[8]
+	mi := &file_ringlimit_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1135,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_proto_rawDescGZIP(), []int{8}
+	return file_ringlimit_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -980,7 +1164,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_ringlimit_proto_msgTypes[9]
+	mi := &file_ringlimit_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1176,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_proto_msgTypes[9]
+	mi := &file_ringlimit_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1189,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_ringlimit_proto_rawDescGZIP(), []int{9}
+	return file_ringlimit_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Member) GetName() string {
@@ -1038,7 +1222,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_ringlimit_proto_msgTypes[10]
+	mi := &file_ringlimit_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1234,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_proto_msgTypes[10]
+	mi := &file_ringlimit_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1247,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_proto_rawDescGZIP(), []int{10}
+	return file_ringlimit_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LeaseRequest) GetLessee() []byte {
@@ -1118,7 +1302,7 @@ type LeaseReport struct {
 
 func (x *LeaseReport) Reset() {
 	*x = LeaseReport{}
-	mi := &file_ringlimit_proto_msgTypes[11]
+	mi := &file_ringlimit_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1314,7 @@ func (x *LeaseReport) String() string {
 func (*LeaseReport) ProtoMessage() {}
 
 func (x *LeaseReport) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_proto_msgTypes[11]
+	mi := &file_ringlimit_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1327,7 @@ func (x *LeaseReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseReport.ProtoReflect.Descriptor instead.
 func (*LeaseReport) Descriptor() ([]byte, []int) {
-	return file_ringlimit_proto_rawDescGZIP(), []int{11}
+	return file_ringlimit_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LeaseReport) GetItem() *CheckItem {
@@ -1219,7 +1403,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_ringlimit_proto_msgTypes[12]
+	mi := &file_ringlimit_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1415,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_proto_msgTypes[12]
+	mi := &file_ringlimit_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1428,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_proto_rawDescGZIP(), []int{12}
+	return file_ringlimit_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LeaseResponse) GetGrants() []*LeaseGrant {
@@ -1287,7 +1471,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_ringlimit_proto_msgTypes[13]
+	mi := &file_ringlimit_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1483,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_proto_msgTypes[13]
+	mi := &file_ringlimit_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1496,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_ringlimit_proto_rawDescGZIP(), []int{13}
+	return file_ringlimit_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LeaseGrant) GetEpoch() int64 {
@@ -1375,7 +1559,7 @@ var File_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x0fringlimit.proto\x12\fringlimit.v1\"\xf9\x03\n" +
+	"\x0fringlimit.proto\x12\fringlimit.v1\"\xb7\x04\n" +
 	"\tCheckItem\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
@@ -1393,8 +1577,10 @@ const file_ringlimit_proto_rawDesc = "" +
 	"\x06policy\x18\f \x01(\tR\x06policy\x12&\n" +
 	"\x0fmin_interval_ms\x18\r \x01(\x03R\rminIntervalMs\x12\x18\n" +
 	"\aceiling\x18\x0e \x01(\x03R\aceiling\x121\n" +
-	"\x06parent\x18\x0f \x01(\v2\x19.ringlimit.v1.ParentLimitR\x06parentB\a\n" +
-	"\x05_hits\"V\n" +
+	"\x06parent\x18\x0f \x01(\v2\x19.ringlimit.v1.ParentLimitR\x06parent\x12)\n" +
+	"\x0ereserve_ttl_ms\x18\x10 \x01(\x03H\x01R\freserveTtlMs\x88\x01\x01B\a\n" +
+	"\x05_hitsB\x11\n" +
+	"\x0f_reserve_ttl_ms\"V\n" +
 	"\vParentLimit\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1f\n" +
@@ -1402,7 +1588,7 @@ const file_ringlimit_proto_rawDesc = "" +
 	"durationMs\"U\n" +
 	"\fCheckRequest\x123\n" +
 	"\brequests\x18\x01 \x03(\v2\x17.ringlimit.v1.CheckItemR\brequests\x12\x10\n" +
-	"\x03all\x18\x02 \x01(\bR\x03all\"\xc0\x03\n" +
+	"\x03all\x18\x02 \x01(\bR\x03all\"\xe7\x03\n" +
 	"\vCheckResult\x12,\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x14.ringlimit.v1.StatusR\x06status\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1415,7 +1601,8 @@ const file_ringlimit_proto_rawDesc = "" +
 	"error_code\x18\b \x01(\x0e2\x17.ringlimit.v1.ErrorCodeR\terrorCode\x12C\n" +
 	"\bmetadata\x18\t \x03(\v2'.ringlimit.v1.CheckResult.MetadataEntryR\bmetadata\x12\x1a\n" +
 	"\bborrowed\x18\n" +
-	" \x01(\bR\bborrowed\x1a;\n" +
+	" \x01(\bR\bborrowed\x12%\n" +
+	"\x0ereservation_id\x18\v \x01(\tR\rreservationId\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
@@ -1432,7 +1619,19 @@ const file_ringlimit_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x127\n" +
 	"\tresponses\x18\x02 \x03(\v2\x19.ringlimit.v1.CheckResultR\tresponses\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\fR\x06status\x12\x12\n" +
-	"\x04ring\x18\x04 \x01(\x06R\x04ring\"\x10\n" +
+	"\x04ring\x18\x04 \x01(\x06R\x04ring\"~\n" +
+	"\rSettleRequest\x12%\n" +
+	"\x0ereservation_id\x18\x01 \x01(\tR\rreservationId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12\x17\n" +
+	"\x04cost\x18\x04 \x01(\x03H\x00R\x04cost\x88\x01\x01B\a\n" +
+	"\x05_cost\"\x94\x01\n" +
+	"\x0eSettleResponse\x12/\n" +
+	"\x05state\x18\x01 \x01(\v2\x19.ringlimit.v1.CheckResultR\x05state\x12\x1d\n" +
+	"\n" +
+	"given_back\x18\x02 \x01(\x03R\tgivenBack\x12\x16\n" +
+	"\x06forced\x18\x03 \x01(\x03R\x06forced\x12\x1a\n" +
+	"\breplayed\x18\x04 \x01(\bR\breplayed\"\x10\n" +
 	"\x0eMembersRequest\"U\n" +
 	"\x0fMembersResponse\x12.\n" +
 	"\amembers\x18\x01 \x03(\v2\x14.ringlimit.v1.MemberR\amembers\x12\x12\n" +
@@ -1488,12 +1687,13 @@ const file_ringlimit_proto_rawDesc = "" +
 	"\x02OK\x10\x00\x12\x14\n" +
 	"\x10INVALID_ARGUMENT\x10\x01\x12\x0f\n" +
 	"\vUNAVAILABLE\x10\x02\x12\f\n" +
-	"\bINTERNAL\x10\x032\xb1\x02\n" +
+	"\bINTERNAL\x10\x032\xf6\x02\n" +
 	"\vRateLimiter\x12@\n" +
 	"\x05Check\x12\x1a.ringlimit.v1.CheckRequest\x1a\x1b.ringlimit.v1.CheckResponse\x12F\n" +
 	"\aMembers\x12\x1c.ringlimit.v1.MembersRequest\x1a\x1d.ringlimit.v1.MembersResponse\x12V\n" +
 	"\vCheckStream\x12 .ringlimit.v1.CheckStreamRequest\x1a!.ringlimit.v1.CheckStreamResponse(\x010\x01\x12@\n" +
-	"\x05Lease\x12\x1a.ringlimit.v1.LeaseRequest\x1a\x1b.ringlimit.v1.LeaseResponseB<Z:github.com/ringlimit/ringlimit/api/ringlimitv1;ringlimitv1b\x06proto3"
+	"\x05Lease\x12\x1a.ringlimit.v1.LeaseRequest\x1a\x1b.ringlimit.v1.LeaseResponse\x12C\n" +
+	"\x06Settle\x12\x1b.ringlimit.v1.SettleRequest\x1a\x1c.ringlimit.v1.SettleResponseB<Z:github.com/ringlimit/ringlimit/api/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
 	file_ringlimit_proto_rawDescOnce sync.Once
@@ -1508,7 +1708,7 @@ func file_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),              // 0: ringlimit.v1.Algorithm
 	(Behavior)(0),               // 1: ringlimit.v1.Behavior
@@ -1521,14 +1721,16 @@ var file_ringlimit_proto_goTypes = []any{
 	(*CheckResponse)(nil),       // 8: ringlimit.v1.CheckResponse
 	(*CheckStreamRequest)(nil),  // 9: ringlimit.v1.CheckStreamRequest
 	(*CheckStreamResponse)(nil), // 10: ringlimit.v1.CheckStreamResponse
-	(*MembersRequest)(nil),      // 11: ringlimit.v1.MembersRequest
-	(*MembersResponse)(nil),     // 12: ringlimit.v1.MembersResponse
-	(*Member)(nil),              // 13: ringlimit.v1.Member
-	(*LeaseRequest)(nil),        // 14: ringlimit.v1.LeaseRequest
-	(*LeaseReport)(nil),         // 15: ringlimit.v1.LeaseReport
-	(*LeaseResponse)(nil),       // 16: ringlimit.v1.LeaseResponse
-	(*LeaseGrant)(nil),          // 17: ringlimit.v1.LeaseGrant
-	nil,                         // 18: ringlimit.v1.CheckResult.MetadataEntry
+	(*SettleRequest)(nil),       // 11: ringlimit.v1.SettleRequest
+	(*SettleResponse)(nil),      // 12: ringlimit.v1.SettleResponse
+	(*MembersRequest)(nil),      // 13: ringlimit.v1.MembersRequest
+	(*MembersResponse)(nil),     // 14: ringlimit.v1.MembersResponse
+	(*Member)(nil),              // 15: ringlimit.v1.Member
+	(*LeaseRequest)(nil),        // 16: ringlimit.v1.LeaseRequest
+	(*LeaseReport)(nil),         // 17: ringlimit.v1.LeaseReport
+	(*LeaseResponse)(nil),       // 18: ringlimit.v1.LeaseResponse
+	(*LeaseGrant)(nil),          // 19: ringlimit.v1.LeaseGrant
+	nil,                         // 20: ringlimit.v1.CheckResult.MetadataEntry
 }
 var file_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.CheckItem.algorithm:type_name -> ringlimit.v1.Algorithm
@@ -1537,30 +1739,33 @@ var file_ringlimit_proto_depIdxs = []int32{
 	4,  // 3: ringlimit.v1.CheckRequest.requests:type_name -> ringlimit.v1.CheckItem
 	2,  // 4: ringlimit.v1.CheckResult.status:type_name -> ringlimit.v1.Status
 	3,  // 5: ringlimit.v1.CheckResult.error_code:type_name -> ringlimit.v1.ErrorCode
-	18, // 6: ringlimit.v1.CheckResult.metadata:type_name -> ringlimit.v1.CheckResult.MetadataEntry
+	20, // 6: ringlimit.v1.CheckResult.metadata:type_name -> ringlimit.v1.CheckResult.MetadataEntry
 	7,  // 7: ringlimit.v1.CheckResponse.responses:type_name -> ringlimit.v1.CheckResult
 	4,  // 8: ringlimit.v1.CheckStreamRequest.requests:type_name -> ringlimit.v1.CheckItem
 	7,  // 9: ringlimit.v1.CheckStreamResponse.responses:type_name -> ringlimit.v1.CheckResult
-	13, // 10: ringlimit.v1.MembersResponse.members:type_name -> ringlimit.v1.Member
-	15, // 11: ringlimit.v1.LeaseRequest.reports:type_name -> ringlimit.v1.LeaseReport
-	4,  // 12: ringlimit.v1.LeaseReport.item:type_name -> ringlimit.v1.CheckItem
-	17, // 13: ringlimit.v1.LeaseResponse.grants:type_name -> ringlimit.v1.LeaseGrant
-	7,  // 14: ringlimit.v1.LeaseGrant.state:type_name -> ringlimit.v1.CheckResult
-	7,  // 15: ringlimit.v1.LeaseGrant.decided:type_name -> ringlimit.v1.CheckResult
-	3,  // 16: ringlimit.v1.LeaseGrant.error_code:type_name -> ringlimit.v1.ErrorCode
-	6,  // 17: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
-	11, // 18: ringlimit.v1.RateLimiter.Members:input_type -> ringlimit.v1.MembersRequest
-	9,  // 19: ringlimit.v1.RateLimiter.CheckStream:input_type -> ringlimit.v1.CheckStreamRequest
-	14, // 20: ringlimit.v1.RateLimiter.Lease:input_type -> ringlimit.v1.LeaseRequest
-	8,  // 21: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
-	12, // 22: ringlimit.v1.RateLimiter.Members:output_type -> ringlimit.v1.MembersResponse
-	10, // 23: ringlimit.v1.RateLimiter.CheckStream:output_type -> ringlimit.v1.CheckStreamResponse
-	16, // 24: ringlimit.v1.RateLimiter.Lease:output_type -> ringlimit.v1.LeaseResponse
-	21, // [21:25] is the sub-list for method output_type
-	17, // [17:21] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	7,  // 10: ringlimit.v1.SettleResponse.state:type_name -> ringlimit.v1.CheckResult
+	15, // 11: ringlimit.v1.MembersResponse.members:type_name -> ringlimit.v1.Member
+	17, // 12: ringlimit.v1.LeaseRequest.reports:type_name -> ringlimit.v1.LeaseReport
+	4,  // 13: ringlimit.v1.LeaseReport.item:type_name -> ringlimit.v1.CheckItem
+	19, // 14: ringlimit.v1.LeaseResponse.grants:type_name -> ringlimit.v1.LeaseGrant
+	7,  // 15: ringlimit.v1.LeaseGrant.state:type_name -> ringlimit.v1.CheckResult
+	7,  // 16: ringlimit.v1.LeaseGrant.decided:type_name -> ringlimit.v1.CheckResult
+	3,  // 17: ringlimit.v1.LeaseGrant.error_code:type_name -> ringlimit.v1.ErrorCode
+	6,  // 18: ringlimit.v1.RateLimiter.Check:input_type -> ringlimit.v1.CheckRequest
+	13, // 19: ringlimit.v1.RateLimiter.Members:input_type -> ringlimit.v1.MembersRequest
+	9,  // 20: ringlimit.v1.RateLimiter.CheckStream:input_type -> ringlimit.v1.CheckStreamRequest
+	16, // 21: ringlimit.v1.RateLimiter.Lease:input_type -> ringlimit.v1.LeaseRequest
+	11, // 22: ringlimit.v1.RateLimiter.Settle:input_type -> ringlimit.v1.SettleRequest
+	8,  // 23: ringlimit.v1.RateLimiter.Check:output_type -> ringlimit.v1.CheckResponse
+	14, // 24: ringlimit.v1.RateLimiter.Members:output_type -> ringlimit.v1.MembersResponse
+	10, // 25: ringlimit.v1.RateLimiter.CheckStream:output_type -> ringlimit.v1.CheckStreamResponse
+	18, // 26: ringlimit.v1.RateLimiter.Lease:output_type -> ringlimit.v1.LeaseResponse
+	12, // 27: ringlimit.v1.RateLimiter.Settle:output_type -> ringlimit.v1.SettleResponse
+	23, // [23:28] is the sub-list for method output_type
+	18, // [18:23] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_proto_init() }
@@ -1569,13 +1774,14 @@ func file_ringlimit_proto_init() {
 		return
 	}
 	file_ringlimit_proto_msgTypes[0].OneofWrappers = []any{}
+	file_ringlimit_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_proto_rawDesc), len(file_ringlimit_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

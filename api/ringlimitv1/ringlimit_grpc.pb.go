@@ -25,6 +25,7 @@ const (
 	RateLimiter_Members_FullMethodName     = "/ringlimit.v1.RateLimiter/Members"
 	RateLimiter_CheckStream_FullMethodName = "/ringlimit.v1.RateLimiter/CheckStream"
 	RateLimiter_Lease_FullMethodName       = "/ringlimit.v1.RateLimiter/Lease"
+	RateLimiter_Settle_FullMethodName      = "/ringlimit.v1.RateLimiter/Settle"
 )
 
 // RateLimiterClient is the client API for RateLimiter service.
@@ -63,6 +64,18 @@ type RateLimiterClient interface {
 	// lessee that is not 16 bytes or too many reports fails whole with
 	// INVALID_ARGUMENT, a bad report gets its own error.
 	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
+	// Settle charges a reservation (see CheckItem.reserve_ttl_ms) its real
+	// cost, or releases it. The reservation is held by its key's owner:
+	// any node relays the settle there (the Go client sends it there
+	// itself); UNAVAILABLE if the owner cannot be reached, and the settle
+	// may be sent again. Errors: INVALID_ARGUMENT naming the
+	// field (a malformed reservation_id, one made for another name or key,
+	// a cost out of bounds), NOT_FOUND for an id the owner does not hold
+	// (never made, or past its time-to-live: then it was charged in full),
+	// FAILED_PRECONDITION for a reservation settled before with another
+	// cost. A retry with the same cost answers as the first settle did,
+	// with replayed set, and charges nothing more.
+	Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleResponse, error)
 }
 
 type rateLimiterClient struct {
@@ -116,6 +129,16 @@ func (c *rateLimiterClient) Lease(ctx context.Context, in *LeaseRequest, opts ..
 	return out, nil
 }
 
+func (c *rateLimiterClient) Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SettleResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Settle_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RateLimiterServer is the server API for RateLimiter service.
 // All implementations must embed UnimplementedRateLimiterServer
 // for forward compatibility.
@@ -152,6 +175,18 @@ type RateLimiterServer interface {
 	// lessee that is not 16 bytes or too many reports fails whole with
 	// INVALID_ARGUMENT, a bad report gets its own error.
 	Lease(context.Context, *LeaseRequest) (*LeaseResponse, error)
+	// Settle charges a reservation (see CheckItem.reserve_ttl_ms) its real
+	// cost, or releases it. The reservation is held by its key's owner:
+	// any node relays the settle there (the Go client sends it there
+	// itself); UNAVAILABLE if the owner cannot be reached, and the settle
+	// may be sent again. Errors: INVALID_ARGUMENT naming the
+	// field (a malformed reservation_id, one made for another name or key,
+	// a cost out of bounds), NOT_FOUND for an id the owner does not hold
+	// (never made, or past its time-to-live: then it was charged in full),
+	// FAILED_PRECONDITION for a reservation settled before with another
+	// cost. A retry with the same cost answers as the first settle did,
+	// with replayed set, and charges nothing more.
+	Settle(context.Context, *SettleRequest) (*SettleResponse, error)
 	mustEmbedUnimplementedRateLimiterServer()
 }
 
@@ -173,6 +208,9 @@ func (UnimplementedRateLimiterServer) CheckStream(grpc.BidiStreamingServer[Check
 }
 func (UnimplementedRateLimiterServer) Lease(context.Context, *LeaseRequest) (*LeaseResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Lease not implemented")
+}
+func (UnimplementedRateLimiterServer) Settle(context.Context, *SettleRequest) (*SettleResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Settle not implemented")
 }
 func (UnimplementedRateLimiterServer) mustEmbedUnimplementedRateLimiterServer() {}
 func (UnimplementedRateLimiterServer) testEmbeddedByValue()                     {}
@@ -256,6 +294,24 @@ func _RateLimiter_Lease_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimiter_Settle_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SettleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Settle(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Settle_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Settle(ctx, req.(*SettleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RateLimiter_ServiceDesc is the grpc.ServiceDesc for RateLimiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -274,6 +330,10 @@ var RateLimiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Lease",
 			Handler:    _RateLimiter_Lease_Handler,
+		},
+		{
+			MethodName: "Settle",
+			Handler:    _RateLimiter_Settle_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -59,14 +59,24 @@ func TestParseConfigBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxInflight != admit.DefaultMax || c.MaxStreams != admit.DefaultMaxStreams || c.MaxConns != node.DefaultMaxConns || c.MaxLogEntries != limiter.DefaultMaxLogEntries {
+	if c.MaxInflight != admit.DefaultMax || c.MaxStreams != admit.DefaultMaxStreams || c.MaxConns != node.DefaultMaxConns || c.MaxLogEntries != limiter.DefaultMaxLogEntries ||
+		c.MaxConnsPerSource != node.DefaultMaxConnsPerSource || c.HandshakeTimeout != node.DefaultHandshakeTimeout || c.IdleTimeout != node.DefaultIdleTimeout ||
+		c.StreamSendTimeout != node.DefaultStreamSendTimeout || c.StreamIdleTimeout != node.DefaultStreamIdleTimeout || c.RequestTimeout != node.DefaultRequestTimeout ||
+		c.MaxReservations != limiter.DefaultMaxReservations {
 		t.Errorf("defaults: %+v", c)
 	}
 	for _, args := range [][]string{
 		{"--max-inflight", "0"},
 		{"--max-streams", "0"},
 		{"--max-conns", "-1"},
+		{"--max-conns-per-source", "-1"},
+		{"--handshake-timeout", "0s"},
+		{"--idle-timeout", "-1s"},
+		{"--stream-send-timeout", "0s"},
+		{"--stream-idle-timeout", "0s"},
+		{"--request-timeout", "0s"},
 		{"--max-log-entries", "9999"},
+		{"--max-reservations", "0"},
 	} {
 		if _, err := parseConfig(args, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), args[0]) {
 			t.Errorf("%v: err %v, want one naming %s", args, err, args[0])
@@ -75,7 +85,9 @@ func TestParseConfigBounds(t *testing.T) {
 }
 
 // TestMaxConns opens --max-conns idle connections to the HTTP port: a
-// further client is not served until one of them closes.
+// further one is closed as soon as it is accepted (counted), and once one
+// of them closes a new client is served. Before, the third waited in the
+// kernel's backlog, unanswered.
 func TestMaxConns(t *testing.T) {
 	httpAddr, _, _ := startNode(t, "--max-conns", "2")
 	var idle []net.Conn
@@ -87,26 +99,24 @@ func TestMaxConns(t *testing.T) {
 		defer c.Close()
 		idle = append(idle, c)
 	}
-	answered := make(chan error, 1)
-	go func() {
-		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 20 * time.Second}
-		resp, err := client.Get("http://" + httpAddr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-		}
-		answered <- err
-	}()
-	// A negative can only be seen by waiting: the third connection sits in
-	// the kernel's backlog, unaccepted.
-	select {
-	case err := <-answered:
-		t.Fatalf("a third connection was served while two were open (err %v)", err)
-	case <-time.After(300 * time.Millisecond):
+	third, err := net.Dial("tcp", httpAddr)
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer third.Close()
+	allClosedByServer(t, []net.Conn{third})
 	idle[0].Close()
-	if err := <-answered; err != nil {
-		t.Errorf("after one connection closed: %v", err)
-	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 20 * time.Second}
+	eventually(t, "a client served once a connection closed", func() bool {
+		resp, err := client.Get("http://" + httpAddr + "/healthz")
+		if err != nil {
+			return false // refused while the server had not yet seen the close
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	idle[1].Close()
+	eventually(t, "the refusal counted", metricAtLeast(httpAddr, `ringlimit_connections_refused_total{listener="http",reason="total"}`, 1))
 }
 
 func TestMemoryLimit(t *testing.T) {

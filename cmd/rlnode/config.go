@@ -57,9 +57,16 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&c.HandOffWait, "handoff-wait", d.HandOffWait, "longest a check for a key this node has just come to own waits for the key's previous owner to hand its counter over (0: never wait, decide on what is here); under the forward deadline, 2s")
 	fs.DurationVar(&c.ReplicateInterval, "replicate-interval", d.ReplicateInterval, "how often each node sends the counters that changed to the node that would inherit them, which takes them over should it crash: the hits of one interval are what a crash loses (0: no replication)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
-	fs.IntVar(&c.MaxConns, "max-conns", d.MaxConns, "connections open at once on each of the HTTP, gRPC and peer listeners; beyond it new ones wait to be accepted")
-	fs.StringVar(&c.MemoryLimit, "memory-limit", "", "the Go runtime's soft memory limit, e.g. 512MiB (default: 90% of the container's memory limit, unless GOMEMLIMIT is set)")
-	fs.IntVar(&c.MaxLogEntries, "max-log-entries", d.MaxLogEntries, "entries of all SLIDING_LOG counters held, 16 bytes each; beyond it the least recently used logs are evicted")
+	fs.IntVar(&c.MaxConns, "max-conns", d.MaxConns, "connections open at once on each of the HTTP, gRPC and peer listeners; beyond it a new one is closed as soon as it is accepted")
+	fs.IntVar(&c.MaxConnsPerSource, "max-conns-per-source", d.MaxConnsPerSource, "connections open at once from one IP address on each of the HTTP, gRPC and peer listeners, so that one host cannot take every slot; beyond it a new one is closed as soon as it is accepted; leave room for proxies (Envoy opens one per worker thread) and NAT (0: no bound)")
+	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", d.HandshakeTimeout, "longest a new connection may take over its TLS and HTTP/2 handshakes, on every port, and an HTTP request over its headers; beyond it the connection is closed")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", d.IdleTimeout, "a connection that has carried no request for this long is closed (HTTP keep-alive, gRPC on the client and peer ports); clients reconnect when they need to")
+	fs.DurationVar(&c.StreamSendTimeout, "stream-send-timeout", d.StreamSendTimeout, "a CheckStream whose answer has waited this long for its client to read it is ended with RESOURCE_EXHAUSTED, freeing its slot")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", d.RequestTimeout, "longest a gRPC call on the client port (other than a stream) may take, its message included, unless its client asks for less: a client that withholds its message holds a slot of --max-inflight until then")
+	fs.DurationVar(&c.StreamIdleTimeout, "stream-idle-timeout", d.StreamIdleTimeout, "a CheckStream without requests for this long is asked to end (the Go client does at once, using Check RPCs for 5s, then a new stream), and ended if it is still idle as long again, freeing its slot")
+	fs.StringVar(&c.MemoryLimit, "memory-limit", "", "the node's memory bound, e.g. 512MiB: the Go runtime's soft memory limit, and what the node's counters (30%), replicas (10%) and client requests in flight (25%) are held within, beyond which it refuses new keys and requests (docs/operations.md) (default: GOMEMLIMIT if set, else 90% of the container's memory limit)")
+	fs.IntVar(&c.MaxLogEntries, "max-log-entries", d.MaxLogEntries, "entries of all SLIDING_LOG counters held, 16 bytes each; beyond it logs back to full are evicted, and when none is the hit that would grow a log is refused")
+	fs.IntVar(&c.MaxReservations, "max-reservations", d.MaxReservations, "reservations (checks with reserve_ttl_ms) this node holds as keys' owner, open or settled until their time-to-live, about 250 bytes each (25 MB at the default); beyond it reservations are refused UNAVAILABLE and counted")
 	fs.StringVar(&c.SnapshotDir, "snapshot-dir", "", "directory for this node's counters, written every --snapshot-interval and at shutdown, loaded at start: they survive a stop of the whole cluster (none: counters live in memory only)")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", d.SnapshotInterval, "how often the counters are written to --snapshot-dir: a node killed without its shutdown (SIGKILL, power loss) comes back with its counters as they were at most this long before")
 	fs.IntVar(&c.MaxInflight, "max-inflight", d.MaxInflight, "client requests (HTTP checks, gRPC calls and the requests of CheckStreams) in flight at once; beyond it they are refused at once, HTTP 503 or gRPC RESOURCE_EXHAUSTED")
@@ -75,6 +82,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&c.PeerTLS.Cert, "peer-tls-cert", "", "PEM certificate for the peer port, valid for --node-name, from the cluster CA; reloaded on change")
 	fs.StringVar(&c.PeerTLS.Key, "peer-tls-key", "", "PEM key of --peer-tls-cert")
 	fs.StringVar(&c.PeerTLS.CA, "peer-tls-ca", "", "PEM cluster CA: peers must present a certificate from it (mutual TLS)")
+	fs.StringVar(&c.MemberNames, "member-names", "", "pattern every member's name must match, dot-separated labels each a glob whose * stays within its label (rlnode-*.rlnode.ns.svc.cluster.local): a node of another name is not admitted to the ring, so other certificates of the cluster CA make no members")
 	fs.StringVar(&c.TLS.Cert, "tls-cert", "", "PEM certificate for TLS on the HTTP and gRPC ports; reloaded on change")
 	fs.StringVar(&c.TLS.Key, "tls-key", "", "PEM key of --tls-cert")
 	fs.StringVar(&c.TLS.CA, "tls-client-ca", "", "PEM CA: clients of the HTTP and gRPC ports must present a certificate from it")
@@ -149,8 +157,22 @@ func (c Config) validate() error {
 		return fmt.Errorf("--shutdown-timeout: must be positive, got %v", c.ShutdownTimeout)
 	case c.MaxLogEntries < algorithms.MaxSlidingLogLimit:
 		return fmt.Errorf("--max-log-entries: must hold one full log, %d, got %d", algorithms.MaxSlidingLogLimit, c.MaxLogEntries)
+	case c.MaxReservations <= 0:
+		return fmt.Errorf("--max-reservations: must be positive, got %d", c.MaxReservations)
 	case c.MaxConns <= 0:
 		return fmt.Errorf("--max-conns: must be positive, got %d", c.MaxConns)
+	case c.MaxConnsPerSource < 0:
+		return fmt.Errorf("--max-conns-per-source: must not be negative (0: no bound), got %d", c.MaxConnsPerSource)
+	case c.HandshakeTimeout <= 0:
+		return fmt.Errorf("--handshake-timeout: must be positive, got %v", c.HandshakeTimeout)
+	case c.IdleTimeout <= 0:
+		return fmt.Errorf("--idle-timeout: must be positive, got %v", c.IdleTimeout)
+	case c.StreamSendTimeout <= 0:
+		return fmt.Errorf("--stream-send-timeout: must be positive, got %v", c.StreamSendTimeout)
+	case c.StreamIdleTimeout <= 0:
+		return fmt.Errorf("--stream-idle-timeout: must be positive, got %v", c.StreamIdleTimeout)
+	case c.RequestTimeout <= 0:
+		return fmt.Errorf("--request-timeout: must be positive, got %v", c.RequestTimeout)
 	case c.MaxInflight <= 0:
 		return fmt.Errorf("--max-inflight: must be positive, got %d", c.MaxInflight)
 	case c.MaxStreams <= 0:

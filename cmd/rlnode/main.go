@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -29,6 +30,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// The first signal starts an orderly stop, at whatever stage the node
+	// is; a second one ends the process at once, as signals do by default.
+	context.AfterFunc(ctx, stop)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(exitCode(err, os.Stderr))
@@ -101,6 +105,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if limit > 0 {
 		debug.SetMemoryLimit(limit)
 	}
-	log.Info("memory limit", "bytes", debug.SetMemoryLimit(-1), "from", source)
+	// The node holds its counters and requests within the limit in force,
+	// whichever set it (see node.Config.MemoryLimit).
+	if limit = debug.SetMemoryLimit(-1); limit < math.MaxInt64 {
+		conf.Config.MemoryLimit = limit
+	}
+	log.Info("memory limit", "bytes", limit, "from", source)
 	return serve(ctx, conf, log, nil)
 }

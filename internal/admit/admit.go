@@ -16,6 +16,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,18 +50,85 @@ type Config struct {
 	// MaxStreams bounds the Streams calls open at once; zero means
 	// DefaultMaxStreams.
 	MaxStreams int
+	// MaxBytes bounds the bytes of the requests in flight, each accounted
+	// at RequestBytes (HTTP) or CallBytes (gRPC); zero means no bound but
+	// Max.
+	MaxBytes int64
+	// MaxBodyBytes is the largest HTTP body the wrapped handler reads,
+	// what a body of unknown length is accounted at (see RequestBytes).
+	MaxBodyBytes int64
+	// CallBytes is what a gRPC call, or one request of a stream, is
+	// accounted at; zero means DefaultCallBytes.
+	CallBytes int64
 	// Registerer, if not nil, gets ringlimit_overload_rejected_total.
 	Registerer prometheus.Registerer
+}
+
+// DefaultCallBytes is what a gRPC call or stream request is accounted at
+// by default: a check of a hundred items, decoded and answered.
+const DefaultCallBytes = 64 << 10
+
+// The terms of RequestBytes, measured with api's maximal bodies (see
+// TestRequestBytes in package api): decoding a check body into its
+// messages, the store's requests and the results, and writing the
+// answer, costs up to about three times the body, and any request its
+// buffers and goroutine.
+const (
+	bodyFactor   = 4
+	requestFixed = 32 << 10
+)
+
+// RequestBytes is what an HTTP request whose body is n bytes long (-1:
+// unknown, read to at most maxBody) is accounted at.
+func RequestBytes(n, maxBody int64) int64 {
+	if n < 0 || n > maxBody {
+		n = maxBody
+	}
+	return n*bodyFactor + requestFixed
+}
+
+// budget is a bound on bytes in flight; the zero value holds nothing
+// (max 0: no bound).
+type budget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// take accounts n more bytes, unless that would go beyond the bound.
+func (b *budget) take(n int64) bool {
+	if b.max == 0 {
+		return true
+	}
+	for {
+		used := b.used.Load()
+		if used+n > b.max {
+			return false
+		}
+		if b.used.CompareAndSwap(used, used+n) {
+			return true
+		}
+	}
+}
+
+// give gives back n bytes taken.
+func (b *budget) give(n int64) {
+	if b.max != 0 {
+		b.used.Add(-n)
+	}
 }
 
 // Gate admits up to Max requests at once across the interfaces it wraps,
 // and refuses the others at once. It is safe for concurrent use.
 type Gate struct {
-	slots    chan struct{}
-	streams  chan struct{} // one per Streams call open
-	long     map[string]bool
-	refused  *prometheus.CounterVec
-	overload *status.Status // what Tap refuses with
+	slots     chan struct{}
+	streams   chan struct{} // one per Streams call open
+	long      map[string]bool
+	refused   *prometheus.CounterVec
+	overload  *status.Status // what Tap refuses with
+	bytes     budget
+	maxBody   int64
+	callBytes int64
+	memory    *status.Status // what Tap refuses with for bytes
 }
 
 // New returns a Gate.
@@ -68,14 +136,23 @@ func New(conf Config) *Gate {
 	if conf.MaxStreams <= 0 {
 		conf.MaxStreams = DefaultMaxStreams
 	}
+	if conf.CallBytes <= 0 {
+		conf.CallBytes = DefaultCallBytes
+	}
+	if conf.MaxBytes < 0 {
+		conf.MaxBytes = 0
+	}
 	g := &Gate{
 		slots:   make(chan struct{}, conf.Max),
 		streams: make(chan struct{}, conf.MaxStreams),
 		long:    map[string]bool{},
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringlimit_overload_rejected_total",
-			Help: "Requests refused at once because the node had --max-inflight requests in flight (or --max-streams streams open), by interface (grpc, grpc_stream, http).",
+			Help: "Requests refused at once because the node had --max-inflight requests in flight (or --max-streams streams open), or their share of --memory-limit, by interface (grpc, grpc_stream, http).",
 		}, []string{"interface"}),
+		bytes:     budget{max: conf.MaxBytes},
+		maxBody:   conf.MaxBodyBytes,
+		callBytes: conf.CallBytes,
 	}
 	for _, m := range conf.Streams {
 		g.long[m] = true
@@ -87,6 +164,10 @@ func New(conf Config) *Gate {
 		panic(err) // RetryInfo always marshals
 	}
 	g.overload = st
+	g.memory = status.New(codes.ResourceExhausted, memoryMessage)
+	if mst, err := g.memory.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)}); err == nil {
+		g.memory = mst
+	}
 	if conf.Registerer != nil {
 		conf.Registerer.MustRegister(g.refused)
 	}
@@ -108,17 +189,37 @@ func (g *Gate) enter(slots chan struct{}, iface string) bool {
 func (g *Gate) leave()     { <-g.slots }
 func (g *Gate) endStream() { <-g.streams }
 
-// HTTP wraps h: a request beyond the bound gets 503 with Retry-After: 1 and
-// a JSON error, without h being called.
+// memoryMessage is the error of a request refused for bytes.
+const memoryMessage = "overloaded: the requests in flight hold their share of --memory-limit, retry later"
+
+// enterBytes takes a slot and n bytes, or neither, counting a refusal on
+// iface; it returns the error to refuse with, nil when admitted.
+func (g *Gate) enterBytes(slots chan struct{}, n int64, iface string) *status.Status {
+	if !g.enter(slots, iface) {
+		return g.overload
+	}
+	if !g.bytes.take(n) {
+		<-slots
+		g.refused.WithLabelValues(iface).Inc()
+		return g.memory
+	}
+	return nil
+}
+
+// HTTP wraps h: a request beyond the bound, or beyond the bytes in flight
+// (accounted at RequestBytes), gets 503 with Retry-After: 1 and a JSON
+// error, without h being called.
 func (g *Gate) HTTP(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !g.enter(g.slots, "http") {
+		n := RequestBytes(r.ContentLength, g.maxBody)
+		if st := g.enterBytes(g.slots, n, "http"); st != nil {
 			w.Header().Set("Retry-After", "1")
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
-			w.Write([]byte(`{"error":"overloaded: too many requests in flight, retry later"}` + "\n"))
+			w.Write([]byte(`{"error":"` + st.Message() + `"}` + "\n"))
 			return
 		}
+		defer g.bytes.give(n)
 		defer g.leave()
 		h.ServeHTTP(w, r)
 	})
@@ -139,20 +240,29 @@ func (g *Gate) Tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	if g.long[info.FullMethodName] {
 		slots, leave = g.streams, g.endStream
 	}
-	if !g.enter(slots, "grpc") {
-		return ctx, g.overload.Err()
+	if st := g.enterBytes(slots, g.callBytes, "grpc"); st != nil {
+		return ctx, st.Err()
 	}
-	context.AfterFunc(ctx, leave)
+	context.AfterFunc(ctx, func() {
+		g.bytes.give(g.callBytes)
+		leave()
+	})
 	return ctx, nil
 }
 
-// Message takes a slot for one request of a Config.Streams call, and
-// returns the function that gives it back once the request is answered;
-// beyond the bound it returns the error Tap refuses calls with, counted
-// on interface grpc_stream.
+// Message takes a slot, and CallBytes, for one request of a
+// Config.Streams call, and returns the function that gives them back once
+// the request is answered; beyond the bound it returns the error Tap
+// refuses calls with, counted on interface grpc_stream.
 func (g *Gate) Message() (done func(), err error) {
-	if !g.enter(g.slots, "grpc_stream") {
-		return nil, g.overload.Err()
+	if st := g.enterBytes(g.slots, g.callBytes, "grpc_stream"); st != nil {
+		return nil, st.Err()
 	}
-	return g.leave, nil
+	return g.doneMessage, nil
+}
+
+// doneMessage gives back what Message took.
+func (g *Gate) doneMessage() {
+	g.bytes.give(g.callBytes)
+	g.leave()
 }

@@ -194,3 +194,41 @@ func TestStreamsAndTheirRequests(t *testing.T) {
 		end()
 	}
 }
+
+// TestHTTPRefusesBeyondBytes: with MaxBytes, requests are accounted at
+// RequestBytes of their body's length (the longest body when it is not
+// known) and one that would go beyond the bound is refused with 503 and
+// an error naming --memory-limit, however few requests are in flight.
+func TestHTTPRefusesBeyondBytes(t *testing.T) {
+	const body = 1 << 20
+	g := New(Config{Max: 100, MaxBytes: 2 * RequestBytes(body, body), MaxBodyBytes: body})
+	b := newBlocker()
+	h := g.HTTP(b)
+	post := func(n int64) *http.Request {
+		r := httptest.NewRequest("POST", "/v1/check", nil)
+		r.ContentLength = n
+		return r
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() { h.ServeHTTP(httptest.NewRecorder(), post(body)) })
+		<-b.entered
+	}
+	for _, n := range []int64{1, -1} { // a small body, and one of unknown length
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, post(n))
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "--memory-limit") {
+			t.Errorf("a body of %d bytes beyond the bytes in flight: %d %s, want 503 naming --memory-limit", n, rec.Code, rec.Body)
+		}
+	}
+	close(b.release)
+	wg.Wait()
+	if g.bytes.used.Load() != 0 {
+		t.Errorf("%d bytes still accounted once every request finished", g.bytes.used.Load())
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, post(1))
+	if rec.Code != http.StatusOK {
+		t.Errorf("after the others finished: %d, want 200", rec.Code)
+	}
+}

@@ -28,16 +28,17 @@ type checkResponseJSON struct {
 }
 
 type checkResultJSON struct {
-	Status       string            `json:"status"`
-	Limit        int64             `json:"limit"`
-	Remaining    int64             `json:"remaining"`
-	ResetTimeMs  int64             `json:"reset_time_ms"`
-	RetryAfterMs int64             `json:"retry_after_ms"`
-	DelayMs      int64             `json:"delay_ms"`
-	Borrowed     bool              `json:"borrowed,omitempty"`
-	Error        string            `json:"error,omitempty"`
-	ErrorCode    string            `json:"error_code,omitempty"`
-	Metadata     map[string]string `json:"metadata,omitempty"`
+	Status        string            `json:"status"`
+	Limit         int64             `json:"limit"`
+	Remaining     int64             `json:"remaining"`
+	ResetTimeMs   int64             `json:"reset_time_ms"`
+	RetryAfterMs  int64             `json:"retry_after_ms"`
+	DelayMs       int64             `json:"delay_ms"`
+	Borrowed      bool              `json:"borrowed,omitempty"`
+	ReservationID string            `json:"reservation_id,omitempty"`
+	Error         string            `json:"error,omitempty"`
+	ErrorCode     string            `json:"error_code,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
 }
 
 type checkRequestJSON struct {
@@ -61,6 +62,7 @@ type checkItemJSON struct {
 	MinIntervalMs int64       `json:"min_interval_ms"`
 	Ceiling       int64       `json:"ceiling"`
 	Parent        *parentJSON `json:"parent"`
+	ReserveTTLMs  *int64      `json:"reserve_ttl_ms"`
 }
 
 type parentJSON struct {
@@ -83,15 +85,16 @@ func referenceResponse(d Body, resp *pb.CheckResponse) checkResponseJSON {
 	}
 	for j, r := range resp.GetResponses() {
 		res := checkResultJSON{
-			Status:       r.Status.String(),
-			Limit:        r.Limit,
-			Remaining:    r.Remaining,
-			ResetTimeMs:  r.ResetTimeMs,
-			RetryAfterMs: r.RetryAfterMs,
-			DelayMs:      r.DelayMs,
-			Borrowed:     r.Borrowed,
-			Error:        r.Error,
-			Metadata:     r.Metadata,
+			Status:        r.Status.String(),
+			Limit:         r.Limit,
+			Remaining:     r.Remaining,
+			ResetTimeMs:   r.ResetTimeMs,
+			RetryAfterMs:  r.RetryAfterMs,
+			DelayMs:       r.DelayMs,
+			Borrowed:      r.Borrowed,
+			ReservationID: r.ReservationId,
+			Error:         r.Error,
+			Metadata:      r.Metadata,
 		}
 		if r.ErrorCode != pb.ErrorCode_OK {
 			res.ErrorCode = r.ErrorCode.String()
@@ -197,6 +200,9 @@ func TestAppendCheckResponseMatchesEncodingJSON(t *testing.T) {
 				r.Error = randomString(rng)
 			}
 			if rng.IntN(3) == 0 {
+				r.ReservationId = randomString(rng)
+			}
+			if rng.IntN(3) == 0 {
 				r.Metadata = map[string]string{}
 				for range rng.IntN(4) {
 					r.Metadata[randomString(rng)] = randomString(rng)
@@ -258,6 +264,9 @@ func TestDecodeRandomRequests(t *testing.T) {
 					add(name, n%2 == 0)
 				case name == "hits":
 					it.Hits = &n
+					add(name, n)
+				case name == "reserve_ttl_ms":
+					it.ReserveTtlMs = &n
 					add(name, n)
 				case name == "algorithm":
 					it.Algorithm = pb.Algorithm(rng.IntN(len(pb.Algorithm_name)))
@@ -354,7 +363,7 @@ func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
 			r := ref.Requests[p]
 			want := &pb.CheckItem{Name: r.Name, Key: r.Key, Hits: r.Hits, Limit: r.Limit, DurationMs: r.DurationMs, Burst: r.Burst,
 				Reset_: r.Reset, CreatedAtMs: r.CreatedAtMs, ChargeRefused: r.ChargeRefused, Policy: r.Policy, MinIntervalMs: r.MinIntervalMs,
-				Ceiling: r.Ceiling}
+				Ceiling: r.Ceiling, ReserveTtlMs: r.ReserveTTLMs}
 			if p := r.Parent; p != nil {
 				want.Parent = &pb.ParentLimit{Key: p.Key, Limit: p.Limit, DurationMs: p.DurationMs}
 			}

@@ -69,7 +69,7 @@ func Decode(r io.Reader) (Body, error) {
 var (
 	bodyFields = []string{"requests", "all"}
 	itemFields = []string{"name", "key", "hits", "limit", "duration_ms", "algorithm", "burst",
-		"behavior", "reset", "created_at_ms", "charge_refused", "policy", "min_interval_ms", "ceiling", "parent"}
+		"behavior", "reset", "created_at_ms", "charge_refused", "policy", "min_interval_ms", "ceiling", "parent", "reserve_ttl_ms"}
 	parentFields = []string{"key", "limit", "duration_ms"}
 )
 
@@ -144,12 +144,9 @@ func (r *itemReader) read(l loc, f int) error {
 	case "policy":
 		return readString(s, l, &it.Policy, r.policy)
 	case "hits":
-		var n int64
-		if isNull, err := readInt(s, l, &n); err != nil || isNull {
-			return err
-		}
-		it.Hits = &n
-		return nil
+		return readOptionalInt(s, l, &it.Hits)
+	case "reserve_ttl_ms":
+		return readOptionalInt(s, l, &it.ReserveTtlMs)
 	case "limit":
 		_, err := readInt(s, l, &it.Limit)
 		return err
@@ -378,4 +375,14 @@ func hex4(h []byte) rune {
 		r = r<<4 | rune(c)
 	}
 	return r
+}
+
+// readOptionalInt reads an optional integer field: null leaves it absent.
+func readOptionalInt(s *scanner, l loc, field **int64) error {
+	var n int64
+	if isNull, err := readInt(s, l, &n); err != nil || isNull {
+		return err
+	}
+	*field = &n
+	return nil
 }

@@ -16,9 +16,10 @@ import (
 // writes for the structs in checkjson_test.go, which pin the shape:
 //
 //	{"responses":[{"status":"UNDER_LIMIT","limit":10,"remaining":9,"reset_time_ms":1,
-//	  "retry_after_ms":0,"delay_ms":0,"borrowed":true,"error":"...","error_code":"...","metadata":{...}}]}
+//	  "retry_after_ms":0,"delay_ms":0,"borrowed":true,"reservation_id":"...","error":"...","error_code":"...","metadata":{...}}]}
 //
-// with borrowed, error, error_code and metadata left out when empty.
+// with borrowed, reservation_id, error, error_code and metadata left out
+// when empty.
 
 // AppendResponse appends the answer to d to b: resp's results (one per
 // item of d.Request) back at their body positions, next to the items that
@@ -60,6 +61,10 @@ func appendResult(b []byte, r *pb.CheckResult) []byte {
 	b = strconv.AppendInt(b, r.GetDelayMs(), 10)
 	if r.GetBorrowed() {
 		b = append(b, `,"borrowed":true`...)
+	}
+	if id := r.GetReservationId(); id != "" {
+		b = append(b, `,"reservation_id":`...)
+		b = appendString(b, id)
 	}
 	if r.GetError() != "" {
 		b = append(b, `,"error":`...)

@@ -50,8 +50,8 @@ func newNode() *node {
 			return time.Duration(r.GetTimeoutMs()) * time.Millisecond
 		},
 		Handle: n.handle,
-		Notice: func() *pb.CheckStreamResponse {
-			return &pb.CheckStreamResponse{Status: Status(status.Error(codes.Unavailable, "stopping"))}
+		Notice: func(reason error) *pb.CheckStreamResponse {
+			return &pb.CheckStreamResponse{Status: Status(reason)}
 		},
 	}
 	return n

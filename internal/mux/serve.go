@@ -12,6 +12,7 @@ import (
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -40,8 +41,34 @@ type Server[Req, Resp any] struct {
 	// Handle answers each request.
 	Handle Handler[Req, Resp]
 	// Notice returns the message that asks a client to end its stream
-	// (see Drain): id 0, which no request has, and a status saying why.
-	Notice func() *Resp
+	// (see Drain and IdleTimeout): id 0, which no request has, and reason
+	// as its status.
+	Notice func(reason error) *Resp
+
+	// SendTimeout, if positive, is how long an answer may wait to be
+	// sent. gRPC's flow control blocks a send while the client does not
+	// read its answers, and such a stream would hold its slot (and its
+	// goroutines) for as long as its client likes: once an answer has
+	// waited SendTimeout, Serve ends the stream (ErrNotRead). Only a
+	// stream whose RPC context came through Stoppable can be ended while
+	// a send is blocked; others end when the send does.
+	SendTimeout time.Duration
+	// IdleTimeout, if positive, is how long a stream may go without a
+	// request while none is being decided. Then its client is asked to
+	// end it (Notice, with ErrIdle), as a draining node asks, so that no
+	// request crossing the notice is lost; a stream still idle
+	// IdleTimeout later is ended (ErrIdle; as for SendTimeout, through
+	// Stoppable). An idle stream so gives its slot back within twice
+	// IdleTimeout. A Client of this package ends the stream at once, and
+	// sends its next requests another way for RetryAfter, then on a new
+	// stream.
+	IdleTimeout time.Duration
+	// Ended, if not nil, is called with the stream's context when Serve
+	// ends a stream for ErrNotRead or ErrIdle, e.g. to count it, or to
+	// close the connection of a client that reads nothing: the ended
+	// stream's unsent answers wait there until the client reads them or
+	// the connection closes.
+	Ended func(ctx context.Context, reason error)
 
 	drainOnce sync.Once
 	drainCtx  context.Context // ends at Drain
@@ -51,6 +78,62 @@ type Server[Req, Resp any] struct {
 
 func (sr *Server[Req, Resp]) init() {
 	sr.initOnce.Do(func() { sr.drainCtx, sr.drain = context.WithCancel(context.Background()) })
+}
+
+// ErrDrained, ErrIdle and ErrNotRead say why a stream is asked to end
+// (the first two, in a Notice) or ended (the last two: Serve returns
+// them, and EndedTrailer carries their message).
+var (
+	ErrDrained = status.Error(codes.Unavailable, "node stopping: end the stream")
+	ErrIdle    = status.Error(codes.Unavailable, "stream idle: end it, and open another when there are requests to send")
+	ErrNotRead = status.Error(codes.ResourceExhausted, "stream closed: its answers were not read")
+)
+
+type stopKey struct{}
+
+// EndedTrailer is the trailer that says why Serve ended a stream: the
+// status its client sees is gRPC's, DEADLINE_EXCEEDED, as for any RPC
+// whose context ended (see Stoppable).
+const EndedTrailer = "ringlimit-stream-ended"
+
+// Stoppable returns a context, derived from ctx, that Serve can end: a
+// grpc.InTapHandle returns it for the stream's RPC, so that it becomes
+// the context of the RPC's transport stream, whose sends and receives
+// watch it. Ending it is how Serve ends a stream whose send is blocked
+// (see Server.SendTimeout), or whose receive waits (IdleTimeout): the
+// handler alone cannot, as either waits for the client or the context,
+// not for the handler. gRPC then ends the RPC with the context's error,
+// which reads DEADLINE_EXCEEDED, the nearest of the two it knows (a
+// stream ended so is not one its client cancelled).
+func Stoppable(ctx context.Context) context.Context {
+	ctx, cancel := context.WithCancel(ctx)
+	return &stoppable{Context: ctx, cancel: cancel}
+}
+
+type stoppable struct {
+	context.Context
+	cancel  context.CancelFunc
+	stopped atomic.Bool
+}
+
+func (c *stoppable) stop() {
+	c.stopped.Store(true)
+	c.cancel()
+}
+
+func (c *stoppable) Err() error {
+	err := c.Context.Err()
+	if err != nil && c.stopped.Load() {
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+func (c *stoppable) Value(key any) any {
+	if key == (stopKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
 }
 
 // Drain asks the clients of every stream, open or opened later, to end
@@ -87,24 +170,91 @@ func (sr *Server[Req, Resp]) Drain() {
 // context, a lock held by a goroutine that itself waits on another node,
 // must call Detach first (handoff.Node.Hold does); every other wait of a
 // request must watch its context anyway, to end with the request.
+//
+// A stream that does not read its answers, or sends no requests, is ended
+// as Server.SendTimeout and Server.IdleTimeout say.
 func (sr *Server[Req, Resp]) Serve(s grpc.BidiStreamingServer[Req, Resp]) error {
 	sr.init()
 	ctx, cancel := context.WithCancel(s.Context())
 	defer cancel()
-	sv := &server[Req, Resp]{s: s, ctx: ctx, cancel: cancel, timeout: sr.Timeout, handle: sr.Handle}
+	sv := &server[Req, Resp]{s: s, ctx: ctx, cancel: cancel, timeout: sr.Timeout, handle: sr.Handle, ended: sr.Ended}
 	sv.handOverFn = sv.handOver
 	sv.active.Store(1)
+	sv.lastRecv.Store(time.Now().UnixNano())
 	noticed := make(chan struct{})
 	stopNotice := context.AfterFunc(sr.drainCtx, func() {
 		defer close(noticed)
-		sv.send(sr.Notice())
+		sv.send(sr.Notice(ErrDrained))
 	})
+	watched := make(chan struct{})
+	quit := make(chan struct{})
+	if sr.SendTimeout > 0 || sr.IdleTimeout > 0 {
+		go func() {
+			defer close(watched)
+			sr.watch(sv, quit)
+		}()
+	} else {
+		close(watched)
+	}
 	sv.receive()
 	sv.wg.Wait()
+	close(quit)
+	<-watched
 	if !stopNotice() && sr.drainCtx.Err() != nil {
 		<-noticed // no Send after Serve returns
 	}
+	if sv.stopped != nil {
+		return sv.stopped
+	}
 	return sv.err
+}
+
+// watch ends sv, as SendTimeout and IdleTimeout say, until quit is closed.
+// It looks at sv a few times per timeout, so a stream is ended at most a
+// quarter of its timeout late.
+func (sr *Server[Req, Resp]) watch(sv *server[Req, Resp], quit <-chan struct{}) {
+	tick := sr.SendTimeout
+	if tick <= 0 || (sr.IdleTimeout > 0 && sr.IdleTimeout < tick) {
+		tick = sr.IdleTimeout
+	}
+	t := time.NewTicker(tick / 4)
+	defer t.Stop()
+	noticed := false
+	for {
+		select {
+		case <-quit:
+			return
+		case <-t.C:
+		}
+		now := time.Now().UnixNano()
+		sending := sv.sendingSince.Load()
+		switch {
+		case sr.SendTimeout > 0 && sending != 0 && now-sending > int64(sr.SendTimeout):
+			sv.stop(ErrNotRead)
+			return
+		case sr.IdleTimeout <= 0 || sending != 0 || sv.deciding.Load() > 0:
+			continue
+		}
+		switch idle := now - sv.lastRecv.Load(); {
+		case idle > 2*int64(sr.IdleTimeout):
+			sv.stop(ErrIdle)
+			return
+		case idle > int64(sr.IdleTimeout) && !noticed:
+			noticed = true
+			// Sent by this goroutine, which then watches no more until
+			// the send returns: a send blocked longer than SendTimeout
+			// ends the stream all the same.
+			var stop *time.Timer
+			if sr.SendTimeout > 0 {
+				stop = time.AfterFunc(sr.SendTimeout, func() { sv.stop(ErrNotRead) })
+			}
+			sv.send(sr.Notice(ErrIdle))
+			if stop != nil && !stop.Stop() {
+				sv.stop(ErrNotRead) // the timer's, done once this returns
+				return
+			}
+		}
+	}
 }
 
 // server is one stream being served.
@@ -120,6 +270,33 @@ type server[Req, Resp any] struct {
 	wg     sync.WaitGroup // receivers started by hand-overs
 	active atomic.Int32   // goroutines receiving or deciding
 	err    error          // why receiving ended; written once, by the last receiver, before wg is done
+
+	// What watch reads: the Unix ns at which the Send in progress began (0
+	// while none is), at which the last request was received, and the
+	// requests received and not yet answered.
+	sendingSince atomic.Int64
+	lastRecv     atomic.Int64
+	deciding     atomic.Int32
+	stopOnce     sync.Once
+	stopped      error                                   // why watch ended the stream; written once, by stop, before watch returns
+	ended        func(ctx context.Context, reason error) // Server.Ended
+}
+
+// stop ends the stream for err, which Serve returns and EndedTrailer
+// says: it ends the RPC's context if Stoppable made it (so that a blocked
+// Send or Recv returns), and the requests' contexts.
+func (sv *server[Req, Resp]) stop(err error) {
+	sv.stopOnce.Do(func() {
+		sv.stopped = err
+		sv.s.SetTrailer(metadata.Pairs(EndedTrailer, status.Convert(err).Message()))
+		if c, ok := sv.s.Context().Value(stopKey{}).(*stoppable); ok {
+			c.stop()
+		}
+		sv.cancel()
+		if sv.ended != nil {
+			sv.ended(sv.s.Context(), err)
+		}
+	})
 }
 
 // turn is one request being decided by the goroutine that received it:
@@ -177,6 +354,10 @@ func (sv *server[Req, Resp]) receive() {
 	defer sv.active.Add(-1)
 	for {
 		req, err := sv.s.Recv()
+		if err == nil {
+			sv.lastRecv.Store(time.Now().UnixNano())
+			sv.deciding.Add(1)
+		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
 				sv.err = err
@@ -220,13 +401,16 @@ func (sv *server[Req, Resp]) answer(req *Req) (receiving bool) {
 		defer cancel()
 	}
 	sv.send(sv.handle(t, req))
+	sv.deciding.Add(-1)
 	return t.handed.CompareAndSwap(false, true)
 }
 
 // send sends resp on the stream.
 func (sv *server[Req, Resp]) send(resp *Resp) {
 	sv.sendMu.Lock()
+	sv.sendingSince.Store(time.Now().UnixNano())
 	err := sv.s.Send(resp)
+	sv.sendingSince.Store(0)
 	sv.sendMu.Unlock()
 	if err != nil {
 		sv.cancel() // the stream is broken

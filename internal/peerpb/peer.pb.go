@@ -89,7 +89,61 @@ func (x Refusal_Reason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Refusal_Reason.Descriptor instead.
 func (Refusal_Reason) EnumDescriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{16, 0}
+	return file_peer_proto_rawDescGZIP(), []int{17, 0}
+}
+
+// SettleRelayRequest is a client's settle relayed to the key's owner.
+type SettleRelayRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// from is the relaying node's name.
+	From          string                     `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	Settle        *ringlimitv1.SettleRequest `protobuf:"bytes,2,opt,name=settle,proto3" json:"settle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleRelayRequest) Reset() {
+	*x = SettleRelayRequest{}
+	mi := &file_peer_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleRelayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleRelayRequest) ProtoMessage() {}
+
+func (x *SettleRelayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleRelayRequest.ProtoReflect.Descriptor instead.
+func (*SettleRelayRequest) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SettleRelayRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *SettleRelayRequest) GetSettle() *ringlimitv1.SettleRequest {
+	if x != nil {
+		return x.Settle
+	}
+	return nil
 }
 
 type ForwardRequest struct {
@@ -112,7 +166,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_peer_proto_msgTypes[0]
+	mi := &file_peer_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -124,7 +178,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[0]
+	mi := &file_peer_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -137,7 +191,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{0}
+	return file_peer_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *ForwardRequest) GetRequests() []*ringlimitv1.CheckRequest {
@@ -170,7 +224,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_peer_proto_msgTypes[1]
+	mi := &file_peer_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -182,7 +236,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[1]
+	mi := &file_peer_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -195,7 +249,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{1}
+	return file_peer_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ForwardResponse) GetResponses() []*ringlimitv1.CheckResponse {
@@ -221,7 +275,7 @@ type ForwardStreamRequest struct {
 
 func (x *ForwardStreamRequest) Reset() {
 	*x = ForwardStreamRequest{}
-	mi := &file_peer_proto_msgTypes[2]
+	mi := &file_peer_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -233,7 +287,7 @@ func (x *ForwardStreamRequest) String() string {
 func (*ForwardStreamRequest) ProtoMessage() {}
 
 func (x *ForwardStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[2]
+	mi := &file_peer_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -246,7 +300,7 @@ func (x *ForwardStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardStreamRequest.ProtoReflect.Descriptor instead.
 func (*ForwardStreamRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{2}
+	return file_peer_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ForwardStreamRequest) GetRequests() []*ringlimitv1.CheckRequest {
@@ -286,7 +340,7 @@ type ForwardStreamResponse struct {
 
 func (x *ForwardStreamResponse) Reset() {
 	*x = ForwardStreamResponse{}
-	mi := &file_peer_proto_msgTypes[3]
+	mi := &file_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -298,7 +352,7 @@ func (x *ForwardStreamResponse) String() string {
 func (*ForwardStreamResponse) ProtoMessage() {}
 
 func (x *ForwardStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[3]
+	mi := &file_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -311,7 +365,7 @@ func (x *ForwardStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardStreamResponse.ProtoReflect.Descriptor instead.
 func (*ForwardStreamResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{3}
+	return file_peer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ForwardStreamResponse) GetId() uint64 {
@@ -369,7 +423,7 @@ type GlobalReport struct {
 
 func (x *GlobalReport) Reset() {
 	*x = GlobalReport{}
-	mi := &file_peer_proto_msgTypes[4]
+	mi := &file_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -381,7 +435,7 @@ func (x *GlobalReport) String() string {
 func (*GlobalReport) ProtoMessage() {}
 
 func (x *GlobalReport) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[4]
+	mi := &file_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -394,7 +448,7 @@ func (x *GlobalReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalReport.ProtoReflect.Descriptor instead.
 func (*GlobalReport) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{4}
+	return file_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GlobalReport) GetItem() *ringlimitv1.CheckItem {
@@ -464,7 +518,7 @@ type GlobalHitsRequest struct {
 
 func (x *GlobalHitsRequest) Reset() {
 	*x = GlobalHitsRequest{}
-	mi := &file_peer_proto_msgTypes[5]
+	mi := &file_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -476,7 +530,7 @@ func (x *GlobalHitsRequest) String() string {
 func (*GlobalHitsRequest) ProtoMessage() {}
 
 func (x *GlobalHitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[5]
+	mi := &file_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -489,7 +543,7 @@ func (x *GlobalHitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalHitsRequest.ProtoReflect.Descriptor instead.
 func (*GlobalHitsRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{5}
+	return file_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GlobalHitsRequest) GetFrom() string {
@@ -514,7 +568,7 @@ type GlobalHitsResponse struct {
 
 func (x *GlobalHitsResponse) Reset() {
 	*x = GlobalHitsResponse{}
-	mi := &file_peer_proto_msgTypes[6]
+	mi := &file_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -526,7 +580,7 @@ func (x *GlobalHitsResponse) String() string {
 func (*GlobalHitsResponse) ProtoMessage() {}
 
 func (x *GlobalHitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[6]
+	mi := &file_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -539,7 +593,7 @@ func (x *GlobalHitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalHitsResponse.ProtoReflect.Descriptor instead.
 func (*GlobalHitsResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{6}
+	return file_peer_proto_rawDescGZIP(), []int{7}
 }
 
 // GlobalState is the owner's view of one GLOBAL counter.
@@ -570,7 +624,7 @@ type GlobalState struct {
 
 func (x *GlobalState) Reset() {
 	*x = GlobalState{}
-	mi := &file_peer_proto_msgTypes[7]
+	mi := &file_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +636,7 @@ func (x *GlobalState) String() string {
 func (*GlobalState) ProtoMessage() {}
 
 func (x *GlobalState) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[7]
+	mi := &file_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +649,7 @@ func (x *GlobalState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalState.ProtoReflect.Descriptor instead.
 func (*GlobalState) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{7}
+	return file_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GlobalState) GetName() string {
@@ -678,7 +732,7 @@ type LesseeGrant struct {
 
 func (x *LesseeGrant) Reset() {
 	*x = LesseeGrant{}
-	mi := &file_peer_proto_msgTypes[8]
+	mi := &file_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +744,7 @@ func (x *LesseeGrant) String() string {
 func (*LesseeGrant) ProtoMessage() {}
 
 func (x *LesseeGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[8]
+	mi := &file_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +757,7 @@ func (x *LesseeGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LesseeGrant.ProtoReflect.Descriptor instead.
 func (*LesseeGrant) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{8}
+	return file_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LesseeGrant) GetLessee() []byte {
@@ -750,7 +804,7 @@ type LeaseRelayRequest struct {
 
 func (x *LeaseRelayRequest) Reset() {
 	*x = LeaseRelayRequest{}
-	mi := &file_peer_proto_msgTypes[9]
+	mi := &file_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -762,7 +816,7 @@ func (x *LeaseRelayRequest) String() string {
 func (*LeaseRelayRequest) ProtoMessage() {}
 
 func (x *LeaseRelayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[9]
+	mi := &file_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -775,7 +829,7 @@ func (x *LeaseRelayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRelayRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRelayRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{9}
+	return file_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LeaseRelayRequest) GetFrom() string {
@@ -809,7 +863,7 @@ type LeaseRelayResponse struct {
 
 func (x *LeaseRelayResponse) Reset() {
 	*x = LeaseRelayResponse{}
-	mi := &file_peer_proto_msgTypes[10]
+	mi := &file_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +875,7 @@ func (x *LeaseRelayResponse) String() string {
 func (*LeaseRelayResponse) ProtoMessage() {}
 
 func (x *LeaseRelayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[10]
+	mi := &file_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +888,7 @@ func (x *LeaseRelayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRelayResponse.ProtoReflect.Descriptor instead.
 func (*LeaseRelayResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{10}
+	return file_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LeaseRelayResponse) GetGrants() []*ringlimitv1.LeaseGrant {
@@ -863,7 +917,7 @@ type GlobalGrant struct {
 
 func (x *GlobalGrant) Reset() {
 	*x = GlobalGrant{}
-	mi := &file_peer_proto_msgTypes[11]
+	mi := &file_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +929,7 @@ func (x *GlobalGrant) String() string {
 func (*GlobalGrant) ProtoMessage() {}
 
 func (x *GlobalGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[11]
+	mi := &file_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +942,7 @@ func (x *GlobalGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalGrant.ProtoReflect.Descriptor instead.
 func (*GlobalGrant) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{11}
+	return file_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GlobalGrant) GetNode() string {
@@ -932,7 +986,7 @@ type GlobalUpdateRequest struct {
 
 func (x *GlobalUpdateRequest) Reset() {
 	*x = GlobalUpdateRequest{}
-	mi := &file_peer_proto_msgTypes[12]
+	mi := &file_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +998,7 @@ func (x *GlobalUpdateRequest) String() string {
 func (*GlobalUpdateRequest) ProtoMessage() {}
 
 func (x *GlobalUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[12]
+	mi := &file_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1011,7 @@ func (x *GlobalUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalUpdateRequest.ProtoReflect.Descriptor instead.
 func (*GlobalUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{12}
+	return file_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GlobalUpdateRequest) GetStates() []*GlobalState {
@@ -982,7 +1036,7 @@ type GlobalUpdateResponse struct {
 
 func (x *GlobalUpdateResponse) Reset() {
 	*x = GlobalUpdateResponse{}
-	mi := &file_peer_proto_msgTypes[13]
+	mi := &file_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -994,7 +1048,7 @@ func (x *GlobalUpdateResponse) String() string {
 func (*GlobalUpdateResponse) ProtoMessage() {}
 
 func (x *GlobalUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[13]
+	mi := &file_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1007,7 +1061,7 @@ func (x *GlobalUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalUpdateResponse.ProtoReflect.Descriptor instead.
 func (*GlobalUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{13}
+	return file_peer_proto_rawDescGZIP(), []int{14}
 }
 
 // CounterState is one counter's full state, for hand-off.
@@ -1023,7 +1077,7 @@ type CounterState struct {
 
 func (x *CounterState) Reset() {
 	*x = CounterState{}
-	mi := &file_peer_proto_msgTypes[14]
+	mi := &file_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1089,7 @@ func (x *CounterState) String() string {
 func (*CounterState) ProtoMessage() {}
 
 func (x *CounterState) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[14]
+	mi := &file_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1102,7 @@ func (x *CounterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterState.ProtoReflect.Descriptor instead.
 func (*CounterState) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{14}
+	return file_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CounterState) GetCounter() []byte {
@@ -1074,7 +1128,7 @@ type HandOffRequest struct {
 
 func (x *HandOffRequest) Reset() {
 	*x = HandOffRequest{}
-	mi := &file_peer_proto_msgTypes[15]
+	mi := &file_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1140,7 @@ func (x *HandOffRequest) String() string {
 func (*HandOffRequest) ProtoMessage() {}
 
 func (x *HandOffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[15]
+	mi := &file_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1153,7 @@ func (x *HandOffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandOffRequest.ProtoReflect.Descriptor instead.
 func (*HandOffRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{15}
+	return file_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HandOffRequest) GetFrom() string {
@@ -1139,7 +1193,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_peer_proto_msgTypes[16]
+	mi := &file_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1205,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[16]
+	mi := &file_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1218,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{16}
+	return file_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Refusal) GetIndex() int32 {
@@ -1201,7 +1255,7 @@ type HandOffResponse struct {
 
 func (x *HandOffResponse) Reset() {
 	*x = HandOffResponse{}
-	mi := &file_peer_proto_msgTypes[17]
+	mi := &file_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1267,7 @@ func (x *HandOffResponse) String() string {
 func (*HandOffResponse) ProtoMessage() {}
 
 func (x *HandOffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[17]
+	mi := &file_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1280,7 @@ func (x *HandOffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandOffResponse.ProtoReflect.Descriptor instead.
 func (*HandOffResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{17}
+	return file_peer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HandOffResponse) GetAccepted() int64 {
@@ -1256,7 +1310,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_peer_proto_msgTypes[18]
+	mi := &file_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1322,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[18]
+	mi := &file_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1335,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{18}
+	return file_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReplicateRequest) GetFrom() string {
@@ -1310,7 +1364,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_peer_proto_msgTypes[19]
+	mi := &file_peer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1376,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[19]
+	mi := &file_peer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1389,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{19}
+	return file_peer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReplicateResponse) GetAccepted() int64 {
@@ -1357,7 +1411,10 @@ var File_peer_proto protoreflect.FileDescriptor
 const file_peer_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"peer.proto\x12\x11ringlimit.peer.v1\x1a\x0fringlimit.proto\"z\n" +
+	"peer.proto\x12\x11ringlimit.peer.v1\x1a\x0fringlimit.proto\"]\n" +
+	"\x12SettleRelayRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x123\n" +
+	"\x06settle\x18\x02 \x01(\v2\x1b.ringlimit.v1.SettleRequestR\x06settle\"z\n" +
 	"\x0eForwardRequest\x126\n" +
 	"\brequests\x18\x01 \x03(\v2\x1a.ringlimit.v1.CheckRequestR\brequests\x12\x18\n" +
 	"\arelayed\x18\x02 \x01(\bR\arelayed\x12\x16\n" +
@@ -1440,7 +1497,7 @@ const file_peer_proto_rawDesc = "" +
 	"\bcounters\x18\x02 \x03(\v2\x1f.ringlimit.peer.v1.CounterStateR\bcounters\"e\n" +
 	"\x11ReplicateResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\x03R\baccepted\x124\n" +
-	"\arefused\x18\x02 \x03(\v2\x1a.ringlimit.peer.v1.RefusalR\arefused2\x80\x05\n" +
+	"\arefused\x18\x02 \x03(\v2\x1a.ringlimit.peer.v1.RefusalR\arefused2\xcf\x05\n" +
 	"\x04Peer\x12P\n" +
 	"\aForward\x12!.ringlimit.peer.v1.ForwardRequest\x1a\".ringlimit.peer.v1.ForwardResponse\x12\\\n" +
 	"\rAddGlobalHits\x12$.ringlimit.peer.v1.GlobalHitsRequest\x1a%.ringlimit.peer.v1.GlobalHitsResponse\x12`\n" +
@@ -1448,7 +1505,8 @@ const file_peer_proto_rawDesc = "" +
 	"\aHandOff\x12!.ringlimit.peer.v1.HandOffRequest\x1a\".ringlimit.peer.v1.HandOffResponse\x12V\n" +
 	"\tReplicate\x12#.ringlimit.peer.v1.ReplicateRequest\x1a$.ringlimit.peer.v1.ReplicateResponse\x12f\n" +
 	"\rForwardStream\x12'.ringlimit.peer.v1.ForwardStreamRequest\x1a(.ringlimit.peer.v1.ForwardStreamResponse(\x010\x01\x12T\n" +
-	"\x05Lease\x12$.ringlimit.peer.v1.LeaseRelayRequest\x1a%.ringlimit.peer.v1.LeaseRelayResponseB7Z5github.com/ringlimit/ringlimit/internal/peerpb;peerpbb\x06proto3"
+	"\x05Lease\x12$.ringlimit.peer.v1.LeaseRelayRequest\x1a%.ringlimit.peer.v1.LeaseRelayResponse\x12M\n" +
+	"\x06Settle\x12%.ringlimit.peer.v1.SettleRelayRequest\x1a\x1c.ringlimit.v1.SettleResponseB7Z5github.com/ringlimit/ringlimit/internal/peerpb;peerpbb\x06proto3"
 
 var (
 	file_peer_proto_rawDescOnce sync.Once
@@ -1463,71 +1521,77 @@ func file_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_peer_proto_goTypes = []any{
-	(Refusal_Reason)(0),               // 0: ringlimit.peer.v1.Refusal.Reason
-	(*ForwardRequest)(nil),            // 1: ringlimit.peer.v1.ForwardRequest
-	(*ForwardResponse)(nil),           // 2: ringlimit.peer.v1.ForwardResponse
-	(*ForwardStreamRequest)(nil),      // 3: ringlimit.peer.v1.ForwardStreamRequest
-	(*ForwardStreamResponse)(nil),     // 4: ringlimit.peer.v1.ForwardStreamResponse
-	(*GlobalReport)(nil),              // 5: ringlimit.peer.v1.GlobalReport
-	(*GlobalHitsRequest)(nil),         // 6: ringlimit.peer.v1.GlobalHitsRequest
-	(*GlobalHitsResponse)(nil),        // 7: ringlimit.peer.v1.GlobalHitsResponse
-	(*GlobalState)(nil),               // 8: ringlimit.peer.v1.GlobalState
-	(*LesseeGrant)(nil),               // 9: ringlimit.peer.v1.LesseeGrant
-	(*LeaseRelayRequest)(nil),         // 10: ringlimit.peer.v1.LeaseRelayRequest
-	(*LeaseRelayResponse)(nil),        // 11: ringlimit.peer.v1.LeaseRelayResponse
-	(*GlobalGrant)(nil),               // 12: ringlimit.peer.v1.GlobalGrant
-	(*GlobalUpdateRequest)(nil),       // 13: ringlimit.peer.v1.GlobalUpdateRequest
-	(*GlobalUpdateResponse)(nil),      // 14: ringlimit.peer.v1.GlobalUpdateResponse
-	(*CounterState)(nil),              // 15: ringlimit.peer.v1.CounterState
-	(*HandOffRequest)(nil),            // 16: ringlimit.peer.v1.HandOffRequest
-	(*Refusal)(nil),                   // 17: ringlimit.peer.v1.Refusal
-	(*HandOffResponse)(nil),           // 18: ringlimit.peer.v1.HandOffResponse
-	(*ReplicateRequest)(nil),          // 19: ringlimit.peer.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),         // 20: ringlimit.peer.v1.ReplicateResponse
-	(*ringlimitv1.CheckRequest)(nil),  // 21: ringlimit.v1.CheckRequest
-	(*ringlimitv1.CheckResponse)(nil), // 22: ringlimit.v1.CheckResponse
-	(*ringlimitv1.CheckItem)(nil),     // 23: ringlimit.v1.CheckItem
-	(*ringlimitv1.LeaseReport)(nil),   // 24: ringlimit.v1.LeaseReport
-	(*ringlimitv1.LeaseGrant)(nil),    // 25: ringlimit.v1.LeaseGrant
+	(Refusal_Reason)(0),                // 0: ringlimit.peer.v1.Refusal.Reason
+	(*SettleRelayRequest)(nil),         // 1: ringlimit.peer.v1.SettleRelayRequest
+	(*ForwardRequest)(nil),             // 2: ringlimit.peer.v1.ForwardRequest
+	(*ForwardResponse)(nil),            // 3: ringlimit.peer.v1.ForwardResponse
+	(*ForwardStreamRequest)(nil),       // 4: ringlimit.peer.v1.ForwardStreamRequest
+	(*ForwardStreamResponse)(nil),      // 5: ringlimit.peer.v1.ForwardStreamResponse
+	(*GlobalReport)(nil),               // 6: ringlimit.peer.v1.GlobalReport
+	(*GlobalHitsRequest)(nil),          // 7: ringlimit.peer.v1.GlobalHitsRequest
+	(*GlobalHitsResponse)(nil),         // 8: ringlimit.peer.v1.GlobalHitsResponse
+	(*GlobalState)(nil),                // 9: ringlimit.peer.v1.GlobalState
+	(*LesseeGrant)(nil),                // 10: ringlimit.peer.v1.LesseeGrant
+	(*LeaseRelayRequest)(nil),          // 11: ringlimit.peer.v1.LeaseRelayRequest
+	(*LeaseRelayResponse)(nil),         // 12: ringlimit.peer.v1.LeaseRelayResponse
+	(*GlobalGrant)(nil),                // 13: ringlimit.peer.v1.GlobalGrant
+	(*GlobalUpdateRequest)(nil),        // 14: ringlimit.peer.v1.GlobalUpdateRequest
+	(*GlobalUpdateResponse)(nil),       // 15: ringlimit.peer.v1.GlobalUpdateResponse
+	(*CounterState)(nil),               // 16: ringlimit.peer.v1.CounterState
+	(*HandOffRequest)(nil),             // 17: ringlimit.peer.v1.HandOffRequest
+	(*Refusal)(nil),                    // 18: ringlimit.peer.v1.Refusal
+	(*HandOffResponse)(nil),            // 19: ringlimit.peer.v1.HandOffResponse
+	(*ReplicateRequest)(nil),           // 20: ringlimit.peer.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),          // 21: ringlimit.peer.v1.ReplicateResponse
+	(*ringlimitv1.SettleRequest)(nil),  // 22: ringlimit.v1.SettleRequest
+	(*ringlimitv1.CheckRequest)(nil),   // 23: ringlimit.v1.CheckRequest
+	(*ringlimitv1.CheckResponse)(nil),  // 24: ringlimit.v1.CheckResponse
+	(*ringlimitv1.CheckItem)(nil),      // 25: ringlimit.v1.CheckItem
+	(*ringlimitv1.LeaseReport)(nil),    // 26: ringlimit.v1.LeaseReport
+	(*ringlimitv1.LeaseGrant)(nil),     // 27: ringlimit.v1.LeaseGrant
+	(*ringlimitv1.SettleResponse)(nil), // 28: ringlimit.v1.SettleResponse
 }
 var file_peer_proto_depIdxs = []int32{
-	21, // 0: ringlimit.peer.v1.ForwardRequest.requests:type_name -> ringlimit.v1.CheckRequest
-	22, // 1: ringlimit.peer.v1.ForwardResponse.responses:type_name -> ringlimit.v1.CheckResponse
-	21, // 2: ringlimit.peer.v1.ForwardStreamRequest.requests:type_name -> ringlimit.v1.CheckRequest
-	22, // 3: ringlimit.peer.v1.ForwardStreamResponse.responses:type_name -> ringlimit.v1.CheckResponse
-	23, // 4: ringlimit.peer.v1.GlobalReport.item:type_name -> ringlimit.v1.CheckItem
-	5,  // 5: ringlimit.peer.v1.GlobalHitsRequest.reports:type_name -> ringlimit.peer.v1.GlobalReport
-	12, // 6: ringlimit.peer.v1.GlobalState.grants:type_name -> ringlimit.peer.v1.GlobalGrant
-	9,  // 7: ringlimit.peer.v1.GlobalState.lessees:type_name -> ringlimit.peer.v1.LesseeGrant
-	24, // 8: ringlimit.peer.v1.LeaseRelayRequest.reports:type_name -> ringlimit.v1.LeaseReport
-	25, // 9: ringlimit.peer.v1.LeaseRelayResponse.grants:type_name -> ringlimit.v1.LeaseGrant
-	8,  // 10: ringlimit.peer.v1.GlobalUpdateRequest.states:type_name -> ringlimit.peer.v1.GlobalState
-	15, // 11: ringlimit.peer.v1.HandOffRequest.counters:type_name -> ringlimit.peer.v1.CounterState
-	0,  // 12: ringlimit.peer.v1.Refusal.reason:type_name -> ringlimit.peer.v1.Refusal.Reason
-	17, // 13: ringlimit.peer.v1.HandOffResponse.refused:type_name -> ringlimit.peer.v1.Refusal
-	15, // 14: ringlimit.peer.v1.ReplicateRequest.counters:type_name -> ringlimit.peer.v1.CounterState
-	17, // 15: ringlimit.peer.v1.ReplicateResponse.refused:type_name -> ringlimit.peer.v1.Refusal
-	1,  // 16: ringlimit.peer.v1.Peer.Forward:input_type -> ringlimit.peer.v1.ForwardRequest
-	6,  // 17: ringlimit.peer.v1.Peer.AddGlobalHits:input_type -> ringlimit.peer.v1.GlobalHitsRequest
-	13, // 18: ringlimit.peer.v1.Peer.UpdateGlobals:input_type -> ringlimit.peer.v1.GlobalUpdateRequest
-	16, // 19: ringlimit.peer.v1.Peer.HandOff:input_type -> ringlimit.peer.v1.HandOffRequest
-	19, // 20: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
-	3,  // 21: ringlimit.peer.v1.Peer.ForwardStream:input_type -> ringlimit.peer.v1.ForwardStreamRequest
-	10, // 22: ringlimit.peer.v1.Peer.Lease:input_type -> ringlimit.peer.v1.LeaseRelayRequest
-	2,  // 23: ringlimit.peer.v1.Peer.Forward:output_type -> ringlimit.peer.v1.ForwardResponse
-	7,  // 24: ringlimit.peer.v1.Peer.AddGlobalHits:output_type -> ringlimit.peer.v1.GlobalHitsResponse
-	14, // 25: ringlimit.peer.v1.Peer.UpdateGlobals:output_type -> ringlimit.peer.v1.GlobalUpdateResponse
-	18, // 26: ringlimit.peer.v1.Peer.HandOff:output_type -> ringlimit.peer.v1.HandOffResponse
-	20, // 27: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
-	4,  // 28: ringlimit.peer.v1.Peer.ForwardStream:output_type -> ringlimit.peer.v1.ForwardStreamResponse
-	11, // 29: ringlimit.peer.v1.Peer.Lease:output_type -> ringlimit.peer.v1.LeaseRelayResponse
-	23, // [23:30] is the sub-list for method output_type
-	16, // [16:23] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	22, // 0: ringlimit.peer.v1.SettleRelayRequest.settle:type_name -> ringlimit.v1.SettleRequest
+	23, // 1: ringlimit.peer.v1.ForwardRequest.requests:type_name -> ringlimit.v1.CheckRequest
+	24, // 2: ringlimit.peer.v1.ForwardResponse.responses:type_name -> ringlimit.v1.CheckResponse
+	23, // 3: ringlimit.peer.v1.ForwardStreamRequest.requests:type_name -> ringlimit.v1.CheckRequest
+	24, // 4: ringlimit.peer.v1.ForwardStreamResponse.responses:type_name -> ringlimit.v1.CheckResponse
+	25, // 5: ringlimit.peer.v1.GlobalReport.item:type_name -> ringlimit.v1.CheckItem
+	6,  // 6: ringlimit.peer.v1.GlobalHitsRequest.reports:type_name -> ringlimit.peer.v1.GlobalReport
+	13, // 7: ringlimit.peer.v1.GlobalState.grants:type_name -> ringlimit.peer.v1.GlobalGrant
+	10, // 8: ringlimit.peer.v1.GlobalState.lessees:type_name -> ringlimit.peer.v1.LesseeGrant
+	26, // 9: ringlimit.peer.v1.LeaseRelayRequest.reports:type_name -> ringlimit.v1.LeaseReport
+	27, // 10: ringlimit.peer.v1.LeaseRelayResponse.grants:type_name -> ringlimit.v1.LeaseGrant
+	9,  // 11: ringlimit.peer.v1.GlobalUpdateRequest.states:type_name -> ringlimit.peer.v1.GlobalState
+	16, // 12: ringlimit.peer.v1.HandOffRequest.counters:type_name -> ringlimit.peer.v1.CounterState
+	0,  // 13: ringlimit.peer.v1.Refusal.reason:type_name -> ringlimit.peer.v1.Refusal.Reason
+	18, // 14: ringlimit.peer.v1.HandOffResponse.refused:type_name -> ringlimit.peer.v1.Refusal
+	16, // 15: ringlimit.peer.v1.ReplicateRequest.counters:type_name -> ringlimit.peer.v1.CounterState
+	18, // 16: ringlimit.peer.v1.ReplicateResponse.refused:type_name -> ringlimit.peer.v1.Refusal
+	2,  // 17: ringlimit.peer.v1.Peer.Forward:input_type -> ringlimit.peer.v1.ForwardRequest
+	7,  // 18: ringlimit.peer.v1.Peer.AddGlobalHits:input_type -> ringlimit.peer.v1.GlobalHitsRequest
+	14, // 19: ringlimit.peer.v1.Peer.UpdateGlobals:input_type -> ringlimit.peer.v1.GlobalUpdateRequest
+	17, // 20: ringlimit.peer.v1.Peer.HandOff:input_type -> ringlimit.peer.v1.HandOffRequest
+	20, // 21: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
+	4,  // 22: ringlimit.peer.v1.Peer.ForwardStream:input_type -> ringlimit.peer.v1.ForwardStreamRequest
+	11, // 23: ringlimit.peer.v1.Peer.Lease:input_type -> ringlimit.peer.v1.LeaseRelayRequest
+	1,  // 24: ringlimit.peer.v1.Peer.Settle:input_type -> ringlimit.peer.v1.SettleRelayRequest
+	3,  // 25: ringlimit.peer.v1.Peer.Forward:output_type -> ringlimit.peer.v1.ForwardResponse
+	8,  // 26: ringlimit.peer.v1.Peer.AddGlobalHits:output_type -> ringlimit.peer.v1.GlobalHitsResponse
+	15, // 27: ringlimit.peer.v1.Peer.UpdateGlobals:output_type -> ringlimit.peer.v1.GlobalUpdateResponse
+	19, // 28: ringlimit.peer.v1.Peer.HandOff:output_type -> ringlimit.peer.v1.HandOffResponse
+	21, // 29: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
+	5,  // 30: ringlimit.peer.v1.Peer.ForwardStream:output_type -> ringlimit.peer.v1.ForwardStreamResponse
+	12, // 31: ringlimit.peer.v1.Peer.Lease:output_type -> ringlimit.peer.v1.LeaseRelayResponse
+	28, // 32: ringlimit.peer.v1.Peer.Settle:output_type -> ringlimit.v1.SettleResponse
+	25, // [25:33] is the sub-list for method output_type
+	17, // [17:25] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_peer_proto_init() }
@@ -1541,7 +1605,7 @@ func file_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_proto_rawDesc), len(file_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

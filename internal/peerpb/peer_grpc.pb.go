@@ -21,6 +21,7 @@ package peerpb
 
 import (
 	context "context"
+	ringlimitv1 "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
@@ -39,6 +40,7 @@ const (
 	Peer_Replicate_FullMethodName     = "/ringlimit.peer.v1.Peer/Replicate"
 	Peer_ForwardStream_FullMethodName = "/ringlimit.peer.v1.Peer/ForwardStream"
 	Peer_Lease_FullMethodName         = "/ringlimit.peer.v1.Peer/Lease"
+	Peer_Settle_FullMethodName        = "/ringlimit.peer.v1.Peer/Settle"
 )
 
 // PeerClient is the client API for Peer service.
@@ -74,6 +76,12 @@ type PeerClient interface {
 	// carries the receiver's answers back. The sender must be a member; the
 	// receiver takes reports only of keys it owns under its own ring.
 	Lease(ctx context.Context, in *LeaseRelayRequest, opts ...grpc.CallOption) (*LeaseRelayResponse, error)
+	// Settle relays a client's settle of a reservation
+	// (ringlimit.v1.RateLimiter/Settle) to the node the sender takes for
+	// the key's owner, which settles it if it holds the reservation and
+	// never passes it on. The sender must be a member. Errors are the
+	// public Settle's codes.
+	Settle(ctx context.Context, in *SettleRelayRequest, opts ...grpc.CallOption) (*ringlimitv1.SettleResponse, error)
 }
 
 type peerClient struct {
@@ -157,6 +165,16 @@ func (c *peerClient) Lease(ctx context.Context, in *LeaseRelayRequest, opts ...g
 	return out, nil
 }
 
+func (c *peerClient) Settle(ctx context.Context, in *SettleRelayRequest, opts ...grpc.CallOption) (*ringlimitv1.SettleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ringlimitv1.SettleResponse)
+	err := c.cc.Invoke(ctx, Peer_Settle_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -190,6 +208,12 @@ type PeerServer interface {
 	// carries the receiver's answers back. The sender must be a member; the
 	// receiver takes reports only of keys it owns under its own ring.
 	Lease(context.Context, *LeaseRelayRequest) (*LeaseRelayResponse, error)
+	// Settle relays a client's settle of a reservation
+	// (ringlimit.v1.RateLimiter/Settle) to the node the sender takes for
+	// the key's owner, which settles it if it holds the reservation and
+	// never passes it on. The sender must be a member. Errors are the
+	// public Settle's codes.
+	Settle(context.Context, *SettleRelayRequest) (*ringlimitv1.SettleResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -220,6 +244,9 @@ func (UnimplementedPeerServer) ForwardStream(grpc.BidiStreamingServer[ForwardStr
 }
 func (UnimplementedPeerServer) Lease(context.Context, *LeaseRelayRequest) (*LeaseRelayResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Lease not implemented")
+}
+func (UnimplementedPeerServer) Settle(context.Context, *SettleRelayRequest) (*ringlimitv1.SettleResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Settle not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -357,6 +384,24 @@ func _Peer_Lease_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Settle_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SettleRelayRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Settle(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Settle_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Settle(ctx, req.(*SettleRelayRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -387,6 +432,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Lease",
 			Handler:    _Peer_Lease_Handler,
+		},
+		{
+			MethodName: "Settle",
+			Handler:    _Peer_Settle_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -262,6 +262,11 @@ func (d *decoder) item(b []byte, it *pb.CheckItem, hits *[]int64, n int) bool {
 			it.MinIntervalMs = int64(v)
 		case 14:
 			it.Ceiling = int64(v)
+		case 16:
+			if it.ReserveTtlMs == nil { // repeated: the last wins
+				it.ReserveTtlMs = new(int64)
+			}
+			*it.ReserveTtlMs = int64(v)
 		default: // 15, a parent, among others: left to proto
 			return false
 		}
@@ -339,10 +344,15 @@ func (d *decoder) result(b []byte, r *pb.CheckResult) bool {
 		if !next(&b, &f) {
 			return false
 		}
-		if f.num == 7 && f.typ == protowire.BytesType {
-			var ok bool
-			if r.Error, ok = str(f.b); !ok {
+		if (f.num == 7 || f.num == 11) && f.typ == protowire.BytesType {
+			s, ok := str(f.b)
+			if !ok {
 				return false
+			}
+			if f.num == 7 {
+				r.Error = s
+			} else {
+				r.ReservationId = s
 			}
 			continue
 		}

@@ -127,12 +127,15 @@ func itemSize(it *pb.CheckItem) (int, bool) {
 	if it.Hits != nil {
 		n += 1 + protowire.SizeVarint(uint64(*it.Hits)) // present, even when 0
 	}
+	if it.ReserveTtlMs != nil {
+		n += protowire.SizeTag(16) + protowire.SizeVarint(uint64(*it.ReserveTtlMs)) // present, even when 0
+	}
 	return n, true
 }
 
 func (e *encoder) results(results []*pb.CheckResult) (int, bool) {
 	return planRepeated(e, results, func(r *pb.CheckResult) (int, bool) {
-		if len(r.Metadata) > 0 || !utf8.ValidString(r.Error) {
+		if len(r.Metadata) > 0 || !utf8.ValidString(r.Error) || !utf8.ValidString(r.ReservationId) {
 			return 0, false
 		}
 		return resultSize(r), true
@@ -142,7 +145,8 @@ func (e *encoder) results(results []*pb.CheckResult) (int, bool) {
 func resultSize(r *pb.CheckResult) int {
 	return sizeVarint(uint64(r.Status)) + sizeVarint(uint64(r.Limit)) + sizeVarint(uint64(r.Remaining)) +
 		sizeVarint(uint64(r.ResetTimeMs)) + sizeVarint(uint64(r.RetryAfterMs)) + sizeVarint(uint64(r.DelayMs)) +
-		sizeBytes(len(r.Error)) + sizeVarint(uint64(r.ErrorCode)) + sizeBool(r.Borrowed)
+		sizeBytes(len(r.Error)) + sizeVarint(uint64(r.ErrorCode)) + sizeBool(r.Borrowed) +
+		sizeBytes(len(r.ReservationId))
 }
 
 func (e *encoder) requests(reqs []*pb.CheckRequest) (int, bool) {
@@ -250,6 +254,12 @@ func (e *encoder) appendItems(b []byte, num protowire.Number, items []*pb.CheckI
 		b = appendString(b, 12, it.Policy)
 		b = appendVarint(b, 13, uint64(it.MinIntervalMs))
 		b = appendVarint(b, 14, uint64(it.Ceiling))
+		// 15, a parent, is never here (see itemSize); 16 takes a
+		// two-byte tag.
+		if it.ReserveTtlMs != nil {
+			b = protowire.AppendTag(b, 16, protowire.VarintType)
+			b = protowire.AppendVarint(b, uint64(*it.ReserveTtlMs))
+		}
 	}
 	return b
 }
@@ -266,6 +276,7 @@ func (e *encoder) appendResults(b []byte, num protowire.Number, results []*pb.Ch
 		b = appendString(b, 7, r.Error)
 		b = appendVarint(b, 8, uint64(r.ErrorCode))
 		b = appendBool(b, 10, r.Borrowed)
+		b = appendString(b, 11, r.ReservationId)
 	}
 	return b
 }

@@ -37,6 +37,8 @@ func items() []*pb.CheckItem {
 		{}, // every field zero: an empty message, still written
 		{Key: "only a key", Policy: "domain/k=v"},
 		{Name: "api", Key: "user:9", Limit: 10, DurationMs: 1000, MinIntervalMs: 250, Ceiling: 40},
+		{Name: "llm", Key: "tenant", Hits: proto.Int64(1000), Limit: 20_000, DurationMs: 60_000, ReserveTtlMs: proto.Int64(30_000)},
+		{Name: "llm", Key: "tenant", ReserveTtlMs: proto.Int64(0)}, // present, even when 0
 	}
 }
 
@@ -46,6 +48,7 @@ func results() []*pb.CheckResult {
 		{Status: pb.Status_OVER_LIMIT, RetryAfterMs: -1, Error: "key: must not be empty", ErrorCode: pb.ErrorCode_INVALID_ARGUMENT},
 		{Status: -2, Limit: math.MaxInt64, DelayMs: 250, ErrorCode: 99},
 		{Limit: 10, Remaining: 0, Borrowed: true},
+		{Limit: 20_000, Remaining: 19_000, ReservationId: "0123456789abcdef0123456789abcdef"},
 		{},
 	}
 }

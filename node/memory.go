@@ -1,0 +1,55 @@
+package node
+
+import (
+	"github.com/ringlimit/ringlimit/algorithms"
+	"github.com/ringlimit/ringlimit/limiter"
+)
+
+// The shares of Config.MemoryLimit, in percent, that bound what a node
+// holds. What they leave, 35%, is the runtime's headroom: garbage between
+// collections (the limit is also the Go runtime's soft limit, so the
+// collector runs harder as the heap nears it), goroutine stacks,
+// connection and gossip buffers, peer messages in flight (hand-off and
+// replication batches, bounded by the peer port's message size) and
+// snapshots being written, none of which is counted.
+const (
+	// counterShare bounds this node's own counters: a quarter of it their
+	// sliding-log entries, the rest the counters (limiter.Config.MaxBytes).
+	counterShare = 30
+	// replicaShare bounds the replicas this node keeps of other owners'
+	// counters (the store that hand-off and replication fill), split as
+	// counterShare is.
+	replicaShare = 10
+	// requestShare bounds the client requests in flight: HTTP checks at
+	// admit.RequestBytes of their body, gRPC calls and the requests of
+	// CheckStreams at admit.DefaultCallBytes each.
+	requestShare = 25
+)
+
+// memory is what Config.MemoryLimit allows each part; zero fields mean
+// no bound but the counts of Config.
+type memory struct {
+	counters, replicas limiter.Config // MaxBytes and MaxLogEntries
+	requests           int64          // admit.Config.MaxBytes
+}
+
+// splitMemory divides limit (0: none) into the shares above, each bound
+// no looser than what conf's counts already allow: a share never raises
+// --max-keys or --max-log-entries, and a store's logs always have room
+// for one full log.
+func splitMemory(limit int64, conf Config) memory {
+	if limit <= 0 {
+		return memory{
+			counters: limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries},
+			replicas: limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries},
+		}
+	}
+	// A sliding-log entry takes in memory what it takes encoded: two
+	// int64s.
+	store := func(percent int64) limiter.Config {
+		share := limit / 100 * percent
+		logs := min(int64(conf.MaxLogEntries), max(share/4/algorithms.LogEntryBytes, algorithms.MaxSlidingLogLimit))
+		return limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: int(logs), MaxBytes: share - logs*algorithms.LogEntryBytes}
+	}
+	return memory{counters: store(counterShare), replicas: store(replicaShare), requests: limit / 100 * requestShare}
+}
