@@ -11,7 +11,9 @@ DRAIN=${DRAIN:-120}
 LIMIT=${LIMIT:-400}
 INTERVAL=${INTERVAL:-1s}
 dir=$(mktemp -d)
-trap 'kill $pids 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"; true' EXIT
+# The run's status is bench-rlqs's; stopping the nodes (one already
+# stopped) must not change it, under set -e.
+trap 'status=$?; set +e; kill $pids 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"; exit $status' EXIT
 go build -o "$dir/rlnode" ./cmd/rlnode
 printf 'domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: %s}\n' "$LIMIT" > "$dir/edge.yaml"
 pids=""
