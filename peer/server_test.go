@@ -233,8 +233,8 @@ func TestServerForwardBounds(t *testing.T) {
 	}
 }
 
-// TestServerRefusesBadSenders: GLOBAL reports, GLOBAL states and hand-offs
-// name their sender; a name no node can have is refused with
+// TestServerRefusesBadSenders: GLOBAL reports, GLOBAL states, hand-offs,
+// replicas, lease relays and settlements name their sender; a name no node can have is refused with
 // InvalidArgument, one the handler does not know as a member with
 // PermissionDenied, in both cases before the handler takes anything.
 func TestServerRefusesBadSenders(t *testing.T) {
@@ -260,7 +260,18 @@ func TestServerRefusesBadSenders(t *testing.T) {
 			_, err := client.Replicate(t.Context(), &peerpb.ReplicateRequest{From: from, Counters: []*peerpb.CounterState{{Counter: []byte{1}}}})
 			return err
 		},
+		"lease": func(from string) error {
+			_, err := client.Lease(t.Context(), &peerpb.LeaseRelayRequest{From: from, Lessee: make([]byte, 16)})
+			return err
+		},
+		"settle": func(from string) error {
+			_, err := client.Settle(t.Context(), &peerpb.SettleRelayRequest{From: from})
+			return err
+		},
 	}
+	// Only GLOBAL reports and states ask the handler whether their sender
+	// is a member; the other calls leave membership to the Guard.
+	asksHandler := map[string]bool{"global_report": true, "global_state": true}
 	for rpc, call := range calls {
 		for _, tt := range []struct {
 			from   string
@@ -272,8 +283,8 @@ func TestServerRefusesBadSenders(t *testing.T) {
 			{strings.Repeat("n", peerpb.MaxNodeNameLen+1), codes.InvalidArgument, "bad_sender"},
 			{"mallory", codes.PermissionDenied, "unknown_sender"},
 		} {
-			if (rpc == "handoff" || rpc == "replicate") && tt.from == "mallory" {
-				continue // their records are validated one by one (membership is the Guard's)
+			if !asksHandler[rpc] && tt.from == "mallory" {
+				continue // membership is the Guard's
 			}
 			if got := status.Code(call(tt.from)); got != tt.want {
 				t.Errorf("%s from %.20q: code %v, want %v", rpc, tt.from, got, tt.want)
