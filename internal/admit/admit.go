@@ -50,6 +50,12 @@ type Config struct {
 	// MaxStreams bounds the Streams calls open at once; zero means
 	// DefaultMaxStreams.
 	MaxStreams int
+	// Pools bounds, each by a count of its own, the calls of methods
+	// whose long-lived streams are not streams of requests (Envoy's quota
+	// streams, --rlqs-max-streams): Tap admits at most that many of each
+	// method at once, without a request slot and without a slot of
+	// MaxStreams, so that they cannot take the slots of the others.
+	Pools map[string]int
 	// MaxBytes bounds the bytes of the requests in flight, each accounted
 	// at RequestBytes (HTTP) or CallBytes (gRPC); zero means no bound but
 	// Max.
@@ -123,6 +129,7 @@ type Gate struct {
 	slots     chan struct{}
 	streams   chan struct{} // one per Streams call open
 	long      map[string]bool
+	pools     map[string]chan struct{} // one per Pools call open, by method
 	refused   *prometheus.CounterVec
 	overload  *status.Status // what Tap refuses with
 	bytes     budget
@@ -156,6 +163,13 @@ func New(conf Config) *Gate {
 	}
 	for _, m := range conf.Streams {
 		g.long[m] = true
+	}
+	g.pools = make(map[string]chan struct{}, len(conf.Pools))
+	for m, n := range conf.Pools {
+		if n < 1 {
+			n = 1
+		}
+		g.pools[m] = make(chan struct{}, n)
 	}
 	// RetryInfo is gRPC's Retry-After, as grpclimit sends it.
 	st, err := status.New(codes.ResourceExhausted, "overloaded: too many requests in flight, retry later").
@@ -231,7 +245,8 @@ func (g *Gate) HTTP(h http.Handler) http.Handler {
 // RPC finishes (or the client cancels it). Health checks pass without a
 // slot: a probe that failed under load would restart a busy node. A call
 // of Config.Streams takes a stream slot instead, refused the same way
-// beyond MaxStreams; its requests take slots through Message.
+// beyond MaxStreams; its requests take slots through Message. A call of
+// Config.Pools takes a slot of its method's pool.
 func (g *Gate) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	if strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.Health/") {
 		return ctx, nil
@@ -239,6 +254,8 @@ func (g *Gate) Tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	slots, leave := g.slots, g.leave
 	if g.long[info.FullMethodName] {
 		slots, leave = g.streams, g.endStream
+	} else if pool, ok := g.pools[info.FullMethodName]; ok {
+		slots, leave = pool, func() { <-pool }
 	}
 	if st := g.enterBytes(slots, g.callBytes, "grpc"); st != nil {
 		return ctx, st.Err()

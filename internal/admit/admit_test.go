@@ -195,6 +195,46 @@ func TestStreamsAndTheirRequests(t *testing.T) {
 	}
 }
 
+// TestPoolsApart: a method of Config.Pools is bounded by its own pool, and
+// neither takes nor is refused by the slots of requests and of
+// Config.Streams: quota streams cannot keep CheckStreams out.
+func TestPoolsApart(t *testing.T) {
+	const stream, quota = "/ringlimit.v1.RateLimiter/CheckStream", "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas"
+	g := New(Config{Max: 1, Streams: []string{stream}, MaxStreams: 1, Pools: map[string]int{quota: 2}})
+	open := func(name string) (context.CancelFunc, error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		_, err := g.Tap(ctx, &tap.Info{FullMethodName: name})
+		return cancel, err
+	}
+	var ends []context.CancelFunc
+	for i := range 2 {
+		end, err := open(quota)
+		if err != nil {
+			t.Fatalf("quota stream %d of a pool of 2: %v", i, err)
+		}
+		ends = append(ends, end)
+	}
+	if _, err := open(quota); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a quota stream beyond its pool: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	for _, name := range []string{stream, "/ringlimit.v1.RateLimiter/Check"} {
+		end, err := open(name)
+		if err != nil {
+			t.Errorf("%s with the quota pool full: %v", name, err)
+			continue
+		}
+		ends = append(ends, end)
+	}
+	for _, end := range ends {
+		end()
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(g.pools[quota]) > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the quota pool's slots were not given back when the streams ended")
+		}
+	}
+}
+
 // TestHTTPRefusesBeyondBytes: with MaxBytes, requests are accounted at
 // RequestBytes of their body's length (the longest body when it is not
 // known) and one that would go beyond the bound is refused with 503 and
