@@ -9,9 +9,10 @@ import (
 // holds. What they leave, 35%, is the runtime's headroom: garbage between
 // collections (the limit is also the Go runtime's soft limit, so the
 // collector runs harder as the heap nears it), goroutine stacks,
-// connection and gossip buffers, peer messages in flight (hand-off and
-// replication batches, bounded by the peer port's message size) and
-// snapshots being written, none of which is counted.
+// connection and gossip buffers, peer messages in flight (forwards,
+// hand-off and replication batches: bounded apart, by the peer server's
+// fixed 256 MiB budget of decoded requests, which does not shrink with
+// the limit) and snapshots being written, none of which is counted.
 const (
 	// counterShare bounds this node's own counters: a quarter of it their
 	// sliding-log entries, the rest the counters (limiter.Config.MaxBytes).
