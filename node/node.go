@@ -288,7 +288,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		Logger: log, Registerer: reg, Policies: n.policies, Leases: conf.Leases,
 	})
 	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod}, MaxStreams: conf.MaxStreams,
-		Pools: map[string]int{rlqs.Method: conf.RLQS.MaxStreams},
+		Pools:    map[string]int{rlqs.Method: conf.RLQS.MaxStreams},
 		MaxBytes: mem.requests, MaxBodyBytes: api.MaxBodyBytes, Registerer: reg})
 	n.faces = api.New(api.Config{
 		Checker: n.svc, Leases: n.svc, Settler: n.svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
