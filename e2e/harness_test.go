@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/internal/syncbuf"
 )
 
 // Timeouts shared by the tests.
@@ -37,7 +37,7 @@ type node struct {
 	http, grpc, peer, gossip string // host:port, all on 127.0.0.1
 	client                   *client.Client
 	cmd                      *exec.Cmd
-	out                      *syncBuffer // stdout and stderr
+	out                      *syncbuf.Buffer // stdout and stderr
 	done                     chan struct{}
 	exitedAt                 time.Time // set before done is closed
 	waitErr                  error     // set before done is closed
@@ -177,7 +177,7 @@ func (c *testCluster) start(name string) (*node, error) {
 		grpc:   loopback(ports[1]),
 		peer:   loopback(ports[2]),
 		gossip: loopback(ports[3]),
-		out:    &syncBuffer{},
+		out:    &syncbuf.Buffer{},
 		done:   make(chan struct{}),
 	}
 	args := []string{
@@ -379,34 +379,6 @@ func freePorts(t testing.TB, n int) []int {
 }
 
 func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
-
-// syncBuffer is a bytes.Buffer safe for concurrent use: the process writes
-// while the test may read.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// Tail returns the last max bytes written.
-func (b *syncBuffer) Tail(max int) string {
-	s := b.String()
-	if len(s) > max {
-		return "[...]\n" + s[len(s)-max:]
-	}
-	return s
-}
 
 // check sends one item to n over gRPC with a deadline. An RPC error, a
 // wrong number of results or a per-item error is an error.

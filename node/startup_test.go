@@ -7,31 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/ringlimit/ringlimit/internal/syncbuf"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/nodetest"
 	"github.com/ringlimit/ringlimit/snapshot"
 )
-
-// syncBuffer is a log destination safe for a node's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestStopWhileLoadingTheSnapshot: a node asked to stop (SIGTERM) while
 // it loads its snapshot returns from Run at once, says so, and starts
@@ -52,7 +34,7 @@ func TestStopWhileLoadingTheSnapshot(t *testing.T) {
 		t.Fatalf("the first run wrote no snapshot: %v", err)
 	}
 
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	n, err := node.New(conf, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)

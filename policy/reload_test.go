@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -18,6 +16,8 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ringlimit/ringlimit/internal/syncbuf"
 )
 
 const (
@@ -34,7 +34,7 @@ func writeFile(t *testing.T, path, content string) {
 	}
 }
 
-func newTestReloader(t *testing.T, path string, logs *syncBuffer) (*Reloader, *prometheus.Registry) {
+func newTestReloader(t *testing.T, path string, logs *syncbuf.Buffer) (*Reloader, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	r, err := NewReloader(ReloaderConfig{Path: path, Debounce: 50 * time.Millisecond, Registerer: reg,
@@ -53,7 +53,7 @@ func TestReloaderLoop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "p.yaml")
 		writeFile(t, path, goodA)
-		var logs syncBuffer
+		var logs syncbuf.Buffer
 		r, _ := newTestReloader(t, path, &logs)
 		events, errs := make(chan fsnotify.Event), make(chan error)
 		ctx, cancel := context.WithCancel(t.Context())
@@ -120,7 +120,7 @@ func TestReloaderConfigMap(t *testing.T) {
 	if err := os.Symlink("..data/p.yaml", filepath.Join(dir, "p.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	r, reg := newTestReloader(t, dir, &logs)
 	if !r.Policies().HasDomain("a") {
 		t.Fatal("initial load missed domain a")
@@ -174,24 +174,6 @@ func TestNewReloaderBroken(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink that a test may read while Run writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestReloaderLogsWhatItLoads: the load at start (and each reload) logs
 // how many domains and policies are in force and names the first
 // maxLogged of each, not all of a large set.
@@ -202,7 +184,7 @@ func TestReloaderLogsWhatItLoads(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "p.yaml")
 	writeFile(t, path, y.String())
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	newTestReloader(t, path, &logs)
 	line := logs.String()
 	for _, want := range []string{`msg="policies loaded"`, "domains=22 policies=22", `domain_names="d00,d01,`, `d19 (+2 more)"`, `refs="d00/k,d01/k,`, `d19/k (+2 more)"`} {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/ringlimit/ringlimit/algorithms"
 	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
+	"github.com/ringlimit/ringlimit/internal/syncbuf"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
@@ -39,35 +39,17 @@ func limitOf(a limiter.Algorithm) algorithms.Limit {
 	return minute
 }
 
-// logBuffer is a slog destination tests read.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // testDir is a Dir on a temporary directory with a clock tests move.
 type testDir struct {
 	*Dir
 	store *limiter.Store
 	now   time.Time
-	logs  *logBuffer
+	logs  *syncbuf.Buffer
 }
 
 func openDir(t *testing.T, dir, node string, store *limiter.Store) *testDir {
 	t.Helper()
-	td := &testDir{store: store, now: t0, logs: &logBuffer{}}
+	td := &testDir{store: store, now: t0, logs: &syncbuf.Buffer{}}
 	d, err := Open(Config{Dir: dir, Node: node, Store: store, Now: func() time.Time { return td.now },
 		Logger: slog.New(slog.NewTextHandler(td.logs, nil))})
 	if err != nil {

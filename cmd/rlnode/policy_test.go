@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/internal/syncbuf"
 	"github.com/ringlimit/ringlimit/node"
 )
 
@@ -198,7 +199,7 @@ func TestServeLogsPolicies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	nodes, done := make(chan *node.Node, 1), make(chan error, 1)
 	go func() {

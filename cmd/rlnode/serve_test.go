@@ -7,12 +7,12 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/cluster"
+	"github.com/ringlimit/ringlimit/internal/syncbuf"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/nodetest"
 )
@@ -78,24 +78,6 @@ func TestServeAnswersAndStops(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log destination several goroutines write.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestServeLoopbackOnly starts a node as a bare `rlnode` would (no
 // address, no security), but for its ports, which the kernel chooses
 // here (the defaults may be taken on a shared machine): every port
@@ -114,7 +96,7 @@ func TestServeLoopbackOnly(t *testing.T) {
 		}
 		*a = net.JoinHostPort(host, "0")
 	}
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	nodes, done := make(chan *node.Node, 1), make(chan error, 1)
 	go func() {
