@@ -36,13 +36,17 @@ func FuzzLease(f *testing.F) {
 	}
 	self := ring.Member{Name: "a"}
 	r := ring.New(self)
-	core := global.New(global.Config{Store: limiter.New(limiter.Config{}), Cluster: fakeMembership{r, self}})
-	n := New(Config{Lender: core, Cluster: fakeMembership{r, self}, Result: result, MaxClockSkew: time.Minute})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var req pb.LeaseRequest
 		if proto.Unmarshal(b, &req) != nil {
 			return
 		}
+		// A node of its own for each input: an account lent under one
+		// limit may hold more than a later report's smaller limit allows
+		// (grants already lent stay lent, as GLOBAL's do when a limit
+		// changes), which an input's reports alone cannot tell.
+		core := global.New(global.Config{Store: limiter.New(limiter.Config{}), Cluster: fakeMembership{r, self}})
+		n := New(Config{Lender: core, Cluster: fakeMembership{r, self}, Result: result, MaxClockSkew: time.Minute})
 		resp, err := n.Lease(t.Context(), &req)
 		if err != nil {
 			return
