@@ -132,8 +132,9 @@ func hasMembers(c *Cluster, names ...string) func() bool {
 	return func() bool { return slices.Equal(ringNames(c.Ring()), names) }
 }
 
-// metric returns the value of the unlabelled metric name in reg.
-func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// metric returns the value of the metric name in reg: the first sample, or
+// the one with the label given as `name="value"`.
+func metric(t *testing.T, reg *prometheus.Registry, name string, label ...string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -144,6 +145,13 @@ func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 			continue
 		}
 		m := mf.GetMetric()[0]
+		for _, s := range mf.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if len(label) > 0 && fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()) == label[0] {
+					m = s
+				}
+			}
+		}
 		if g := m.GetGauge(); g != nil {
 			return g.GetValue()
 		}
@@ -272,6 +280,13 @@ func TestThreeNodes(t *testing.T) {
 		if got := metric(t, b.reg, "ringlimit_cluster_join_attempts_total"); got < 1 {
 			t.Errorf("b made %v join attempts, want >= 1", got)
 		}
+		// b joined by a push/pull stream it opened; every node probes.
+		if got := metric(t, b.reg, "ringlimit_gossip_bytes_total", `transport="tcp"`); got <= 0 {
+			t.Errorf("b: %v bytes of gossip streams after joining, want > 0", got)
+		}
+		waitFor(t, func() bool {
+			return metric(t, a.reg, "ringlimit_gossip_bytes_total", `transport="udp"`) > 0
+		}, "a sends gossip datagrams")
 	})
 
 	t.Run("leave", func(t *testing.T) {
