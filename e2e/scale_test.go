@@ -129,7 +129,8 @@ func TestScale(t *testing.T) {
 		"%v, %.0f checks/s", round(took), float64(scaleCounters)/took.Seconds())
 	held := sumMetric(t, c.nodes, "ringlimit_counters")
 	if held < scaleCounters {
-		t.Fatalf("the nodes hold %v counters after %d keys were written, want at least that", held, scaleCounters)
+		t.Fatalf("the nodes hold %v counters after %d keys were written, want at least that (evicted %v, dropped when full %v)", held, scaleCounters,
+			sumMetric(t, c.nodes, "ringlimit_counters_evicted_total"), sumMetric(t, c.nodes, "ringlimit_counters_idle_dropped_total"))
 	}
 
 	// 5. A 33rd node joins: the keys it comes to own are handed to it,
@@ -236,6 +237,13 @@ func TestScale(t *testing.T) {
 
 func scaleKey(i int) string { return "scale:" + strconv.Itoa(i) }
 
+// scaleItem is one hit on key i, in a fixed window of an hour: a counter
+// that stays until the window ends (a token bucket back to full would be
+// dropped, carrying nothing, long before the hand-offs).
+func scaleItem(i int) *pb.CheckItem {
+	return &pb.CheckItem{Name: "scale", Key: scaleKey(i), Limit: 1000, DurationMs: hour, Algorithm: pb.Algorithm_FIXED_WINDOW}
+}
+
 // ringSeen builds the ring n's alive members make, as every node does:
 // the ring hashes names only.
 func ringSeen(t *testing.T, n *node) *ring.Ring {
@@ -293,7 +301,7 @@ func writeCounters(t *testing.T, nodes []*node, written *atomic.Int64) func() ti
 				}
 				items := make([]*pb.CheckItem, 0, scaleBatch)
 				for i := b * scaleBatch; i < min((b+1)*scaleBatch, scaleCounters); i++ {
-					items = append(items, &pb.CheckItem{Name: "scale", Key: scaleKey(i), Limit: 1000, DurationMs: hour})
+					items = append(items, scaleItem(i))
 				}
 				rs, err := checkMany(nodes[b%len(nodes)], items)
 				if err == nil {
@@ -368,7 +376,9 @@ func startExact(t *testing.T, phase string, nodes []*node, keys []string) *exact
 }
 
 func (l *exactLoad) item(k int) *pb.CheckItem {
-	return &pb.CheckItem{Name: "exact", Key: l.keys[k], Limit: exactLimit, DurationMs: hour}
+	// A fixed window of an hour: nothing refills during the test, so
+	// exactly the limit is admitted in all.
+	return &pb.CheckItem{Name: "exact", Key: l.keys[k], Limit: exactLimit, DurationMs: hour, Algorithm: pb.Algorithm_FIXED_WINDOW}
 }
 
 // finish stops the workers, then spends what is left of each key until the
