@@ -33,9 +33,10 @@ const (
 	scaleBatch    = 1000      // items a request when writing them (checks.MaxItems)
 	scaleWriters  = 4         // concurrent writers: the load, on two cores
 	shareSample   = 100_000   // keys placed on the ring to find the busiest node
-	idleWindow    = 10 * time.Second
-	handoffWait   = 2 * time.Minute // bound on one hand-off of ~1/32 of the counters
-	exactLimit    = 300             // limit of each key checked through a join or leave
+	idleSettle    = 10 * time.Second
+	idleWindow    = 30 * time.Second // memberlist's push/pull interval up to 32 nodes
+	handoffWait   = 2 * time.Minute  // bound on one hand-off of ~1/32 of the counters
+	exactLimit    = 300              // limit of each key checked through a join or leave
 	exactKeys     = 4
 	exactWorkers  = 4
 	exactPace     = 10 * time.Millisecond // between one worker's checks
@@ -106,7 +107,9 @@ func TestScale(t *testing.T) {
 		"%.2f%% (%.2fx fair; least loaded %.2f%%)", pct(busiest, shareSample),
 		float64(busiest)*scaleNodes/shareSample, pct(least, shareSample))
 
-	// 3. Idle: gossip bytes a second, goroutines, streams, RSS.
+	// 3. Idle: gossip bytes a second, goroutines, streams, RSS, once the
+	// gossip of the joins has died down, over a whole push/pull interval.
+	time.Sleep(idleSettle) // letting the joins' gossip end, not waiting for an effect
 	g0 := gossipBytes(t, c.nodes)
 	time.Sleep(idleWindow) // the measurement window, not waiting for an effect
 	g1 := gossipBytes(t, c.nodes)
@@ -141,6 +144,7 @@ func TestScale(t *testing.T) {
 	moved, toJoiner := movedKeys(before, after, joiner)
 	exact := startExact(t, "join", c.running(), keysOwnedBy(after, joiner, "exact-join:"))
 	recv0 := sumMetric(t, c.nodes, "ringlimit_handoff_counters_total", `direction="received"`)
+	w0 := waits(t, c.nodes)
 	start = time.Now()
 	newNode := c.add()
 	io0 := procIO(t, newNode)
@@ -153,7 +157,9 @@ func TestScale(t *testing.T) {
 	handedOff := time.Since(start)
 	joinerGot := metricOf(t, newNode, "ringlimit_handoff_counters_total", `direction="received"`)
 	readBytes := procIO(t, newNode).read - io0.read
-	exact.finish(t)
+	f.add("Join: checks through it on 4 keys moving to the new node, limit 300 each: admitted",
+		"%s", exact.finish(t))
+	f.add("Join: checks that waited for a moved counter, by how the wait ended", "%s", waitsSince(t, c.nodes, w0))
 	f.add("Join of a 33rd node: counters that change owner (to the new node)",
 		"%d (%d; %.0f expected at 1/33)", moved, toJoiner, float64(scaleCounters)/33)
 	f.add("Join: time from its start to converged / to every moved counter handed off",
@@ -174,6 +180,7 @@ func TestScale(t *testing.T) {
 	others := slices.DeleteFunc(c.running(), func(n *node) bool { return n == leaver })
 	exact = startExact(t, "leave", others, keysOwnedBy(before, leaver.name, "exact-leave:"))
 	recv0 = sumMetric(t, others, "ringlimit_handoff_counters_total", `direction="received"`)
+	w0 = waits(t, others)
 	io0 = procIO(t, leaver)
 	last := io0
 	start = time.Now()
@@ -193,7 +200,9 @@ func TestScale(t *testing.T) {
 	}
 	exited := leaver.exitedAt.Sub(start)
 	c.waitConverged(scaleNodes)
-	exact.finish(t)
+	f.add("Leave: checks through it on 4 keys of the leaving node, limit 300 each: admitted",
+		"%s", exact.finish(t))
+	f.add("Leave: checks that waited for a moved counter, by how the wait ended", "%s", waitsSince(t, others, w0))
 	f.add("Leave (SIGTERM) of one node: counters it owned", "%d", leaving)
 	f.add("Leave: time from SIGTERM to every counter received / to its exit",
 		"%v / %v", round(handedOff), round(exited))
@@ -383,9 +392,10 @@ func (l *exactLoad) item(k int) *pb.CheckItem {
 
 // finish stops the workers, then spends what is left of each key until the
 // first refusal, and fails the test unless each key admitted exactly its
-// limit with no errors.
-func (l *exactLoad) finish(t *testing.T) {
+// limit with no errors. It returns what each key admitted.
+func (l *exactLoad) finish(t *testing.T) string {
 	t.Helper()
+	var admitted []string
 	close(l.stop)
 	l.wg.Wait()
 	for k, key := range l.keys {
@@ -398,11 +408,36 @@ func (l *exactLoad) finish(t *testing.T) {
 			}
 		}
 		t.Logf("%s: key %s: during the %s %s; with the rest spent %v", l.phase, key, l.phase, during, l.tl[k])
+		admitted = append(admitted, strconv.Itoa(l.tl[k].admitted))
 		if tl := l.tl[k]; tl.admitted != exactLimit || tl.errors != 0 {
 			t.Errorf("%s: key %s admitted %d on a limit of %d, %d errors; want exactly the limit, no errors",
 				l.phase, key, tl.admitted, exactLimit, tl.errors)
 		}
 	}
+	return strings.Join(admitted, ", ")
+}
+
+var waitOutcomes = [...]string{"done", "expired", "canceled"}
+
+// waits sums over nodes the checks that have waited for a counter being
+// handed over, by outcome (waitOutcomes).
+func waits(t *testing.T, nodes []*node) [len(waitOutcomes)]float64 {
+	t.Helper()
+	var out [len(waitOutcomes)]float64
+	for i, outcome := range waitOutcomes {
+		out[i] = sumMetric(t, nodes, "ringlimit_handoff_waits_total", fmt.Sprintf("outcome=%q", outcome))
+	}
+	return out
+}
+
+// waitsSince describes the waits since w0.
+func waitsSince(t *testing.T, nodes []*node, w0 [len(waitOutcomes)]float64) string {
+	t.Helper()
+	var parts []string
+	for i, v := range waits(t, nodes) {
+		parts = append(parts, fmt.Sprintf("%s %.0f", waitOutcomes[i], v-w0[i]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // gossipBytes returns the gossip bytes each node has caused so far.
