@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
 	"github.com/ringlimit/ringlimit/ring"
@@ -145,12 +146,16 @@ func metric(t *testing.T, reg *prometheus.Registry, name string, label ...string
 			continue
 		}
 		m := mf.GetMetric()[0]
-		for _, s := range mf.GetMetric() {
-			for _, l := range s.GetLabel() {
-				if len(label) > 0 && fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()) == label[0] {
-					m = s
-				}
+		if len(label) > 0 {
+			i := slices.IndexFunc(mf.GetMetric(), func(s *dto.Metric) bool {
+				return slices.ContainsFunc(s.GetLabel(), func(l *dto.LabelPair) bool {
+					return fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()) == label[0]
+				})
+			})
+			if i < 0 {
+				t.Fatalf("no sample of %s with %s", name, label[0])
 			}
+			m = mf.GetMetric()[i]
 		}
 		if g := m.GetGauge(); g != nil {
 			return g.GetValue()
