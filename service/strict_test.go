@@ -223,7 +223,7 @@ func TestStrictGlobalEscrow(t *testing.T) {
 			setRings(c, svcs, []int{0, 1, 2}, c.ring)
 			key := c.keyInheritedBy(2, 1)
 			check(t, svcs[0], strictGlobal(key)) // forwarded: node-0 asks for a grant
-			syncRound(svcs)                    // node-0 holds 3: 9 left, over 3 members
+			syncRound(svcs)                      // node-0 holds 3: 9 left, over 3 members
 
 			// The owner keeps what node-0 holds reserved after its ring
 			// drops node-0: 1 charged, 3 held, 6 left.
