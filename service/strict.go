@@ -2,6 +2,7 @@ package service
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringlimit/ringlimit/algorithms"
@@ -75,13 +76,14 @@ const maxChargedPerDrop = 1 << 20
 
 // strictMode is a Service's strict mode: its settings, and the members
 // that left the ring lately. The zero value is off. It is safe for
-// concurrent use.
+// concurrent use: checks read the departures without a lock (an immutable
+// slice, replaced on each ring change), and lock only to mark a charge.
 type strictMode struct {
 	quorum int
 	fence  time.Duration
-	mu     sync.Mutex
-	last   *ring.Ring // the ring of the last ringChanged
-	drops  []*drop    // oldest first
+	drops  atomic.Pointer[[]*drop] // oldest first
+	mu     sync.Mutex              // serializes ringChanged, and guards every drop's charged
+	last   *ring.Ring              // the ring of the last ringChanged
 }
 
 // drop is a member that left the ring: the ring that still had it, when
@@ -112,14 +114,17 @@ func (m *strictMode) ringChanged(r *ring.Ring, self string, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.last != nil {
+		var drops []*drop
+		if old := m.drops.Load(); old != nil {
+			drops = *old
+		}
 		for _, mem := range m.last.Members() {
 			if mem.Name != self && !r.Has(mem.Name) {
-				if len(m.drops) == maxDrops {
-					m.drops = append(m.drops[:0], m.drops[1:]...)
-				}
-				m.drops = append(m.drops, &drop{name: mem.Name, before: m.last, at: now, charged: map[counterID]struct{}{}})
+				drops = append(drops[max(0, len(drops)-maxDrops+1):len(drops):len(drops)],
+					&drop{name: mem.Name, before: m.last, at: now, charged: map[counterID]struct{}{}})
 			}
 		}
+		m.drops.Store(&drops)
 	}
 	m.last = r
 }
@@ -140,11 +145,12 @@ func (m *strictMode) judge(r *limiter.Request, cur *ring.Ring, now time.Time) ve
 	if cur.Len() < m.quorum {
 		return verdictRefuse
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var due []*drop // the departures whose charge r's counter has not had yet
-	id := counterID{r.Name, r.Key, r.Algorithm, r.Role}
-	for _, d := range m.drops {
+	drops := m.drops.Load()
+	if drops == nil {
+		return verdictDecide
+	}
+	var due []*drop // the departures that may still owe r's counter its charge
+	for _, d := range *drops {
 		if cur.Has(d.name) || now.Sub(d.at) >= m.fence+refillTime(r.Limit) {
 			continue // it is back, and owns its keys again; or the counter has refilled since it could last decide
 		}
@@ -154,19 +160,25 @@ func (m *strictMode) judge(r *limiter.Request, cur *ring.Ring, now time.Time) ve
 		if now.Sub(d.at) < m.fence {
 			return verdictRefuse
 		}
-		if _, done := d.charged[id]; !done {
-			due = append(due, d)
-		}
+		due = append(due, d)
 	}
 	if len(due) == 0 {
 		return verdictDecide
 	}
+	id := counterID{r.Name, r.Key, r.Algorithm, r.Role}
+	v := verdictDecide
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, d := range due {
+		if _, done := d.charged[id]; done {
+			continue
+		}
 		if len(d.charged) < maxChargedPerDrop {
 			d.charged[id] = struct{}{}
 		}
+		v = verdictCharge
 	}
-	return verdictCharge
+	return v
 }
 
 // refillTime is how long a counter of l takes, from spent, to admit its

@@ -284,3 +284,40 @@ func TestStrictEscrowSpentWhileCutOff(t *testing.T) {
 		t.Errorf("an escrow past its time-to-live, the owner cut off: %v %v; want refused from escrow", r.Status, r.Metadata)
 	}
 }
+
+// BenchmarkCheckStrict is BenchmarkCheck's one item a request on a node
+// alone, in the default mode and in strict mode, with a departure to look
+// through (a member that left, whose keys this node did not take): what
+// strict mode adds to a check's work.
+func BenchmarkCheckStrict(b *testing.B) {
+	for _, quorum := range []int{0, 1} {
+		b.Run(fmt.Sprint("quorum=", quorum), func(b *testing.B) {
+			s := New(Config{StrictQuorum: quorum})
+			s.strict.ringChanged(ring.New(s.cluster.LocalMember(), ring.Member{Name: "gone"}), "self", t0)
+			s.strict.ringChanged(s.cluster.Ring(), "self", t0)
+			req := &pb.CheckRequest{Requests: []*pb.CheckItem{{Name: "api", Key: "user:1", Limit: 1_000_000_000, DurationMs: 1000}}}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Check(b.Context(), req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestStrictKeepsTheLatestDepartures: strict mode remembers maxDrops
+// departures, the latest, whatever the churn.
+func TestStrictKeepsTheLatestDepartures(t *testing.T) {
+	var m strictMode
+	m.quorum, m.fence = 1, time.Second
+	self := ring.Member{Name: "self"}
+	for i := range maxDrops + 5 {
+		m.ringChanged(ring.New(self, ring.Member{Name: fmt.Sprint("n", i)}), "self", t0)
+		m.ringChanged(ring.New(self), "self", t0)
+	}
+	drops := *m.drops.Load()
+	if len(drops) != maxDrops || drops[0].name != "n5" || drops[maxDrops-1].name != fmt.Sprint("n", maxDrops+4) {
+		t.Errorf("%d departures kept, from %s to %s; want the latest %d", len(drops), drops[0].name, drops[len(drops)-1].name, maxDrops)
+	}
+}
