@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,13 +41,7 @@ func TestStrictFrozenOwner(t *testing.T) {
 		send(0, survivors[i%2], i)
 	}
 
-	victim.signal(t, syscall.SIGSTOP)
-	thawed := false
-	defer func() {
-		if !thawed {
-			victim.signal(t, syscall.SIGCONT) // so that stopAll can stop it
-		}
-	}()
+	thaw := victim.freeze(t)
 	stopped := time.Now()
 	var wg sync.WaitGroup
 	for w, n := range survivors {
@@ -60,8 +53,7 @@ func TestStrictFrozenOwner(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	victim.signal(t, syscall.SIGCONT)
-	thawed = true
+	thaw()
 	c.waitConverged(3)
 	for i := range keys * 15 {
 		send(2, c.nodes[i%3], i)
