@@ -1,12 +1,14 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -319,5 +321,42 @@ func TestStrictKeepsTheLatestDepartures(t *testing.T) {
 	drops := *m.drops.Load()
 	if len(drops) != maxDrops || drops[0].name != "n5" || drops[maxDrops-1].name != fmt.Sprint("n", maxDrops+4) {
 		t.Errorf("%d departures kept, from %s to %s; want the latest %d", len(drops), drops[0].name, drops[len(drops)-1].name, maxDrops)
+	}
+}
+
+// TestReplanStrict: in strict mode a check whose owner cannot be reached
+// is refused from escrow where the default mode fails it over or decides
+// it with a share; what moved with the ring, a pull and a client that has
+// gone are re-planned as ever.
+func TestReplanStrict(t *testing.T) {
+	pr := newPlanRings()
+	unreachable := fmt.Errorf("forward: %w", peer.ErrUnreachable)
+	cases := []struct {
+		name   string
+		f      failure
+		ring   *ring.Ring // pr.all if nil
+		gone   error
+		lesson lesson
+		next   next
+	}{
+		{"owner unreachable, ring unmoved: refused, not failed over", failure{kind: routeForward, to: nodeC, err: unreachable}, nil, nil, lessonEscrow, nextEscrow},
+		{"relay failed: refused, not a share", failure{kind: routeRelay, to: nodeB, retried: true, err: unreachable}, pr.withoutC, nil, lessonEscrow, nextEscrow},
+		{"ring moved: tried at the new owner", failure{kind: routeForward, to: nodeC, err: unreachable}, pr.withoutC, nil, lessonMoved, nextForward},
+		{"pull unanswered: decided here as the owner", failure{kind: routePull, to: nodeC, err: unreachable}, nil, nil, lessonHere, nextHere},
+		{"client gone: nothing charged", failure{kind: routeForward, to: nodeC, err: context.Canceled}, nil, context.Canceled, lessonGone, nextGone},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := planCall(pr.all, false, planItem(pr.ofCToB, pb.Behavior_BATCHED))
+			v := planView(pr.all)
+			v.strict, v.gone = true, tc.gone
+			if tc.ring != nil {
+				v.ring = tc.ring
+			}
+			p := pending{to: tc.f.to, next: nextOwner, retried: tc.f.retried, failed: &tc.f}
+			if got := replan(c, []*pending{&p}, &tc.f, v); got != tc.lesson || p.next != tc.next {
+				t.Errorf("lesson %d, next %d; want %d, %d", got, p.next, tc.lesson, tc.next)
+			}
+		})
 	}
 }
