@@ -200,13 +200,14 @@ func (m *strictMode) gate(s *Service, c *call, ps []pending, v *view) {
 	if !m.on() {
 		return
 	}
+	now := s.now() // the server's clock, not a check's created_at_ms: a client cannot shorten a fence
 	for k := range ps {
 		p := &ps[k]
 		if c.behavior(p.j) == pb.Behavior_LOCAL || !(p.next == nextHere || (p.next == nextOwner && v.owns(p.to))) {
 			continue
 		}
 		r := &c.reqs[p.j]
-		switch m.judge(r, v.ring, r.Now) {
+		switch m.judge(r, v.ring, now) {
 		case verdictRefuse:
 			p.next = nextEscrow
 		case verdictCharge:
