@@ -69,10 +69,10 @@ const escrowRetry = suspectFor
 // forgotten first (a cluster losing members this often has no quorum).
 const maxDrops = 64
 
-// maxChargedPerDrop bounds the keys a departure remembers having charged;
-// beyond it, a key is charged at every check until its window ends (more
-// refusals, never more admissions).
-const maxChargedPerDrop = 1 << 20
+// maxCharged bounds the counters the departures remember having charged,
+// together (about 100 bytes each); beyond it, a counter is charged at every
+// check until its window ends: more refusals, never more admissions.
+const maxCharged = 1 << 18
 
 // strictMode is a Service's strict mode: its settings, and the members
 // that left the ring lately. The zero value is off. It is safe for
@@ -82,8 +82,10 @@ type strictMode struct {
 	quorum int
 	fence  time.Duration
 	drops  atomic.Pointer[[]*drop] // oldest first
-	mu     sync.Mutex              // serializes ringChanged, and guards every drop's charged
+	mu     sync.Mutex              // serializes ringChanged, and guards every drop's charged and charged
 	last   *ring.Ring              // the ring of the last ringChanged
+	// charged is the size of the drops' charged maps, together.
+	charged int
 }
 
 // drop is a member that left the ring: the ring that still had it, when
@@ -120,7 +122,11 @@ func (m *strictMode) ringChanged(r *ring.Ring, self string, now time.Time) {
 		}
 		for _, mem := range m.last.Members() {
 			if mem.Name != self && !r.Has(mem.Name) {
-				drops = append(drops[max(0, len(drops)-maxDrops+1):len(drops):len(drops)],
+				first := max(0, len(drops)-maxDrops+1)
+				for _, old := range drops[:first] {
+					m.charged -= len(old.charged)
+				}
+				drops = append(drops[first:len(drops):len(drops)],
 					&drop{name: mem.Name, before: m.last, at: now, charged: map[counterID]struct{}{}})
 			}
 		}
@@ -173,8 +179,9 @@ func (m *strictMode) judge(r *limiter.Request, cur *ring.Ring, now time.Time) ve
 		if _, done := d.charged[id]; done {
 			continue
 		}
-		if len(d.charged) < maxChargedPerDrop {
+		if m.charged < maxCharged {
 			d.charged[id] = struct{}{}
+			m.charged++
 		}
 		v = verdictCharge
 	}
