@@ -360,3 +360,20 @@ func TestReplanStrict(t *testing.T) {
 		})
 	}
 }
+
+// TestStrictNoQuorumLendsNoEscrow: an owner whose ring holds fewer members
+// than the quorum lends no grant, so a node that later cannot reach it
+// holds no escrow to spend, and refuses.
+func TestStrictNoQuorumLendsNoEscrow(t *testing.T) {
+	clk := &clock{t: t0}
+	c, svcs := newStrictCluster(3, 3, clk)
+	setRings(c, svcs, []int{0, 1, 2}, c.ring)
+	key := c.keyInheritedBy(2, 1)
+	check(t, svcs[0], strictGlobal(key)) // forwarded: node-0 asks for a grant
+	setRings(c, svcs, []int{2}, c.ring.Without("node-1"))
+	syncRound(svcs)
+	c.down["peer-2"] = true
+	if r := check(t, svcs[0], strictGlobal(key)); r.Status != pb.Status_OVER_LIMIT || r.Metadata[MetadataDecidedBy] != "escrow" {
+		t.Errorf("node-0, cut off from an owner that had no quorum to lend: %v %v; want refused from escrow", r.Status, r.Metadata)
+	}
+}
