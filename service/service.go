@@ -114,7 +114,7 @@ type Config struct {
 	// DefaultStrictFence.
 	StrictFence time.Duration
 	// EscrowTTL is how long, in strict mode, a GLOBAL grant is spent after
-	// the owner last renewed it; zero means DefaultEscrowTTL.
+	// the owner last renewed it; zero means EscrowTTL(GlobalSync).
 	EscrowTTL time.Duration
 }
 

@@ -58,8 +58,19 @@ import (
 const DefaultStrictFence = 15 * time.Second
 
 // DefaultEscrowTTL is how long a node spends a GLOBAL grant in strict mode
-// after the owner last renewed it: ten GLOBAL rounds.
+// after the owner last renewed it: ten rounds of the default --global-sync.
+// With a longer --global-sync it is ten rounds (EscrowTTL), so that a busy
+// key's grant is renewed many times in its life.
 const DefaultEscrowTTL = time.Second
+
+// EscrowTTL is the escrow time-to-live, in strict mode, of a cluster whose
+// GLOBAL rounds are sync apart (zero: global.DefaultInterval).
+func EscrowTTL(sync time.Duration) time.Duration {
+	if sync <= 0 {
+		sync = global.DefaultInterval
+	}
+	return max(DefaultEscrowTTL, 10*sync)
+}
 
 // escrowRetry is the retry_after of a check refused for want of escrow: a
 // suspicion's life, after which the owner is tried again.
@@ -248,7 +259,7 @@ func (m *strictMode) configure(conf Config, s *Service) global.EscrowConfig {
 	}
 	ttl := conf.EscrowTTL
 	if ttl <= 0 {
-		ttl = DefaultEscrowTTL
+		ttl = EscrowTTL(conf.GlobalSync)
 	}
 	return global.EscrowConfig{TTL: ttl, Keep: m.fence, MayLend: func() bool { return s.cluster.Ring().Len() >= m.quorum }}
 }
