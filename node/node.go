@@ -103,6 +103,10 @@ type Config struct {
 	// ReplicateInterval is how often changed counters go to their heirs;
 	// zero means no replication.
 	ReplicateInterval time.Duration
+	// StrictQuorum, if positive, turns strict mode on, and StrictFence
+	// is its fence (service.Config).
+	StrictQuorum int
+	StrictFence  time.Duration
 	// MaxInflight bounds client requests in flight, MaxStreams the
 	// CheckStreams open, and MaxConns the connections open on each of the
 	// HTTP, gRPC and peer listeners, MaxConnsPerSource those from one IP
@@ -172,6 +176,7 @@ func DefaultConfig() Config {
 		ShutdownTimeout:   30 * time.Second,
 		HandOffWait:       time.Second,
 		ReplicateInterval: replica.DefaultInterval,
+		StrictFence:       service.DefaultStrictFence,
 		MaxInflight:       admit.DefaultMax,
 		MaxStreams:        admit.DefaultMaxStreams,
 		MaxConns:          DefaultMaxConns,
@@ -285,6 +290,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		Store: store, Replicas: replicas, Cluster: n.members, Peers: n.pool,
 		MaxClockSkew: conf.MaxClockSkew, GlobalSync: conf.GlobalSync, HandOffWait: conf.HandOffWait,
 		ReplicateInterval: conf.ReplicateInterval, HandedOff: n.snaps.handedOff(),
+		StrictQuorum: conf.StrictQuorum, StrictFence: conf.StrictFence,
 		Logger: log, Registerer: reg, Policies: n.policies, Leases: conf.Leases,
 	})
 	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod}, MaxStreams: conf.MaxStreams,
