@@ -381,8 +381,8 @@ func (n *Node) Run(ctx context.Context) error {
 	n.snaps.start(g)
 	g.Go(func() error { return ignoreCanceled(n.policies.Run(gctx)) }) // policies stay in force once it stops
 	g.Go(func() error { return serveHTTP(n.httpSrv, n.lis.http) })
-	g.Go(func() error { return n.grpcSrv.Serve(n.lis.grpc) })
-	g.Go(func() error { return n.peerSrv.Serve(n.lis.peer) })
+	g.Go(func() error { return serveGRPC(n.grpcSrv, n.lis.grpc) })
+	g.Go(func() error { return serveGRPC(n.peerSrv, n.lis.peer) })
 
 	if n.insecure != "" {
 		n.log.Warn("INSECURE: " + n.insecure)
@@ -448,6 +448,16 @@ func serveHTTP(srv *http.Server, lis net.Listener) error {
 	}
 	if err := serve(lis); !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("http: %w", err)
+	}
+	return nil
+}
+
+// serveGRPC serves srv on lis until it stops. A stop that comes before
+// Serve starts (SIGTERM in the first instants) makes Serve return
+// grpc.ErrServerStopped: that is a stop asked for, not a failure.
+func serveGRPC(srv *grpc.Server, lis net.Listener) error {
+	if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
 	}
 	return nil
 }
