@@ -170,6 +170,13 @@ type Limit struct {
 	Ceiling uint32
 	// Parent is the limit the keys borrow from, set with Ceiling.
 	Parent *Parent
+	// ReserveTTL, when positive, makes the policy's costs known only
+	// afterwards (reserve_ttl_ms): a native check of at least one hit that
+	// names it reserves its hits for this long (a check's reserve_ttl_ms),
+	// to be settled with the real cost; Envoy's rate limit service, which
+	// cannot carry a reservation, checks and charges its descriptors as
+	// package rls says. Whole milliseconds, at most checks.MaxReserveTTL.
+	ReserveTTL time.Duration
 }
 
 // Parent is a rate_limit's parent: one limit shared by every key of the
@@ -222,6 +229,9 @@ func (l *Limit) String() string {
 	}
 	if l.Ceiling > 0 {
 		fmt.Fprintf(&b, " ceiling=%d parent=%q:%d/%s", l.Ceiling, l.Parent.Key, l.Parent.RequestsPerUnit, unitText(l.Parent.Unit, l.Parent.UnitMultiplier))
+	}
+	if l.ReserveTTL > 0 {
+		fmt.Fprintf(&b, " reserve_ttl=%v", l.ReserveTTL)
 	}
 	if l.Name != "" {
 		fmt.Fprintf(&b, " name=%s", l.Name)
