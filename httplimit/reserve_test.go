@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -260,5 +261,36 @@ func TestReportCostOutsideAReservation(t *testing.T) {
 	})).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
 	if reported {
 		t.Error("ReportCost found a reservation under a Limiter without ReserveTTL")
+	}
+}
+
+// TestReserveRefusesGlobalAndBorrowing: a GLOBAL limit is decided from
+// grants without the key's owner, and a borrowing one charges a parent,
+// so neither can reserve: the check's error, naming the field, goes to
+// ErrorHandler and the handler does not run.
+func TestReserveRefusesGlobalAndBorrowing(t *testing.T) {
+	svc := service.New(service.Config{Now: func() time.Time { return t0 }})
+	for _, tc := range []struct {
+		limit client.Limit
+		field string
+	}{
+		{client.Limit{Name: "g", Count: 100, Period: time.Minute, Behavior: client.Global}, "behavior"},
+		{client.Limit{Name: "b", Count: 100, Period: time.Minute, Ceiling: 200, Parent: client.Parent{Key: "all", Count: 1000}}, "ceiling"},
+	} {
+		l := reserving(svc)
+		l.Limit = tc.limit
+		var got error
+		l.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, err error) {
+			got = err
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("X-User", "u")
+		r.Header.Set(estimateHeader, "5")
+		served := false
+		l.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = true })).ServeHTTP(httptest.NewRecorder(), r)
+		if served || !errors.Is(got, client.ErrInvalid) || !strings.Contains(got.Error(), tc.field) {
+			t.Errorf("%s: served %v, error %v; want ErrInvalid naming %s", tc.limit.Name, served, got, tc.field)
+		}
 	}
 }

@@ -147,6 +147,7 @@ func TestCheckReserveSettle(t *testing.T) {
 		{"both", []string{"--settle", id, "--release", id, "--cost", "3"}, "one or the other"},
 		{"a cost without --settle", []string{"--limit", "1", "--cost", "3"}, "--cost goes with --settle"},
 		{"a reservation of a spacing", []string{"--limit", "100", "--min-interval", "1s", "--reserve-ttl", "1m"}, "min_interval_ms"},
+		{"a reservation while borrowing", []string{"--limit", "100", "--ceiling", "200", "--parent-key", "all", "--parent-limit", "1000", "--reserve-ttl", "1m"}, "ceiling"},
 		{"a time-to-live over a day", []string{"--limit", "100", "--reserve-ttl", "25h"}, "reserve_ttl_ms"},
 	} {
 		if code, _, err := check(tc.args...); code != 2 || err == nil || !strings.Contains(err.Error(), tc.err) {
