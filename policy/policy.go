@@ -19,9 +19,10 @@
 // These are envoyproxy/ratelimit's rules (config_impl.go at commit
 // f2fb157), so that its configurations answer the same here. Three keys
 // are ours: rate_limit's algorithm (any of the six; FIXED_WINDOW,
-// ratelimit's own, by default), soft_percent and min_interval_ms; and two
+// ratelimit's own, by default), soft_percent and min_interval_ms; two
 // more, ceiling and parent, let the policy's keys borrow beyond their
-// limit from a limit they share (see Limit.Ceiling).
+// limit from a limit they share (see Limit.Ceiling); and reserve_ttl_ms
+// says its costs are known only afterwards (see Limit.ReserveTTL).
 //
 // A Set is an immutable snapshot, safe for concurrent use; a Reloader
 // publishes a new one when the files change.
