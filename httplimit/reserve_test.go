@@ -220,25 +220,18 @@ func TestReserveErrors(t *testing.T) {
 	svc := service.New(service.Config{Now: func() time.Time { return t0 }})
 	l := reserving(svc)
 	l.Client = fixed{d: client.Decision{Allowed: true}}
-	var got error
-	l.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, err error) {
-		got = err
-		w.WriteHeader(http.StatusTeapot)
-	}
-	r := httptest.NewRequest(http.MethodGet, "/", nil)
-	r.Header.Set("X-User", "u")
-	w := httptest.NewRecorder()
-	l.Handler(ok).ServeHTTP(w, r)
-	if w.Code != http.StatusTeapot || !errors.Is(got, httplimit.ErrNotReserver) {
-		t.Errorf("%d, %v; want the ErrorHandler's 418 with ErrNotReserver", w.Code, got)
+	if served, got := checkError(l); served || !errors.Is(got, httplimit.ErrNotReserver) {
+		t.Errorf("served %v, ErrorHandler heard %v; want ErrNotReserver", served, got)
 	}
 
 	l = reserving(svc)
 	l.Client = client.Wrap(failingSettles{svc})
 	var settleErr error
 	l.SettleError = func(_ *http.Request, err error) { settleErr = err }
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Set("X-User", "u")
 	r.Header.Set(estimateHeader, "25")
-	w = httptest.NewRecorder()
+	w := httptest.NewRecorder()
 	l.Handler(ok).ServeHTTP(w, r)
 	if w.Code != http.StatusOK || settleErr == nil {
 		t.Errorf("%d, SettleError heard %v; want 200 and the settle's error", w.Code, settleErr)
@@ -279,18 +272,23 @@ func TestReserveRefusesGlobalAndBorrowing(t *testing.T) {
 	} {
 		l := reserving(svc)
 		l.Limit = tc.limit
-		var got error
-		l.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, err error) {
-			got = err
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		r.Header.Set("X-User", "u")
-		r.Header.Set(estimateHeader, "5")
-		served := false
-		l.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = true })).ServeHTTP(httptest.NewRecorder(), r)
-		if served || !errors.Is(got, client.ErrInvalid) || !strings.Contains(got.Error(), tc.field) {
+		if served, got := checkError(l); served || !errors.Is(got, client.ErrInvalid) || !strings.Contains(got.Error(), tc.field) {
 			t.Errorf("%s: served %v, error %v; want ErrInvalid naming %s", tc.limit.Name, served, got, tc.field)
 		}
 	}
+}
+
+// checkError serves one request of user u, estimated at 5, through l,
+// and returns whether its handler ran and the error l's ErrorHandler
+// heard.
+func checkError(l *httplimit.Limiter) (served bool, got error) {
+	l.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, err error) {
+		got = err
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Set("X-User", "u")
+	r.Header.Set(estimateHeader, "5")
+	l.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = true })).ServeHTTP(httptest.NewRecorder(), r)
+	return served, got
 }
