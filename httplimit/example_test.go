@@ -1,12 +1,14 @@
 package httplimit_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/ringlimit/ringlimit/client"
@@ -113,4 +115,42 @@ func ExampleLimiter_legacyHeaders() {
 	// X-RateLimit-Limit: 10
 	// X-RateLimit-Remaining: 9
 	// X-RateLimit-Reset: 6
+}
+
+// ExampleReportCost limits a language model's tokens a minute per user:
+// each request reserves its estimate (the max_tokens it asks for) while
+// it runs, so that concurrent requests cannot together spend more than
+// the limit, and the handler reports the tokens really generated, which
+// gives the rest back.
+func ExampleReportCost() {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	c := node(now)
+	limit := client.Limit{Name: "tokens", Count: 10_000, Period: time.Minute}
+	l := &httplimit.Limiter{
+		Client:     c,
+		Limit:      limit,
+		Key:        func(r *http.Request) string { return r.Header.Get("X-User") },
+		ReserveTTL: 5 * time.Minute, // the longest a generation may take
+		Estimate: func(r *http.Request) int64 {
+			n, _ := strconv.ParseInt(r.URL.Query().Get("max_tokens"), 10, 64)
+			return n
+		},
+		Now: func() time.Time { return now },
+	}
+	generate := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		generated := int64(1_200) // what the model really produced
+		httplimit.ReportCost(r.Context(), generated)
+		fmt.Fprintf(w, "%d tokens", generated)
+	})
+	r := httptest.NewRequest(http.MethodPost, "/v1/completions?max_tokens=4000", nil)
+	r.Header.Set("X-User", "alice")
+	w := httptest.NewRecorder()
+	l.Handler(generate).ServeHTTP(w, r)
+	fmt.Println(w.Code, w.Body.String(), "RateLimit:", w.Header().Get("RateLimit"))
+
+	left, _ := c.Take(context.Background(), limit, "alice", 0) // 0 hits: a peek
+	fmt.Println("remaining after the settle:", left.Remaining)
+	// Output:
+	// 200 1200 tokens RateLimit: "tokens";r=6000;t=24
+	// remaining after the settle: 8800
 }

@@ -42,6 +42,10 @@
 // and may be cut back to it when others need the parent. The headers
 // above still describe Count, the guarantee (r is 0 while borrowing).
 //
+// Costs known only afterwards. With ReserveTTL, a request reserves an
+// estimate and its handler reports the real cost with ReportCost; see
+// ReportCost and the Limiter's fields.
+//
 // Clients behind proxies. By default the key is the host of RemoteAddr.
 // Behind a reverse proxy or load balancer that is the proxy, so set
 // TrustedProxies to the proxies' networks: the client's address is then
@@ -109,6 +113,21 @@ type Limiter struct {
 	// Now is the clock the headers are computed against; nil means
 	// time.Now. Tests set it to pin the rounding.
 	Now func() time.Time
+
+	// ReserveTTL, when positive, makes each request reserve its
+	// Estimate rather than spend one hit, and settle with the cost its
+	// handler reports (see ReportCost); 1 ms to a day, the time the
+	// longest request may take: a reservation not settled by then is
+	// charged in full. Client must then be a Reserver; Limit may be
+	// neither Global nor leased, nor have a MinInterval or Ceiling.
+	ReserveTTL time.Duration
+	// Estimate returns the hits to reserve for a request, at least 1;
+	// nil reserves 1. Only with ReserveTTL.
+	Estimate func(*http.Request) int64
+	// SettleError, when set, hears of a settle that failed after the
+	// handler ran (the reservation is then charged in full at its
+	// time-to-live); nil drops the error. Only with ReserveTTL.
+	SettleError func(*http.Request, error)
 }
 
 // Handler returns next wrapped by the limiter.
@@ -121,7 +140,20 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r) // exempt
 			return
 		}
-		d, err := l.take(r.Context(), key)
+		var (
+			d        client.Decision
+			err      error
+			res      *client.Reservation
+			estimate int64
+		)
+		if l.ReserveTTL > 0 {
+			estimate = l.hits(r)
+			if res, err = l.reserve(r.Context(), key, estimate); err == nil {
+				d = res.Decision
+			}
+		} else {
+			d, err = l.take(r.Context(), key)
+		}
 		if err != nil {
 			switch {
 			case l.ErrorHandler != nil:
@@ -144,6 +176,10 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			}
 			w.Header().Set("Retry-After", strconv.FormatInt(retry, 10))
 			http.Error(w, "too many requests", http.StatusTooManyRequests)
+			return
+		}
+		if res != nil {
+			l.serveReserved(w, r, next, res, estimate)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -169,13 +205,17 @@ func (l *Limiter) setHeaders(h http.Header, d client.Decision) {
 
 // take spends one hit of the limit for key, within Timeout.
 func (l *Limiter) take(ctx context.Context, key string) (client.Decision, error) {
-	timeout := l.Timeout
-	if timeout <= 0 {
-		timeout = 100 * time.Millisecond
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, l.timeout())
 	defer cancel()
 	return l.Client.Take(ctx, l.Limit, key, 1)
+}
+
+// timeout bounds each call to ringlimit: Timeout, or 100ms.
+func (l *Limiter) timeout() time.Duration {
+	if l.Timeout <= 0 {
+		return 100 * time.Millisecond
+	}
+	return l.Timeout
 }
 
 func (l *Limiter) now() time.Time {

@@ -31,8 +31,9 @@ import (
 // charged at, expiry, and a hash of name and key that binds the id to its
 // counter). A settled one is remembered until its expiry, so that a
 // retried Settle answers as the first did and never charges twice. The
-// store holds at most Config.MaxReservations of them, open or settled;
-// beyond that Reserve is refused. Expired ones are dropped as their shard
+// store holds at most Config.MaxReservations of them, open or settled,
+// and at most Config.MaxReservationsPerKey of one name and key; beyond
+// that Reserve is refused. Expired ones are dropped as their shard
 // is next used by a reservation, and by ExpireReservations.
 //
 // Reservations live in this store only: they do not travel with hand-off,
@@ -41,6 +42,11 @@ import (
 
 // DefaultMaxReservations is the default bound on reservations held.
 const DefaultMaxReservations = 100_000
+
+// DefaultMaxReservationsPerKey is the default bound on the reservations
+// one name and key hold, open or settled: 1% of DefaultMaxReservations,
+// so that one client cannot take every reservation a node holds.
+const DefaultMaxReservationsPerKey = 1_000
 
 var (
 	// ErrUnknownReservation reports a reservation id this store does not
@@ -132,6 +138,30 @@ type reservation struct {
 type reserved struct {
 	byID   map[ReservationID]*reservation
 	expiry expiryHeap
+	// perKey counts the reservations in byID by their bind (name and
+	// key), for Config.MaxReservationsPerKey.
+	perKey map[uint64]int32
+}
+
+// add holds v under id: in byID, the expiry order and its key's count.
+func (res *reserved) add(id ReservationID, v *reservation) {
+	if res.byID == nil {
+		res.byID = make(map[ReservationID]*reservation)
+		res.perKey = make(map[uint64]int32)
+	}
+	res.byID[id] = v
+	res.perKey[v.bind]++
+	heap.Push(&res.expiry, expiring{v.expires, id})
+}
+
+// drop forgets the reservation v held under id.
+func (res *reserved) drop(id ReservationID, v *reservation) {
+	delete(res.byID, id)
+	if n := res.perKey[v.bind]; n > 1 {
+		res.perKey[v.bind] = n - 1
+	} else {
+		delete(res.perKey, v.bind)
+	}
 }
 
 // expiring is a reservation's place in its shard's expiry order.
@@ -161,10 +191,13 @@ type reservations struct {
 	shards  []reserved
 	held    atomic.Int64
 	max     int64
+	perKey  int32 // the bound on one name and key's
 	seed    maphash.Seed
 	expired prometheus.Counter
 	refused prometheus.Counter
-	settled *prometheus.CounterVec
+	// refusedKey counts those refused by perKey.
+	refusedKey prometheus.Counter
+	settled    *prometheus.CounterVec
 }
 
 // init sets up rs for a store of the given shards, and registers its
@@ -174,8 +207,13 @@ func (rs *reservations) init(conf Config, shards int) {
 	if max <= 0 {
 		max = DefaultMaxReservations
 	}
+	perKey := conf.MaxReservationsPerKey
+	if perKey <= 0 {
+		perKey = DefaultMaxReservationsPerKey
+	}
 	rs.shards = make([]reserved, shards)
 	rs.max = int64(max)
+	rs.perKey = int32(min(perKey, max))
 	rs.seed = maphash.MakeSeed()
 	rs.expired = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ringlimit_reservations_expired_total",
@@ -185,12 +223,16 @@ func (rs *reservations) init(conf Config, shards int) {
 		Name: "ringlimit_reservations_refused_total",
 		Help: "Reservations refused because the node held --max-reservations reservations.",
 	})
+	rs.refusedKey = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ringlimit_reservations_refused_per_key_total",
+		Help: "Reservations refused because their name and key held --max-reservations-per-key reservations.",
+	})
 	rs.settled = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ringlimit_reservations_settled_total",
 		Help: "Reservations settled, by outcome: given_back (cost below the reservation), exact, forced (cost above it), released.",
 	}, []string{"outcome"})
 	if reg := conf.Registerer; reg != nil {
-		reg.MustRegister(rs.expired, rs.refused, rs.settled, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		reg.MustRegister(rs.expired, rs.refused, rs.refusedKey, rs.settled, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ringlimit_reservations",
 			Help: "Reservations held by this node, open or settled and remembered until their time-to-live, at most --max-reservations.",
 		}, func() float64 { return float64(rs.held.Load()) }))
@@ -253,7 +295,8 @@ func Reservable(a Algorithm) bool {
 // one of an algorithm without give-back, of another Role than RoleLimit,
 // with a MinInterval or ChargeRefused, of no hits, or a ttl that is not
 // positive; and with ErrTooManyReservations one beyond
-// Config.MaxReservations.
+// Config.MaxReservations, or beyond Config.MaxReservationsPerKey of its
+// name and key.
 func (s *Store) Reserve(r *Request, ttl time.Duration) (algorithms.Decision, ReservationID, error) {
 	var none ReservationID
 	switch {
@@ -280,6 +323,11 @@ func (s *Store) Reserve(r *Request, ttl time.Duration) (algorithms.Decision, Res
 	defer sh.mu.Unlock()
 	now := r.Now.UnixNano()
 	s.expire(res, now)
+	bind := rs.bindHash(r.Name, r.Key)
+	if res.perKey[bind] >= rs.perKey {
+		rs.refusedKey.Inc()
+		return algorithms.Decision{}, none, fmt.Errorf("%w: name and key hold --max-reservations-per-key %d, open or settled within their time-to-live", ErrTooManyReservations, rs.perKey)
+	}
 	if !rs.claim() {
 		rs.refused.Inc()
 		return algorithms.Decision{}, none, fmt.Errorf("%w: the node holds --max-reservations %d", ErrTooManyReservations, rs.max)
@@ -293,19 +341,15 @@ func (s *Store) Reserve(r *Request, ttl time.Duration) (algorithms.Decision, Res
 	id, hash := sh.counterID(r)
 	var rid ReservationID
 	rand.Read(rid[:]) // never fails (crypto/rand since Go 1.24)
-	if res.byID == nil {
-		res.byID = make(map[ReservationID]*reservation)
-	}
 	v := &reservation{
-		bind:      rs.bindHash(r.Name, r.Key),
+		bind:      bind,
 		algorithm: r.Algorithm,
 		limit:     r.Limit,
 		hits:      r.Hits,
 		takenAt:   t.(giving).lastAt(t.find(id, hash)),
 		expires:   addClamped(now, ttl),
 	}
-	res.byID[rid] = v
-	heap.Push(&res.expiry, expiring{v.expires, rid})
+	res.add(rid, v)
 	return d, rid, nil
 }
 
@@ -386,7 +430,7 @@ func (s *Store) expire(res *reserved, now int64) {
 		if v == nil || v.expires != x.at {
 			continue
 		}
-		delete(res.byID, x.id)
+		res.drop(x.id, v)
 		s.reservations.held.Add(-1)
 		if !v.settled {
 			s.reservations.expired.Inc()

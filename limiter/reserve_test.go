@@ -3,6 +3,7 @@ package limiter
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -200,6 +201,52 @@ func TestReservationsBounded(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(s.reservations.expired); got != 100 {
 		t.Errorf("%v counted expired, want 100", got)
+	}
+}
+
+// TestReservationsPerKeyBounded: one name and key hold at most
+// MaxReservationsPerKey reservations, open or settled within their
+// time-to-live, so that it cannot take the node's MaxReservations; others
+// still reserve, and the room comes back as its reservations expire.
+func TestReservationsPerKeyBounded(t *testing.T) {
+	s := New(Config{MaxReservations: 100, MaxReservationsPerKey: 10})
+	l := algorithms.Limit{Count: 1_000_000, Period: time.Minute}
+	req := func(key string, at time.Time) *Request {
+		return &Request{Name: "n", Key: key, Algorithm: TokenBucket, Limit: l, Hits: 1, Now: at}
+	}
+	var ids []ReservationID
+	refused := 0
+	for range 50 {
+		_, id, err := s.Reserve(req("greedy", t0), time.Minute)
+		switch {
+		case errors.Is(err, ErrTooManyReservations) && strings.Contains(err.Error(), "--max-reservations-per-key 10"):
+			refused++
+		case err != nil:
+			t.Fatal(err)
+		default:
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) != 10 || refused != 40 || testutil.ToFloat64(s.reservations.refusedKey) != 40 || testutil.ToFloat64(s.reservations.refused) != 0 {
+		t.Fatalf("%d held and %d refused for one key, want 10 and 40, counted per key", len(ids), refused)
+	}
+	if _, _, err := s.Reserve(req("other", t0), time.Minute); err != nil {
+		t.Errorf("another key: %v", err)
+	}
+	if _, err := s.Settle(&Settlement{ID: ids[0], Name: "n", Key: "greedy", Cost: 1, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Reserve(req("greedy", t0), time.Minute); !errors.Is(err, ErrTooManyReservations) {
+		t.Errorf("a settled reservation, remembered until it expires, still counts: %v", err)
+	}
+	if _, _, err := s.Reserve(req("greedy", t0.Add(time.Minute)), time.Minute); err != nil {
+		t.Errorf("once the key's reservations expired: %v", err)
+	}
+	s.ExpireReservations(t0.Add(3 * time.Minute))
+	for i := range s.reservations.shards {
+		if n := len(s.reservations.shards[i].perKey); n != 0 {
+			t.Errorf("shard %d counts %d keys with no reservations left", i, n)
+		}
 	}
 }
 

@@ -69,6 +69,10 @@ type Config struct {
 	// reserve.go); beyond it Reserve is refused. Zero means
 	// DefaultMaxReservations.
 	MaxReservations int
+	// MaxReservationsPerKey bounds the reservations of one name and key
+	// held, open or settled, so that one client cannot hold them all; at
+	// most MaxReservations. Zero means DefaultMaxReservationsPerKey.
+	MaxReservationsPerKey int
 	// Registerer receives the store's metrics; nil registers none.
 	Registerer prometheus.Registerer
 }

@@ -84,6 +84,9 @@ type Config struct {
 	// MaxReservations bounds the reservations this node's store holds,
 	// open or settled (see limiter.Config.MaxReservations).
 	MaxReservations int
+	// MaxReservationsPerKey bounds the reservations of one name and key
+	// (see limiter.Config.MaxReservationsPerKey); zero means its default.
+	MaxReservationsPerKey int
 	// BatchWait and BatchLimit shape the batches of forwarded checks (see
 	// peer.Config).
 	BatchWait  time.Duration
@@ -250,6 +253,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	own := mem.counters
 	own.Registerer = reg
 	own.MaxReservations = conf.MaxReservations
+	own.MaxReservationsPerKey = conf.MaxReservationsPerKey
 	store := limiter.New(own)
 	// Replicas of other owners' counters are kept apart, under the same
 	// counts and a share of their own (package replica exports their

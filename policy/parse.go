@@ -332,12 +332,12 @@ func (p *parser) descriptor(parent *node, n *yaml.Node, path, ref string, depth 
 }
 
 var limitKeys = []string{"requests_per_unit", "unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "soft_percent", "min_interval_ms",
-	"ceiling", "parent"}
+	"ceiling", "parent", "reserve_ttl_ms"}
 
 // limit parses a rate_limit mapping.
 func (p *parser) limit(n *yaml.Node, path string, shadow, quota bool) (*Limit, error) {
 	l := &Limit{ShadowMode: shadow, QuotaMode: quota, Algorithm: limiter.FixedWindow}
-	var unitNode, multiplierNode, intervalNode, ceilingNode, parentNode *yaml.Node
+	var unitNode, multiplierNode, intervalNode, ceilingNode, parentNode, reserveNode *yaml.Node
 	unit := ""
 	err := p.fields(n, path, limitKeys, func(k string, v *yaml.Node) error {
 		field := join(path, k)
@@ -402,10 +402,18 @@ func (p *parser) limit(n *yaml.Node, path string, shadow, quota bool) (*Limit, e
 			var err error
 			l.Parent, err = p.parent(v, field)
 			return err
+		case "reserve_ttl_ms":
+			reserveNode = v
+			u, err := p.uint(v, field, uint64(checks.MaxReserveTTL.Milliseconds()))
+			l.ReserveTTL = time.Duration(u) * time.Millisecond
+			return err
 		}
 		return nil
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := p.checkReserve(l, reserveNode, intervalNode, ceilingNode, path); err != nil {
 		return nil, err
 	}
 	u, valid := parseUnit(unit)
@@ -442,6 +450,28 @@ func (p *parser) limit(n *yaml.Node, path string, shadow, quota bool) (*Limit, e
 		return nil, p.errorf(n, join(path, "requests_per_unit"), "SLIDING_LOG keeps a timestamp per hit, so it allows at most %d, got %d", algorithms.MaxSlidingLogLimit, l.Enforced())
 	}
 	return l, p.checkBorrowing(l, n, ceilingNode, parentNode, path)
+}
+
+// checkReserve checks l's reserve_ttl_ms, at at (nil if the file has
+// none): at least 1 ms, and not on a limit whose checks cannot reserve
+// (see checks.Request): unlimited, spaced or borrowing.
+func (p *parser) checkReserve(l *Limit, at, intervalNode, ceilingNode *yaml.Node, path string) error {
+	field := join(path, "reserve_ttl_ms")
+	switch {
+	case at == nil:
+		return nil
+	case l.ReserveTTL == 0:
+		return p.errorf(at, field, "want a whole number from 1 to %d (a day), got 0: omit it to spend hits rather than reserve them", checks.MaxReserveTTL.Milliseconds())
+	case l.Unlimited:
+		return p.errorf(at, field, "must not be set when unlimited is true")
+	case intervalNode != nil && l.MinInterval > 0:
+		return p.errorf(at, field, "not with min_interval_ms: a spacing counts requests and cannot give them back")
+	case ceilingNode != nil:
+		return p.errorf(at, field, "not with ceiling: a check that borrows cannot reserve")
+	case !limiter.Reservable(l.Algorithm):
+		return p.errorf(at, field, "%s cannot give hits back, so it cannot reserve", l.Algorithm)
+	}
+	return nil
 }
 
 // checkBorrowing checks l's ceiling and parent: both or neither, on a

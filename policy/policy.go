@@ -19,9 +19,10 @@
 // These are envoyproxy/ratelimit's rules (config_impl.go at commit
 // f2fb157), so that its configurations answer the same here. Three keys
 // are ours: rate_limit's algorithm (any of the six; FIXED_WINDOW,
-// ratelimit's own, by default), soft_percent and min_interval_ms; and two
+// ratelimit's own, by default), soft_percent and min_interval_ms; two
 // more, ceiling and parent, let the policy's keys borrow beyond their
-// limit from a limit they share (see Limit.Ceiling).
+// limit from a limit they share (see Limit.Ceiling); and reserve_ttl_ms
+// says its costs are known only afterwards (see Limit.ReserveTTL).
 //
 // A Set is an immutable snapshot, safe for concurrent use; a Reloader
 // publishes a new one when the files change.
@@ -170,6 +171,13 @@ type Limit struct {
 	Ceiling uint32
 	// Parent is the limit the keys borrow from, set with Ceiling.
 	Parent *Parent
+	// ReserveTTL, when positive, makes the policy's costs known only
+	// afterwards (reserve_ttl_ms): a native check of at least one hit that
+	// names it reserves its hits for this long (a check's reserve_ttl_ms),
+	// to be settled with the real cost; Envoy's rate limit service, which
+	// cannot carry a reservation, checks and charges its descriptors as
+	// package rls says. Whole milliseconds, at most checks.MaxReserveTTL.
+	ReserveTTL time.Duration
 }
 
 // Parent is a rate_limit's parent: one limit shared by every key of the
@@ -222,6 +230,9 @@ func (l *Limit) String() string {
 	}
 	if l.Ceiling > 0 {
 		fmt.Fprintf(&b, " ceiling=%d parent=%q:%d/%s", l.Ceiling, l.Parent.Key, l.Parent.RequestsPerUnit, unitText(l.Parent.Unit, l.Parent.UnitMultiplier))
+	}
+	if l.ReserveTTL > 0 {
+		fmt.Fprintf(&b, " reserve_ttl=%v", l.ReserveTTL)
 	}
 	if l.Name != "" {
 		fmt.Fprintf(&b, " name=%s", l.Name)

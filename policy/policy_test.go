@@ -54,6 +54,7 @@ func TestMatch(t *testing.T) {
 		{"no wildcard matches, no key-only path", "edge", entries("path", "/other"), "", nil},
 		{"our extensions", "edge", entries("tier", "free"), "100/month SLIDING_WINDOW soft +10% (enforced 110) name=free", nil},
 		{"a minimum spacing", "edge", entries("login", "alice"), "20/hour GCRA min_interval=2s", nil},
+		{"a cost known afterwards: reserved", "edge", entries("model", "gpt"), "20000/minute TOKEN_BUCKET reserve_ttl=10m0s", nil},
 		{"borrowing from the policy's own parent", "edge", entries("tenant", "acme"), `100/minute TOKEN_BUCKET ceiling=1000 parent="edge/tenant":10000/minute`, nil},
 		{"borrowing from a named parent", "edge", entries("team", "a"), `5/second FIXED_WINDOW ceiling=20 parent="teams":50/minute`, nil},
 		{"replaces", "edge", entries("tier", "vip"), "1000/year FIXED_WINDOW name=vip replaces=free", nil},
@@ -182,8 +183,8 @@ descriptors:
 func TestPolicies(t *testing.T) {
 	set := loadExample(t)
 	ps := set.Policies()
-	if len(ps) != 17 {
-		t.Fatalf("%d policies, want 17", len(ps))
+	if len(ps) != 18 {
+		t.Fatalf("%d policies, want 18", len(ps))
 	}
 	for _, p := range ps {
 		if strings.Contains(p.Ref, "*") {
@@ -238,6 +239,12 @@ func TestErrors(t *testing.T) {
 		{"multiplier when unlimited", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit_multiplier: 2}\n", `rate_limit.unit_multiplier: must not be set when unlimited is true`},
 		{"parent multiplier of 0", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, ceiling: 2, parent: {requests_per_unit: 9, unit: second, unit_multiplier: 0}}\n", `rate_limit.parent.unit_multiplier: must be at least 1`},
 		{"parent window over a year", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, ceiling: 2, parent: {requests_per_unit: 9, unit: week, unit_multiplier: 53}}\n", `rate_limit.parent.unit_multiplier: 53 weeks make a window`},
+		{"reserve ttl of 0", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, reserve_ttl_ms: 0}\n", `f.yaml:4: descriptors[0].rate_limit.reserve_ttl_ms: want a whole number from 1 to 86400000 (a day), got 0`},
+		{"reserve ttl over a day", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, reserve_ttl_ms: 86400001}\n", `rate_limit.reserve_ttl_ms: want a whole number from 0 to 86400000`},
+		{"reserve ttl as a duration", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, reserve_ttl_ms: 10m}\n", `rate_limit.reserve_ttl_ms: want a whole number`},
+		{"reserve when unlimited", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, reserve_ttl_ms: 1000}\n", `rate_limit.reserve_ttl_ms: must not be set when unlimited is true`},
+		{"reserve with a spacing", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, min_interval_ms: 5, reserve_ttl_ms: 1000}\n", `rate_limit.reserve_ttl_ms: not with min_interval_ms`},
+		{"reserve while borrowing", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, reserve_ttl_ms: 1000, ceiling: 2, parent: {requests_per_unit: 9, unit: second}}\n", `rate_limit.reserve_ttl_ms: not with ceiling`},
 		{"min interval when unlimited", "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      min_interval_ms: 10\n", `f.yaml:6: descriptors[0].rate_limit.min_interval_ms: must not be set when unlimited is true`},
 		{"sliding log", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 20000, algorithm: SLIDING_LOG}\n", `rate_limit.requests_per_unit: SLIDING_LOG keeps a timestamp`},
 		{"ceiling without parent", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, ceiling: 2}\n", `f.yaml:4: descriptors[0].rate_limit.parent: missing: a ceiling borrows from a parent`},

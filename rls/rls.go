@@ -15,6 +15,24 @@
 // policy with our min_interval_ms is decided our way instead: its check
 // carries the spacing, and a refused request (by the spacing or the
 // window) is not counted, as ringlimit's own checks never count one.
+//
+// Costs known afterwards. Envoy sends hits_addend per request (the filter
+// state envoy.ratelimit.hits_addend; 0 or unset counts 1) and, since Envoy
+// 1.33, per descriptor (the rate limit action's hits_addend, a number or
+// a substitution format such as %DYNAMIC_METADATA(...)%, which overrides
+// the request's). A descriptor's hits_addend of 0 checks without
+// charging: over when the fixed window's count is already beyond the
+// limit (ratelimit's rule), and under our other algorithms when not one
+// hit remains, what a check of 1 would be refused for. A route's rate
+// limit with apply_on_stream_done is sent when the stream ends, its
+// answer ignored, with the real cost as hits_addend. The RLS cannot tell
+// that call from a request's, so a policy declares it: under a policy
+// with reserve_ttl_ms (costs known afterwards) a hits_addend above 0 is
+// charged whether or not it fits, as a settle charges work done: the
+// fixed window counts it (charge_refused), and our other algorithms, which
+// never count a refusal, charge what remains, down to an empty counter
+// (a second check), as a settle's forced hits are. docs/envoy.md has the
+// configuration.
 package rls
 
 import (
@@ -30,6 +48,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -141,8 +160,42 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		if len(results) != len(check.Requests) {
 			return nil, status.Errorf(codes.Internal, "check: %d results for %d items", len(results), len(check.Requests))
 		}
+		if err := s.force(ctx, as, check.Requests, results); err != nil {
+			return nil, err
+		}
 	}
 	return s.answer(as, results)
+}
+
+// force charges, down to an empty counter, the hits of every descriptor
+// of as that a policy with reserve_ttl_ms has charged for work done but
+// that its check refused, and does not count (all algorithms but the
+// fixed window's charge_refused): one more check, of what each counter
+// has left. The refusal stands in the answer.
+func (s *Server) force(ctx context.Context, as []applied, items []*pb.CheckItem, results []*pb.CheckResult) error {
+	var rest *pb.CheckRequest
+	for _, a := range as {
+		if a.limit == nil || a.limit.ReserveTTL == 0 || a.hits == 0 {
+			continue
+		}
+		item, r := items[a.item], results[a.item]
+		if item.ChargeRefused || r.GetStatus() != pb.Status_OVER_LIMIT || r.GetRemaining() == 0 || r.GetError() != "" {
+			continue
+		}
+		if rest == nil {
+			rest = &pb.CheckRequest{}
+		}
+		left := proto.CloneOf(item)
+		left.Hits = &r.Remaining
+		rest.Requests = append(rest.Requests, left)
+	}
+	if rest == nil {
+		return nil
+	}
+	if _, err := s.checker.Check(ctx, rest); err != nil {
+		return status.Errorf(checks.Code(err), "check: %v", err)
+	}
+	return nil
 }
 
 // limits finds the limit of each descriptor of req, then drops those that
@@ -222,10 +275,17 @@ func checkItem(domain string, a *applied) *pb.CheckItem {
 		DurationMs:    l.Window().Milliseconds(),
 		Algorithm:     pb.Algorithm(l.Algorithm),
 		MinIntervalMs: l.MinInterval.Milliseconds(),
-		ChargeRefused: l.Algorithm == limiter.FixedWindow && l.MinInterval == 0 && l.Ceiling == 0,
+		ChargeRefused: chargesRefused(l),
 		Ceiling:       int64(l.Ceiling),
 		Parent:        parentOf(l),
 	}
+}
+
+// chargesRefused reports whether checks under l count refused hits, as
+// envoyproxy/ratelimit's fixed window does: those of our fixed window
+// with neither a spacing nor a ceiling, whose refusals are never counted.
+func chargesRefused(l *policy.Limit) bool {
+	return l.Algorithm == limiter.FixedWindow && l.MinInterval == 0 && l.Ceiling == 0
 }
 
 // parentOf is the parent of a check under l, nil if l has no ceiling.
@@ -282,7 +342,11 @@ func (s *Server) answer(as []applied, results []*pb.CheckResult) (*rlspb.RateLim
 			return nil, status.Errorf(checks.ItemStatus(r.GetErrorCode()), "descriptors[%d]: %s", i, r.GetError())
 		}
 		l := a.limit
-		over := r.GetStatus() == pb.Status_OVER_LIMIT || l.RequestsPerUnit == 0 && r.GetRemaining() == 0
+		// A check of 0 hits (a peek) is always admitted; under the fixed
+		// window it is over when the count is beyond the limit, and under
+		// our other algorithms when a check of 1 would be refused.
+		over := r.GetStatus() == pb.Status_OVER_LIMIT || l.RequestsPerUnit == 0 && r.GetRemaining() == 0 ||
+			a.hits == 0 && !chargesRefused(l) && r.GetRemaining() == 0
 		st.CurrentLimit = &rlspb.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: uint32(l.Enforced()),
 			Unit: rlspb.RateLimitResponse_RateLimit_Unit(l.Unit)}
 		if l.UnitMultiplier > 1 {

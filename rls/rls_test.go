@@ -388,3 +388,59 @@ func TestWindowMultiplier(t *testing.T) {
 		})
 	}
 }
+
+// TestCostKnownAfterwards plays what Envoy sends for a cost known only
+// when a response ends (docs/envoy.md): a descriptor's hits_addend of 0
+// when the request starts, which checks without charging, and, from a
+// rate limit with apply_on_stream_done, the real cost when it ends,
+// which a policy with reserve_ttl_ms charges whether or not it fits: the
+// token bucket down to empty, the fixed window beyond its limit, as
+// envoyproxy/ratelimit counts. A policy without reserve_ttl_ms refuses
+// what does not fit, and charges nothing for it.
+func TestCostKnownAfterwards(t *testing.T) {
+	c := &clock{}
+	c.ns.Store(t0.UnixNano())
+	client := startRLS(t, "testdata/envoy.yaml", c)
+	type step struct {
+		name      string
+		key       string
+		hits      uint64
+		code      rlspb.RateLimitResponse_Code
+		remaining uint32
+	}
+	for _, st := range []step{
+		{"start: a check of 0", "tokens", 0, ok, 100},
+		{"end: 30 tokens", "tokens", 30, ok, 70},
+		{"start: 70 left", "tokens", 0, ok, 70},
+		{"end: 150, beyond the 70 left, charged down to empty", "tokens", 150, over, 0},
+		{"start: not one left, refused", "tokens", 0, over, 0},
+		{"fixed window, end: 130 counted beyond 100", "window_tokens", 130, over, 0},
+		{"fixed window, start: over", "window_tokens", 0, over, 0},
+		{"a policy without reserve_ttl_ms: 2 of 2", "smooth", 2, ok, 0},
+		{"its check of 0 with none left: refused", "smooth", 0, over, 0},
+	} {
+		resp, err := client.ShouldRateLimit(t.Context(), &rlspb.RateLimitRequest{Domain: "envoy", Descriptors: ds(addend(desc(st.key, "alice"), st.hits))})
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if s := resp.Statuses[0]; resp.OverallCode != st.code || s.Code != st.code || s.LimitRemaining != st.remaining {
+			t.Errorf("%s: %v, remaining %d; want %v, %d", st.name, s.Code, s.LimitRemaining, st.code, st.remaining)
+		}
+	}
+	// 50 s later (12:01:00.25) the bucket has refilled 83 of its 100: the
+	// excess was not carried beyond empty; the fixed window's count starts
+	// again with its next minute.
+	c.advance(50 * time.Second)
+	for _, st := range []step{
+		{"the bucket, 50 s later", "tokens", 0, ok, 83},
+		{"the window, in its next minute", "window_tokens", 0, ok, 100},
+	} {
+		resp, err := client.ShouldRateLimit(t.Context(), &rlspb.RateLimitRequest{Domain: "envoy", Descriptors: ds(addend(desc(st.key, "alice"), st.hits))})
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if s := resp.Statuses[0]; s.Code != st.code || s.LimitRemaining != st.remaining {
+			t.Errorf("%s: %v, remaining %d; want %v, %d", st.name, s.Code, s.LimitRemaining, st.code, st.remaining)
+		}
+	}
+}

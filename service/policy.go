@@ -18,7 +18,7 @@ type Policies interface {
 
 // withPolicy returns item itself when it names no policy, else a copy
 // with the policy's limit, duration_ms, algorithm, min_interval_ms,
-// ceiling and parent filled in (and the policy cleared), so that a
+// ceiling, parent and reserve_ttl_ms filled in (and the policy cleared), so that a
 // forwarded check carries what this node resolved.
 func (s *Service) withPolicy(item *pb.CheckItem) (*pb.CheckItem, error) {
 	ref := item.GetPolicy()
@@ -60,6 +60,14 @@ func (s *Service) withPolicy(item *pb.CheckItem) (*pb.CheckItem, error) {
 	}
 	if out.Name == "" {
 		out.Name = ref
+	}
+	// A policy whose costs are known afterwards makes its checks reserve,
+	// for its time-to-live unless the check asks for its own; a peek (0
+	// hits) holds nothing and stays a peek.
+	peek := out.Hits != nil && *out.Hits == 0
+	if l.ReserveTTL > 0 && out.ReserveTtlMs == nil && !peek {
+		ms := l.ReserveTTL.Milliseconds()
+		out.ReserveTtlMs = &ms
 	}
 	return out, nil
 }

@@ -36,6 +36,9 @@ descriptors:
   - key: tier
     value: shared
     rate_limit: {unit: hour, requests_per_unit: 1, ceiling: 3, parent: {requests_per_unit: 4, unit: hour}}
+  - key: tier
+    value: tokens
+    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: TOKEN_BUCKET, reserve_ttl_ms: 60000}
 `
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -166,5 +169,29 @@ func TestChargeRefusedValidation(t *testing.T) {
 		if r := resp.Responses[0]; r.Status != want || r.Error != "" {
 			t.Errorf("check %d: %+v, want %v", i, r, want)
 		}
+	}
+}
+
+// TestPolicyReserves: a check naming a policy with reserve_ttl_ms
+// reserves its hits, settled under the policy's name; a peek of it holds
+// nothing; a check's own reserve_ttl_ms is kept.
+func TestPolicyReserves(t *testing.T) {
+	s := New(Config{Now: fixedClock(t0), Policies: loadPolicies(t)})
+	r := check(t, s, &pb.CheckItem{Key: "u", Policy: "api/tier=tokens", Hits: hits(60)})
+	if r.Error != "" || r.ReservationId == "" || r.Remaining != 40 {
+		t.Fatalf("a check of the reserving policy: %v, want 60 reserved", r)
+	}
+	cost := int64(10)
+	out, err := s.Settle(context.Background(), &pb.SettleRequest{ReservationId: r.ReservationId, Name: "api/tier=tokens", Key: "u", Cost: &cost})
+	if err != nil || out.GivenBack != 50 || out.State.Remaining != 90 {
+		t.Fatalf("settle for 10: %v, %v; want 50 given back", out, err)
+	}
+	if p := check(t, s, &pb.CheckItem{Key: "u", Policy: "api/tier=tokens", Hits: hits(0)}); p.Error != "" || p.ReservationId != "" || p.Remaining != 90 {
+		t.Errorf("a peek: %v, want no reservation and 90 remaining", p)
+	}
+	ttl := int64(0)
+	resp, err := s.Check(context.Background(), &pb.CheckRequest{Requests: []*pb.CheckItem{{Key: "u", Policy: "api/tier=tokens", ReserveTtlMs: &ttl}}})
+	if err != nil || !strings.HasPrefix(resp.Responses[0].Error, "reserve_ttl_ms: must be between 1") {
+		t.Errorf("the check's own reserve_ttl_ms of 0: %v, %v; want its error", resp, err)
 	}
 }

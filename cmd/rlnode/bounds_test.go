@@ -62,7 +62,7 @@ func TestParseConfigBounds(t *testing.T) {
 	if c.MaxInflight != admit.DefaultMax || c.MaxStreams != admit.DefaultMaxStreams || c.MaxConns != node.DefaultMaxConns || c.MaxLogEntries != limiter.DefaultMaxLogEntries ||
 		c.MaxConnsPerSource != node.DefaultMaxConnsPerSource || c.HandshakeTimeout != node.DefaultHandshakeTimeout || c.IdleTimeout != node.DefaultIdleTimeout ||
 		c.StreamSendTimeout != node.DefaultStreamSendTimeout || c.StreamIdleTimeout != node.DefaultStreamIdleTimeout || c.RequestTimeout != node.DefaultRequestTimeout ||
-		c.MaxReservations != limiter.DefaultMaxReservations {
+		c.MaxReservations != limiter.DefaultMaxReservations || c.MaxReservationsPerKey != limiter.DefaultMaxReservationsPerKey {
 		t.Errorf("defaults: %+v", c)
 	}
 	for _, args := range [][]string{
@@ -77,6 +77,8 @@ func TestParseConfigBounds(t *testing.T) {
 		{"--request-timeout", "0s"},
 		{"--max-log-entries", "9999"},
 		{"--max-reservations", "0"},
+		{"--max-reservations-per-key", "0"},
+		{"--max-reservations", "10", "--max-reservations-per-key", "11"},
 	} {
 		if _, err := parseConfig(args, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), args[0]) {
 			t.Errorf("%v: err %v, want one naming %s", args, err, args[0])

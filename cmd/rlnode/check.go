@@ -22,6 +22,9 @@ import (
 const checkUsage = `Usage: rlnode check --key KEY --limit N [flags]
        rlnode check --key KEY --min-interval D [flags]
        rlnode check --key KEY --limit N --ceiling C --parent-key P --parent-limit M [flags]
+       rlnode check --key KEY --limit N --hits H --reserve-ttl D [flags]
+       rlnode check --key KEY --settle ID --cost N [flags]
+       rlnode check --key KEY --release ID [flags]
 
 Spends --hits of a limit of --limit per --duration for --key on a node, over
 gRPC, and prints the verdict (or JSON with --json). --min-interval also
@@ -36,12 +39,22 @@ now (PEEK, with the hits remaining; when none remain, a check of 1 would
 be refused, and is admitted again by the time the counter is full at the
 latest; "admits_one" with --json). A peek exits 0 whatever it finds.
 
+--reserve-ttl reserves the --hits instead of spending them, for work whose
+cost is known only once it ends: admitted or refused as a spending check
+would be, but held under a reservation id (printed, "reservation_id" with
+--json) for that long (1ms to 24h), after which they are charged in full.
+--settle ID --cost N then charges the real cost (less than reserved gives
+the rest back, more charges the excess), and --release ID gives them all
+back; both take the reservation's --name and --key, and no limit. A
+settle sent again charges once. Not with --min-interval or --ceiling.
+
 --addr is the node's gRPC port (its --grpc-addr), where rlnode members
 takes its HTTP port.
 
-Exit status: 0 allowed (UNDER_LIMIT), 1 refused (OVER_LIMIT), 2 an error:
-bad usage, an invalid check (the message names the field), or a node that
-cannot be reached within --timeout.
+Exit status: 0 allowed (UNDER_LIMIT) or settled, 1 refused (OVER_LIMIT), 2
+an error: bad usage, an invalid check (the message names the field), an
+unknown or expired reservation, or a node that cannot be reached within
+--timeout.
 
 Flags:
 `
@@ -66,6 +79,10 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	parentKey := fs.String("parent-key", "", "with --ceiling: the parent's key, shared by every key that names it")
 	parentLimit := fs.Int64("parent-limit", 0, "with --ceiling: the parent's requests per --parent-duration")
 	parentDuration := fs.Duration("parent-duration", 0, "with --ceiling: the parent's period (0: --duration)")
+	reserveTTL := fs.Duration("reserve-ttl", 0, "reserve --hits for this long rather than spend them (0: spend; rounded up to the millisecond)")
+	settle := fs.String("settle", "", "settle this reservation id of --name and --key with --cost")
+	release := fs.String("release", "", "release this reservation id of --name and --key: give all its hits back")
+	cost := fs.Int64("cost", -1, "with --settle: the hits really spent, 0 or more (-1: none given)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
 	tlsFlags := addClientTLS(fs)
@@ -74,6 +91,13 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("check: unexpected argument %q", fs.Arg(0))
+	}
+	if *settle != "" || *release != "" {
+		return runSettle(ctx, settleArgs{addr: *addr, name: *name, key: *key, settle: *settle, release: *release, cost: *cost,
+			asJSON: *asJSON, timeout: *timeout, tls: tlsFlags.config()}, stdout)
+	}
+	if *cost != -1 {
+		return errors.New("check: --cost goes with --settle")
 	}
 	if *key == "" || *limit == 0 && *minInterval == 0 {
 		return errors.New("check: --key and --limit (or --min-interval) are required")
@@ -98,7 +122,16 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer cancel()
 	l := client.Limit{Name: *name, Count: *limit, Period: *duration, Burst: *burst, Algorithm: client.Algorithm(alg), MinInterval: *minInterval,
 		Ceiling: *ceiling, Parent: client.Parent{Key: *parentKey, Count: *parentLimit, Period: *parentDuration}}
-	d, err := c.Take(ctx, l, *key, *hits)
+	var d client.Decision
+	var reservation string
+	if *reserveTTL != 0 {
+		var r *client.Reservation
+		if r, err = c.Reserve(ctx, l, *key, *hits, *reserveTTL); err == nil {
+			d, reservation = r.Decision, r.ID
+		}
+	} else {
+		d, err = c.Take(ctx, l, *key, *hits)
+	}
 	if code := status.Code(err); (code == codes.Unavailable || code == codes.DeadlineExceeded) && answersHTTP(ctx, *addr, tlsFlags.config()) {
 		return fmt.Errorf("check %s: this is an HTTP port, not a gRPC one: rlnode check calls a node's gRPC port (its --grpc-addr, :8081 by default); "+
 			"rlnode members is the command that takes the HTTP port", *addr)
@@ -113,9 +146,15 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if peek {
 			out["admits_one"] = admitsOne(d)
 		}
+		if reservation != "" {
+			out["reservation_id"] = reservation
+		}
 		err = json.NewEncoder(stdout).Encode(out)
 	case peek:
 		_, err = fmt.Fprintln(stdout, describePeek(d, time.Now()))
+	case reservation != "":
+		_, err = fmt.Fprintf(stdout, "%s\nRESERVED %d under %s for %v: rlnode check --name %s --key %s --settle %s --cost N (or --release %s)\n",
+			describe(d, time.Now()), *hits, reservation, *reserveTTL, *name, *key, reservation, reservation)
 	default:
 		_, err = fmt.Fprintln(stdout, describe(d, time.Now()))
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	"github.com/ringlimit/ringlimit/internal/tlsfiles"
+	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/service"
@@ -70,6 +71,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&c.MemoryLimit, "memory-limit", "", "the node's memory bound, e.g. 512MiB: the Go runtime's soft memory limit, and what the node's counters (30%), replicas (10%) and client requests in flight (25%) are held within, beyond which it refuses new keys and requests (docs/operations.md) (default: GOMEMLIMIT if set, else 90% of the container's memory limit)")
 	fs.IntVar(&c.MaxLogEntries, "max-log-entries", d.MaxLogEntries, "entries of all SLIDING_LOG counters held, 16 bytes each; beyond it logs back to full are evicted, and when none is the hit that would grow a log is refused")
 	fs.IntVar(&c.MaxReservations, "max-reservations", d.MaxReservations, "reservations (checks with reserve_ttl_ms) this node holds as keys' owner, open or settled until their time-to-live, about 250 bytes each (25 MB at the default); beyond it reservations are refused UNAVAILABLE and counted")
+	fs.IntVar(&c.MaxReservationsPerKey, "max-reservations-per-key", limiter.DefaultMaxReservationsPerKey, "reservations one name and key hold, open or settled until their time-to-live, at most --max-reservations, so that one client cannot take them all; beyond it that key's reservations are refused UNAVAILABLE and counted")
 	fs.StringVar(&c.SnapshotDir, "snapshot-dir", "", "directory for this node's counters, written every --snapshot-interval and at shutdown, loaded at start: they survive a stop of the whole cluster (none: counters live in memory only)")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", d.SnapshotInterval, "how often the counters are written to --snapshot-dir: a node killed without its shutdown (SIGKILL, power loss) comes back with its counters as they were at most this long before")
 	fs.IntVar(&c.MaxInflight, "max-inflight", d.MaxInflight, "client requests (HTTP checks, gRPC calls and the requests of CheckStreams) in flight at once; beyond it they are refused at once, HTTP 503 or gRPC RESOURCE_EXHAUSTED")
@@ -167,6 +169,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("--max-log-entries: must hold one full log, %d, got %d", algorithms.MaxSlidingLogLimit, c.MaxLogEntries)
 	case c.MaxReservations <= 0:
 		return fmt.Errorf("--max-reservations: must be positive, got %d", c.MaxReservations)
+	case c.MaxReservationsPerKey <= 0 || c.MaxReservationsPerKey > c.MaxReservations:
+		return fmt.Errorf("--max-reservations-per-key: must be from 1 to --max-reservations (%d), got %d", c.MaxReservations, c.MaxReservationsPerKey)
 	case c.MaxConns <= 0:
 		return fmt.Errorf("--max-conns: must be positive, got %d", c.MaxConns)
 	case c.MaxConnsPerSource < 0:

@@ -15,7 +15,7 @@ type command struct{ name, summary string }
 // commands are rlnode's subcommands, in the order usage lists them.
 func commands() []command {
 	return []command{
-		{"check", "ask a node whether a request may go ahead (exit 0 allowed, 1 refused, 2 error)"},
+		{"check", "ask a node whether a request may go ahead, or reserve and settle (exit 0 allowed, 1 refused, 2 error)"},
 		{"members", "list a node's view of the cluster"},
 		{"bench", "measure a node or cluster with a bounded load"},
 		{"bench-rlqs", "simulated Envoys on one quota bucket of a cluster: admissions a second against the limit"},

@@ -38,7 +38,7 @@ func TestHelpListsCommands(t *testing.T) {
 
 func TestHelpCommand(t *testing.T) {
 	for cmd, want := range map[string]string{
-		"check":   "Exit status: 0 allowed (UNDER_LIMIT), 1 refused (OVER_LIMIT), 2",
+		"check":   "Exit status: 0 allowed (UNDER_LIMIT) or settled, 1 refused (OVER_LIMIT), 2",
 		"members": "-addr",
 		"bench":   "-concurrency",
 		"version": "Commands:",

@@ -122,7 +122,8 @@ func TestPolicyCheckCommand(t *testing.T) {
 		"edge/path=%2Fapi%2F*",
 		"edge/login              20/hour GCRA min_interval=2s ",
 		`edge/tenant             100/minute TOKEN_BUCKET ceiling=1000 parent="edge/tenant":10000/minute `,
-		"example.yaml: OK, 17 policies",
+		"edge/model              20000/minute TOKEN_BUCKET reserve_ttl=10m0s ",
+		"example.yaml: OK, 18 policies",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -86,5 +89,69 @@ func TestClusterReservations(t *testing.T) {
 	}
 	if r := reserve(rls[1]); r.Status != pb.Status_OVER_LIMIT {
 		t.Errorf("a replayed settle gave back again: %v", r)
+	}
+}
+
+// TestCheckReserveSettle runs `rlnode check` against a node: --reserve-ttl
+// holds hits under a printed reservation id, refused as a check would be;
+// --settle charges the real cost, a second time replayed; --release gives
+// everything back; bad combinations and an unknown id are errors (exit 2).
+func TestCheckReserveSettle(t *testing.T) {
+	_, grpcAddr, stop := startNode(t)
+	defer stop()
+	check := func(args ...string) (int, string, error) {
+		var out strings.Builder
+		err := run(context.Background(), append([]string{"check", "--addr", grpcAddr, "--name", "tokens", "--key", "acme"}, args...), env(nil), &out, io.Discard)
+		return exitCode(err, io.Discard), out.String(), err
+	}
+	reserve := func(hits string) string {
+		t.Helper()
+		code, out, err := check("--limit", "100", "--duration", "1h", "--hits", hits, "--reserve-ttl", "10m", "--json")
+		var got struct {
+			Status        string `json:"status"`
+			Remaining     int64  `json:"remaining"`
+			ReservationID string `json:"reservation_id"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.ReservationID == "" {
+			t.Fatalf("reserve %s: exit %d, %q, %v; want 0 and a reservation_id", hits, code, out, err)
+		}
+		return got.ReservationID
+	}
+	id := reserve("60")
+	if code, out, _ := check("--limit", "100", "--duration", "1h", "--hits", "60", "--reserve-ttl", "10m"); code != 1 || !strings.HasPrefix(out, "REFUSED  40 of 100 remaining") {
+		t.Errorf("a second reservation of 60: exit %d, %q; want 1, refused with 40 remaining", code, out)
+	}
+	if code, out, err := check("--settle", id, "--cost", "15"); code != 0 || !strings.HasPrefix(out, "SETTLED for 15: 45 given back, 0 forced; 85 of 100 remaining") {
+		t.Errorf("settle for 15: exit %d, %q, %v", code, out, err)
+	}
+	if code, out, _ := check("--settle", id, "--cost", "15", "--json"); code != 0 || !strings.Contains(out, `"replayed":true`) || !strings.Contains(out, `"remaining":85`) {
+		t.Errorf("the settle again: exit %d, %q; want it replayed, nothing charged", code, out)
+	}
+	id = reserve("50")
+	if code, out, err := check("--release", id); code != 0 || !strings.HasPrefix(out, "RELEASED: 50 given back, 0 forced; 85 of 100 remaining") {
+		t.Errorf("release: exit %d, %q, %v", code, out, err)
+	}
+	if code, out, _ := check("--limit", "100", "--duration", "1h", "--hits", "10", "--reserve-ttl", "10m"); code != 0 || !strings.Contains(out, "RESERVED 10 under ") ||
+		!strings.Contains(out, "--settle ") {
+		t.Errorf("a reservation, for a person: exit %d, %q", code, out)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		err  string
+	}{
+		{"unknown id", []string{"--settle", strings.Repeat("ab", 16), "--cost", "1"}, "unknown"},
+		{"forged id", []string{"--settle", "xyz", "--cost", "1"}, "reservation_id"},
+		{"settle without a cost", []string{"--settle", id}, "--settle needs --cost"},
+		{"release with a cost", []string{"--release", id, "--cost", "3"}, "no --cost"},
+		{"both", []string{"--settle", id, "--release", id, "--cost", "3"}, "one or the other"},
+		{"a cost without --settle", []string{"--limit", "1", "--cost", "3"}, "--cost goes with --settle"},
+		{"a reservation of a spacing", []string{"--limit", "100", "--min-interval", "1s", "--reserve-ttl", "1m"}, "min_interval_ms"},
+		{"a reservation while borrowing", []string{"--limit", "100", "--ceiling", "200", "--parent-key", "all", "--parent-limit", "1000", "--reserve-ttl", "1m"}, "ceiling"},
+		{"a time-to-live over a day", []string{"--limit", "100", "--reserve-ttl", "25h"}, "reserve_ttl_ms"},
+	} {
+		if code, _, err := check(tc.args...); code != 2 || err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: exit %d, %v; want 2 and an error naming %q", tc.name, code, err, tc.err)
+		}
 	}
 }
