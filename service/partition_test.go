@@ -185,7 +185,7 @@ func TestFailOverSkipsSuspects(t *testing.T) {
 			f: failure{kind: routeForward, to: nodeC, err: unreachable}, suspect: []string{"peer-b", "peer-c"},
 			lesson: lessonFailover, next: nextHere, to: nodeA},
 		{name: "maxHops failovers: the share", ring: four, key: keyCBA, failover: true, hops: maxHops,
-			f: failure{kind: routeRelay, to: nodeB, err: unreachable},
+			f:      failure{kind: routeRelay, to: nodeB, err: unreachable},
 			lesson: lessonShare, next: nextShare},
 	}
 	for _, tc := range cases {
