@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -204,5 +208,53 @@ func TestFailOverSkipsSuspects(t *testing.T) {
 				t.Errorf("goes on as next %d to %v, want next %d to %v", p.next, p.to, tc.next, tc.to)
 			}
 		})
+	}
+}
+
+// TestHeirGivesBackWhatItDecidedOnceTheOwnerAnswers: the heir that
+// decided an unreachable owner's key by failover gives the counter back
+// to the owner once the owner answers again, without a ring change: the
+// owner's counter then counts what the heir admitted (the more charged of
+// the two, as a hand-off merges), and the heir holds nothing for the key.
+// Before, the counter stayed with the heir until the next ring change,
+// and the owner went on from its own.
+func TestHeirGivesBackWhatItDecidedOnceTheOwnerAnswers(t *testing.T) {
+	c, svcs := newFakeCluster(3)
+	key := c.keyInheritedBy(2, 1)
+	item := &pb.CheckItem{Name: "api", Key: key, Limit: 10, DurationMs: 3_600_000, Algorithm: pb.Algorithm_SLIDING_WINDOW}
+	for range 4 {
+		check(t, svcs[0], item)
+	}
+	svcs[2].replica.Replicate(t.Context())
+	c.down["peer-2"] = true
+	for range 3 {
+		if r := check(t, svcs[0], item); r.Metadata[MetadataDecidedBy] != routeFailover {
+			t.Logf("%v", r)
+			t.Fatalf("with the owner down: %v, want decided by failover", r)
+		}
+	}
+	c.down["peer-2"] = false
+	members := map[string]bool{"peer-0": true, "peer-1": true, "peer-2": true}
+	heir := svcs[1]
+	heir.giveBack(t.Context(), members)
+	if !heir.store.Holds(&limiter.Request{Name: "api", Key: key, Algorithm: limiter.SlidingWindow}) {
+		t.Fatal("the heir gave the counter back within standInQuiet of its last failover decision")
+	}
+	heir.standIns.note("peer-2", heir.suspects.now().Add(-standInQuiet)) // quiet since
+	heir.giveBack(t.Context(), members)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); heir.handoff.Run(ctx) }() // the round giveBack asked for
+	defer func() { cancel(); <-done }()
+	probe := &pb.CheckItem{Name: "api", Key: key, Limit: 10, DurationMs: 3_600_000, Algorithm: pb.Algorithm_SLIDING_WINDOW, Hits: proto.Int64(0)}
+	left := check(t, svcs[2], probe).Remaining
+	for end := time.Now().Add(10 * time.Second); left != 3 && time.Now().Before(end); left = check(t, svcs[2], probe).Remaining {
+		time.Sleep(time.Millisecond)
+	}
+	if left != 3 {
+		t.Errorf("the owner has %d left after the heal, want 3: the 7 its heir counted (its replica's 4 and the 3 it admitted)", left)
+	}
+	if heir.store.Len() != 0 {
+		t.Errorf("the heir still holds %d counters", heir.store.Len())
 	}
 }

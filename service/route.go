@@ -227,6 +227,7 @@ func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes 
 		}
 		if routes[k].landed {
 			s.replica.PromoteKey(r) // relayed here as the key's heir: its owner cannot be reached (see replan)
+			s.noteStandIn(c, ps[k].j)
 		}
 		s.handoff.Await(ctx, c.ring, r.Key) // its counter may be on its way here
 	}

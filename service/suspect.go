@@ -185,7 +185,9 @@ func failed(ctx context.Context, err error) bool {
 // probe runs rounds of probes of the suspect owners until ctx ends: an
 // empty check, which decides nothing. An answer ends the suspicion, so
 // forwarding resumes; a failure confirms it. An owner that left the ring
-// is no longer probed, and its suspicion lapses.
+// is no longer probed, and its suspicion lapses. Each round also gives
+// back what this node decided by failover to the owners that answer
+// again (see giveBack).
 func (s *Service) probe(ctx context.Context) {
 	t := time.NewTimer(probeEvery)
 	defer t.Stop()
@@ -218,6 +220,7 @@ func (s *Service) probe(ctx context.Context) {
 			})
 		}
 		wg.Wait()
+		s.giveBack(ctx, members)
 		t.Reset(probeEvery)
 	}
 }
