@@ -1,0 +1,64 @@
+package service
+
+import (
+	"testing"
+	"time"
+
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+)
+
+// The residuals of docs/cluster.md ("What is guaranteed, and what is
+// not") that are kept, each pinned here as it behaves, so that a change
+// to it is a decision, not an accident.
+
+// TestResidualRelayedToALeavingNodeIsDecidedOnWhatItHolds: a check
+// relayed to a node that is leaving too, and has handed the key's counter
+// off already, is decided there, on an empty counter: a relayed check is
+// never relayed again, or two nodes leaving at once could pass it back
+// and forth. (Kept: a hop count that allowed one more relay would close
+// this case and open the same one a hop further.)
+func TestResidualRelayedToALeavingNodeIsDecidedOnWhatItHolds(t *testing.T) {
+	c, svcs := newFakeCluster(3)
+	after := c.ring.Without("node-2")
+	key, _ := keyMovingTo(t, c.ring, after, "node-2")
+	item := &pb.CheckItem{Name: "api", Key: key, Limit: 5, DurationMs: 3_600_000}
+	spendAll(t, svcs[0], item)
+	svcs[2].Leave()
+	if sent, _ := svcs[2].HandOffAll(t.Context()); sent != 1 {
+		t.Fatalf("node-2 handed off %d counters, want 1", sent)
+	}
+	r := svcs[2].Owner().Relayed(t.Context(), []*pb.CheckRequest{{Requests: []*pb.CheckItem{item}}})[0].Responses[0]
+	if r.Status != pb.Status_UNDER_LIMIT || r.Remaining != item.Limit-1 {
+		t.Errorf("relayed to the leaving node after its hand-off: %v, want admitted on an empty counter (the residual)", r)
+	}
+}
+
+// TestResidualPastCreatedAtReadsResetEarly: a check whose created_at_ms
+// is before its counter's last evaluation is decided as at that
+// evaluation (no time is taken to have passed: it is refused or admitted
+// as a check at the node's now would be), but its reset_time_ms is the
+// wait from that evaluation added to created_at_ms, so it reads early by
+// the difference. (Kept: the algorithms report waits, not the instant
+// they evaluated at, and the answer errs in the time to retry only, never
+// in what is admitted.)
+func TestResidualPastCreatedAtReadsResetEarly(t *testing.T) {
+	const back = 30 * time.Second
+	for _, alg := range []pb.Algorithm{pb.Algorithm_TOKEN_BUCKET, pb.Algorithm_GCRA, pb.Algorithm_LEAKY_BUCKET,
+		pb.Algorithm_FIXED_WINDOW, pb.Algorithm_SLIDING_WINDOW, pb.Algorithm_SLIDING_LOG} {
+		t.Run(alg.String(), func(t *testing.T) {
+			s := New(Config{Now: fixedClock(t0)})
+			item := &pb.CheckItem{Name: "api", Key: "k", Limit: 10, DurationMs: 60_000, Algorithm: alg}
+			past := &pb.CheckItem{Name: "api", Key: "k", Limit: 10, DurationMs: 60_000, Algorithm: alg, CreatedAtMs: t0.Add(-back).UnixMilli()}
+			check(t, s, item)
+			early := check(t, s, past)
+			now := check(t, s, item)
+			if got := now.ResetTimeMs - early.ResetTimeMs; got < back.Milliseconds() {
+				t.Errorf("reset_time_ms %d with created_at_ms %v back, %d at now: %v earlier, want at least %v (the residual)",
+					early.ResetTimeMs, back, now.ResetTimeMs, time.Duration(got)*time.Millisecond, back)
+			}
+			if early.Remaining != 8 || now.Remaining != 7 {
+				t.Errorf("remaining %d then %d, want 8 then 7: the past check counts as one at now", early.Remaining, now.Remaining)
+			}
+		})
+	}
+}
