@@ -250,8 +250,9 @@ func (p *Pool) peer(addr string) (*conn, error) {
 	// The send limit matches the peer server's receive limit, so that an
 	// oversized message fails here, with codes.ResourceExhausted, before
 	// it is sent.
-	var v versions                                                      // the name the node serves the Peer service under (see LegacyServiceName)
-	opts := append([]grpc.DialOption{reconnect}, p.conf.DialOptions...) // the caller's options may replace reconnect
+	var v versions // the name the node serves the Peer service under (see LegacyServiceName)
+	// reconnect first: the caller's options may replace it.
+	opts := append([]grpc.DialOption{reconnect}, p.conf.DialOptions...)
 	opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxMessageBytes), grpc.ForceCodecV2(wire.Codec{})))
 	cc, err := grpc.NewClient(addr, append(opts, v.dialOptions()...)...)
 	if err != nil {
