@@ -18,15 +18,7 @@ import (
 // and forth. (Kept: a hop count that allowed one more relay would close
 // this case and open the same one a hop further.)
 func TestResidualRelayedToALeavingNodeIsDecidedOnWhatItHolds(t *testing.T) {
-	c, svcs := newFakeCluster(3)
-	after := c.ring.Without("node-2")
-	key, _ := keyMovingTo(t, c.ring, after, "node-2")
-	item := &pb.CheckItem{Name: "api", Key: key, Limit: 5, DurationMs: 3_600_000}
-	spendAll(t, svcs[0], item)
-	svcs[2].Leave()
-	if sent, _ := svcs[2].HandOffAll(t.Context()); sent != 1 {
-		t.Fatalf("node-2 handed off %d counters, want 1", sent)
-	}
+	_, svcs, item, _ := leftSpent(t)
 	r := svcs[2].Owner().Relayed(t.Context(), []*pb.CheckRequest{{Requests: []*pb.CheckItem{item}}})[0].Responses[0]
 	if r.Status != pb.Status_UNDER_LIMIT || r.Remaining != item.Limit-1 {
 		t.Errorf("relayed to the leaving node after its hand-off: %v, want admitted on an empty counter (the residual)", r)
