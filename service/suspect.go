@@ -18,8 +18,9 @@ import (
 // connections open, so every forward to it waits the whole forward
 // deadline, for as long as memberlist takes to declare it dead (about 5s).
 // Suspicion cuts that to one deadline: once a forward to an owner has
-// timed out or found it unreachable, checks for its keys are decided here
-// at once with this node's share, until a probe finds it answering again.
+// timed out or found it unreachable, checks for its keys fail over at once
+// (to the first member of each key's succession this node does not
+// suspect, see failOver), until a probe finds it answering again.
 const (
 	// suspectFor is how long a suspicion lasts unless confirmed again. A
 	// failed probe confirms it; so a service without Run, which sends no
