@@ -169,7 +169,7 @@ func (s *Service) registerSuspects(reg prometheus.Registerer) {
 	}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ringlimit_suspect_owners",
-		Help: "Owners this node suspects after a forward to them timed out or found them unreachable: their keys are decided here with this node's share until a probe answers.",
+		Help: "Owners this node suspects after a forward to them timed out or found them unreachable: their keys fail over (to their heir, or the next member this node reaches) until a probe answers.",
 	}, func() float64 { return float64(s.suspects.count()) }))
 }
 
