@@ -161,8 +161,8 @@ func (s *suspects) list() []string {
 }
 
 // registerSuspects exports the number of suspect owners to reg, read at
-// each scrape: a non-zero value means checks for some keys are decided
-// here with this node's share.
+// each scrape: a non-zero value means checks for some keys fail over,
+// decided without their owner.
 func (s *Service) registerSuspects(reg prometheus.Registerer) {
 	if reg == nil {
 		return
