@@ -45,3 +45,28 @@ func TestReconnectsSoonAfterThePeerReturns(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestResetDialsAfresh: Reset closes a ready connection, and the next
+// call dials a new one and is answered; an address with no connection,
+// or one not up, is left alone.
+func TestResetDialsAfresh(t *testing.T) {
+	addr := serve(t, &fakeHandler{})
+	p := NewPool(Config{})
+	t.Cleanup(func() { p.Close() })
+	if p.Reset(addr) {
+		t.Error("Reset of an address never called reported a reset")
+	}
+	if _, err := p.ForwardNow(t.Context(), addr, requests(1, 1)[0]); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := p.peer(addr)
+	if !p.Reset(addr) {
+		t.Fatal("Reset of a ready connection did not reset it")
+	}
+	if _, err := p.ForwardNow(t.Context(), addr, requests(1, 1)[0]); err != nil {
+		t.Fatalf("the call after a reset: %v", err)
+	}
+	if again, _ := p.peer(addr); again == first {
+		t.Error("the call after a reset went on the old connection")
+	}
+}

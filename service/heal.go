@@ -117,9 +117,25 @@ func (s *Service) giveBack(ctx context.Context, members map[string]bool) {
 			handBack = true
 		case failed(ctx, err):
 			s.suspects.mark(addr)
+			s.resetPeer(addr)
 		}
 	}
 	if handBack {
 		s.handoff.RingChanged() // no ring change: a round that finds these counters not this node's
+	}
+}
+
+// resetter is what Peers may also do: close a connection that gRPC holds
+// ready but on which a call timed out (peer.Pool.Reset).
+type resetter interface{ Reset(addr string) bool }
+
+// resetPeer resets the connection to the owner at addr, whose probe has
+// just failed, if the peers can: a connection left established across a
+// network cut may stay stuck for many seconds after the cut heals, while
+// a new one would answer at once (see peer.Pool.Reset). The next probe
+// dials afresh.
+func (s *Service) resetPeer(addr string) {
+	if r, ok := s.peers.(resetter); ok {
+		r.Reset(addr)
 	}
 }

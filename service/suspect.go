@@ -217,6 +217,7 @@ func (s *Service) probe(ctx context.Context) {
 					s.suspects.clear(addr)
 				case failed(ctx, err):
 					s.suspects.mark(addr)
+					s.resetPeer(addr)
 				}
 			})
 		}
