@@ -278,6 +278,10 @@ type chaosPhase struct {
 	tally   tally
 	slowest atomic.Int64 // nanoseconds
 	total   atomic.Int64 // nanoseconds, of all its checks
+	// ownerless is when (Unix ns) the last of its checks decided without
+	// the key's owner (decided_by failover or fallback) was answered; 0 if
+	// none was.
+	ownerless atomic.Int64
 }
 
 // startLoad starts chaosWorkers goroutines sending checks to targets
@@ -306,6 +310,9 @@ func startLoad(t *testing.T, id string, targets []*chaosNode, d time.Duration, p
 				for s := p.slowest.Load(); took > s && !p.slowest.CompareAndSwap(s, took); s = p.slowest.Load() {
 				}
 				p.tally.add(r, err)
+				if by := r.GetMetadata()["decided_by"]; err == nil && (by == "failover" || by == "fallback") {
+					p.ownerless.Store(time.Now().UnixNano())
+				}
 				if err == nil {
 					l.mu.Lock()
 					l.byKey[k].answered++
@@ -389,6 +396,47 @@ func (l *chaosLoad) minAnswered(t *testing.T, i int, share float64) {
 	}
 }
 
+// perSide fails the test when a key admitted more than its limit once for
+// each of sides: the bound in a partition, where each side decides a key
+// on one counter (its owner's, or, on a side without the owner, that of
+// the first member of the key's succession it reaches). It returns the
+// most a key admitted.
+func (l *chaosLoad) perSide(t *testing.T, sides int) int {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	most := 0
+	for k, n := range l.byKey {
+		most = max(most, n.admitted)
+		if n.admitted > sides*chaosLimit {
+			t.Errorf("key %d admitted %d, more than its limit %d once for each of %d sides", k, n.admitted, chaosLimit, sides)
+		}
+	}
+	return most
+}
+
+// ownerlessAfter returns how long after at the last check decided
+// without its owner was answered in phases from on (0 if none was), and
+// fails the test if any was in phase last.
+func (l *chaosLoad) ownerlessAfter(t *testing.T, at time.Time, from, last int) time.Duration {
+	t.Helper()
+	var latest int64
+	for _, p := range l.phases[from:] {
+		latest = max(latest, p.ownerless.Load())
+	}
+	p := l.phases[last]
+	p.tally.mu.Lock()
+	n := p.tally.decidedBy["failover"] + p.tally.decidedBy["fallback"]
+	p.tally.mu.Unlock()
+	if n > 0 {
+		t.Errorf("%s: %d checks decided without their owner, want 0", p.name, n)
+	}
+	if latest == 0 {
+		return 0
+	}
+	return max(0, time.Unix(0, latest).Sub(at))
+}
+
 // within fails the test when the checks admitted differ from the exact
 // limit by more than share of it.
 func (l *chaosLoad) within(t *testing.T, share float64) {
@@ -432,20 +480,26 @@ func (c *chaosCluster) stop(n *chaosNode) time.Duration {
 	return took
 }
 
-// fault runs a fault of length d under l, in l's three phases: 3 s of load
+// fault runs a fault of length d under l, in l's phases: 3 s of load
 // before, the fault from begin to end, and 5 s of load after the cluster
-// has converged again (within 15 s of end). It stops l and returns how
-// long the cluster took to converge after end.
-func (c *chaosCluster) fault(l *chaosLoad, d time.Duration, begin, end func()) time.Duration {
+// has converged again (within 15 s of end); with a fourth phase, the third
+// ends once the cluster has converged and the fourth is the 5 s after. It
+// stops l and returns when end returned and how long the cluster took to
+// converge after it.
+func (c *chaosCluster) fault(l *chaosLoad, d time.Duration, begin, end func()) (time.Time, time.Duration) {
 	c.t.Helper()
 	time.Sleep(3 * time.Second) // load before the fault
 	l.next()
 	begin()
 	time.Sleep(d) // the fault itself
 	end()
+	ended := time.Now()
 	l.next()
 	converged := c.waitMembers(15 * time.Second)
+	if len(l.phases) > 3 {
+		l.next()
+	}
 	time.Sleep(5 * time.Second) // load after the fault
 	l.stop()
-	return converged
+	return ended, converged
 }

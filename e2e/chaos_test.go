@@ -89,7 +89,7 @@ func chaosPause(t *testing.T, args ...string) *chaosLoad {
 	c := startChaos(t, 5, args...)
 	frozen, others := c.nodes[4], c.nodes[:4]
 	l := startLoad(t, c.id, others, time.Minute, "before", "frozen for 15s", "after the thaw")
-	rejoined := c.fault(l, 15*time.Second, func() {
+	_, rejoined := c.fault(l, 15*time.Second, func() {
 		if _, err := docker("pause", frozen.container); err != nil {
 			t.Fatal(err)
 		}
@@ -106,10 +106,15 @@ func chaosPause(t *testing.T, args ...string) *chaosLoad {
 	return l
 }
 
-// TestChaosPartition cuts two of five nodes off the other three for 20 s
-// (docker network disconnect) under load sent to all five, then heals the
-// network: both sides keep answering (each decides with the ring it
-// sees), and every node sees all five alive within 15 s of the heal.
+// TestChaosPartition cuts two of five nodes off the network between the
+// nodes for 20 s (docker network disconnect) under load sent to all five,
+// then heals the network: every side keeps answering (each decides with
+// the ring it sees). Each cut-off node reaches no other node, so the
+// cluster is split in three sides, and a key's owner is on one of them:
+// no key admits more than its limit once for each side (the owner's, and
+// once more for each side without it). Every node sees all five alive
+// within 15 s of the heal, and from then on no check is decided without
+// its owner.
 func TestChaosPartition(t *testing.T) { chaosPartition(t) }
 
 // chaosPartition runs the scenario of TestChaosPartition on nodes with the flags
@@ -117,8 +122,8 @@ func TestChaosPartition(t *testing.T) { chaosPartition(t) }
 func chaosPartition(t *testing.T, args ...string) *chaosLoad {
 	c := startChaos(t, 5, args...)
 	minority := c.nodes[3:]
-	l := startLoad(t, c.id, c.nodes, 2*time.Minute, "before", "partitioned 3/2 for 20s", "after the heal")
-	healed := c.fault(l, 20*time.Second, func() {
+	l := startLoad(t, c.id, c.nodes, 2*time.Minute, "before", "partitioned 3/1/1 for 20s", "after the heal, until converged", "converged")
+	healedAt, healed := c.fault(l, 20*time.Second, func() {
 		for _, n := range minority {
 			c.cut(n)
 		}
@@ -127,7 +132,13 @@ func chaosPartition(t *testing.T, args ...string) *chaosLoad {
 			c.heal(n)
 		}
 	})
-	l.table(t, "partition 2 of 5 nodes for 20s, then heal", fmt.Sprintf("all 5 alive on every node %v after the heal (bound 15s)", healed.Round(10*time.Millisecond)))
+	sides := 1 + len(minority) // the majority, and each node cut off alone
+	most := l.perSide(t, sides)
+	drained := l.ownerlessAfter(t, healedAt, 2, 3)
+	l.table(t, "partition 2 of 5 nodes for 20s, then heal",
+		fmt.Sprintf("all 5 alive on every node %v after the heal (bound 15s)", healed.Round(10*time.Millisecond)),
+		fmt.Sprintf("the most a key admitted: %d, for a limit of %d on each of %d sides (bound %d)", most, chaosLimit, sides, sides*chaosLimit),
+		fmt.Sprintf("last check decided without its owner %v after the heal (bound: none once converged)", drained.Round(10*time.Millisecond)))
 	for i := range l.phases {
 		l.minAnswered(t, i, 0.99)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -252,7 +251,9 @@ func (p *Pool) peer(addr string) (*conn, error) {
 	// oversized message fails here, with codes.ResourceExhausted, before
 	// it is sent.
 	var v versions // the name the node serves the Peer service under (see LegacyServiceName)
-	opts := append(slices.Clip(p.conf.DialOptions), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxMessageBytes), grpc.ForceCodecV2(wire.Codec{})))
+	// reconnect first: the caller's options may replace it.
+	opts := append([]grpc.DialOption{reconnect}, p.conf.DialOptions...)
+	opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxMessageBytes), grpc.ForceCodecV2(wire.Codec{})))
 	cc, err := grpc.NewClient(addr, append(opts, v.dialOptions()...)...)
 	if err != nil {
 		return nil, err

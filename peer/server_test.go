@@ -150,6 +150,12 @@ func serveService(t testing.TB, srv peerpb.PeerServer, opts ...grpc.ServerOption
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveListener(t, lis, srv, opts...)
+}
+
+// serveListener is serveService on lis.
+func serveListener(t testing.TB, lis net.Listener, srv peerpb.PeerServer, opts ...grpc.ServerOption) string {
+	t.Helper()
 	g := grpc.NewServer(append(ServerOptions(), opts...)...)
 	if s, ok := srv.(*Server); ok {
 		s.Register(g) // as a node registers it: under both names

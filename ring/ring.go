@@ -19,6 +19,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/buraksezer/consistent"
@@ -163,8 +164,8 @@ func (r *Ring) Without(name string) *Ring {
 // Heirs finds who would inherit a member's keys: a key's heir is its
 // owner in the ring without the key's owner, the member that takes the key
 // over should its owner leave the ring. It keeps the rings without one
-// member each, of the latest ring asked about, so that a ring is built once
-// per ring and member left out, not per key. The zero value is ready to
+// member each (or a set: WithoutAll), of the latest ring asked about, so
+// that a ring is built once per ring and members left out, not per key. The zero value is ready to
 // use; it is safe for concurrent use.
 type Heirs struct {
 	mu      sync.Mutex
@@ -175,18 +176,33 @@ type Heirs struct {
 // Without returns r.Without(name), built once while r is the latest ring
 // asked about.
 func (h *Heirs) Without(r *Ring, name string) *Ring {
+	return h.WithoutAll(r, []string{name})
+}
+
+// WithoutAll returns r without every member named in names, which must be
+// sorted and without repeats: the ring a key's checks go by when those
+// members cannot be reached. Like Without it is built once while r is the
+// latest ring asked about (Without(r, n) and WithoutAll(r, []string{n})
+// are one ring). The cache holds at most maxWithout rings: the sets a node
+// asks about are the members it cannot reach, few at a time, and a set
+// beyond it empties the cache rather than grow it.
+func (h *Heirs) WithoutAll(r *Ring, names []string) *Ring {
+	id := strings.Join(names, "\x00") // member names hold no NUL
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.base != r {
+	if h.base != r || (h.without[id] == nil && len(h.without) >= maxWithout) {
 		h.base, h.without = r, map[string]*Ring{}
 	}
-	w := h.without[name]
+	w := h.without[id]
 	if w == nil {
-		w = r.Without(name)
-		h.without[name] = w
+		w = New(slices.DeleteFunc(r.Members(), func(m Member) bool { _, found := slices.BinarySearch(names, m.Name); return found })...)
+		h.without[id] = w
 	}
 	return w
 }
+
+// maxWithout bounds the rings a Heirs keeps.
+const maxWithout = 256
 
 // Heir returns the heir of key, whose owner in r is owner: its owner in r
 // without owner. It reports false when r holds no other member.

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
@@ -116,6 +117,10 @@ type pending struct {
 	// failover says its owner could not be reached: it goes to, or is
 	// decided by, its heir (decided_by "failover").
 	failover bool
+	// skip is the owner whose failure sent it to fail over, and hops the
+	// members it has failed over to so far (see failOver).
+	skip string
+	hops uint8
 }
 
 // failure is what a send that failed taught about the checks it carried.
@@ -161,6 +166,9 @@ type view struct {
 	store   holder
 	// heirs finds who would inherit a failed owner's keys.
 	heirs *ring.Heirs
+	// suspect reports whether this node suspects the member at a peer
+	// address (see suspects); nil suspects none.
+	suspect func(addr string) bool
 	// strict says the node is in strict mode (strict.go): a check whose
 	// owner cannot be reached is never failed over nor decided with a share.
 	strict bool
@@ -278,13 +286,18 @@ const (
 //     all-or-nothing request that share a key share its owner, and so
 //     stay together.
 //   - A client that has gone is charged nothing.
+//   - A relay to a member a check failed over to, that went unanswered,
+//     fails over again, to the next member of the key's succession (see
+//     failOver).
 //   - A forward whose owner cannot be reached fails over: each key's heir,
 //     the node that would own it without that owner, to which the owner
 //     replicates its counters (package replica), takes its replica as its
 //     own counter and decides with the whole limit, so a crashed owner's
 //     keys go on from where its last replication left them, rather than
 //     from an empty counter with a share on every node. This node decides
-//     those it is the heir of; the others are relayed to their heir.
+//     those it is the heir of; the others are relayed to their heir. When
+//     this node suspects the heir too (a partition), the next member of
+//     the key's succession it can reach takes the heir's place.
 //     GLOBAL checks fail over alike: the heir decides them on its replica
 //     less the hits the owner had lent to the nodes and they may still
 //     admit, which it knows from the owner's broadcasts (see package
@@ -293,8 +306,8 @@ const (
 //     the heir until the next ring change hands it over, so a key can be
 //     over its limit by what the heir admitted while the owner was
 //     unreachable; the shares did as much.
-//   - Any other failure (a relay or pull that failed, a heir that cannot
-//     be reached either) falls back to this node's share of each limit.
+//   - Any other failure (a relay or pull that failed, no member left to
+//     fail over to) falls back to this node's share of each limit.
 //
 // In strict mode (v.strict) neither of the last two happens: only the
 // owner decides a key, so a check whose owner cannot be reached is refused
@@ -306,6 +319,8 @@ func replan(c *call, ps []*pending, f *failure, v *view) lesson {
 			p.next, p.to = nextHere, v.self
 		}
 		return lessonHere
+	case f.kind == routeRelay && v.gone == nil && ps[0].failover:
+		return failOver(c, ps, f, v)
 	case !f.answered && !f.retried && !errors.Is(f.err, context.Canceled) && moved(c, ps, f, v):
 		for _, p := range ps {
 			p.to, _ = v.ring.Owner(c.reqs[p.j].Key)
@@ -332,22 +347,85 @@ func replan(c *call, ps []*pending, f *failure, v *view) lesson {
 			p.next = nextEscrow
 		}
 		return lessonEscrow
-	case f.kind == routeForward && v.heirs.Without(v.ring, f.to.Name).Len() > 0:
-		without := v.heirs.Without(v.ring, f.to.Name)
-		for _, p := range ps {
-			p.to, _ = without.Owner(c.reqs[p.j].Key)
-			p.failover, p.retried = true, false // a relay of its own: tried again at a new owner if the ring moves
-			p.next = nextRelay
-			if p.to.Name == v.self.Name {
-				p.next = nextHere
-			}
-		}
-		return lessonFailover
+	case f.kind == routeForward:
+		return failOver(c, ps, f, v)
 	}
 	for _, p := range ps {
 		p.next = nextShare
 	}
 	return lessonShare
+}
+
+// maxHops bounds the members a check fails over to, one after another,
+// before it is decided here with this node's share: a cluster split in
+// three leaves at most two unreachable members ahead of a reachable one in
+// a key's succession, once this node suspects them (see failOver).
+const maxHops = 3
+
+// failOver sends each check of ps, whose forward to its owner or relay to
+// a member it failed over to went unanswered (f), to the first member of
+// its key's succession that this node can reach: the key's owner in the
+// ring v routes by without the owner that failed, the member f went to,
+// and every member this node suspects. While only the owner is
+// unreachable that is the key's heir, to which the owner replicates it.
+// In a partition it is, for every node of one side, the same member of
+// that side, once each has tried the members across the cut (and so
+// suspects them): each side decides each key whose owner it cannot reach
+// on one counter, with the whole limit, and so admits at most the limit,
+// where before each of its nodes admitted a share besides. That member
+// decides the check where it lands (here, if it is this node). A node
+// that reaches no other member, and is not the key's heir, is a side of
+// its own: it decides with its share of the limit, on the counter it
+// decides the key on with the whole limit once its ring has dropped the
+// others (a limit that grows never uncounts), so that it admits at most
+// the limit too, and less while the others may still be alive. A GLOBAL
+// check goes to the heir only (package global keeps the owner's grants
+// there); it, and a check that has failed over maxHops times or finds no
+// member left, is decided here with this node's share.
+func failOver(c *call, ps []*pending, f *failure, v *view) lesson {
+	out := []string{f.to.Name}
+	for _, p := range ps {
+		if p.skip == "" {
+			p.skip = f.to.Name
+		}
+		if !slices.Contains(out, p.skip) {
+			out = append(out, p.skip)
+		}
+	}
+	if v.suspect != nil {
+		for _, m := range v.ring.Members() {
+			if v.suspect(m.PeerAddr) && !slices.Contains(out, m.Name) {
+				out = append(out, m.Name)
+			}
+		}
+	}
+	slices.Sort(out)
+	rest := v.heirs.WithoutAll(v.ring, out)
+	heirs := v.heirs.Without(v.ring, f.to.Name)
+	lesson := lessonShare
+	alone := rest.Len() == 1 // but for this node, every member is out of reach
+	for _, p := range ps {
+		key := c.reqs[p.j].Key
+		to, ok := rest.Owner(key)
+		if c.behavior(p.j) == pb.Behavior_GLOBAL {
+			to, ok = heirs.Owner(key)
+			ok = ok && f.kind == routeForward
+		} else if heir, _ := heirs.Owner(key); alone && heir.Name != v.self.Name {
+			ok = false // a side of one: its share, on the counter it will own once its ring drops the others
+		}
+		if !ok || p.hops >= maxHops {
+			p.next = nextShare
+			continue
+		}
+		p.to, p.hops = to, p.hops+1
+		p.failover, p.retried = true, false // a relay of its own: tried again at a new owner if the ring moves
+		p.next = nextRelay
+		if p.to.Name == v.self.Name {
+			p.next = nextHere
+		}
+		lesson = lessonFailover
+	}
+	return lesson
 }
 
 // moved reports whether the ring v routes by gives the key of any of ps,

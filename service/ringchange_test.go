@@ -125,16 +125,7 @@ func TestRelayedToAJoinedOwnerWaits(t *testing.T) {
 // check is decided on an empty counter, before or after the others see
 // it go.
 func TestLeavingNodeHandsOffBeforeOthersSeeItGo(t *testing.T) {
-	c, svcs := newFakeCluster(3)
-	after := c.ring.Without("node-2")
-	key, heir := keyMovingTo(t, c.ring, after, "node-2")
-	item := &pb.CheckItem{Name: "api", Key: key, Limit: 5, DurationMs: 3_600_000}
-	spendAll(t, svcs[0], item)
-
-	svcs[2].Leave()
-	if sent, left := svcs[2].HandOffAll(t.Context()); sent != 1 || left != 0 {
-		t.Fatalf("HandOffAll = %d sent, %d left; want 1, 0", sent, left)
-	}
+	c, svcs, item, heir := leftSpent(t)
 	if r := check(t, svcs[0], item); r.Status != pb.Status_OVER_LIMIT {
 		t.Errorf("forwarded to the leaving node after its hand-off: %v, want OVER_LIMIT", r.Status)
 	}
@@ -144,10 +135,27 @@ func TestLeavingNodeHandsOffBeforeOthersSeeItGo(t *testing.T) {
 	if n := svcs[heir].store.Len(); n != 1 {
 		t.Errorf("the heir holds %d counters, want 1", n)
 	}
-	c.ring = after
+	c.ring = c.ring.Without("node-2")
 	if r := check(t, svcs[0], item); r.Status != pb.Status_OVER_LIMIT {
 		t.Errorf("after the others saw node-2 go: %v, want OVER_LIMIT", r.Status)
 	}
+}
+
+// leftSpent returns a 3-node fake cluster whose node-2 is leaving and has
+// handed off its counter of item's key, spent to its limit of 5, to heir,
+// the key's owner without node-2; the others still route by the ring with
+// node-2.
+func leftSpent(t *testing.T) (c *fakeCluster, svcs []*Service, item *pb.CheckItem, heir int) {
+	t.Helper()
+	c, svcs = newFakeCluster(3)
+	key, heir := keyMovingTo(t, c.ring, c.ring.Without("node-2"), "node-2")
+	item = &pb.CheckItem{Name: "api", Key: key, Limit: 5, DurationMs: 3_600_000}
+	spendAll(t, svcs[0], item)
+	svcs[2].Leave()
+	if sent, left := svcs[2].HandOffAll(t.Context()); sent != 1 || left != 0 {
+		t.Fatalf("HandOffAll = %d sent, %d left; want 1, 0", sent, left)
+	}
+	return c, svcs, item, heir
 }
 
 // TestLeavingNodeDecidesWhatItStillHolds: between Leave and the hand-off

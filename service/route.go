@@ -17,12 +17,15 @@ import (
 
 // maxRounds bounds the rounds of a request's plan (see plan.go). A check
 // is re-planned only when its send fails, and each failure moves it on
-// along forward, forward again at its key's new owner (once), relay to its
-// heir, relay again at the new owner (once), and this node's share, which
-// decides it here; a pull that fails is decided here next. So no check
-// takes more than five rounds; a check left pending after them would be
-// a bug in replan, and is answered with an internal error, not dropped.
-const maxRounds = 5
+// along forward, forward again at its key's new owner (once), relay to the
+// first member of its key's succession this node can reach (at most
+// maxHops times, see failOver), and this node's share, which decides it
+// here; a relay that is not a failover is relayed again at the new owner
+// (once) before the share, and a pull that fails is decided here next. So
+// no check takes more than 3+maxHops rounds; a check left pending after
+// them would be a bug in replan, and is answered with an internal error,
+// not dropped.
+const maxRounds = 3 + maxHops
 
 // errNoRoute is the error of a check still pending after maxRounds.
 var errNoRoute = fmt.Errorf("no route after %d rounds", maxRounds)
@@ -63,7 +66,7 @@ func (s *Service) decide(ctx context.Context, c *call, ps []pending) {
 // look returns the node's view now (see view).
 func (s *Service) look(ctx context.Context) view {
 	return view{self: s.cluster.LocalMember(), ring: s.ring(), leaving: s.leaving.Load() != nil, gone: ctx.Err(),
-		handOff: s.handoff, store: s.store, heirs: &s.without, strict: s.strict.on()}
+		handOff: s.handoff, store: s.store, heirs: &s.without, suspect: s.suspects.suspect, strict: s.strict.on()}
 }
 
 // replanFailed re-plans the checks of ps whose send failed, those of one
@@ -84,7 +87,9 @@ func (s *Service) replanFailed(c *call, ps []pending, v *view, failedOver []int)
 		}
 		switch replan(c, sent, f, v) {
 		case lessonFailover:
-			s.metrics.failovers.Add(float64(len(sent)))
+			if f.kind == routeForward { // a failover that goes on to the next member counts once
+				s.metrics.failovers.Add(float64(len(sent)))
+			}
 			for _, p := range sent {
 				failedOver = append(failedOver, p.j)
 			}
@@ -228,6 +233,7 @@ func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes 
 		}
 		if routes[k].landed {
 			s.replica.PromoteKey(r) // relayed here as the key's heir: its owner cannot be reached (see replan)
+			s.noteStandIn(c, ps[k].j)
 		}
 		s.handoff.Await(ctx, c.ring, r.Key) // its counter may be on its way here
 	}

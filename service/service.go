@@ -143,6 +143,9 @@ type Service struct {
 	// suspects are owners whose last forward failed: their keys are
 	// decided here until a probe finds them answering (see suspect.go).
 	suspects suspects
+	// standIns are the owners whose keys this node decided by failover,
+	// to which it gives their counters back once they answer (heal.go).
+	standIns standIns
 	// leaving, once Leave is called, is the ring this node routes by: the
 	// cluster's without this node (see ring).
 	leaving atomic.Pointer[leavingRing]

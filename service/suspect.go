@@ -18,8 +18,9 @@ import (
 // connections open, so every forward to it waits the whole forward
 // deadline, for as long as memberlist takes to declare it dead (about 5s).
 // Suspicion cuts that to one deadline: once a forward to an owner has
-// timed out or found it unreachable, checks for its keys are decided here
-// at once with this node's share, until a probe finds it answering again.
+// timed out or found it unreachable, checks for its keys fail over at once
+// (to the first member of each key's succession this node does not
+// suspect, see failOver), until a probe finds it answering again.
 const (
 	// suspectFor is how long a suspicion lasts unless confirmed again. A
 	// failed probe confirms it; so a service without Run, which sends no
@@ -160,15 +161,15 @@ func (s *suspects) list() []string {
 }
 
 // registerSuspects exports the number of suspect owners to reg, read at
-// each scrape: a non-zero value means checks for some keys are decided
-// here with this node's share.
+// each scrape: a non-zero value means checks for some keys fail over,
+// decided without their owner.
 func (s *Service) registerSuspects(reg prometheus.Registerer) {
 	if reg == nil {
 		return
 	}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ringlimit_suspect_owners",
-		Help: "Owners this node suspects after a forward to them timed out or found them unreachable: their keys are decided here with this node's share until a probe answers.",
+		Help: "Owners this node suspects after a forward to them timed out or found them unreachable: their keys fail over (to their heir, or the next member this node reaches) until a probe answers.",
 	}, func() float64 { return float64(s.suspects.count()) }))
 }
 
@@ -185,7 +186,9 @@ func failed(ctx context.Context, err error) bool {
 // probe runs rounds of probes of the suspect owners until ctx ends: an
 // empty check, which decides nothing. An answer ends the suspicion, so
 // forwarding resumes; a failure confirms it. An owner that left the ring
-// is no longer probed, and its suspicion lapses.
+// is no longer probed, and its suspicion lapses. Each round also gives
+// back what this node decided by failover to the owners that answer
+// again (see giveBack).
 func (s *Service) probe(ctx context.Context) {
 	t := time.NewTimer(probeEvery)
 	defer t.Stop()
@@ -214,10 +217,12 @@ func (s *Service) probe(ctx context.Context) {
 					s.suspects.clear(addr)
 				case failed(ctx, err):
 					s.suspects.mark(addr)
+					s.resetPeer(addr)
 				}
 			})
 		}
 		wg.Wait()
+		s.giveBack(ctx, members)
 		t.Reset(probeEvery)
 	}
 }

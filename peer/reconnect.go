@@ -1,0 +1,50 @@
+package peer
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
+)
+
+// reconnect is how a Pool's connections come back once their peer can be
+// reached again. gRPC's default waits up to 2 minutes between attempts
+// (1s, growing 1.6 times each) and gives an attempt 20s: after a network
+// partition of 20s the nodes on either side went on failing every call to
+// the other side for seconds after the network healed (their attempt in
+// flight waited for a SYN retransmit, the next was seconds away), deciding
+// the other side's keys by failover meanwhile, while gossip already said
+// the peer was alive. A peer is one hop away on the cluster's network: an
+// attempt that has not connected within a second will not, and a second
+// between attempts costs little. So a connection comes back within about
+// two seconds of the peer answering again, and a suspect owner's next
+// probe finds it (service's suspects).
+var reconnect = grpc.WithConnectParams(grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	MinConnectTimeout: time.Second,
+})
+
+// Reset closes the connection to addr if it is up (connectivity.Ready)
+// and drops it, as Retain drops an address, so that the next call dials
+// afresh; it reports whether it did. A call that timed out on a
+// connection gRPC holds ready is a sign that the connection is stuck: a
+// TCP connection across a network cut stays established, and once the
+// cut heals its retransmissions, backed off while it lasted, may not
+// reach the peer for many seconds more, while every call on it waits its
+// deadline and a new connection would answer at once. So a node that
+// suspects an owner resets its connection when a probe times out.
+func (p *Pool) Reset(addr string) bool {
+	p.mu.Lock()
+	c, ok := p.peers[addr]
+	if !ok || c.cc.GetState() != connectivity.Ready {
+		p.mu.Unlock()
+		return false
+	}
+	delete(p.peers, addr)
+	c.batch.Close(fmt.Errorf("%w: connection reset", ErrUnreachable))
+	p.mu.Unlock()
+	_ = c.close() // fails only if already closed
+	return true
+}

@@ -1,0 +1,72 @@
+package peer
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+)
+
+// TestReconnectsSoonAfterThePeerReturns: a peer that refused connections
+// for a few seconds (its backoff has grown, as across a partition) is
+// reached again within a few seconds of listening again, not after
+// gRPC's default backoff, which grows towards two minutes. The bound is
+// five times the longest wait between attempts, for a loaded machine.
+func TestReconnectsSoonAfterThePeerReturns(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // nothing listens: every attempt is refused
+	p := NewPool(Config{})
+	t.Cleanup(func() { p.Close() })
+	call := func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		defer cancel()
+		_, err := p.ForwardNow(ctx, addr, requests(1, 1)[0])
+		return err
+	}
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if call() == nil {
+			t.Fatal("a call succeeded with nothing listening")
+		}
+	}
+	back := time.Now()
+	lis, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen again on %s: %v", addr, err)
+	}
+	serveListener(t, lis, NewServer(&fakeHandler{}, nil))
+	for call() != nil {
+		if time.Since(back) > 5*time.Second {
+			t.Fatalf("the peer listens again since %v and calls still fail", time.Since(back))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestResetDialsAfresh: Reset closes a ready connection, and the next
+// call dials a new one and is answered; an address with no connection,
+// or one not up, is left alone.
+func TestResetDialsAfresh(t *testing.T) {
+	addr := serve(t, &fakeHandler{})
+	p := NewPool(Config{})
+	t.Cleanup(func() { p.Close() })
+	if p.Reset(addr) {
+		t.Error("Reset of an address never called reported a reset")
+	}
+	if _, err := p.ForwardNow(t.Context(), addr, requests(1, 1)[0]); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := p.peer(addr)
+	if !p.Reset(addr) {
+		t.Fatal("Reset of a ready connection did not reset it")
+	}
+	if _, err := p.ForwardNow(t.Context(), addr, requests(1, 1)[0]); err != nil {
+		t.Fatalf("the call after a reset: %v", err)
+	}
+	if again, _ := p.peer(addr); again == first {
+		t.Error("the call after a reset went on the old connection")
+	}
+}
