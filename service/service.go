@@ -28,6 +28,7 @@ import (
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/replica"
 	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/top"
 )
 
 // DefaultMaxClockSkew bounds how far created_at_ms may be from the
@@ -105,6 +106,9 @@ type Config struct {
 	// Leases bounds the lessees' accounts of the keys this node owns (see
 	// package lease); its zero fields mean their defaults.
 	Leases global.LeaseConfig
+	// Top, if not nil, counts every check this node decides by name and
+	// key (see package top); nil counts none.
+	Top *top.Tracker
 }
 
 // Service decides checks. It is safe for concurrent use. Run drives its
@@ -138,12 +142,14 @@ type Service struct {
 	leaveMu sync.Mutex // serializes the building of leaving rings
 	// without caches, for failover, rings without one member.
 	without ring.Heirs
+	// top counts the checks decided here by key; nil counts none.
+	top *top.Tracker
 }
 
 // New returns a Service. It starts nothing.
 func New(conf Config) *Service {
 	s := &Service{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, skew: conf.MaxClockSkew, now: conf.Now, log: conf.Logger,
-		policies: conf.Policies}
+		policies: conf.Policies, top: conf.Top}
 	if s.store == nil {
 		s.store = limiter.New(limiter.Config{})
 	}
@@ -414,6 +420,7 @@ func (s *Service) setDecided(c *call, j int, d algorithms.Decision, err error, r
 		res.RetryAfterMs = d.RetryAfter.Milliseconds()
 		c.results[c.pos[j]] = res
 		s.metrics.checked(c.reqs[j].Algorithm, c.items[c.pos[j]].Behavior, route, false)
+		s.top.Record(c.reqs[j].Name, c.reqs[j].Key, false)
 		return
 	}
 	s.setResult(c, j, d, route)
@@ -426,6 +433,7 @@ func (s *Service) setResult(c *call, j int, d algorithms.Decision, route routeKi
 	decisionResult(&c.decided[i], &c.reqs[j], d)
 	c.results[i] = &c.decided[i]
 	s.metrics.checked(c.reqs[j].Algorithm, c.items[i].Behavior, route, d.Allowed)
+	s.top.Record(c.reqs[j].Name, c.reqs[j].Key, d.Allowed)
 }
 
 // groupByKey returns positions in js grouped by the key of c.reqs[js[k]],

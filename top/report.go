@@ -71,7 +71,7 @@ func (t *Tracker) Report(now time.Time, keys int) Report {
 	}
 	r := Merge(parts, keys)
 	r.Seconds = secs
-	r.setRates(secs)
+	r.SetRates()
 	return r
 }
 
@@ -92,8 +92,10 @@ func (in *interval) read() Report {
 	return r
 }
 
-// setRates fills the rates of r's counts over secs seconds.
-func (r *Report) setRates(secs float64) {
+// SetRates fills the rates of r's counts over r.Seconds, the rates of a
+// single node's report (a merged one's are the sum of its nodes').
+func (r *Report) SetRates() {
+	secs := r.Seconds
 	r.ChecksPerSecond = float64(r.Checks) / secs
 	r.RefusalsPerSecond = float64(r.Refusals) / secs
 	for i := range r.Limits {
