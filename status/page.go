@@ -88,8 +88,10 @@ func rows(v View) (hot, refused []row) {
 			}
 		}
 	}
-	slices.SortStableFunc(hot, func(a, b row) int { return cmp.Compare(b.Checks, a.Checks) })
-	slices.SortStableFunc(refused, func(a, b row) int { return cmp.Compare(b.Refusals, a.Refusals) })
+	// By rates, which are what the page shows: a merged count sums
+	// intervals of different lengths, a merged rate does not.
+	slices.SortStableFunc(hot, func(a, b row) int { return cmp.Compare(b.ChecksPerSecond, a.ChecksPerSecond) })
+	slices.SortStableFunc(refused, func(a, b row) int { return cmp.Compare(b.RefusalsPerSecond, a.RefusalsPerSecond) })
 	return hot[:min(len(hot), pageRows)], refused[:min(len(refused), pageRows)]
 }
 
