@@ -50,7 +50,7 @@ func (s *Status) handlePage(w http.ResponseWriter, r *http.Request) {
 		}
 		refresh = n
 	}
-	v := s.Gather(r.Context(), pageRows)
+	v := s.view(r.Context(), pageRows)
 	p := page{View: v, Now: s.conf.Now().UTC(), Refresh: refresh}
 	for _, n := range v.Nodes {
 		if n.Self {

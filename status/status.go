@@ -77,7 +77,18 @@ const (
 type Status struct {
 	conf   Config
 	secret []byte // the key of hidden keys' hashes, random per process
+
+	// mu serializes gathering and guards the last view, which requests
+	// within cacheFor of it share: a flood of GET /v1/top then costs the
+	// members one Peer/Top each per cacheFor, not one per request.
+	mu       sync.Mutex
+	last     View
+	lastKeys int
+	lastAt   time.Time
 }
+
+// cacheFor is how long a gathered view answers the requests that follow.
+const cacheFor = time.Second
 
 // New returns a Status configured by conf.
 func New(conf Config) *Status {
@@ -161,13 +172,28 @@ func (s *Status) Gather(ctx context.Context, keys int) View {
 	return v
 }
 
+// view returns the view of keys keys gathered within cacheFor, or gathers
+// it anew.
+func (s *Status) view(ctx context.Context, keys int) View {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.conf.Now()
+	if s.lastKeys == keys && !s.lastAt.IsZero() && now.Sub(s.lastAt) >= 0 && now.Sub(s.lastAt) < cacheFor {
+		return s.last
+	}
+	// Shared by the requests that follow, it does not end with the
+	// request that gathered it; Config.Timeout bounds it.
+	s.last, s.lastKeys, s.lastAt = s.Gather(context.WithoutCancel(ctx), keys), keys, now
+	return s.last
+}
+
 func (s *Status) handleTop(w http.ResponseWriter, r *http.Request) {
 	keys, err := keysParam(r)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, s.Gather(r.Context(), keys))
+	writeJSON(w, http.StatusOK, s.view(r.Context(), keys))
 }
 
 // keysParam reads ?keys=N, 1 to top.MaxKeys; DefaultKeys without it.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ func (l local) ReplicationLag() time.Duration { return 120 * time.Millisecond }
 
 // fixture is a cluster of three as node a sees it: b answers with its
 // counts, c does not answer.
-func fixture(t *testing.T, conf Config) (*httptest.Server, *Changes) {
+func fixture(t *testing.T, conf Config) (*httptest.Server, *atomic.Int32) {
 	tr := top.New(top.Config{}, t0)
 	for i := range 30 {
 		tr.Record("api", "user:<script>alert(1)</script>", i%3 != 0)
@@ -41,7 +42,9 @@ func fixture(t *testing.T, conf Config) (*httptest.Server, *Changes) {
 			{Name: "c", State: "alive", Share: 0.3, PeerAddr: "c:1"},
 		}
 	}
+	var asked atomic.Int32
 	conf.Ask = func(_ context.Context, addr string, keys int) (top.Report, time.Duration, error) {
+		asked.Add(1)
 		if addr == "b:1" {
 			return b, 2 * time.Second, nil
 		}
@@ -50,12 +53,14 @@ func fixture(t *testing.T, conf Config) (*httptest.Server, *Changes) {
 	conf.Changes = &Changes{}
 	conf.Changes.Record(t0, []string{"a"})
 	conf.Changes.Record(t0.Add(time.Second), []string{"a", "b", "c"})
-	conf.Now = func() time.Time { return t0.Add(10 * time.Second) }
+	if conf.Now == nil {
+		conf.Now = func() time.Time { return t0.Add(10 * time.Second) }
+	}
 	mux := http.NewServeMux()
 	New(conf).Register(mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return srv, conf.Changes
+	return srv, &asked
 }
 
 func get(t *testing.T, url string) (int, http.Header, string) {
@@ -178,5 +183,25 @@ func TestChanges(t *testing.T) {
 		if len(ch.Joined) > maxNamed || len(ch.Left) > maxNamed || ch.More == 0 {
 			t.Errorf("change %+v: want at most %d names each, the rest counted in More", ch, maxNamed)
 		}
+	}
+}
+
+// TestTopSharesAView: requests within cacheFor of a view share it, so that
+// a flood of them costs the members one question each per cacheFor.
+func TestTopSharesAView(t *testing.T) {
+	var now atomic.Int64
+	now.Store(t0.UnixNano())
+	srv, asked := fixture(t, Config{Page: true, Now: func() time.Time { return time.Unix(0, now.Load()) }})
+	for range 5 {
+		get(t, srv.URL+"/v1/top")
+	}
+	if n := asked.Load(); n != 2 {
+		t.Errorf("5 requests asked the 2 other members %d times, want 2", n)
+	}
+	get(t, srv.URL+"/v1/top?keys=3") // another view
+	now.Add(int64(cacheFor))
+	get(t, srv.URL+"/v1/top?keys=3")
+	if n := asked.Load(); n != 6 {
+		t.Errorf("asked %d times, want 6: another number of keys, then a view older than %v, are gathered anew", n, cacheFor)
 	}
 }
