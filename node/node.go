@@ -46,6 +46,8 @@ import (
 	"github.com/ringlimit/ringlimit/rls"
 	"github.com/ringlimit/ringlimit/service"
 	"github.com/ringlimit/ringlimit/snapshot"
+	"github.com/ringlimit/ringlimit/status"
+	"github.com/ringlimit/ringlimit/top"
 )
 
 // Config is every setting of a node. cmd/rlnode fills it from its flags
@@ -157,6 +159,12 @@ type Config struct {
 	Leases global.LeaseConfig
 	// RLQS bounds Envoy's rate limit quota streams (see package rlqs).
 	RLQS rlqs.Bounds
+	// Top sizes the counts of who is being limited (package top), which
+	// GET /v1/top merges across the cluster. StatusPage serves the status
+	// page (package status) on the HTTP port, and HideKeys shows keys in
+	// both only as keyed hashes.
+	Top                  top.Config
+	StatusPage, HideKeys bool
 }
 
 // DefaultConfig is the Config of `rlnode` run without flags, but for its
@@ -192,7 +200,9 @@ func DefaultConfig() Config {
 		SnapshotInterval:  snapshot.DefaultInterval,
 		Leases: global.LeaseConfig{TTL: global.DefaultLeaseTTL, MaxLessees: global.DefaultMaxLessees,
 			MaxLeasesPerKey: global.DefaultMaxLeasesPerKey, MaxKeysPerLessee: global.DefaultMaxKeysPerLessee},
-		RLQS: rlqs.DefaultBounds(),
+		RLQS:       rlqs.DefaultBounds(),
+		Top:        top.Config{Window: top.DefaultWindow},
+		StatusPage: true,
 	}
 }
 
@@ -214,6 +224,10 @@ type Node struct {
 	peerSrv  *grpc.Server
 	peerFace *peer.Server
 	httpSrv  *http.Server
+	// top counts who is being limited, and changes logs the ring's
+	// changes, for GET /v1/top and the status page.
+	top     *top.Tracker
+	changes *status.Changes
 	// ringChanged is signalled by the cluster on every ring change; the
 	// service loop reacts to it, so that nothing is wired to a part
 	// before the part exists.
@@ -290,12 +304,14 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	n.top = top.New(conf.Top, time.Now())
+	n.changes = &status.Changes{}
 	n.svc = service.New(service.Config{
 		Store: store, Replicas: replicas, Cluster: n.members, Peers: n.pool,
 		MaxClockSkew: conf.MaxClockSkew, GlobalSync: conf.GlobalSync, HandOffWait: conf.HandOffWait,
 		ReplicateInterval: conf.ReplicateInterval, HandedOff: n.snaps.handedOff(),
 		StrictQuorum: conf.StrictQuorum, StrictFence: conf.StrictFence,
-		Logger: log, Registerer: reg, Policies: n.policies, Leases: conf.Leases,
+		Logger: log, Registerer: reg, Policies: n.policies, Leases: conf.Leases, Top: n.top,
 	})
 	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod}, MaxStreams: conf.MaxStreams,
 		Pools:    map[string]int{rlqs.Method: conf.RLQS.MaxStreams},
@@ -341,7 +357,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	// a check needs no headers of more than a few KB. No route streams or
 	// long-polls, so WriteTimeout is what answering a check can take.
 	// ReadHeaderTimeout also bounds a TLS handshake.
-	n.httpSrv = &http.Server{Handler: n.faces.Handler(), ReadHeaderTimeout: conf.HandshakeTimeout, MaxHeaderBytes: 64 << 10,
+	n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: conf.HandshakeTimeout, MaxHeaderBytes: 64 << 10,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: conf.IdleTimeout, TLSConfig: tr.public}
 	return n, nil
 }
@@ -384,6 +400,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	n.snaps.start(g)
 	g.Go(func() error { return ignoreCanceled(n.policies.Run(gctx)) }) // policies stay in force once it stops
+	g.Go(func() error { return ignoreCanceled(n.top.Run(gctx)) })
 	g.Go(func() error { return serveHTTP(n.httpSrv, n.lis.http) })
 	g.Go(func() error { return serveGRPC(n.grpcSrv, n.lis.grpc) })
 	g.Go(func() error { return serveGRPC(n.peerSrv, n.lis.peer) })
@@ -413,12 +430,14 @@ func (n *Node) Run(ctx context.Context) error {
 func (n *Node) runService(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
+		n.recordRing(n.members.Ring())
 		for {
 			select {
 			case <-ctx.Done():
 				return nil
 			case <-n.ringChanged:
 				r := n.members.Ring()
+				n.recordRing(r)
 				n.svc.RingChanged()
 				n.pool.Retain(peerAddrs(r))
 			}

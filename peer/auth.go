@@ -54,7 +54,8 @@ type GuardConfig struct {
 // Guard checks who makes each peer call, before the Server sees it:
 // reports (AddGlobalHits), GLOBAL states (UpdateGlobals), hand-offs
 // (HandOff), replicas (Replicate), relayed lease reports (Lease), relayed
-// settles of reservations (Settle) and streams of forwards (ForwardStream)
+// settles of reservations (Settle), questions of who is being limited
+// (Top) and streams of forwards (ForwardStream)
 // are taken only from current members under their own names, never under
 // the receiving node's own name. A
 // refused call fails with codes.PermissionDenied (codes.Unauthenticated
@@ -136,6 +137,8 @@ func (g *Guard) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	case *peerpb.LeaseRelayRequest:
 		from = r.GetFrom()
 	case *peerpb.SettleRelayRequest:
+		from = r.GetFrom()
+	case *peerpb.TopRequest:
 		from = r.GetFrom()
 	default:
 		return handler(ctx, req) // no peer method else; nothing to check

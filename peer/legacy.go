@@ -77,7 +77,7 @@ func (v *versions) name(method, old string, ok bool) string {
 // newerMethods are the Peer methods added since the rename, which no node
 // of the version before it serves: a call of one that a node refuses is
 // not sent again under the old name, nor makes the connection use it.
-var newerMethods = map[string]bool{"Lease": true, "Settle": true}
+var newerMethods = map[string]bool{"Lease": true, "Settle": true, "Top": true}
 
 // legacyMethod returns method, a Peer method's full name, under
 // LegacyServiceName; false for any other method, and for newerMethods.

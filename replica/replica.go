@@ -424,9 +424,9 @@ func (n *Node) PromoteKey(r *limiter.Request) bool {
 	return true
 }
 
-// lag is how long ago the last round that delivered every batch began:
+// Lag is how long ago the last round that delivered every batch began:
 // no change older than that is unsent.
-func (n *Node) lag() time.Duration {
+func (n *Node) Lag() time.Duration {
 	if n.interval <= 0 {
 		return 0
 	}
@@ -482,7 +482,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) metrics {
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "ringlimit_replication_lag_seconds",
 				Help: "Age of the oldest change that may not have reached its heir: since the start of the last replication round that delivered every batch. 0 with --replicate-interval=0.",
-			}, func() float64 { return n.lag().Seconds() }))
+			}, func() float64 { return n.Lag().Seconds() }))
 	}
 	return m
 }

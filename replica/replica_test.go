@@ -287,14 +287,14 @@ func TestReplicateRetriesFailedBatches(t *testing.T) {
 			t.Fatalf("sent %d to a down heir", sent)
 		}
 		time.Sleep(time.Second)
-		if lag := c.nodes[0].lag(); lag < time.Second {
+		if lag := c.nodes[0].Lag(); lag < time.Second {
 			t.Errorf("lag %v after a second of failed rounds, want at least 1s", lag)
 		}
 		c.net.setDown("peer-1", false)
 		if sent := c.nodes[0].Replicate(t.Context()); sent != len(keys) {
 			t.Errorf("after the heir came back, sent %d, want %d", sent, len(keys))
 		}
-		if lag := c.nodes[0].lag(); lag != 0 {
+		if lag := c.nodes[0].Lag(); lag != 0 {
 			t.Errorf("lag %v after a round that delivered everything, want 0", lag)
 		}
 		if got := testutil.ToFloat64(c.nodes[0].metrics.batches.WithLabelValues("failed")); got != 1 {
@@ -436,7 +436,7 @@ func TestZeroIntervalSendsNothing(t *testing.T) {
 		if calls := c.net.taken(); len(calls) != 0 {
 			t.Errorf("replication off, yet %d calls", len(calls))
 		}
-		if lag := c.nodes[0].lag(); lag != 0 {
+		if lag := c.nodes[0].Lag(); lag != 0 {
 			t.Errorf("lag %v with replication off, want 0", lag)
 		}
 		cancel()

@@ -13,10 +13,13 @@ import (
 // BenchmarkCheck measures a node's own work for one request (validation,
 // routing, the store and the algorithm), without any transport, for 1 and
 // 100 checks a request.
-func BenchmarkCheck(b *testing.B) {
+func BenchmarkCheck(b *testing.B) { benchCheck(b, func() Config { return Config{} }) }
+
+// benchCheck is BenchmarkCheck of a service configured by conf.
+func benchCheck(b *testing.B, conf func() Config) {
 	for _, items := range []int{1, 100} {
 		b.Run(fmt.Sprintf("items=%d", items), func(b *testing.B) {
-			s := New(Config{})
+			s := New(conf())
 			req := &pb.CheckRequest{}
 			for i := range items {
 				req.Requests = append(req.Requests, &pb.CheckItem{Name: "api", Key: fmt.Sprint("user:", i), Limit: 1_000_000_000, DurationMs: 1000})

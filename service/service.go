@@ -28,6 +28,7 @@ import (
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/replica"
 	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/top"
 )
 
 // DefaultMaxClockSkew bounds how far created_at_ms may be from the
@@ -116,6 +117,9 @@ type Config struct {
 	// EscrowTTL is how long, in strict mode, a GLOBAL grant is spent after
 	// the owner last renewed it; zero means EscrowTTL(GlobalSync).
 	EscrowTTL time.Duration
+	// Top, if not nil, counts every check this node decides by name and
+	// key (see package top); nil counts none.
+	Top *top.Tracker
 }
 
 // Service decides checks. It is safe for concurrent use. Run drives its
@@ -154,12 +158,14 @@ type Service struct {
 	without ring.Heirs
 	// strict is strict mode, off unless Config.StrictQuorum is set.
 	strict strictMode
+	// top counts the checks decided here by key; nil counts none.
+	top *top.Tracker
 }
 
 // New returns a Service. It starts nothing.
 func New(conf Config) *Service {
 	s := &Service{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, skew: conf.MaxClockSkew, now: conf.Now, log: conf.Logger,
-		policies: conf.Policies}
+		policies: conf.Policies, top: conf.Top}
 	if s.store == nil {
 		s.store = limiter.New(limiter.Config{})
 	}
@@ -430,6 +436,7 @@ func (s *Service) setDecided(c *call, j int, d algorithms.Decision, err error, r
 		res.RetryAfterMs = d.RetryAfter.Milliseconds()
 		c.results[c.pos[j]] = res
 		s.metrics.checked(c.reqs[j].Algorithm, c.items[c.pos[j]].Behavior, route, false)
+		s.top.Record(c.reqs[j].Name, c.reqs[j].Key, false)
 		return
 	}
 	s.setResult(c, j, d, route)
@@ -442,6 +449,7 @@ func (s *Service) setResult(c *call, j int, d algorithms.Decision, route routeKi
 	decisionResult(&c.decided[i], &c.reqs[j], d)
 	c.results[i] = &c.decided[i]
 	s.metrics.checked(c.reqs[j].Algorithm, c.items[i].Behavior, route, d.Allowed)
+	s.top.Record(c.reqs[j].Name, c.reqs[j].Key, d.Allowed)
 }
 
 // groupByKey returns positions in js grouped by the key of c.reqs[js[k]],

@@ -91,6 +91,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&c.TLS.Cert, "tls-cert", "", "PEM certificate for TLS on the HTTP and gRPC ports; reloaded on change")
 	fs.StringVar(&c.TLS.Key, "tls-key", "", "PEM key of --tls-cert")
 	fs.StringVar(&c.TLS.CA, "tls-client-ca", "", "PEM CA: clients of the HTTP and gRPC ports must present a certificate from it")
+	fs.BoolVar(&c.StatusPage, "status-page", d.StatusPage, "serve the status page on the HTTP port, GET /status and GET /: members, checks/s, replication lag, the hottest and most refused keys, ring changes (GET /v1/top is served either way)")
+	fs.BoolVar(&c.HideKeys, "status-hide-keys", false, "show keys on the status page and in GET /v1/top only as keyed hashes, for privacy")
+	fs.DurationVar(&c.Top.Window, "top-window", d.Top.Window, "interval of the counts of who is being limited (GET /v1/top, rlnode top, the status page): each report covers the last one to two")
 	// Read as a string and parsed below, so that no error message repeats
 	// a key.
 	fs.StringVar(&gossipKey, "gossip-key", "", "base64 keys of 16, 24 or 32 bytes, comma-separated, for encrypted gossip; the first encrypts, all decrypt")
@@ -194,6 +197,8 @@ func (c Config) validate() error {
 	case c.Leases.MaxLessees <= 0 || c.Leases.MaxLeasesPerKey <= 0 || c.Leases.MaxKeysPerLessee <= 0:
 		return fmt.Errorf("--max-lessees, --max-leases-per-key, --max-keys-per-lessee: must be positive, got %d, %d, %d",
 			c.Leases.MaxLessees, c.Leases.MaxLeasesPerKey, c.Leases.MaxKeysPerLessee)
+	case c.Top.Window <= 0:
+		return fmt.Errorf("--top-window: must be positive, got %v", c.Top.Window)
 	case c.RLQS.Check() != nil:
 		return c.RLQS.Check()
 	case c.NodeName == "":

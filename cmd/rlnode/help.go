@@ -17,6 +17,7 @@ func commands() []command {
 	return []command{
 		{"check", "ask a node whether a request may go ahead, or reserve and settle (exit 0 allowed, 1 refused, 2 error)"},
 		{"members", "list a node's view of the cluster"},
+		{"top", "who is being limited: the hottest and most refused keys across the cluster, live"},
 		{"bench", "measure a node or cluster with a bounded load"},
 		{"bench-rlqs", "simulated Envoys on one quota bucket of a cluster: admissions a second against the limit"},
 		{"policy", "policy files: `rlnode policy check PATH` validates them offline"},

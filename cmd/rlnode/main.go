@@ -79,6 +79,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return runCheck(ctx, args[1:], stdout, stderr)
 		case "members":
 			return runMembers(ctx, args[1:], stdout, stderr)
+		case "top":
+			return runTop(ctx, args[1:], stdout, stderr)
 		case "bench":
 			return runBench(ctx, args[1:], stdout, stderr)
 		case "bench-rlqs":

@@ -89,7 +89,294 @@ func (x Refusal_Reason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Refusal_Reason.Descriptor instead.
 func (Refusal_Reason) EnumDescriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{17, 0}
+	return file_peer_proto_rawDescGZIP(), []int{21, 0}
+}
+
+// TopRequest asks a member for its counts of who is being limited.
+type TopRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// from is the asking node's name.
+	From string `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	// keys is how many keys to answer in each list, at most top.MaxKeys;
+	// 0 means the answering node's own number.
+	Keys          uint32 `protobuf:"varint,2,opt,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopRequest) Reset() {
+	*x = TopRequest{}
+	mi := &file_peer_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopRequest) ProtoMessage() {}
+
+func (x *TopRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopRequest.ProtoReflect.Descriptor instead.
+func (*TopRequest) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *TopRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *TopRequest) GetKeys() uint32 {
+	if x != nil {
+		return x.Keys
+	}
+	return 0
+}
+
+// TopResponse is one node's top.Report, counts only: the asking node
+// works out the rates.
+type TopResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// interval_ms is how long the counts cover.
+	IntervalMs       int64       `protobuf:"varint,1,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	Checks           uint64      `protobuf:"varint,2,opt,name=checks,proto3" json:"checks,omitempty"`
+	Refusals         uint64      `protobuf:"varint,3,opt,name=refusals,proto3" json:"refusals,omitempty"`
+	Limits           []*TopLimit `protobuf:"bytes,4,rep,name=limits,proto3" json:"limits,omitempty"`
+	ReplicationLagMs int64       `protobuf:"varint,5,opt,name=replication_lag_ms,json=replicationLagMs,proto3" json:"replication_lag_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *TopResponse) Reset() {
+	*x = TopResponse{}
+	mi := &file_peer_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopResponse) ProtoMessage() {}
+
+func (x *TopResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopResponse.ProtoReflect.Descriptor instead.
+func (*TopResponse) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *TopResponse) GetIntervalMs() int64 {
+	if x != nil {
+		return x.IntervalMs
+	}
+	return 0
+}
+
+func (x *TopResponse) GetChecks() uint64 {
+	if x != nil {
+		return x.Checks
+	}
+	return 0
+}
+
+func (x *TopResponse) GetRefusals() uint64 {
+	if x != nil {
+		return x.Refusals
+	}
+	return 0
+}
+
+func (x *TopResponse) GetLimits() []*TopLimit {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *TopResponse) GetReplicationLagMs() int64 {
+	if x != nil {
+		return x.ReplicationLagMs
+	}
+	return 0
+}
+
+type TopLimit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Truncated     bool                   `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	Checks        uint64                 `protobuf:"varint,3,opt,name=checks,proto3" json:"checks,omitempty"`
+	Hot           []*TopKey              `protobuf:"bytes,4,rep,name=hot,proto3" json:"hot,omitempty"`
+	Refused       []*TopKey              `protobuf:"bytes,5,rep,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopLimit) Reset() {
+	*x = TopLimit{}
+	mi := &file_peer_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopLimit) ProtoMessage() {}
+
+func (x *TopLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopLimit.ProtoReflect.Descriptor instead.
+func (*TopLimit) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TopLimit) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TopLimit) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *TopLimit) GetChecks() uint64 {
+	if x != nil {
+		return x.Checks
+	}
+	return 0
+}
+
+func (x *TopLimit) GetHot() []*TopKey {
+	if x != nil {
+		return x.Hot
+	}
+	return nil
+}
+
+func (x *TopLimit) GetRefused() []*TopKey {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
+}
+
+type TopKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Truncated     bool                   `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	Checks        uint64                 `protobuf:"varint,3,opt,name=checks,proto3" json:"checks,omitempty"`
+	Refusals      uint64                 `protobuf:"varint,4,opt,name=refusals,proto3" json:"refusals,omitempty"`
+	Error         uint64                 `protobuf:"varint,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopKey) Reset() {
+	*x = TopKey{}
+	mi := &file_peer_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopKey) ProtoMessage() {}
+
+func (x *TopKey) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopKey.ProtoReflect.Descriptor instead.
+func (*TopKey) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TopKey) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *TopKey) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *TopKey) GetChecks() uint64 {
+	if x != nil {
+		return x.Checks
+	}
+	return 0
+}
+
+func (x *TopKey) GetRefusals() uint64 {
+	if x != nil {
+		return x.Refusals
+	}
+	return 0
+}
+
+func (x *TopKey) GetError() uint64 {
+	if x != nil {
+		return x.Error
+	}
+	return 0
 }
 
 // SettleRelayRequest is a client's settle relayed to the key's owner.
@@ -104,7 +391,7 @@ type SettleRelayRequest struct {
 
 func (x *SettleRelayRequest) Reset() {
 	*x = SettleRelayRequest{}
-	mi := &file_peer_proto_msgTypes[0]
+	mi := &file_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -116,7 +403,7 @@ func (x *SettleRelayRequest) String() string {
 func (*SettleRelayRequest) ProtoMessage() {}
 
 func (x *SettleRelayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[0]
+	mi := &file_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -129,7 +416,7 @@ func (x *SettleRelayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleRelayRequest.ProtoReflect.Descriptor instead.
 func (*SettleRelayRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{0}
+	return file_peer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SettleRelayRequest) GetFrom() string {
@@ -166,7 +453,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_peer_proto_msgTypes[1]
+	mi := &file_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -178,7 +465,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[1]
+	mi := &file_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -191,7 +478,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{1}
+	return file_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ForwardRequest) GetRequests() []*ringlimitv1.CheckRequest {
@@ -224,7 +511,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_peer_proto_msgTypes[2]
+	mi := &file_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -236,7 +523,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[2]
+	mi := &file_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -249,7 +536,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{2}
+	return file_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ForwardResponse) GetResponses() []*ringlimitv1.CheckResponse {
@@ -275,7 +562,7 @@ type ForwardStreamRequest struct {
 
 func (x *ForwardStreamRequest) Reset() {
 	*x = ForwardStreamRequest{}
-	mi := &file_peer_proto_msgTypes[3]
+	mi := &file_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -287,7 +574,7 @@ func (x *ForwardStreamRequest) String() string {
 func (*ForwardStreamRequest) ProtoMessage() {}
 
 func (x *ForwardStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[3]
+	mi := &file_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -300,7 +587,7 @@ func (x *ForwardStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardStreamRequest.ProtoReflect.Descriptor instead.
 func (*ForwardStreamRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{3}
+	return file_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ForwardStreamRequest) GetRequests() []*ringlimitv1.CheckRequest {
@@ -340,7 +627,7 @@ type ForwardStreamResponse struct {
 
 func (x *ForwardStreamResponse) Reset() {
 	*x = ForwardStreamResponse{}
-	mi := &file_peer_proto_msgTypes[4]
+	mi := &file_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -352,7 +639,7 @@ func (x *ForwardStreamResponse) String() string {
 func (*ForwardStreamResponse) ProtoMessage() {}
 
 func (x *ForwardStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[4]
+	mi := &file_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -365,7 +652,7 @@ func (x *ForwardStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardStreamResponse.ProtoReflect.Descriptor instead.
 func (*ForwardStreamResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{4}
+	return file_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ForwardStreamResponse) GetId() uint64 {
@@ -423,7 +710,7 @@ type GlobalReport struct {
 
 func (x *GlobalReport) Reset() {
 	*x = GlobalReport{}
-	mi := &file_peer_proto_msgTypes[5]
+	mi := &file_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -435,7 +722,7 @@ func (x *GlobalReport) String() string {
 func (*GlobalReport) ProtoMessage() {}
 
 func (x *GlobalReport) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[5]
+	mi := &file_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -448,7 +735,7 @@ func (x *GlobalReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalReport.ProtoReflect.Descriptor instead.
 func (*GlobalReport) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{5}
+	return file_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GlobalReport) GetItem() *ringlimitv1.CheckItem {
@@ -518,7 +805,7 @@ type GlobalHitsRequest struct {
 
 func (x *GlobalHitsRequest) Reset() {
 	*x = GlobalHitsRequest{}
-	mi := &file_peer_proto_msgTypes[6]
+	mi := &file_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +817,7 @@ func (x *GlobalHitsRequest) String() string {
 func (*GlobalHitsRequest) ProtoMessage() {}
 
 func (x *GlobalHitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[6]
+	mi := &file_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +830,7 @@ func (x *GlobalHitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalHitsRequest.ProtoReflect.Descriptor instead.
 func (*GlobalHitsRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{6}
+	return file_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GlobalHitsRequest) GetFrom() string {
@@ -568,7 +855,7 @@ type GlobalHitsResponse struct {
 
 func (x *GlobalHitsResponse) Reset() {
 	*x = GlobalHitsResponse{}
-	mi := &file_peer_proto_msgTypes[7]
+	mi := &file_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +867,7 @@ func (x *GlobalHitsResponse) String() string {
 func (*GlobalHitsResponse) ProtoMessage() {}
 
 func (x *GlobalHitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[7]
+	mi := &file_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +880,7 @@ func (x *GlobalHitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalHitsResponse.ProtoReflect.Descriptor instead.
 func (*GlobalHitsResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{7}
+	return file_peer_proto_rawDescGZIP(), []int{11}
 }
 
 // GlobalState is the owner's view of one GLOBAL counter.
@@ -624,7 +911,7 @@ type GlobalState struct {
 
 func (x *GlobalState) Reset() {
 	*x = GlobalState{}
-	mi := &file_peer_proto_msgTypes[8]
+	mi := &file_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +923,7 @@ func (x *GlobalState) String() string {
 func (*GlobalState) ProtoMessage() {}
 
 func (x *GlobalState) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[8]
+	mi := &file_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +936,7 @@ func (x *GlobalState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalState.ProtoReflect.Descriptor instead.
 func (*GlobalState) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{8}
+	return file_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GlobalState) GetName() string {
@@ -732,7 +1019,7 @@ type LesseeGrant struct {
 
 func (x *LesseeGrant) Reset() {
 	*x = LesseeGrant{}
-	mi := &file_peer_proto_msgTypes[9]
+	mi := &file_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -744,7 +1031,7 @@ func (x *LesseeGrant) String() string {
 func (*LesseeGrant) ProtoMessage() {}
 
 func (x *LesseeGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[9]
+	mi := &file_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -757,7 +1044,7 @@ func (x *LesseeGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LesseeGrant.ProtoReflect.Descriptor instead.
 func (*LesseeGrant) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{9}
+	return file_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LesseeGrant) GetLessee() []byte {
@@ -804,7 +1091,7 @@ type LeaseRelayRequest struct {
 
 func (x *LeaseRelayRequest) Reset() {
 	*x = LeaseRelayRequest{}
-	mi := &file_peer_proto_msgTypes[10]
+	mi := &file_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +1103,7 @@ func (x *LeaseRelayRequest) String() string {
 func (*LeaseRelayRequest) ProtoMessage() {}
 
 func (x *LeaseRelayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[10]
+	mi := &file_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +1116,7 @@ func (x *LeaseRelayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRelayRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRelayRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{10}
+	return file_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LeaseRelayRequest) GetFrom() string {
@@ -863,7 +1150,7 @@ type LeaseRelayResponse struct {
 
 func (x *LeaseRelayResponse) Reset() {
 	*x = LeaseRelayResponse{}
-	mi := &file_peer_proto_msgTypes[11]
+	mi := &file_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +1162,7 @@ func (x *LeaseRelayResponse) String() string {
 func (*LeaseRelayResponse) ProtoMessage() {}
 
 func (x *LeaseRelayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[11]
+	mi := &file_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +1175,7 @@ func (x *LeaseRelayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRelayResponse.ProtoReflect.Descriptor instead.
 func (*LeaseRelayResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{11}
+	return file_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LeaseRelayResponse) GetGrants() []*ringlimitv1.LeaseGrant {
@@ -917,7 +1204,7 @@ type GlobalGrant struct {
 
 func (x *GlobalGrant) Reset() {
 	*x = GlobalGrant{}
-	mi := &file_peer_proto_msgTypes[12]
+	mi := &file_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1216,7 @@ func (x *GlobalGrant) String() string {
 func (*GlobalGrant) ProtoMessage() {}
 
 func (x *GlobalGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[12]
+	mi := &file_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1229,7 @@ func (x *GlobalGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalGrant.ProtoReflect.Descriptor instead.
 func (*GlobalGrant) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{12}
+	return file_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GlobalGrant) GetNode() string {
@@ -986,7 +1273,7 @@ type GlobalUpdateRequest struct {
 
 func (x *GlobalUpdateRequest) Reset() {
 	*x = GlobalUpdateRequest{}
-	mi := &file_peer_proto_msgTypes[13]
+	mi := &file_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1285,7 @@ func (x *GlobalUpdateRequest) String() string {
 func (*GlobalUpdateRequest) ProtoMessage() {}
 
 func (x *GlobalUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[13]
+	mi := &file_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1298,7 @@ func (x *GlobalUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalUpdateRequest.ProtoReflect.Descriptor instead.
 func (*GlobalUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{13}
+	return file_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GlobalUpdateRequest) GetStates() []*GlobalState {
@@ -1036,7 +1323,7 @@ type GlobalUpdateResponse struct {
 
 func (x *GlobalUpdateResponse) Reset() {
 	*x = GlobalUpdateResponse{}
-	mi := &file_peer_proto_msgTypes[14]
+	mi := &file_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1335,7 @@ func (x *GlobalUpdateResponse) String() string {
 func (*GlobalUpdateResponse) ProtoMessage() {}
 
 func (x *GlobalUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[14]
+	mi := &file_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1348,7 @@ func (x *GlobalUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalUpdateResponse.ProtoReflect.Descriptor instead.
 func (*GlobalUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{14}
+	return file_peer_proto_rawDescGZIP(), []int{18}
 }
 
 // CounterState is one counter's full state, for hand-off.
@@ -1077,7 +1364,7 @@ type CounterState struct {
 
 func (x *CounterState) Reset() {
 	*x = CounterState{}
-	mi := &file_peer_proto_msgTypes[15]
+	mi := &file_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1376,7 @@ func (x *CounterState) String() string {
 func (*CounterState) ProtoMessage() {}
 
 func (x *CounterState) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[15]
+	mi := &file_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1389,7 @@ func (x *CounterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterState.ProtoReflect.Descriptor instead.
 func (*CounterState) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{15}
+	return file_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CounterState) GetCounter() []byte {
@@ -1128,7 +1415,7 @@ type HandOffRequest struct {
 
 func (x *HandOffRequest) Reset() {
 	*x = HandOffRequest{}
-	mi := &file_peer_proto_msgTypes[16]
+	mi := &file_peer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1427,7 @@ func (x *HandOffRequest) String() string {
 func (*HandOffRequest) ProtoMessage() {}
 
 func (x *HandOffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[16]
+	mi := &file_peer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1440,7 @@ func (x *HandOffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandOffRequest.ProtoReflect.Descriptor instead.
 func (*HandOffRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{16}
+	return file_peer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HandOffRequest) GetFrom() string {
@@ -1193,7 +1480,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_peer_proto_msgTypes[17]
+	mi := &file_peer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1492,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[17]
+	mi := &file_peer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1505,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{17}
+	return file_peer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Refusal) GetIndex() int32 {
@@ -1255,7 +1542,7 @@ type HandOffResponse struct {
 
 func (x *HandOffResponse) Reset() {
 	*x = HandOffResponse{}
-	mi := &file_peer_proto_msgTypes[18]
+	mi := &file_peer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1554,7 @@ func (x *HandOffResponse) String() string {
 func (*HandOffResponse) ProtoMessage() {}
 
 func (x *HandOffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[18]
+	mi := &file_peer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1567,7 @@ func (x *HandOffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandOffResponse.ProtoReflect.Descriptor instead.
 func (*HandOffResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{18}
+	return file_peer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HandOffResponse) GetAccepted() int64 {
@@ -1310,7 +1597,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_peer_proto_msgTypes[19]
+	mi := &file_peer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1609,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[19]
+	mi := &file_peer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1622,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{19}
+	return file_peer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReplicateRequest) GetFrom() string {
@@ -1364,7 +1651,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_peer_proto_msgTypes[20]
+	mi := &file_peer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1376,7 +1663,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[20]
+	mi := &file_peer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1389,7 +1676,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{20}
+	return file_peer_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReplicateResponse) GetAccepted() int64 {
@@ -1411,7 +1698,30 @@ var File_peer_proto protoreflect.FileDescriptor
 const file_peer_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"peer.proto\x12\x11ringlimit.peer.v1\x1a\x0fringlimit.proto\"]\n" +
+	"peer.proto\x12\x11ringlimit.peer.v1\x1a\x0fringlimit.proto\"4\n" +
+	"\n" +
+	"TopRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x12\n" +
+	"\x04keys\x18\x02 \x01(\rR\x04keys\"\xc5\x01\n" +
+	"\vTopResponse\x12\x1f\n" +
+	"\vinterval_ms\x18\x01 \x01(\x03R\n" +
+	"intervalMs\x12\x16\n" +
+	"\x06checks\x18\x02 \x01(\x04R\x06checks\x12\x1a\n" +
+	"\brefusals\x18\x03 \x01(\x04R\brefusals\x123\n" +
+	"\x06limits\x18\x04 \x03(\v2\x1b.ringlimit.peer.v1.TopLimitR\x06limits\x12,\n" +
+	"\x12replication_lag_ms\x18\x05 \x01(\x03R\x10replicationLagMs\"\xb6\x01\n" +
+	"\bTopLimit\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\x12\x16\n" +
+	"\x06checks\x18\x03 \x01(\x04R\x06checks\x12+\n" +
+	"\x03hot\x18\x04 \x03(\v2\x19.ringlimit.peer.v1.TopKeyR\x03hot\x123\n" +
+	"\arefused\x18\x05 \x03(\v2\x19.ringlimit.peer.v1.TopKeyR\arefused\"\x82\x01\n" +
+	"\x06TopKey\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\x12\x16\n" +
+	"\x06checks\x18\x03 \x01(\x04R\x06checks\x12\x1a\n" +
+	"\brefusals\x18\x04 \x01(\x04R\brefusals\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\x04R\x05error\"]\n" +
 	"\x12SettleRelayRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x123\n" +
 	"\x06settle\x18\x02 \x01(\v2\x1b.ringlimit.v1.SettleRequestR\x06settle\"z\n" +
@@ -1497,7 +1807,7 @@ const file_peer_proto_rawDesc = "" +
 	"\bcounters\x18\x02 \x03(\v2\x1f.ringlimit.peer.v1.CounterStateR\bcounters\"e\n" +
 	"\x11ReplicateResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\x03R\baccepted\x124\n" +
-	"\arefused\x18\x02 \x03(\v2\x1a.ringlimit.peer.v1.RefusalR\arefused2\xcf\x05\n" +
+	"\arefused\x18\x02 \x03(\v2\x1a.ringlimit.peer.v1.RefusalR\arefused2\x95\x06\n" +
 	"\x04Peer\x12P\n" +
 	"\aForward\x12!.ringlimit.peer.v1.ForwardRequest\x1a\".ringlimit.peer.v1.ForwardResponse\x12\\\n" +
 	"\rAddGlobalHits\x12$.ringlimit.peer.v1.GlobalHitsRequest\x1a%.ringlimit.peer.v1.GlobalHitsResponse\x12`\n" +
@@ -1506,7 +1816,8 @@ const file_peer_proto_rawDesc = "" +
 	"\tReplicate\x12#.ringlimit.peer.v1.ReplicateRequest\x1a$.ringlimit.peer.v1.ReplicateResponse\x12f\n" +
 	"\rForwardStream\x12'.ringlimit.peer.v1.ForwardStreamRequest\x1a(.ringlimit.peer.v1.ForwardStreamResponse(\x010\x01\x12T\n" +
 	"\x05Lease\x12$.ringlimit.peer.v1.LeaseRelayRequest\x1a%.ringlimit.peer.v1.LeaseRelayResponse\x12M\n" +
-	"\x06Settle\x12%.ringlimit.peer.v1.SettleRelayRequest\x1a\x1c.ringlimit.v1.SettleResponseB7Z5github.com/ringlimit/ringlimit/internal/peerpb;peerpbb\x06proto3"
+	"\x06Settle\x12%.ringlimit.peer.v1.SettleRelayRequest\x1a\x1c.ringlimit.v1.SettleResponse\x12D\n" +
+	"\x03Top\x12\x1d.ringlimit.peer.v1.TopRequest\x1a\x1e.ringlimit.peer.v1.TopResponseB7Z5github.com/ringlimit/ringlimit/internal/peerpb;peerpbb\x06proto3"
 
 var (
 	file_peer_proto_rawDescOnce sync.Once
@@ -1521,77 +1832,86 @@ func file_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_peer_proto_goTypes = []any{
 	(Refusal_Reason)(0),                // 0: ringlimit.peer.v1.Refusal.Reason
-	(*SettleRelayRequest)(nil),         // 1: ringlimit.peer.v1.SettleRelayRequest
-	(*ForwardRequest)(nil),             // 2: ringlimit.peer.v1.ForwardRequest
-	(*ForwardResponse)(nil),            // 3: ringlimit.peer.v1.ForwardResponse
-	(*ForwardStreamRequest)(nil),       // 4: ringlimit.peer.v1.ForwardStreamRequest
-	(*ForwardStreamResponse)(nil),      // 5: ringlimit.peer.v1.ForwardStreamResponse
-	(*GlobalReport)(nil),               // 6: ringlimit.peer.v1.GlobalReport
-	(*GlobalHitsRequest)(nil),          // 7: ringlimit.peer.v1.GlobalHitsRequest
-	(*GlobalHitsResponse)(nil),         // 8: ringlimit.peer.v1.GlobalHitsResponse
-	(*GlobalState)(nil),                // 9: ringlimit.peer.v1.GlobalState
-	(*LesseeGrant)(nil),                // 10: ringlimit.peer.v1.LesseeGrant
-	(*LeaseRelayRequest)(nil),          // 11: ringlimit.peer.v1.LeaseRelayRequest
-	(*LeaseRelayResponse)(nil),         // 12: ringlimit.peer.v1.LeaseRelayResponse
-	(*GlobalGrant)(nil),                // 13: ringlimit.peer.v1.GlobalGrant
-	(*GlobalUpdateRequest)(nil),        // 14: ringlimit.peer.v1.GlobalUpdateRequest
-	(*GlobalUpdateResponse)(nil),       // 15: ringlimit.peer.v1.GlobalUpdateResponse
-	(*CounterState)(nil),               // 16: ringlimit.peer.v1.CounterState
-	(*HandOffRequest)(nil),             // 17: ringlimit.peer.v1.HandOffRequest
-	(*Refusal)(nil),                    // 18: ringlimit.peer.v1.Refusal
-	(*HandOffResponse)(nil),            // 19: ringlimit.peer.v1.HandOffResponse
-	(*ReplicateRequest)(nil),           // 20: ringlimit.peer.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),          // 21: ringlimit.peer.v1.ReplicateResponse
-	(*ringlimitv1.SettleRequest)(nil),  // 22: ringlimit.v1.SettleRequest
-	(*ringlimitv1.CheckRequest)(nil),   // 23: ringlimit.v1.CheckRequest
-	(*ringlimitv1.CheckResponse)(nil),  // 24: ringlimit.v1.CheckResponse
-	(*ringlimitv1.CheckItem)(nil),      // 25: ringlimit.v1.CheckItem
-	(*ringlimitv1.LeaseReport)(nil),    // 26: ringlimit.v1.LeaseReport
-	(*ringlimitv1.LeaseGrant)(nil),     // 27: ringlimit.v1.LeaseGrant
-	(*ringlimitv1.SettleResponse)(nil), // 28: ringlimit.v1.SettleResponse
+	(*TopRequest)(nil),                 // 1: ringlimit.peer.v1.TopRequest
+	(*TopResponse)(nil),                // 2: ringlimit.peer.v1.TopResponse
+	(*TopLimit)(nil),                   // 3: ringlimit.peer.v1.TopLimit
+	(*TopKey)(nil),                     // 4: ringlimit.peer.v1.TopKey
+	(*SettleRelayRequest)(nil),         // 5: ringlimit.peer.v1.SettleRelayRequest
+	(*ForwardRequest)(nil),             // 6: ringlimit.peer.v1.ForwardRequest
+	(*ForwardResponse)(nil),            // 7: ringlimit.peer.v1.ForwardResponse
+	(*ForwardStreamRequest)(nil),       // 8: ringlimit.peer.v1.ForwardStreamRequest
+	(*ForwardStreamResponse)(nil),      // 9: ringlimit.peer.v1.ForwardStreamResponse
+	(*GlobalReport)(nil),               // 10: ringlimit.peer.v1.GlobalReport
+	(*GlobalHitsRequest)(nil),          // 11: ringlimit.peer.v1.GlobalHitsRequest
+	(*GlobalHitsResponse)(nil),         // 12: ringlimit.peer.v1.GlobalHitsResponse
+	(*GlobalState)(nil),                // 13: ringlimit.peer.v1.GlobalState
+	(*LesseeGrant)(nil),                // 14: ringlimit.peer.v1.LesseeGrant
+	(*LeaseRelayRequest)(nil),          // 15: ringlimit.peer.v1.LeaseRelayRequest
+	(*LeaseRelayResponse)(nil),         // 16: ringlimit.peer.v1.LeaseRelayResponse
+	(*GlobalGrant)(nil),                // 17: ringlimit.peer.v1.GlobalGrant
+	(*GlobalUpdateRequest)(nil),        // 18: ringlimit.peer.v1.GlobalUpdateRequest
+	(*GlobalUpdateResponse)(nil),       // 19: ringlimit.peer.v1.GlobalUpdateResponse
+	(*CounterState)(nil),               // 20: ringlimit.peer.v1.CounterState
+	(*HandOffRequest)(nil),             // 21: ringlimit.peer.v1.HandOffRequest
+	(*Refusal)(nil),                    // 22: ringlimit.peer.v1.Refusal
+	(*HandOffResponse)(nil),            // 23: ringlimit.peer.v1.HandOffResponse
+	(*ReplicateRequest)(nil),           // 24: ringlimit.peer.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),          // 25: ringlimit.peer.v1.ReplicateResponse
+	(*ringlimitv1.SettleRequest)(nil),  // 26: ringlimit.v1.SettleRequest
+	(*ringlimitv1.CheckRequest)(nil),   // 27: ringlimit.v1.CheckRequest
+	(*ringlimitv1.CheckResponse)(nil),  // 28: ringlimit.v1.CheckResponse
+	(*ringlimitv1.CheckItem)(nil),      // 29: ringlimit.v1.CheckItem
+	(*ringlimitv1.LeaseReport)(nil),    // 30: ringlimit.v1.LeaseReport
+	(*ringlimitv1.LeaseGrant)(nil),     // 31: ringlimit.v1.LeaseGrant
+	(*ringlimitv1.SettleResponse)(nil), // 32: ringlimit.v1.SettleResponse
 }
 var file_peer_proto_depIdxs = []int32{
-	22, // 0: ringlimit.peer.v1.SettleRelayRequest.settle:type_name -> ringlimit.v1.SettleRequest
-	23, // 1: ringlimit.peer.v1.ForwardRequest.requests:type_name -> ringlimit.v1.CheckRequest
-	24, // 2: ringlimit.peer.v1.ForwardResponse.responses:type_name -> ringlimit.v1.CheckResponse
-	23, // 3: ringlimit.peer.v1.ForwardStreamRequest.requests:type_name -> ringlimit.v1.CheckRequest
-	24, // 4: ringlimit.peer.v1.ForwardStreamResponse.responses:type_name -> ringlimit.v1.CheckResponse
-	25, // 5: ringlimit.peer.v1.GlobalReport.item:type_name -> ringlimit.v1.CheckItem
-	6,  // 6: ringlimit.peer.v1.GlobalHitsRequest.reports:type_name -> ringlimit.peer.v1.GlobalReport
-	13, // 7: ringlimit.peer.v1.GlobalState.grants:type_name -> ringlimit.peer.v1.GlobalGrant
-	10, // 8: ringlimit.peer.v1.GlobalState.lessees:type_name -> ringlimit.peer.v1.LesseeGrant
-	26, // 9: ringlimit.peer.v1.LeaseRelayRequest.reports:type_name -> ringlimit.v1.LeaseReport
-	27, // 10: ringlimit.peer.v1.LeaseRelayResponse.grants:type_name -> ringlimit.v1.LeaseGrant
-	9,  // 11: ringlimit.peer.v1.GlobalUpdateRequest.states:type_name -> ringlimit.peer.v1.GlobalState
-	16, // 12: ringlimit.peer.v1.HandOffRequest.counters:type_name -> ringlimit.peer.v1.CounterState
-	0,  // 13: ringlimit.peer.v1.Refusal.reason:type_name -> ringlimit.peer.v1.Refusal.Reason
-	18, // 14: ringlimit.peer.v1.HandOffResponse.refused:type_name -> ringlimit.peer.v1.Refusal
-	16, // 15: ringlimit.peer.v1.ReplicateRequest.counters:type_name -> ringlimit.peer.v1.CounterState
-	18, // 16: ringlimit.peer.v1.ReplicateResponse.refused:type_name -> ringlimit.peer.v1.Refusal
-	2,  // 17: ringlimit.peer.v1.Peer.Forward:input_type -> ringlimit.peer.v1.ForwardRequest
-	7,  // 18: ringlimit.peer.v1.Peer.AddGlobalHits:input_type -> ringlimit.peer.v1.GlobalHitsRequest
-	14, // 19: ringlimit.peer.v1.Peer.UpdateGlobals:input_type -> ringlimit.peer.v1.GlobalUpdateRequest
-	17, // 20: ringlimit.peer.v1.Peer.HandOff:input_type -> ringlimit.peer.v1.HandOffRequest
-	20, // 21: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
-	4,  // 22: ringlimit.peer.v1.Peer.ForwardStream:input_type -> ringlimit.peer.v1.ForwardStreamRequest
-	11, // 23: ringlimit.peer.v1.Peer.Lease:input_type -> ringlimit.peer.v1.LeaseRelayRequest
-	1,  // 24: ringlimit.peer.v1.Peer.Settle:input_type -> ringlimit.peer.v1.SettleRelayRequest
-	3,  // 25: ringlimit.peer.v1.Peer.Forward:output_type -> ringlimit.peer.v1.ForwardResponse
-	8,  // 26: ringlimit.peer.v1.Peer.AddGlobalHits:output_type -> ringlimit.peer.v1.GlobalHitsResponse
-	15, // 27: ringlimit.peer.v1.Peer.UpdateGlobals:output_type -> ringlimit.peer.v1.GlobalUpdateResponse
-	19, // 28: ringlimit.peer.v1.Peer.HandOff:output_type -> ringlimit.peer.v1.HandOffResponse
-	21, // 29: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
-	5,  // 30: ringlimit.peer.v1.Peer.ForwardStream:output_type -> ringlimit.peer.v1.ForwardStreamResponse
-	12, // 31: ringlimit.peer.v1.Peer.Lease:output_type -> ringlimit.peer.v1.LeaseRelayResponse
-	28, // 32: ringlimit.peer.v1.Peer.Settle:output_type -> ringlimit.v1.SettleResponse
-	25, // [25:33] is the sub-list for method output_type
-	17, // [17:25] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	3,  // 0: ringlimit.peer.v1.TopResponse.limits:type_name -> ringlimit.peer.v1.TopLimit
+	4,  // 1: ringlimit.peer.v1.TopLimit.hot:type_name -> ringlimit.peer.v1.TopKey
+	4,  // 2: ringlimit.peer.v1.TopLimit.refused:type_name -> ringlimit.peer.v1.TopKey
+	26, // 3: ringlimit.peer.v1.SettleRelayRequest.settle:type_name -> ringlimit.v1.SettleRequest
+	27, // 4: ringlimit.peer.v1.ForwardRequest.requests:type_name -> ringlimit.v1.CheckRequest
+	28, // 5: ringlimit.peer.v1.ForwardResponse.responses:type_name -> ringlimit.v1.CheckResponse
+	27, // 6: ringlimit.peer.v1.ForwardStreamRequest.requests:type_name -> ringlimit.v1.CheckRequest
+	28, // 7: ringlimit.peer.v1.ForwardStreamResponse.responses:type_name -> ringlimit.v1.CheckResponse
+	29, // 8: ringlimit.peer.v1.GlobalReport.item:type_name -> ringlimit.v1.CheckItem
+	10, // 9: ringlimit.peer.v1.GlobalHitsRequest.reports:type_name -> ringlimit.peer.v1.GlobalReport
+	17, // 10: ringlimit.peer.v1.GlobalState.grants:type_name -> ringlimit.peer.v1.GlobalGrant
+	14, // 11: ringlimit.peer.v1.GlobalState.lessees:type_name -> ringlimit.peer.v1.LesseeGrant
+	30, // 12: ringlimit.peer.v1.LeaseRelayRequest.reports:type_name -> ringlimit.v1.LeaseReport
+	31, // 13: ringlimit.peer.v1.LeaseRelayResponse.grants:type_name -> ringlimit.v1.LeaseGrant
+	13, // 14: ringlimit.peer.v1.GlobalUpdateRequest.states:type_name -> ringlimit.peer.v1.GlobalState
+	20, // 15: ringlimit.peer.v1.HandOffRequest.counters:type_name -> ringlimit.peer.v1.CounterState
+	0,  // 16: ringlimit.peer.v1.Refusal.reason:type_name -> ringlimit.peer.v1.Refusal.Reason
+	22, // 17: ringlimit.peer.v1.HandOffResponse.refused:type_name -> ringlimit.peer.v1.Refusal
+	20, // 18: ringlimit.peer.v1.ReplicateRequest.counters:type_name -> ringlimit.peer.v1.CounterState
+	22, // 19: ringlimit.peer.v1.ReplicateResponse.refused:type_name -> ringlimit.peer.v1.Refusal
+	6,  // 20: ringlimit.peer.v1.Peer.Forward:input_type -> ringlimit.peer.v1.ForwardRequest
+	11, // 21: ringlimit.peer.v1.Peer.AddGlobalHits:input_type -> ringlimit.peer.v1.GlobalHitsRequest
+	18, // 22: ringlimit.peer.v1.Peer.UpdateGlobals:input_type -> ringlimit.peer.v1.GlobalUpdateRequest
+	21, // 23: ringlimit.peer.v1.Peer.HandOff:input_type -> ringlimit.peer.v1.HandOffRequest
+	24, // 24: ringlimit.peer.v1.Peer.Replicate:input_type -> ringlimit.peer.v1.ReplicateRequest
+	8,  // 25: ringlimit.peer.v1.Peer.ForwardStream:input_type -> ringlimit.peer.v1.ForwardStreamRequest
+	15, // 26: ringlimit.peer.v1.Peer.Lease:input_type -> ringlimit.peer.v1.LeaseRelayRequest
+	5,  // 27: ringlimit.peer.v1.Peer.Settle:input_type -> ringlimit.peer.v1.SettleRelayRequest
+	1,  // 28: ringlimit.peer.v1.Peer.Top:input_type -> ringlimit.peer.v1.TopRequest
+	7,  // 29: ringlimit.peer.v1.Peer.Forward:output_type -> ringlimit.peer.v1.ForwardResponse
+	12, // 30: ringlimit.peer.v1.Peer.AddGlobalHits:output_type -> ringlimit.peer.v1.GlobalHitsResponse
+	19, // 31: ringlimit.peer.v1.Peer.UpdateGlobals:output_type -> ringlimit.peer.v1.GlobalUpdateResponse
+	23, // 32: ringlimit.peer.v1.Peer.HandOff:output_type -> ringlimit.peer.v1.HandOffResponse
+	25, // 33: ringlimit.peer.v1.Peer.Replicate:output_type -> ringlimit.peer.v1.ReplicateResponse
+	9,  // 34: ringlimit.peer.v1.Peer.ForwardStream:output_type -> ringlimit.peer.v1.ForwardStreamResponse
+	16, // 35: ringlimit.peer.v1.Peer.Lease:output_type -> ringlimit.peer.v1.LeaseRelayResponse
+	32, // 36: ringlimit.peer.v1.Peer.Settle:output_type -> ringlimit.v1.SettleResponse
+	2,  // 37: ringlimit.peer.v1.Peer.Top:output_type -> ringlimit.peer.v1.TopResponse
+	29, // [29:38] is the sub-list for method output_type
+	20, // [20:29] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_peer_proto_init() }
@@ -1605,7 +1925,7 @@ func file_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_proto_rawDesc), len(file_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

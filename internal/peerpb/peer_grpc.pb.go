@@ -41,6 +41,7 @@ const (
 	Peer_ForwardStream_FullMethodName = "/ringlimit.peer.v1.Peer/ForwardStream"
 	Peer_Lease_FullMethodName         = "/ringlimit.peer.v1.Peer/Lease"
 	Peer_Settle_FullMethodName        = "/ringlimit.peer.v1.Peer/Settle"
+	Peer_Top_FullMethodName           = "/ringlimit.peer.v1.Peer/Top"
 )
 
 // PeerClient is the client API for Peer service.
@@ -82,6 +83,12 @@ type PeerClient interface {
 	// never passes it on. The sender must be a member. Errors are the
 	// public Settle's codes.
 	Settle(ctx context.Context, in *SettleRelayRequest, opts ...grpc.CallOption) (*ringlimitv1.SettleResponse, error)
+	// Top asks a node what it counted of who is being limited (package
+	// top): per limit name, the keys it checked and refused most over a
+	// recent interval, and its replication lag. The sender must be a
+	// member; it refuses an answer beyond top's bounds (top.MaxNames names
+	// of top.MaxKeys keys in each list, each of top.MaxKeyBytes).
+	Top(ctx context.Context, in *TopRequest, opts ...grpc.CallOption) (*TopResponse, error)
 }
 
 type peerClient struct {
@@ -175,6 +182,16 @@ func (c *peerClient) Settle(ctx context.Context, in *SettleRelayRequest, opts ..
 	return out, nil
 }
 
+func (c *peerClient) Top(ctx context.Context, in *TopRequest, opts ...grpc.CallOption) (*TopResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TopResponse)
+	err := c.cc.Invoke(ctx, Peer_Top_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -214,6 +231,12 @@ type PeerServer interface {
 	// never passes it on. The sender must be a member. Errors are the
 	// public Settle's codes.
 	Settle(context.Context, *SettleRelayRequest) (*ringlimitv1.SettleResponse, error)
+	// Top asks a node what it counted of who is being limited (package
+	// top): per limit name, the keys it checked and refused most over a
+	// recent interval, and its replication lag. The sender must be a
+	// member; it refuses an answer beyond top's bounds (top.MaxNames names
+	// of top.MaxKeys keys in each list, each of top.MaxKeyBytes).
+	Top(context.Context, *TopRequest) (*TopResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -247,6 +270,9 @@ func (UnimplementedPeerServer) Lease(context.Context, *LeaseRelayRequest) (*Leas
 }
 func (UnimplementedPeerServer) Settle(context.Context, *SettleRelayRequest) (*ringlimitv1.SettleResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Settle not implemented")
+}
+func (UnimplementedPeerServer) Top(context.Context, *TopRequest) (*TopResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Top not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -402,6 +428,24 @@ func _Peer_Settle_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Top_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TopRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Top(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Top_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Top(ctx, req.(*TopRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -436,6 +480,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Settle",
 			Handler:    _Peer_Settle_Handler,
+		},
+		{
+			MethodName: "Top",
+			Handler:    _Peer_Top_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
