@@ -364,9 +364,21 @@ func TestWithheldMessagesFreeTheirSlots(t *testing.T) {
 		}
 		return err == nil && r.GetStatus() == pb.Status_UNDER_LIMIT
 	})
+	// A withheld call that reached the node while every slot was taken
+	// (a slow start under load: the legitimate checks hold slots too) is
+	// refused at once; every other one is cut at --request-timeout. None
+	// hangs.
+	cut := 0
 	for range 4 {
-		if code := <-ended; code != int(codes.DeadlineExceeded) {
-			t.Errorf("a call whose message was withheld ended with gRPC status %d, want DEADLINE_EXCEEDED", code)
+		switch code := <-ended; code {
+		case int(codes.DeadlineExceeded):
+			cut++
+		case int(codes.ResourceExhausted):
+		default:
+			t.Errorf("a call whose message was withheld ended with gRPC status %d, want DEADLINE_EXCEEDED (or RESOURCE_EXHAUSTED if it came when the slots were full)", code)
 		}
+	}
+	if cut == 0 {
+		t.Error("no withheld call was cut at --request-timeout")
 	}
 }
