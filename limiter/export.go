@@ -17,7 +17,7 @@ import (
 func (s *Store) Counters() iter.Seq[Counter] {
 	return s.walk(func(a Algorithm, t counters, out []Counter) []Counter {
 		return t.snapshot(a, out)
-	}, nil)
+	}, false, nil)
 }
 
 // Charged is Counters without the counters back to full at now: those
@@ -39,7 +39,7 @@ func (s *Store) Charged(now time.Time) iter.Seq[Counter] {
 			}
 			out, states = t.charged(a, ns, out, states)
 			return out
-		}, nil)(yield)
+		}, false, nil)(yield)
 	}
 }
 
@@ -53,7 +53,7 @@ func (s *Store) Charged(now time.Time) iter.Seq[Counter] {
 func (s *Store) Changed() iter.Seq[Counter] {
 	return s.walk(func(a Algorithm, t counters, out []Counter) []Counter {
 		return t.changed(a, out)
-	}, s.Restore)
+	}, false, s.Restore)
 }
 
 // MarkChanged marks every counter whose key match accepts as changed, so
@@ -84,13 +84,14 @@ func (s *Store) Extract(move func(key string) bool) iter.Seq[Counter] {
 		out = t.extract(a, move, out)
 		s.held.Add(-int64(len(out) - n))
 		return out
-	}, s.Restore)
+	}, true, s.Restore)
 }
 
 // walk yields, shard by shard, the counters collect appends for each table
-// under the shard's lock, yielding them with no lock held. If the consumer
-// stops early, stopped (if not nil) gets the shard's counters not yielded.
-func (s *Store) walk(collect func(a Algorithm, t counters, out []Counter) []Counter, stopped func([]Counter)) iter.Seq[Counter] {
+// under the shard's lock, with their reservations (moved out of the store
+// with move), yielding them with no lock held. If the consumer stops
+// early, stopped (if not nil) gets the shard's counters not yielded.
+func (s *Store) walk(collect func(a Algorithm, t counters, out []Counter) []Counter, move bool, stopped func([]Counter)) iter.Seq[Counter] {
 	return func(yield func(Counter) bool) {
 		var buf []Counter
 		for i := range s.shards {
@@ -100,6 +101,7 @@ func (s *Store) walk(collect func(a Algorithm, t counters, out []Counter) []Coun
 			for a, t := range sh.tables {
 				buf = collect(Algorithm(a), t, buf)
 			}
+			s.attachReservations(i, buf, move)
 			sh.mu.Unlock()
 			for j, c := range buf {
 				if !yield(c) {
@@ -139,10 +141,23 @@ func (s *Store) MergeUnder(c Counter, key string, now time.Time, skew time.Durat
 		return err
 	}
 	c.Key = key
-	sh := s.shard(c.Key)
+	return s.mergeLocked(&c, now.UnixNano(), true)
+}
+
+// mergeLocked merges c into its shard under the shard's lock, with its
+// reservations (see travel.go), at now (Unix ns), making room for it with
+// room (see table.merge).
+func (s *Store) mergeLocked(c *Counter, now int64, room bool) error {
+	i := s.shardIndex(c.Key)
+	sh := &s.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.tables[c.Algorithm].merge(s, sh, &c, now.UnixNano(), true)
+	s.settleArrived(int(i), c)
+	if err := sh.tables[c.Algorithm].merge(s, sh, c, now, room); err != nil {
+		return err
+	}
+	s.keepReservations(int(i), c, now)
+	return nil
 }
 
 // Restore puts back counters that this store yielded (from Extract) but
@@ -158,10 +173,7 @@ func (s *Store) Restore(cs []Counter) {
 		if !c.Algorithm.Valid() {
 			continue
 		}
-		sh := s.shard(c.Key)
-		sh.mu.Lock()
-		_ = sh.tables[c.Algorithm].merge(s, sh, c, c.Last, false)
-		sh.mu.Unlock()
+		_ = s.mergeLocked(c, c.Last, false)
 	}
 }
 
@@ -383,7 +395,8 @@ func (s *Store) TakeOut(r *Request) []Counter {
 	if !r.Algorithm.Valid() {
 		return nil
 	}
-	sh := s.shard(r.Key)
+	i := s.shardIndex(r.Key)
+	sh := &s.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	var out []Counter
@@ -392,6 +405,7 @@ func (s *Store) TakeOut(r *Request) []Counter {
 			out = s.takeOut(sh, c, out)
 		}
 	}
+	s.attachReservations(int(i), out, true)
 	return out
 }
 

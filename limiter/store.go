@@ -178,9 +178,11 @@ func (s *Store) Bounds() (counters, logEntries int) {
 	return int(s.maxKeys) + shards, int(s.maxLogEntries) + shards*algorithms.MaxSlidingLogLimit
 }
 
-func (s *Store) shard(key string) *shard {
-	return &s.shards[xxhash.Sum64String(key)&s.mask]
-}
+// shardIndex returns the index of key's shard, which holds its counters
+// and its reservations.
+func (s *Store) shardIndex(key string) uint64 { return xxhash.Sum64String(key) & s.mask }
+
+func (s *Store) shard(key string) *shard { return &s.shards[s.shardIndex(key)] }
 
 // Decide decides one request and charges its hits if admitted. A request
 // whose Limit is not the one its counter was last evaluated with first
