@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
-	"strings"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
