@@ -244,8 +244,7 @@ func TestLimitsHoldAFullStore(t *testing.T) {
 			s.Decide(&r)
 		}
 	}
-	counters, entries := s.Bounds()
-	lim := LimitsFor(counters, entries)
+	lim := LimitsFor(s.Bounds())
 	var buf bytes.Buffer
 	e, err := NewEncoder(&buf, Header{Node: strings.Repeat("n", peerpb.MaxNodeNameLen), Written: t0}, lim)
 	if err != nil {
