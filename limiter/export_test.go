@@ -32,15 +32,7 @@ func TestExtractMergeKeepsState(t *testing.T) {
 	fill(from)
 	moved := 0
 	for c := range from.Extract(func(key string) bool { return strings.HasPrefix(key, "k1") }) {
-		b, err := c.AppendBinary(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got Counter
-		if err := got.UnmarshalBinary(b); err != nil {
-			t.Fatal(err)
-		}
-		if err := to.Merge(got, t0, skew); err != nil {
+		if err := to.Merge(throughRecord(t, c), t0, skew); err != nil {
 			t.Fatalf("Merge(%s %s): %v", c.Algorithm, c.Key, err)
 		}
 		moved++
