@@ -138,8 +138,9 @@ func relayedError(owner string, err error) error {
 	return &relayed{msg: st.Message(), kind: kind}
 }
 
-// expireReservations drops expired reservations every expireEvery until
-// ctx ends.
+// expireReservations drops expired reservations, of this node's own
+// counters and of the replicas it keeps, every expireEvery until ctx
+// ends.
 func (s *Service) expireReservations(ctx context.Context) {
 	t := time.NewTicker(expireEvery)
 	defer t.Stop()
@@ -149,6 +150,7 @@ func (s *Service) expireReservations(ctx context.Context) {
 			return
 		case <-t.C:
 			s.store.ExpireReservations(s.now())
+			s.replicas.ExpireReservations(s.now())
 		}
 	}
 }
