@@ -356,12 +356,11 @@ func (s *Store) Settle(st *Settlement) (Settled, error) {
 	out := Settled{Limit: v.limit}
 	outcome := "exact"
 	t := sh.tables[v.algorithm]
-	id, hash := sh.counterID(&r)
-	idx := t.find(id, hash)
 	switch {
 	case cost < v.hits:
 		outcome = "given_back"
-		if idx >= 0 && t.(giving).giveBack(idx, now, v.takenAt, v.limit, v.hits, v.hits-cost) {
+		id, hash := sh.counterID(&r)
+		if idx := t.find(id, hash); idx >= 0 && t.(giving).giveBack(idx, now, v.takenAt, v.limit, v.hits, v.hits-cost) {
 			out.GivenBack = v.hits - cost
 		}
 	case cost > v.hits:
@@ -380,8 +379,11 @@ func (s *Store) Settle(st *Settlement) (Settled, error) {
 	out.Decision = sh.check(&r, 0)
 	out.Decision.Allowed = true
 	v.settled, v.release, v.cost, v.outcome = true, st.Release, cost, out
-	if idx = t.find(id, hash); idx >= 0 { // the forced charge may have inserted it
-		t.(giving).markSettled(idx) // so that replication carries the settlement, even one that charged nothing
+	// Replication carries the settlement with the counter, even one that
+	// charged nothing.
+	id, hash := sh.counterID(&r)
+	if idx := t.find(id, hash); idx >= 0 {
+		t.(giving).markSettled(idx)
 	}
 	rs.settled.WithLabelValues(outcome).Inc()
 	return out, nil
