@@ -126,14 +126,25 @@ func (s *Store) walk(collect func(a Algorithm, t counters, out []Counter) []Coun
 // room as a check's would (or refused with ErrFull); an existing one
 // keeps the more charged of the two states, so that merging never refills
 // a counter.
+//
+// The reservations c carries are taken as a peer's word (see travel.go):
+// those this store does not hold already give back what they reserved
+// only if the store did not hold c's counter before, and then only up to
+// one capacity of its limit in all.
 func (s *Store) Merge(c Counter, now time.Time, skew time.Duration) error {
-	return s.MergeUnder(c, c.Key, now, skew)
+	return s.mergeUnder(c, c.Key, now, skew, false)
 }
 
 // MergeUnder is Merge for a store that keeps counters under keys of its
 // own (replicas, under their sender's name: see package replica): c is
-// checked under its own key, then kept under key.
+// checked under its own key, then kept under key. Its reservations give
+// back whatever they reserved: a replica is its sender's own counter, and
+// becomes a counter of the node's only when the sender owned its key.
 func (s *Store) MergeUnder(c Counter, key string, now time.Time, skew time.Duration) error {
+	return s.mergeUnder(c, key, now, skew, true)
+}
+
+func (s *Store) mergeUnder(c Counter, key string, now time.Time, skew time.Duration, vouched bool) error {
 	if err := c.validate(now, skew); err != nil {
 		return err
 	}
@@ -141,22 +152,24 @@ func (s *Store) MergeUnder(c Counter, key string, now time.Time, skew time.Durat
 		return err
 	}
 	c.Key = key
-	return s.mergeLocked(&c, now.UnixNano(), true)
+	return s.mergeLocked(&c, now.UnixNano(), true, vouched)
 }
 
 // mergeLocked merges c into its shard under the shard's lock, with its
 // reservations (see travel.go), at now (Unix ns), making room for it with
-// room (see table.merge).
-func (s *Store) mergeLocked(c *Counter, now int64, room bool) error {
+// room (see table.merge). With vouched false, c is a peer's word about a
+// counter: its reservations give back only as keepReservations allows.
+func (s *Store) mergeLocked(c *Counter, now int64, room, vouched bool) error {
 	i := s.shardIndex(c.Key)
 	sh := &s.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	s.settleArrived(int(i), c)
+	heldBefore := len(c.Reservations) > 0 && sh.holds(Request{Name: c.Name, Key: c.Key, Algorithm: c.Algorithm, Role: c.Role})
 	if err := sh.tables[c.Algorithm].merge(s, sh, c, now, room); err != nil {
 		return err
 	}
-	s.keepReservations(int(i), c, now)
+	s.keepReservations(int(i), c, now, vouched || !heldBefore, vouched)
 	return nil
 }
 
@@ -173,7 +186,7 @@ func (s *Store) Restore(cs []Counter) {
 		if !c.Algorithm.Valid() {
 			continue
 		}
-		_ = s.mergeLocked(c, c.Last, false)
+		_ = s.mergeLocked(c, c.Last, false, true)
 	}
 }
 

@@ -125,6 +125,7 @@ type reservation struct {
 	expires   int64 // Unix ns
 	settled   bool
 	release   bool  // settled by a release
+	keepAll   bool  // arrived from a peer, unvouched for: a settle gives nothing back (see travel.go)
 	cost      int64 // the settled cost
 	outcome   Settled
 }
@@ -360,7 +361,7 @@ func (s *Store) Settle(st *Settlement) (Settled, error) {
 	case cost < v.hits:
 		outcome = "given_back"
 		id, hash := sh.counterID(&r)
-		if idx := t.find(id, hash); idx >= 0 && t.(giving).giveBack(idx, now, v.takenAt, v.limit, v.hits, v.hits-cost) {
+		if idx := t.find(id, hash); idx >= 0 && !v.keepAll && t.(giving).giveBack(idx, now, v.takenAt, v.limit, v.hits, v.hits-cost) {
 			out.GivenBack = v.hits - cost
 		}
 	case cost > v.hits:

@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -27,6 +28,20 @@ import (
 // then those expiring soonest; those beyond it stay where they are (a
 // copy) or, when the counter moves, are dropped, charged in full and
 // counted (reason="per_counter").
+//
+// Give-back is what a forged reservation could abuse: a member of the
+// cluster could send one for hits it never charged, then settle it for
+// nothing, refilling a counter others spent. So a reservation that
+// arrives by Merge (hand-off, snapshots), which this store does not hold
+// already, gives back what it reserved only if the store did not hold
+// its counter before (the state is then the sender's alone, which it
+// could have sent emptier anyway), and only up to one capacity of the
+// counter's limit for all the reservations of that record; any other is
+// kept to answer retries and to charge a settle's excess, but gives
+// nothing back (charged in full, the safe side). Replicas (MergeUnder)
+// and what the store itself yielded (Restore) give back in full: a
+// replica becomes a counter of this node only from its key's owner (see
+// package replica), whose own word about its own counter it is.
 //
 // A reservation that arrives settled, for one the receiver holds open (a
 // replica that saw the Reserve, then the Settle), settles it there too:
@@ -289,10 +304,20 @@ func (s *Store) settleArrived(i int, c *Counter) {
 
 // keepReservations keeps, in shard i, the reservations c brings for its
 // counter, just merged there, as of now (Unix ns): see the comment at the
-// top of this file. The shard's lock is held.
-func (s *Store) keepReservations(i int, c *Counter, now int64) {
+// top of this file. With fresh, the counter's state before the merge was
+// none of this store's (a new counter, or a replica): the reservations
+// new here may give back, all of them if vouched, else those open up to
+// one capacity of c's limit in all. The shard's lock is held.
+func (s *Store) keepReservations(i int, c *Counter, now int64, fresh, vouched bool) {
 	if len(c.Reservations) == 0 {
 		return
+	}
+	credit := int64(0) // what reservations new here may give back in all
+	switch {
+	case vouched:
+		credit = math.MaxInt64
+	case fresh:
+		credit = c.Limit.Capacity()
 	}
 	rs := &s.reservations
 	res := &rs.shards[i]
@@ -315,7 +340,13 @@ func (s *Store) keepReservations(i int, c *Counter, now int64) {
 		if res.byID == nil {
 			res.byID = make(map[ReservationID]*reservation)
 		}
-		res.byID[r.ID] = r.held(bind, c.Algorithm)
+		v := r.held(bind, c.Algorithm)
+		if !v.settled {
+			if v.keepAll = v.hits > credit; !v.keepAll {
+				credit -= v.hits
+			}
+		}
+		res.byID[r.ID] = v
 		heap.Push(&res.expiry, expiring{r.Expires, r.ID})
 	}
 }

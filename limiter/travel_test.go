@@ -337,3 +337,65 @@ func BenchmarkCountersWithReservations(b *testing.B) {
 		})
 	}
 }
+
+// TestForgedReservationsCannotRefill: reservations a peer sends with a
+// counter the store holds already give nothing back, so a member cannot
+// refill a counter others spent by forging one and settling it for
+// nothing; with a counter new to the store, those new here give back one
+// capacity of its limit in all, no more. Replicas give back in full.
+func TestForgedReservationsCannotRefill(t *testing.T) {
+	forged := func(s *Store, n int, hits int64) Counter {
+		t.Helper()
+		for c := range s.Counters() {
+			c.Reservations = nil
+			for i := range n {
+				c.Reservations = append(c.Reservations, Reservation{ID: ReservationID{byte(i + 1)},
+					Limit: c.Limit, Hits: hits, TakenAt: t0.UnixNano(), Expires: t0.Add(time.Minute).UnixNano()})
+			}
+			return c
+		}
+		t.Fatal("no counter")
+		return Counter{}
+	}
+	settleAll := func(s *Store, n int) (given int64) {
+		for i := range n {
+			got, err := settleAt(s, ReservationID{byte(i + 1)}, "k", 0, 0)
+			if err != nil {
+				t.Fatalf("settle of forged reservation %d: %v", i, err)
+			}
+			given += got.GivenBack
+		}
+		return given
+	}
+
+	// The store's own counter, spent, and a peer's word about it.
+	victim, peer := New(Config{}), New(Config{})
+	victim.Decide(reserveReq(TokenBucket, "k", 10, 0))
+	peer.Decide(reserveReq(TokenBucket, "k", 10, 0))
+	if err := victim.Merge(throughRecord(t, forged(peer, 3, 10)), t0, skew); err != nil {
+		t.Fatal(err)
+	}
+	if given := settleAll(victim, 3); given != 0 || remaining(victim, TokenBucket, "k", 0) != 0 {
+		t.Errorf("forged reservations on a counter held already gave back %d, %d remaining; want 0 and 0",
+			given, remaining(victim, TokenBucket, "k", 0))
+	}
+
+	// A counter new here: one capacity (10) in all gives back.
+	fresh := New(Config{})
+	if err := fresh.Merge(throughRecord(t, forged(peer, 3, 6)), t0, skew); err != nil {
+		t.Fatal(err)
+	}
+	if given := settleAll(fresh, 3); given != 6 {
+		t.Errorf("reservations of 6, 6 and 6 with a counter of capacity 10 new here gave back %d, want 6", given)
+	}
+
+	// A replica is its sender's own: every reservation gives back.
+	replica := New(Config{})
+	replica.Decide(reserveReq(TokenBucket, "k", 10, 0))
+	if err := replica.MergeUnder(throughRecord(t, forged(peer, 1, 10)), "k", t0, skew); err != nil {
+		t.Fatal(err)
+	}
+	if given := settleAll(replica, 1); given != 10 {
+		t.Errorf("a replica's reservation gave back %d, want 10", given)
+	}
+}
