@@ -1,5 +1,5 @@
 # The README's commands. `make test` is what CI runs.
-.PHONY: test e2e chaos generate bench plots fuzz image cluster cluster-down
+.PHONY: test e2e chaos scale generate bench plots fuzz image cluster cluster-down
 
 test:
 	go test -race ./...
@@ -11,6 +11,13 @@ e2e:
 # The chaos suite on containers of the image (docs/chaos.md); needs Docker.
 chaos: image
 	RINGLIMIT_IMAGE=$(IMAGE) go test -tags chaos -count=1 -v -run '^TestChaos' -timeout 15m ./e2e/
+
+# 32 rlnode processes on loopback, measured (docs/scale.md): convergence,
+# key shares, gossip, goroutines, sockets and RSS, a join's and a leave's
+# hand-off of 1,000,000 counters, kill -9 detection, exact checks throughout.
+# Build-tagged, so `make test` stays fast; the table goes to build/scale.md.
+scale:
+	RINGLIMIT_SCALE_OUT=$(CURDIR)/build/scale.md go test -tags scale -count=1 -v -run '^TestScale$$' -timeout 20m ./e2e/
 
 # The public API (api/proto, for clients) and the peer protocol
 # (internal/peerpb, between nodes only) are generated apart: the peer

@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -550,8 +551,20 @@ func (c *Cluster) create(ctx context.Context) (*memberlist.Memberlist, error) {
 	mc.Delegate = c.delegate
 	mc.Events = c.events
 	mc.Conflict = c.conflicts
-	mc.LogOutput = logWriter{log: c.log.With("component", "memberlist")}
-	mc.Logger = nil
+	// One logger for memberlist and its transport.
+	mc.LogOutput = nil
+	mc.Logger = log.New(logWriter{log: c.log.With("component", "memberlist")}, "", log.LstdFlags)
+	// memberlist makes its own transport only when none is given; ours is
+	// the same one, counting bytes (ringlimit_gossip_bytes_total), so
+	// Create no longer learns the port the kernel chose: it is set here.
+	tr, port, err := newTransport(c.bindHost, c.bindPort, c.metrics, &mc)
+	if err != nil {
+		return nil, fmt.Errorf("start gossip: %w", err)
+	}
+	mc.Transport, mc.BindPort = tr, port
+	if mc.AdvertisePort == 0 {
+		mc.AdvertisePort = port
+	}
 
 	m, err := encodeMeta(metaAt(c.conf, ""))
 	if err != nil {
@@ -560,6 +573,7 @@ func (c *Cluster) create(ctx context.Context) (*memberlist.Memberlist, error) {
 	c.delegate.meta.Store(&m)
 	ml, err := memberlist.Create(&mc)
 	if err != nil {
+		_ = tr.Shutdown()
 		return nil, fmt.Errorf("start gossip: %w", err)
 	}
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
 	"github.com/ringlimit/ringlimit/ring"
@@ -132,8 +133,9 @@ func hasMembers(c *Cluster, names ...string) func() bool {
 	return func() bool { return slices.Equal(ringNames(c.Ring()), names) }
 }
 
-// metric returns the value of the unlabelled metric name in reg.
-func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// metric returns the value of the metric name in reg: the first sample, or
+// the one with the label given as `name="value"`.
+func metric(t *testing.T, reg *prometheus.Registry, name string, label ...string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -144,6 +146,17 @@ func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 			continue
 		}
 		m := mf.GetMetric()[0]
+		if len(label) > 0 {
+			i := slices.IndexFunc(mf.GetMetric(), func(s *dto.Metric) bool {
+				return slices.ContainsFunc(s.GetLabel(), func(l *dto.LabelPair) bool {
+					return fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()) == label[0]
+				})
+			})
+			if i < 0 {
+				t.Fatalf("no sample of %s with %s", name, label[0])
+			}
+			m = mf.GetMetric()[i]
+		}
 		if g := m.GetGauge(); g != nil {
 			return g.GetValue()
 		}
@@ -272,6 +285,13 @@ func TestThreeNodes(t *testing.T) {
 		if got := metric(t, b.reg, "ringlimit_cluster_join_attempts_total"); got < 1 {
 			t.Errorf("b made %v join attempts, want >= 1", got)
 		}
+		// b joined by a push/pull stream it opened; every node probes.
+		if got := metric(t, b.reg, "ringlimit_gossip_bytes_total", `transport="tcp"`); got <= 0 {
+			t.Errorf("b: %v bytes of gossip streams after joining, want > 0", got)
+		}
+		waitFor(t, func() bool {
+			return metric(t, a.reg, "ringlimit_gossip_bytes_total", `transport="udp"`) > 0
+		}, "a sends gossip datagrams")
 	})
 
 	t.Run("leave", func(t *testing.T) {

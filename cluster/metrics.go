@@ -15,6 +15,8 @@ type metrics struct {
 	// announces that have not proved their name (see admission).
 	unadmitted    prometheus.Gauge
 	admitFailures prometheus.Counter
+	// gossipUDP and gossipTCP are countingTransport's.
+	gossipUDP, gossipTCP prometheus.Counter
 }
 
 // newMetrics creates the metrics and registers them on reg, unless reg is nil.
@@ -41,10 +43,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Checks of a member's peer port that failed: no handshake, a certificate not from the cluster CA, or one that does not name the member.",
 		}),
 	}
+	gossip := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ringlimit_gossip_bytes_total",
+		Help: "Bytes of gossip this node caused, by transport: udp counts the datagrams it sent, tcp both directions of the streams it opened (push/pull, fallback probes). Summed over the nodes, each byte on the wire is counted once.",
+	}, []string{"transport"})
+	m.gossipUDP, m.gossipTCP = gossip.WithLabelValues("udp"), gossip.WithLabelValues("tcp")
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.members, m.rebuilds, m.joinAttempts, m.unadmitted, m.admitFailures} {
+	for _, c := range []prometheus.Collector{m.members, m.rebuilds, m.joinAttempts, m.unadmitted, m.admitFailures, gossip} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register cluster metrics: %w", err)
 		}

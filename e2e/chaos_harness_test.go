@@ -98,6 +98,7 @@ type chaosCluster struct {
 	pki      string // directory with node.crt, node.key, node-ca.crt
 	key      string // gossip key, base64
 	nodes    []*chaosNode
+	args     []string // every node's flags besides the chart's
 }
 
 // chaosNode is one container. Its embedded node has the member name
@@ -108,15 +109,16 @@ type chaosNode struct {
 	container, ip string // ip on the nodes' network
 }
 
-// startChaos starts n nodes and waits until each sees all n alive.
-func startChaos(t *testing.T, n int) *chaosCluster {
+// startChaos starts n nodes, each with the flags args besides the
+// chart's, and waits until each sees all n alive.
+func startChaos(t *testing.T, n int, args ...string) *chaosCluster {
 	t.Helper()
 	requireDocker(t)
 	b := make([]byte, 4)
 	crand.Read(b)
 	id := hex.EncodeToString(b)
 	c := &chaosCluster{t: t, id: id, image: chaosImage(t, id), network: "ringlimit-chaos-" + id,
-		clients: "ringlimit-chaos-clients-" + id, headless: "rl-" + id + ".chaos"}
+		clients: "ringlimit-chaos-clients-" + id, headless: "rl-" + id + ".chaos", args: args}
 	c.prefix = c.createNetwork(c.network, 214)
 	c.cprefix = c.createNetwork(c.clients, 215)
 
@@ -183,19 +185,19 @@ func (c *chaosCluster) add() *chaosNode {
 	// Created on the nodes' network, connected to the clients' one, then
 	// started: a network cut between nodes (partition) leaves the load's
 	// path to every node intact.
-	_, err := docker("create", "--name", cn.container, "--hostname", short,
+	_, err := docker(append([]string{"create", "--name", cn.container, "--hostname", short,
 		"--network", c.network, "--ip", cn.ip,
 		"--network-alias", c.headless, "--network-alias", cn.name,
 		"--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-		"--volume", c.pki+":/pki:ro",
-		"--stop-timeout", fmt.Sprint(int(chaosGrace.Seconds())+15),
-		"--env", "RLNODE_GOSSIP_KEY="+c.key,
+		"--volume", c.pki + ":/pki:ro",
+		"--stop-timeout", fmt.Sprint(int(chaosGrace.Seconds()) + 15),
+		"--env", "RLNODE_GOSSIP_KEY=" + c.key,
 		c.image,
 		"--node-name", cn.name,
 		"--advertise-addr", cn.ip,
-		"--join", c.headless+":7946",
+		"--join", c.headless + ":7946",
 		"--peer-tls-cert", "/pki/node.crt", "--peer-tls-key", "/pki/node.key", "--peer-tls-ca", "/pki/node-ca.crt",
-		"--shutdown-timeout", chaosGrace.String())
+		"--shutdown-timeout", chaosGrace.String()}, c.args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

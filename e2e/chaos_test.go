@@ -14,8 +14,12 @@ import (
 // survivors answer at least 99% of the checks sent to them while the ring
 // drops it, the ring converges within 10 s, and every check after that is
 // answered.
-func TestChaosKillNine(t *testing.T) {
-	c := startChaos(t, 5)
+func TestChaosKillNine(t *testing.T) { chaosKillNine(t) }
+
+// chaosKillNine runs the scenario of TestChaosKillNine on nodes with the flags
+// args, and returns its load.
+func chaosKillNine(t *testing.T, args ...string) *chaosLoad {
+	c := startChaos(t, 5, args...)
 	victim, survivors := c.nodes[4], c.nodes[:4]
 	l := startLoad(t, c.id, c.nodes, 30*time.Second, "before", "during (kill -9 until converged)", "after")
 	time.Sleep(5 * time.Second) // load before the event
@@ -31,6 +35,7 @@ func TestChaosKillNine(t *testing.T) {
 	l.table(t, "kill -9 one of 5 nodes", fmt.Sprintf("ring converged %v after the kill (bound 10s)", converged.Round(10*time.Millisecond)))
 	l.minAnswered(t, 1, 0.99)
 	l.minAnswered(t, 2, 1)
+	return l
 }
 
 // TestChaosStopAll stops all five nodes at once, as `helm uninstall`
@@ -76,8 +81,12 @@ const fallbackSlack = 250 * time.Millisecond
 // to the other four: no check waits longer than the forward deadline,
 // and once thawed the node rejoins, every node sees all five alive within
 // 15 s, and every check after that is answered.
-func TestChaosPause(t *testing.T) {
-	c := startChaos(t, 5)
+func TestChaosPause(t *testing.T) { chaosPause(t) }
+
+// chaosPause runs the scenario of TestChaosPause on nodes with the flags
+// args, and returns its load.
+func chaosPause(t *testing.T, args ...string) *chaosLoad {
+	c := startChaos(t, 5, args...)
 	frozen, others := c.nodes[4], c.nodes[:4]
 	l := startLoad(t, c.id, others, time.Minute, "before", "frozen for 15s", "after the thaw")
 	rejoined := c.fault(l, 15*time.Second, func() {
@@ -94,14 +103,19 @@ func TestChaosPause(t *testing.T) {
 		t.Errorf("slowest check while %s was frozen took %v, want at most the forward deadline %v (+%v)", frozen.name, slowest, forwardDeadline, fallbackSlack)
 	}
 	l.minAnswered(t, 2, 1)
+	return l
 }
 
 // TestChaosPartition cuts two of five nodes off the other three for 20 s
 // (docker network disconnect) under load sent to all five, then heals the
 // network: both sides keep answering (each decides with the ring it
 // sees), and every node sees all five alive within 15 s of the heal.
-func TestChaosPartition(t *testing.T) {
-	c := startChaos(t, 5)
+func TestChaosPartition(t *testing.T) { chaosPartition(t) }
+
+// chaosPartition runs the scenario of TestChaosPartition on nodes with the flags
+// args, and returns its load.
+func chaosPartition(t *testing.T, args ...string) *chaosLoad {
+	c := startChaos(t, 5, args...)
 	minority := c.nodes[3:]
 	l := startLoad(t, c.id, c.nodes, 2*time.Minute, "before", "partitioned 3/2 for 20s", "after the heal")
 	healed := c.fault(l, 20*time.Second, func() {
@@ -117,4 +131,5 @@ func TestChaosPartition(t *testing.T) {
 	for i := range l.phases {
 		l.minAnswered(t, i, 0.99)
 	}
+	return l
 }

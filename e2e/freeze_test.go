@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -52,13 +51,7 @@ func testFrozenOwner(t *testing.T, frozenFor time.Duration) {
 		}
 	}
 
-	victim.signal(t, syscall.SIGSTOP)
-	thawed := false
-	defer func() {
-		if !thawed {
-			victim.signal(t, syscall.SIGCONT) // so that stopAll can stop it
-		}
-	}()
+	thaw := victim.freeze(t)
 	stopped := time.Now()
 	loads := make([]freezeLoad, len(survivors))
 	var wg sync.WaitGroup
@@ -91,8 +84,7 @@ func testFrozenOwner(t *testing.T, frozenFor time.Duration) {
 		})
 	}
 	wg.Wait()
-	victim.signal(t, syscall.SIGCONT)
-	thawed = true
+	thaw()
 
 	for w, l := range loads {
 		n := survivors[w]

@@ -65,6 +65,16 @@ func (n *node) signal(t testing.TB, sig syscall.Signal) {
 	}
 }
 
+// freeze stops n with SIGSTOP and returns what thaws it with SIGCONT, at
+// most once; the test's end thaws it too, before the nodes are stopped.
+func (n *node) freeze(t testing.TB) (thaw func()) {
+	n.signal(t, syscall.SIGSTOP)
+	var once sync.Once
+	thaw = func() { once.Do(func() { n.signal(t, syscall.SIGCONT) }) }
+	t.Cleanup(thaw)
+	return thaw
+}
+
 // wait waits up to d for the process to exit and reports whether it did.
 func (n *node) wait(d time.Duration) bool {
 	timer := time.NewTimer(d)

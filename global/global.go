@@ -109,6 +109,8 @@ type Config struct {
 	// Leases bounds the accounts of lessees (see Lend); its zero fields
 	// mean their defaults.
 	Leases LeaseConfig
+	// Escrow is strict mode's rules (escrow.go); the zero value is none.
+	Escrow EscrowConfig
 }
 
 // Node is one node's side of the GLOBAL protocol: the grants it holds for
@@ -129,6 +131,7 @@ type Node struct {
 	heirs    ring.Heirs // whose keys this node would inherit, for broadcasts
 	leases   LeaseConfig
 	book     book // the lessee accounts, counted for the bounds of leases
+	escrow   EscrowConfig
 
 	shards    [numShards]shard
 	lastEpoch atomic.Int64 // the newest entry's first epoch
@@ -155,7 +158,7 @@ type key struct{ name, key string }
 // New returns a Node. It starts nothing: Run drives the sync rounds.
 func New(conf Config) *Node {
 	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, inherit: conf.Inherit,
-		interval: conf.Interval, skew: conf.MaxClockSkew, now: conf.Now, log: conf.Logger, leases: conf.Leases.withDefaults()}
+		interval: conf.Interval, skew: conf.MaxClockSkew, now: conf.Now, log: conf.Logger, leases: conf.Leases.withDefaults(), escrow: conf.Escrow}
 	n.book = book{conf: n.leases, keys: map[Lessee]int{}}
 	n.metrics = newMetrics(conf.Registerer, &n.book)
 	if n.interval <= 0 {

@@ -28,6 +28,7 @@ type entry struct {
 	active     bool            // a check came since the last report
 	release    bool            // a release to report
 	remaining  int64           // the owner's last report of the counter
+	renewed    time.Time       // when the owner last renewed the grant (escrow.go)
 	resetAt    time.Time       // when the counter is full again
 	retryAfter time.Duration   // owner's estimate of the wait for one hit
 	// forced is the hits charged here beyond the grant, in all: the
@@ -68,7 +69,7 @@ func (n *Node) decideFromGrant(r *limiter.Request, owner string, parent bool) (d
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := n.entry(sh, k, r, owner, parent)
-	if !e.known || r.Reset {
+	if !e.known || r.Reset || !n.spendable(e, n.now()) {
 		e.want = true
 		return d, true
 	}
@@ -310,7 +311,7 @@ func (n *Node) apply(e *entry, st *peerpb.GlobalState, self string, now time.Tim
 	for _, gr := range st.Grants {
 		if gr.Node == self && gr.Epoch == e.epoch {
 			e.granted = max(e.granted, gr.Granted)
-			e.known = true
+			e.known, e.renewed = true, now
 		}
 	}
 	e.remaining = st.Remaining

@@ -34,6 +34,7 @@ type nodeLease struct {
 	granted, received, epoch int64
 	forced                   int64
 	want                     bool
+	goneAt                   time.Time // when it was first seen out of the ring (escrow.go)
 }
 
 // outstanding is the hits lent, to nodes and lessees, and not yet
@@ -289,9 +290,12 @@ func (n *Node) Broadcast(ctx context.Context) {
 		// the new owner, and their lessees' next reports claim what they
 		// hold: see claim).
 		for k, l := range sh.leases {
-			for name := range l.nodes {
-				if !inRing[name] {
-					delete(l.nodes, name) // a node that left or died uses no grant
+			for name, nl := range l.nodes {
+				switch {
+				case inRing[name]:
+					nl.goneAt = time.Time{}
+				case n.departed(nl, now):
+					delete(l.nodes, name) // a node that left or died uses no grant (in strict mode, no more)
 				}
 			}
 			if n.expire(sh, l, now) {
@@ -400,7 +404,9 @@ func (n *Node) state(k key, l *lease, members int64, now time.Time) *peerpb.Glob
 	peek.Now = now
 	counter := n.store.Check(&peek)
 	remaining := n.payDebt(l, &peek, counter.Remaining) - l.debt
-	l.grant(remaining, members)
+	if n.mayLend() {
+		l.grant(remaining, members)
+	}
 	one := peek
 	one.Hits = 1
 	st := &peerpb.GlobalState{

@@ -229,6 +229,10 @@ func (n *Node) Lend(lessee Lessee, reports []LeaseReport) []LeaseGrant {
 			out[i].Err = fmt.Errorf("key %q: owned by %s: %w", rep.Request.Key, owner.Name, ErrNotOwner)
 			continue
 		}
+		if !n.mayLend() {
+			out[i].Err = fmt.Errorf("key %q: strict mode, and this owner sees no quorum: %w", rep.Request.Key, ErrNotOwner)
+			continue
+		}
 		if !promoted && n.inherit != nil {
 			n.inherit() // replicas of keys just inherited become counters before any is charged (see Config.Inherit)
 			promoted = true

@@ -103,6 +103,10 @@ type Config struct {
 	// ReplicateInterval is how often changed counters go to their heirs;
 	// zero means no replication.
 	ReplicateInterval time.Duration
+	// StrictQuorum, if positive, turns strict mode on, and StrictFence
+	// is its fence (service.Config).
+	StrictQuorum int
+	StrictFence  time.Duration
 	// MaxInflight bounds client requests in flight, MaxStreams the
 	// CheckStreams open, and MaxConns the connections open on each of the
 	// HTTP, gRPC and peer listeners, MaxConnsPerSource those from one IP
@@ -172,6 +176,7 @@ func DefaultConfig() Config {
 		ShutdownTimeout:   30 * time.Second,
 		HandOffWait:       time.Second,
 		ReplicateInterval: replica.DefaultInterval,
+		StrictFence:       service.DefaultStrictFence,
 		MaxInflight:       admit.DefaultMax,
 		MaxStreams:        admit.DefaultMaxStreams,
 		MaxConns:          DefaultMaxConns,
@@ -289,6 +294,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		Store: store, Replicas: replicas, Cluster: n.members, Peers: n.pool,
 		MaxClockSkew: conf.MaxClockSkew, GlobalSync: conf.GlobalSync, HandOffWait: conf.HandOffWait,
 		ReplicateInterval: conf.ReplicateInterval, HandedOff: n.snaps.handedOff(),
+		StrictQuorum: conf.StrictQuorum, StrictFence: conf.StrictFence,
 		Logger: log, Registerer: reg, Policies: n.policies, Leases: conf.Leases,
 	})
 	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod}, MaxStreams: conf.MaxStreams,
@@ -379,8 +385,8 @@ func (n *Node) Run(ctx context.Context) error {
 	n.snaps.start(g)
 	g.Go(func() error { return ignoreCanceled(n.policies.Run(gctx)) }) // policies stay in force once it stops
 	g.Go(func() error { return serveHTTP(n.httpSrv, n.lis.http) })
-	g.Go(func() error { return n.grpcSrv.Serve(n.lis.grpc) })
-	g.Go(func() error { return n.peerSrv.Serve(n.lis.peer) })
+	g.Go(func() error { return serveGRPC(n.grpcSrv, n.lis.grpc) })
+	g.Go(func() error { return serveGRPC(n.peerSrv, n.lis.peer) })
 
 	if n.insecure != "" {
 		n.log.Warn("INSECURE: " + n.insecure)
@@ -446,6 +452,16 @@ func serveHTTP(srv *http.Server, lis net.Listener) error {
 	}
 	if err := serve(lis); !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("http: %w", err)
+	}
+	return nil
+}
+
+// serveGRPC serves srv on lis until it stops. A stop that comes before
+// Serve starts (SIGTERM in the first instants) makes Serve return
+// grpc.ErrServerStopped: that is a stop asked for, not a failure.
+func serveGRPC(srv *grpc.Server, lis net.Listener) error {
+	if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
 	}
 	return nil
 }

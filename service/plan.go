@@ -36,16 +36,17 @@ const (
 	routeLocal    routeKind = iota // this node's store: it owns the key, or LOCAL behaviour
 	routeGlobal                    // GLOBAL: from this node's grant, or as the owner
 	routeFallback                  // the owner was unreachable: this node's share of the limit
+	routeEscrow                    // strict mode: no owner to decide it, and no escrow left here: refused (strict.go)
 	routeForward                   // to the key's owner, which may relay or pull it
 	routeRelay                     // to a node that decides it where it lands, never passing it on (see Owner.Forwarded)
 	routePull                      // to the key's previous owner, which decides it only if it holds the counter (see Owner.Pulled)
 	routeGone                      // not decided: the client has gone, and nothing is charged on its behalf
 	numRouteKinds
 	// numDecided is the number of kinds that decide on this node.
-	numDecided = routeFallback + 1
+	numDecided = routeEscrow + 1
 )
 
-var routeNames = [numRouteKinds]string{"local", "global", "fallback", "forward", "relay", "pull", "gone"}
+var routeNames = [numRouteKinds]string{"local", "global", "fallback", "escrow", "forward", "relay", "pull", "gone"}
 
 func (k routeKind) String() string { return routeNames[k] }
 
@@ -91,6 +92,7 @@ const (
 	nextRelay               // relayed to the node that decides it where it lands
 	nextPull                // pulled again, from the key's new owner (the client left while the first pull failed)
 	nextShare               // decided here with this node's share of the limit
+	nextEscrow              // strict mode: refused here, from the escrow this node lacks (strict.go)
 	nextGone                // answered unavailable: the client has gone
 )
 
@@ -159,6 +161,9 @@ type view struct {
 	store   holder
 	// heirs finds who would inherit a failed owner's keys.
 	heirs *ring.Heirs
+	// strict says the node is in strict mode (strict.go): a check whose
+	// owner cannot be reached is never failed over nor decided with a share.
+	strict bool
 	// global holds GLOBAL's answers, by position in the pending checks,
 	// for the GLOBAL checks to decide here (see Service.askGlobal); nil
 	// when there are none.
@@ -207,6 +212,8 @@ func plan(c *call, ps []pending, v *view) []route {
 			routes[k] = route{kind: routePull, to: &p.to}
 		case nextShare:
 			routes[k] = route{kind: routeFallback}
+		case nextEscrow:
+			routes[k] = route{kind: routeEscrow}
 		case nextGone:
 			routes[k] = route{kind: routeGone}
 		default:
@@ -252,6 +259,7 @@ const (
 	lessonGone                   // the client has gone: charge nothing
 	lessonFailover               // the owner cannot be reached: each key's heir decides it
 	lessonShare                  // no one else can: this node decides it with its share
+	lessonEscrow                 // strict mode: the owner cannot be reached, and no one else may decide it
 )
 
 // replan says what the checks ps, all of the send that failed as f says,
@@ -287,6 +295,10 @@ const (
 //     unreachable; the shares did as much.
 //   - Any other failure (a relay or pull that failed, a heir that cannot
 //     be reached either) falls back to this node's share of each limit.
+//
+// In strict mode (v.strict) neither of the last two happens: only the
+// owner decides a key, so a check whose owner cannot be reached is refused
+// here (its GLOBAL escrow, if it had any, was spent before it was sent).
 func replan(c *call, ps []*pending, f *failure, v *view) lesson {
 	switch {
 	case f.kind == routePull && !f.answered && v.gone == nil:
@@ -315,6 +327,11 @@ func replan(c *call, ps []*pending, f *failure, v *view) lesson {
 			p.next = nextGone
 		}
 		return lessonGone
+	case v.strict:
+		for _, p := range ps {
+			p.next = nextEscrow
+		}
+		return lessonEscrow
 	case f.kind == routeForward && v.heirs.Without(v.ring, f.to.Name).Len() > 0:
 		without := v.heirs.Without(v.ring, f.to.Name)
 		for _, p := range ps {

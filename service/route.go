@@ -32,6 +32,7 @@ var errNoRoute = fmt.Errorf("no route after %d rounds", maxRounds)
 // out (see plan.go). It returns once every check of ps has its result.
 func (s *Service) decide(ctx context.Context, c *call, ps []pending) {
 	var failedOver []int // checks that went to their heir, by index into c.reqs
+	var escrowed []int   // strict mode: checks answered from a grant while their owner cannot be reached
 	for range maxRounds {
 		// The replicas of keys this node has just inherited (their owner
 		// left the ring) become its counters first, so that none is
@@ -39,7 +40,9 @@ func (s *Service) decide(ctx context.Context, c *call, ps []pending) {
 		s.replica.Promote(c.ring)
 		v := s.look(ctx)
 		failedOver = s.replanFailed(c, ps, &v, failedOver)
+		s.strict.gate(s, c, ps, &v)
 		s.askGlobal(c, ps, &v)
+		escrowed = s.strict.fromEscrow(s, c, ps, &v, escrowed)
 		ps = s.carry(ctx, c, ps, plan(c, ps, &v), &v)
 		if len(ps) == 0 {
 			break
@@ -54,12 +57,13 @@ func (s *Service) decide(ctx context.Context, c *call, ps []pending) {
 			r.Metadata = map[string]string{MetadataDecidedBy: routeFailover}
 		}
 	}
+	markEscrow(c, escrowed)
 }
 
 // look returns the node's view now (see view).
 func (s *Service) look(ctx context.Context) view {
 	return view{self: s.cluster.LocalMember(), ring: s.ring(), leaving: s.leaving.Load() != nil, gone: ctx.Err(),
-		handOff: s.handoff, store: s.store, heirs: &s.without}
+		handOff: s.handoff, store: s.store, heirs: &s.without, strict: s.strict.on()}
 }
 
 // replanFailed re-plans the checks of ps whose send failed, those of one
@@ -151,6 +155,8 @@ func (s *Service) carry(ctx context.Context, c *call, ps []pending, routes []rou
 			s.setResult(c, j, v.global[k].d, routeGlobal)
 		case routeFallback:
 			share = append(share, j)
+		case routeEscrow:
+			s.refuseEscrow(c, j)
 		case routeGone:
 			// The client has gone: charge nothing on its behalf.
 			c.results[c.pos[j]] = errorResult(fmt.Errorf("%w: %w", checks.ErrUnavailable, ctx.Err()))

@@ -105,6 +105,17 @@ type Config struct {
 	// Leases bounds the lessees' accounts of the keys this node owns (see
 	// package lease); its zero fields mean their defaults.
 	Leases global.LeaseConfig
+	// StrictQuorum, if positive, turns strict mode on (strict.go): this
+	// node decides keys only while its ring holds at least this many
+	// members, and never fails over. Every node of a cluster must agree.
+	StrictQuorum int
+	// StrictFence is how long, in strict mode, keys of a member that left
+	// the ring wait before this node decides them; zero means
+	// DefaultStrictFence.
+	StrictFence time.Duration
+	// EscrowTTL is how long, in strict mode, a GLOBAL grant is spent after
+	// the owner last renewed it; zero means EscrowTTL(GlobalSync).
+	EscrowTTL time.Duration
 }
 
 // Service decides checks. It is safe for concurrent use. Run drives its
@@ -138,6 +149,8 @@ type Service struct {
 	leaveMu sync.Mutex // serializes the building of leaving rings
 	// without caches, for failover, rings without one member.
 	without ring.Heirs
+	// strict is strict mode, off unless Config.StrictQuorum is set.
+	strict strictMode
 }
 
 // New returns a Service. It starts nothing.
@@ -164,7 +177,7 @@ func New(conf Config) *Service {
 	s.global = global.New(global.Config{
 		Store: s.store, Cluster: s.cluster, Peers: conf.Peers,
 		Interval: conf.GlobalSync, MaxClockSkew: s.skew, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
-		Inherit: func() { s.replica.Promote(s.ring()) }, Leases: conf.Leases,
+		Inherit: func() { s.replica.Promote(s.ring()) }, Leases: conf.Leases, Escrow: s.strict.configure(conf, s),
 	})
 	s.leases = lease.New(lease.Config{
 		Lender: s.global, Cluster: s.cluster, Peers: conf.Peers, Result: decisionResult, Now: s.now, Logger: s.log,
@@ -467,6 +480,7 @@ func (s *Service) Run(ctx context.Context) error {
 // now owns and replicates every counter to its heir again. It never
 // blocks.
 func (s *Service) RingChanged() {
+	s.strict.ringChanged(s.cluster.Ring(), s.cluster.LocalMember().Name, s.now())
 	s.handoff.RingChanged()
 	s.replica.RingChanged()
 }

@@ -155,6 +155,11 @@ func checkJSON(d client.Decision) map[string]any {
 // not say sooner).
 func describePeek(d client.Decision, now time.Time) string {
 	reset := max(d.ResetAt.Sub(now).Round(time.Millisecond), 0)
+	if d.Remaining >= d.Limit {
+		// Full now: the server's reset time, read in whole milliseconds
+		// on its own clock, can lie a millisecond past this one's.
+		reset = 0
+	}
 	line := fmt.Sprintf("PEEK  %d of %d remaining, full again in %v: ", d.Remaining, d.Limit, reset)
 	if admitsOne(d) {
 		line += "a check of 1 would be admitted"

@@ -14,6 +14,7 @@ import (
 	"github.com/ringlimit/ringlimit/internal/tlsfiles"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/service"
 )
 
 // Config is every setting of a serving rlnode: the node's, and the
@@ -56,6 +57,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", d.ShutdownTimeout, "time to leave, hand off and drain before exit")
 	fs.DurationVar(&c.HandOffWait, "handoff-wait", d.HandOffWait, "longest a check for a key this node has just come to own waits for the key's previous owner to hand its counter over (0: never wait, decide on what is here); under the forward deadline, 2s")
 	fs.DurationVar(&c.ReplicateInterval, "replicate-interval", d.ReplicateInterval, "how often each node sends the counters that changed to the node that would inherit them, which takes them over should it crash: the hits of one interval are what a crash loses (0: no replication)")
+	fs.IntVar(&c.StrictQuorum, "strict-quorum", d.StrictQuorum, "strict mode (docs/cluster.md): never admit more than the limit in a partition or crash; a node decides keys only while it sees at least this many members (a majority of the cluster), and a check whose owner cannot be reached is refused unless this node holds escrow for it (0: off; every node must agree)")
+	fs.DurationVar(&c.StrictFence, "strict-fence", d.StrictFence, "strict mode: how long keys of a member that left the ring wait before their new owner decides them; above memberlist's verdict, --lease-ttl and the escrow's time-to-live (10 × --global-sync, at least 1s)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.IntVar(&c.MaxConns, "max-conns", d.MaxConns, "connections open at once on each of the HTTP, gRPC and peer listeners; beyond it a new one is closed as soon as it is accepted")
 	fs.IntVar(&c.MaxConnsPerSource, "max-conns-per-source", d.MaxConnsPerSource, "connections open at once from one IP address on each of the HTTP, gRPC and peer listeners, so that one host cannot take every slot; beyond it a new one is closed as soon as it is accepted; leave room for proxies (Envoy opens one per worker thread) and NAT (0: no bound)")
@@ -149,6 +152,11 @@ func (c Config) validate() error {
 		return fmt.Errorf("--max-clock-skew: must not be negative, got %v", c.MaxClockSkew)
 	case c.HandOffWait < 0 || c.HandOffWait >= peer.DefaultTimeout:
 		return fmt.Errorf("--handoff-wait: must be at least 0 and under the forward deadline (%v), so that a forwarded check is answered before its sender gives up; got %v", peer.DefaultTimeout, c.HandOffWait)
+	case c.StrictQuorum < 0:
+		return fmt.Errorf("--strict-quorum: must not be negative (0 turns strict mode off), got %d", c.StrictQuorum)
+	case c.StrictQuorum > 0 && c.StrictFence <= c.Leases.TTL+service.EscrowTTL(c.GlobalSync):
+		return fmt.Errorf("--strict-fence: must exceed --lease-ttl (%v) and the escrow's time-to-live (%v: 10 × --global-sync, at least 1s) together, so that no escrow outlives it; got %v",
+			c.Leases.TTL, service.EscrowTTL(c.GlobalSync), c.StrictFence)
 	case c.ReplicateInterval < 0:
 		return fmt.Errorf("--replicate-interval: must not be negative (0 turns replication off), got %v", c.ReplicateInterval)
 	case c.SnapshotInterval <= 0:

@@ -243,6 +243,8 @@ func TestDescribePeek(t *testing.T) {
 	}{
 		{client.Decision{Allowed: true, Limit: 10, Remaining: 3, ResetAt: now.Add(7 * time.Second)},
 			"PEEK  3 of 10 remaining, full again in 7s: a check of 1 would be admitted"},
+		{client.Decision{Allowed: true, Limit: 4, Remaining: 4, ResetAt: now.Add(time.Millisecond)},
+			"PEEK  4 of 4 remaining, full again in 0s: a check of 1 would be admitted"},
 		{client.Decision{Allowed: true, Limit: 2, ResetAt: now.Add(time.Minute)},
 			"PEEK  0 of 2 remaining, full again in 1m0s: a check of 1 would be refused now, and admitted again within 1m0s at the latest"},
 		{client.Decision{Allowed: true, Limit: 6, ResetAt: now.Add(time.Second), DecidedBy: "fallback"},
