@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
@@ -79,11 +80,34 @@ func (in Intake) untilNow(c limiter.Counter, now time.Time) (limiter.Counter, ti
 		return c, 0, fmt.Errorf("counter %s/%s: last evaluated %v after now, more than the clock skew %v: %w", c.Name, c.Key, ahead, in.MaxClockSkew, limiter.ErrBadCounter)
 	}
 	c.Last = min(c.Last, now.UnixNano())
+	if err := in.reservations(&c, now); err != nil {
+		return c, 0, err
+	}
 	skew := in.MaxClockSkew
 	if c.Algorithm == limiter.FixedWindow || c.Algorithm == limiter.SlidingWindow {
 		skew = 0
 	}
 	return c, skew, nil
+}
+
+// reservations checks the bounds of c's reservations that a check's
+// bounds set: a settled cost of at most MaxLimit, as Settlement takes it,
+// and an expiry at most MaxReserveTTL past now plus the clock skew, so that
+// no reservation arrives to be held longer than one could be made for.
+// The store checks the rest when it merges c.
+func (in Intake) reservations(c *limiter.Counter, now time.Time) error {
+	latest := now.Add(in.MaxClockSkew + MaxReserveTTL).UnixNano()
+	for i := range c.Reservations {
+		r := &c.Reservations[i]
+		switch {
+		case r.Cost < 0 || r.Cost > MaxLimit:
+			return fmt.Errorf("counter %s/%s: reservation %s: cost %d outside 0..%d: %w", c.Name, c.Key, r.ID, r.Cost, MaxLimit, limiter.ErrBadCounter)
+		case r.Expires > latest:
+			return fmt.Errorf("counter %s/%s: reservation %s: expires %v after now, more than reserve_ttl_ms allows (%v) plus the clock skew %v: %w",
+				c.Name, c.Key, r.ID, time.Duration(r.Expires-now.UnixNano()), MaxReserveTTL, in.MaxClockSkew, limiter.ErrBadCounter)
+		}
+	}
+	return nil
 }
 
 // ReasonLabel is a refusal reason as a metric label, e.g. "invalid".
@@ -93,21 +117,36 @@ func ReasonLabel(r peerpb.Refusal_Reason) string { return strings.ToLower(r.Stri
 // a check's, so that no counter is taken in that a check could not have
 // made (a limit over MaxLimit, a period that is not whole milliseconds or
 // longer than MaxDuration, a sliding log over its bound, a spacing of
-// another limit than one request per period). The store checks its state
+// another limit than one request per period), nor a reservation whose
+// limit a check could not have reserved under. The store checks its state
 // when it merges it.
 func ValidateCounter(c *limiter.Counter) error {
-	if c.Limit.Period%time.Millisecond != 0 {
-		return &FieldError{"duration_ms", fmt.Sprintf("period %v is not whole milliseconds", c.Limit.Period)}
+	if err := validateLimit(c, c.Limit); err != nil {
+		return err
+	}
+	for i := range c.Reservations {
+		if err := validateLimit(c, c.Reservations[i].Limit); err != nil {
+			return fmt.Errorf("reservation %s: %w", c.Reservations[i].ID, err)
+		}
+	}
+	return nil
+}
+
+// validateLimit checks l, c's limit or one of its reservations', as a
+// check of c's name, key and algorithm would.
+func validateLimit(c *limiter.Counter, l algorithms.Limit) error {
+	if l.Period%time.Millisecond != 0 {
+		return &FieldError{"duration_ms", fmt.Sprintf("period %v is not whole milliseconds", l.Period)}
 	}
 	item := &pb.CheckItem{
 		Name: c.Name, Key: c.Key, Algorithm: pb.Algorithm(c.Algorithm),
-		Limit: c.Limit.Count, DurationMs: c.Limit.Period.Milliseconds(), Burst: c.Limit.Burst,
+		Limit: l.Count, DurationMs: l.Period.Milliseconds(), Burst: l.Burst,
 	}
 	if c.Algorithm == limiter.Spacing {
-		if c.Limit != limiter.SpacingLimit(c.Limit.Period) {
-			return &FieldError{"min_interval_ms", fmt.Sprintf("a spacing counter's limit is one request per period, got %+v", c.Limit)}
+		if l != limiter.SpacingLimit(l.Period) {
+			return &FieldError{"min_interval_ms", fmt.Sprintf("a spacing counter's limit is one request per period, got %+v", l)}
 		}
-		item = &pb.CheckItem{Name: c.Name, Key: c.Key, MinIntervalMs: c.Limit.Period.Milliseconds()}
+		item = &pb.CheckItem{Name: c.Name, Key: c.Key, MinIntervalMs: l.Period.Milliseconds()}
 	}
 	_, err := Request(item, time.Time{}, 0) // no created_at_ms: the clock plays no part
 	return err

@@ -24,6 +24,26 @@ func TestIntakeTakesOnlyWhatACheckCouldMake(t *testing.T) {
 	}
 	good := counterOf(limiter.Request{Name: "api", Key: "k", Algorithm: limiter.TokenBucket,
 		Limit: algorithms.Limit{Count: 10, Period: time.Minute}, Hits: 1, Now: t0})
+	reserved := func() limiter.Counter {
+		s := limiter.New(limiter.Config{})
+		_, _, err := s.Reserve(&limiter.Request{Name: "api", Key: "k", Algorithm: limiter.TokenBucket,
+			Limit: algorithms.Limit{Count: 10, Period: time.Minute}, Hits: 3, Now: t0}, MaxReserveTTL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for c := range s.Counters() {
+			return c
+		}
+		t.Fatal("no counter")
+		return limiter.Counter{}
+	}()
+	withReservation := func(mutate func(r *limiter.Reservation)) func(*limiter.Counter) {
+		return func(c *limiter.Counter) {
+			*c = reserved
+			c.Reservations = append([]limiter.Reservation(nil), reserved.Reservations...)
+			mutate(&c.Reservations[0])
+		}
+	}
 	spacing := counterOf(limiter.Request{Name: "api", Key: "k", Algorithm: limiter.Spacing,
 		Limit: limiter.SpacingLimit(time.Second), Hits: 1, Now: t0})
 	cases := []struct {
@@ -44,6 +64,17 @@ func TestIntakeTakesOnlyWhatACheckCouldMake(t *testing.T) {
 			c.Limit.Count = 2
 		}, peerpb.Refusal_INVALID},
 		{"evaluated past the clock's skew", func(c *limiter.Counter) { c.Last = t0.Add(2 * skew).UnixNano() }, peerpb.Refusal_INVALID},
+		{"a reservation of a day", withReservation(func(*limiter.Reservation) {}), -1},
+		{"a reservation expiring past a day and the skew", withReservation(func(r *limiter.Reservation) {
+			r.Expires = t0.Add(MaxReserveTTL + 2*skew).UnixNano()
+		}), peerpb.Refusal_INVALID},
+		{"a reservation settled for more than MaxLimit", withReservation(func(r *limiter.Reservation) {
+			r.Settled, r.Cost, r.Outcome.Forced = true, MaxLimit+1, MaxLimit+1-r.Hits
+		}), peerpb.Refusal_INVALID},
+		{"a reservation under a limit over MaxLimit", withReservation(func(r *limiter.Reservation) { r.Limit.Count = MaxLimit + 1 }), peerpb.Refusal_INVALID},
+		{"a reservation charged past the clock's skew", withReservation(func(r *limiter.Reservation) {
+			r.TakenAt = t0.Add(2 * skew).UnixNano()
+		}), peerpb.Refusal_INVALID},
 	}
 	in := Intake{MaxClockSkew: skew}
 	for _, c := range cases {

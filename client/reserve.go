@@ -24,8 +24,11 @@ type Settler interface {
 // the server's text.
 var (
 	// ErrUnknownReservation: the key's owner does not hold the
-	// reservation: past its time-to-live (it was charged in full), or lost
-	// with its counter (moved to another owner, or its owner died).
+	// reservation: past its time-to-live (it was charged in full), never
+	// made, or lost with its counter (dropped as refilled, or beyond a
+	// node's bound on reservations; one that moves with its counter, on
+	// hand-off, to the heir of an owner that died, or through a snapshot,
+	// is found there).
 	ErrUnknownReservation = errors.New("unknown reservation")
 	// ErrSettled: the reservation was settled before with another cost.
 	ErrSettled = errors.New("reservation settled already")

@@ -26,8 +26,12 @@ const (
 // counter of RoleLimit is still written in version 1's layout, which has
 // no role, so that nodes of the build before it, which read only version
 // 1, take the counters of every check without a ceiling during a rolling
-// upgrade.
-const CounterVersion = 2
+// upgrade. Version 3 added the counter's reservations, in the same way:
+// only a counter that holds some is written in it, so that nodes of the
+// build before, which read versions 1 and 2, take every other counter and
+// refuse those with reservations (ErrUnknownVersion: the sender keeps
+// them) rather than take their hits without the reservations.
+const CounterVersion = 3
 
 var (
 	// ErrBadCounter reports a Counter record that does not decode, or a
@@ -56,6 +60,11 @@ type Counter struct {
 	// State is the algorithm state in its own versioned encoding
 	// (algorithms' AppendBinary; see algorithms/CODEC.md).
 	State []byte
+	// Reservations are the counter's reservations, open or settled and
+	// remembered, at most MaxCounterReservations; only a counter of
+	// RoleLimit of an algorithm that can give hits back (Reservable)
+	// holds any. Their hits are charged in State already.
+	Reservations []Reservation
 }
 
 // counterFixed is the bytes of a version 1 record besides name, key and
@@ -64,12 +73,14 @@ const counterFixed = 1 + 1 + 2 + 2 + 4*8
 
 // The sizes of records, for whoever bounds what it stores or reads: a
 // record is at most MaxFixedCounterBytes plus algorithms.LogEntryBytes for
-// each sliding-log entry its state holds, so never more than
-// MaxCounterBytes (a full sliding log under the longest name and key, in
-// version 2).
+// each sliding-log entry its state holds, plus ReservationBytes for each
+// reservation it carries, so never more than MaxCounterBytes (a full
+// sliding log holding MaxCounterReservations under the longest name and
+// key, in version 3).
 const (
-	MaxFixedCounterBytes = counterFixed + 1 + MaxNameLen + MaxKeyLen + algorithms.MaxFixedStateBytes
-	MaxCounterBytes      = counterFixed + 1 + MaxNameLen + MaxKeyLen + algorithms.MaxStateBytes
+	MaxFixedCounterBytes = counterFixed + 2 + MaxNameLen + MaxKeyLen + algorithms.MaxFixedStateBytes
+	MaxCounterBytes      = MaxFixedCounterBytes - algorithms.MaxFixedStateBytes + algorithms.MaxStateBytes +
+		MaxCounterReservations*ReservationBytes
 )
 
 // AppendBinary appends c's record (encoding.BinaryAppender), all integers
@@ -97,16 +108,30 @@ const (
 //	2           1     role (Role), never RoleLimit
 //	3           ...   as version 1 from offset 2: Name, Key, Limit, Last, State
 //
+// and a counter of RoleLimit with reservations in version 3's, which is
+// version 1's with the reservations between Last and State:
+//
+//	offset      size  field
+//	0           1     version, 3
+//	1           ...   as version 1 from offset 1, up to Last
+//	38+n+k      2     r, the number of reservations, uint16, 1..MaxCounterReservations
+//	40+n+k      121r  the reservations, each as Reservation.AppendBinary
+//	40+n+k+121r rest  State
+//
 // So each counter has one encoding. It refuses a name or key out of
-// bounds, an unknown role, or a spacing of a role other than RoleLimit,
-// which no decoder would accept.
+// bounds, an unknown role, a spacing of a role other than RoleLimit, and
+// reservations on a counter that cannot hold them, or more than
+// MaxCounterReservations, or two of one id, which no decoder would accept.
 func (c *Counter) AppendBinary(b []byte) ([]byte, error) {
 	if err := c.checkID(); err != nil {
 		return b, err
 	}
-	if c.Role == RoleLimit {
+	switch {
+	case len(c.Reservations) > 0:
+		b = append(b, 3, byte(c.Algorithm))
+	case c.Role == RoleLimit:
 		b = append(b, 1, byte(c.Algorithm))
-	} else {
+	default:
 		b = append(b, 2, byte(c.Algorithm), byte(c.Role))
 	}
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(c.Name)))
@@ -116,15 +141,25 @@ func (c *Counter) AppendBinary(b []byte) ([]byte, error) {
 	for _, w := range [...]int64{c.Limit.Count, int64(c.Limit.Period), c.Limit.Burst, c.Last} {
 		b = binary.LittleEndian.AppendUint64(b, uint64(w))
 	}
+	if len(c.Reservations) > 0 {
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(c.Reservations)))
+		for i := range c.Reservations {
+			b = c.Reservations[i].AppendBinary(b)
+		}
+	}
 	return append(b, c.State...), nil
 }
 
-// UnmarshalBinary decodes AppendBinary's record, of version 1 or 2, into
-// c. It refuses another version (ErrUnknownVersion), an unknown algorithm
-// or role, a version 2 record of RoleLimit (written in version 1), a name
-// or key out of bounds and a record too short for its lengths
-// (ErrBadCounter). It copies what it keeps, so data may be reused. It
-// checks neither the limit nor the state: Store.Merge does.
+// UnmarshalBinary decodes AppendBinary's record, of version 1, 2 or 3,
+// into c. It refuses another version (ErrUnknownVersion), an unknown
+// algorithm or role, a version 2 record of RoleLimit (written in version
+// 1), a version 3 record of no reservations (written in version 1), a
+// name or key out of bounds, a record too short for its lengths, and
+// reservations as AppendBinary refuses them or as
+// Reservation.UnmarshalBinary does (ErrBadCounter). The count of
+// reservations is checked before any is allocated. It copies what it
+// keeps, so data may be reused. It checks neither the limit nor the
+// state, nor the reservations' times and amounts: Store.Merge does.
 func (c *Counter) UnmarshalBinary(data []byte) error {
 	if len(data) < counterFixed {
 		return fmt.Errorf("counter record of %d bytes, shorter than the %d fixed ones: %w", len(data), counterFixed, ErrBadCounter)
@@ -132,13 +167,13 @@ func (c *Counter) UnmarshalBinary(data []byte) error {
 	d := Counter{Algorithm: Algorithm(data[1])}
 	rest := data[2:]
 	switch data[0] {
-	case 1:
+	case 1, 3:
 	case 2:
 		if d.Role, rest = Role(rest[0]), rest[1:]; d.Role == RoleLimit {
 			return fmt.Errorf("counter record version 2 of role %s, which is written in version 1: %w", d.Role, ErrBadCounter)
 		}
 	default:
-		return fmt.Errorf("counter record version %d, this build reads 1 and %d: %w", data[0], CounterVersion, ErrUnknownVersion)
+		return fmt.Errorf("counter record version %d, this build reads 1 to %d: %w", data[0], CounterVersion, ErrUnknownVersion)
 	}
 	var ok bool
 	if d.Name, rest, ok = lengthPrefixed(rest); !ok {
@@ -153,12 +188,43 @@ func (c *Counter) UnmarshalBinary(data []byte) error {
 	word := func(i int) int64 { return int64(binary.LittleEndian.Uint64(rest[8*i:])) }
 	d.Limit = algorithms.Limit{Count: word(0), Period: time.Duration(word(1)), Burst: word(2)}
 	d.Last = word(3)
-	d.State = append([]byte(nil), rest[4*8:]...)
+	rest = rest[4*8:]
+	if data[0] == 3 {
+		var err error
+		if d.Reservations, rest, err = decodeReservations(rest); err != nil {
+			return err
+		}
+	}
+	d.State = append([]byte(nil), rest...)
 	if err := d.checkID(); err != nil {
 		return err
 	}
 	*c = d
 	return nil
+}
+
+// decodeReservations splits a version 3 record's reservations off b: the
+// count, bounded before anything is allocated, then each one.
+func decodeReservations(b []byte) ([]Reservation, []byte, error) {
+	if len(b) < 2 {
+		return nil, b, fmt.Errorf("counter record: reservations: the count runs past the end: %w", ErrBadCounter)
+	}
+	n := int(binary.LittleEndian.Uint16(b))
+	b = b[2:]
+	switch {
+	case n == 0 || n > MaxCounterReservations:
+		return nil, b, fmt.Errorf("counter record: %d reservations, want 1..%d: %w", n, MaxCounterReservations, ErrBadCounter)
+	case len(b) < n*ReservationBytes:
+		return nil, b, fmt.Errorf("counter record: %d reservations need %d bytes, %d left: %w", n, n*ReservationBytes, len(b), ErrBadCounter)
+	}
+	rs := make([]Reservation, n)
+	for i := range rs {
+		if err := rs[i].UnmarshalBinary(b[:ReservationBytes]); err != nil {
+			return nil, b, fmt.Errorf("counter record: reservation %d: %w", i, err)
+		}
+		b = b[ReservationBytes:]
+	}
+	return rs, b, nil
 }
 
 // lengthPrefixed splits a uint16-length-prefixed string off b.
@@ -189,6 +255,20 @@ func (c *Counter) checkID() error {
 		return fmt.Errorf("counter name holds a NUL byte: %w", ErrBadCounter)
 	case c.Key == "" || len(c.Key) > MaxKeyLen:
 		return fmt.Errorf("counter key of %d bytes, want 1..%d: %w", len(c.Key), MaxKeyLen, ErrBadCounter)
+	case len(c.Reservations) == 0:
+		return nil
+	case c.Role != RoleLimit || !Reservable(c.Algorithm):
+		return fmt.Errorf("counter reservations on a %s counter of role %s, which cannot hold any: %w", c.Algorithm, c.Role, ErrBadCounter)
+	case len(c.Reservations) > MaxCounterReservations:
+		return fmt.Errorf("counter of %d reservations, more than %d: %w", len(c.Reservations), MaxCounterReservations, ErrBadCounter)
+	}
+	seen := make(map[ReservationID]int, len(c.Reservations))
+	for i := range c.Reservations {
+		id := c.Reservations[i].ID
+		if j, dup := seen[id]; dup {
+			return fmt.Errorf("counter reservations %d and %d share the id %s: %w", j, i, id, ErrBadCounter)
+		}
+		seen[id] = i
 	}
 	return nil
 }
@@ -208,8 +288,14 @@ func (c *Counter) validate(now time.Time, skew time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("counter limit: %w: %w", ErrBadCounter, err)
 	}
-	if horizon := now.Add(max(skew, 0)).UnixNano(); c.Last < 0 || c.Last > horizon {
+	horizon := now.Add(max(skew, 0)).UnixNano()
+	if c.Last < 0 || c.Last > horizon {
 		return fmt.Errorf("counter last evaluated at %d, outside [0, now+skew = %d]: %w", c.Last, horizon, ErrBadCounter)
+	}
+	for i := range c.Reservations {
+		if err := c.Reservations[i].validate(horizon); err != nil {
+			return fmt.Errorf("counter reservation %s: %w: %w", c.Reservations[i].ID, ErrBadCounter, err)
+		}
 	}
 	return nil
 }

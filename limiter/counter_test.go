@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -12,11 +14,12 @@ import (
 )
 
 // TestCounterGolden pins the record layouts: version 1, which every
-// counter of RoleLimit is still written in, and version 2, with a role. If
-// it fails, a layout changed: bump CounterVersion, then update these bytes
-// and the layout in AppendBinary's doc.
+// counter of RoleLimit without reservations is still written in, version
+// 2, with a role, and version 3, with reservations (TestCounterGoldenV3).
+// If it fails, a layout changed: bump CounterVersion, then update these
+// bytes and the layout in AppendBinary's doc.
 func TestCounterGolden(t *testing.T) {
-	if CounterVersion != 2 {
+	if CounterVersion != 3 {
 		t.Fatalf("CounterVersion = %d: update the golden bytes to the new layout", CounterVersion)
 	}
 	c := Counter{Name: "api", Key: "u:1", Algorithm: FixedWindow,
@@ -47,6 +50,48 @@ func TestCounterGolden(t *testing.T) {
 	}
 }
 
+// goldenReservation is a settled reservation with every field set.
+var goldenReservation = Reservation{
+	ID:    ReservationID{0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f},
+	Limit: algorithms.Limit{Count: 10, Period: time.Second, Burst: 20}, Hits: 6,
+	TakenAt: 0x0102030405060708, Expires: 0x0102030405060709,
+	Settled: true, Cost: 9,
+	Outcome: Settled{Forced: 3, Decision: algorithms.Decision{Remaining: 1, ResetAfter: 2 * time.Second}},
+}
+
+// TestCounterGoldenV3 pins version 3, a counter with reservations, to
+// testdata/counter-v3.hex (hex, one field a line, with comments after
+// '#'), an open reservation and a settled one. If it fails, the layout
+// changed: see TestCounterGolden.
+func TestCounterGoldenV3(t *testing.T) {
+	text, err := os.ReadFile("testdata/counter-v3.hex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	for line := range strings.Lines(string(text)) {
+		line, _, _ = strings.Cut(line, "#")
+		want.WriteString(strings.Join(strings.Fields(line), ""))
+	}
+	open := goldenReservation
+	open.ID[15] = 0xff
+	open.Settled, open.Cost, open.Outcome = false, 0, Settled{}
+	c := Counter{Name: "api", Key: "u:1", Algorithm: FixedWindow,
+		Limit: algorithms.Limit{Count: 10, Period: time.Second, Burst: 2}, Last: 0x0102030405060708,
+		State: []byte{0xaa, 0xbb}, Reservations: []Reservation{open, goldenReservation}}
+	b, err := c.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hex.EncodeToString(b); got != want.String() {
+		t.Errorf("AppendBinary = %s, want %s", got, want.String())
+	}
+	var back Counter
+	if err := back.UnmarshalBinary(b); err != nil || !reflect.DeepEqual(back, c) {
+		t.Errorf("UnmarshalBinary = %+v, %v; want %+v", back, err, c)
+	}
+}
+
 func TestCounterRoundTrip(t *testing.T) {
 	c := Counter{Name: strings.Repeat("n", MaxNameLen), Key: strings.Repeat("k", MaxKeyLen), Algorithm: SlidingLog,
 		Role: RoleCeiling, Limit: algorithms.Limit{Count: 3, Period: time.Minute}, Last: 42, State: []byte{1, 5, 0, 0, 0, 0}}
@@ -64,13 +109,23 @@ func TestCounterRoundTrip(t *testing.T) {
 	}
 	// The longest name and key, in version 2 (a role): with no entries, a
 	// sliding log's record is within MaxFixedCounterBytes; with a full
-	// log, it is MaxCounterBytes.
+	// log and the most reservations, in version 3, it is MaxCounterBytes.
 	if n := len(b) - len("prefix"); n > MaxFixedCounterBytes {
 		t.Errorf("record of an empty log: %d bytes, more than MaxFixedCounterBytes %d", n, MaxFixedCounterBytes)
 	}
 	c.State = make([]byte, algorithms.MaxStateBytes)
-	if b, _ := c.AppendBinary(nil); len(b) != MaxCounterBytes {
-		t.Errorf("record of a full log: %d bytes, want MaxCounterBytes %d", len(b), MaxCounterBytes)
+	c.Role = RoleLimit
+	c.Reservations = make([]Reservation, MaxCounterReservations)
+	for i := range c.Reservations {
+		c.Reservations[i] = goldenReservation
+		c.Reservations[i].ID[0], c.Reservations[i].ID[1] = byte(i), byte(i>>8)
+	}
+	b, err = c.AppendBinary(nil)
+	if err != nil || len(b) != MaxCounterBytes {
+		t.Errorf("record of a full log with %d reservations: %d bytes, %v; want MaxCounterBytes %d", len(c.Reservations), len(b), err, MaxCounterBytes)
+	}
+	if err := got.UnmarshalBinary(b); err != nil || !reflect.DeepEqual(got, c) {
+		t.Errorf("round trip of a full log with %d reservations: %v", len(c.Reservations), err)
 	}
 }
 
@@ -86,7 +141,8 @@ func TestCounterRefuses(t *testing.T) {
 		want error
 	}{
 		{"empty", nil, ErrBadCounter},
-		{"version 3", append([]byte{3}, b[1:]...), ErrUnknownVersion},
+		{"version 4", append([]byte{4}, b[1:]...), ErrUnknownVersion},
+		{"version 3 of no reservations", append(append([]byte{3}, b[1:len(b)-len(good.State)]...), 0, 0), ErrBadCounter},
 		{"version 0", append([]byte{0}, b[1:]...), ErrUnknownVersion},
 		{"unknown algorithm", append([]byte{1, byte(NumAlgorithms)}, b[2:]...), ErrBadCounter},
 		{"version 2 of RoleLimit, which is written in version 1", append([]byte{2, b[1], byte(RoleLimit)}, b[2:]...), ErrBadCounter},
@@ -131,6 +187,9 @@ func FuzzCounter(f *testing.F) {
 			Last: t0.UnixNano(), State: []byte{1, 6, 0, 0, 0, 0, 0, 0, 0, 0}},
 		{Name: "api", Key: "k", Algorithm: GCRA, Role: RoleCeiling, Limit: algorithms.Limit{Count: 3, Period: time.Second},
 			Last: t0.UnixNano(), State: []byte{1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+		{Name: "api", Key: "k", Algorithm: FixedWindow, Limit: algorithms.Limit{Count: 10, Period: time.Second},
+			Last: t0.UnixNano(), State: []byte{1, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+			Reservations: []Reservation{fuzzReservation(0, false), fuzzReservation(1, true)}},
 	} {
 		b, err := c.AppendBinary(nil)
 		if err != nil {
@@ -158,6 +217,22 @@ func FuzzCounter(f *testing.F) {
 			t.Fatalf("refused counter stored: %v", err)
 		case err == nil && s.Len() != 1:
 			t.Fatalf("accepted counter not stored")
+		case err != nil && s.Reservations() != 0:
+			t.Fatalf("refused counter's reservations kept: %v", err)
+		case s.Reservations() > len(c.Reservations):
+			t.Fatalf("%d reservations kept of %d", s.Reservations(), len(c.Reservations))
 		}
 	})
+}
+
+// fuzzReservation is goldenReservation valid at t0, with id i, settled
+// or open.
+func fuzzReservation(i byte, settled bool) Reservation {
+	r := goldenReservation
+	r.ID[0] = i
+	r.TakenAt, r.Expires = t0.UnixNano(), t0.Add(time.Minute).UnixNano()
+	if !settled {
+		r.Settled, r.Cost, r.Outcome = false, 0, Settled{}
+	}
+	return r
 }

@@ -17,7 +17,7 @@ import (
 func (s *Store) Counters() iter.Seq[Counter] {
 	return s.walk(func(a Algorithm, t counters, out []Counter) []Counter {
 		return t.snapshot(a, out)
-	}, nil)
+	}, false, nil)
 }
 
 // Charged is Counters without the counters back to full at now: those
@@ -39,7 +39,7 @@ func (s *Store) Charged(now time.Time) iter.Seq[Counter] {
 			}
 			out, states = t.charged(a, ns, out, states)
 			return out
-		}, nil)(yield)
+		}, false, nil)(yield)
 	}
 }
 
@@ -53,7 +53,7 @@ func (s *Store) Charged(now time.Time) iter.Seq[Counter] {
 func (s *Store) Changed() iter.Seq[Counter] {
 	return s.walk(func(a Algorithm, t counters, out []Counter) []Counter {
 		return t.changed(a, out)
-	}, s.Restore)
+	}, false, s.Restore)
 }
 
 // MarkChanged marks every counter whose key match accepts as changed, so
@@ -84,13 +84,14 @@ func (s *Store) Extract(move func(key string) bool) iter.Seq[Counter] {
 		out = t.extract(a, move, out)
 		s.held.Add(-int64(len(out) - n))
 		return out
-	}, s.Restore)
+	}, true, s.Restore)
 }
 
 // walk yields, shard by shard, the counters collect appends for each table
-// under the shard's lock, yielding them with no lock held. If the consumer
-// stops early, stopped (if not nil) gets the shard's counters not yielded.
-func (s *Store) walk(collect func(a Algorithm, t counters, out []Counter) []Counter, stopped func([]Counter)) iter.Seq[Counter] {
+// under the shard's lock, with their reservations (moved out of the store
+// with move), yielding them with no lock held. If the consumer stops
+// early, stopped (if not nil) gets the shard's counters not yielded.
+func (s *Store) walk(collect func(a Algorithm, t counters, out []Counter) []Counter, move bool, stopped func([]Counter)) iter.Seq[Counter] {
 	return func(yield func(Counter) bool) {
 		var buf []Counter
 		for i := range s.shards {
@@ -100,6 +101,7 @@ func (s *Store) walk(collect func(a Algorithm, t counters, out []Counter) []Coun
 			for a, t := range sh.tables {
 				buf = collect(Algorithm(a), t, buf)
 			}
+			s.attachReservations(i, buf, move)
 			sh.mu.Unlock()
 			for j, c := range buf {
 				if !yield(c) {
@@ -124,14 +126,25 @@ func (s *Store) walk(collect func(a Algorithm, t counters, out []Counter) []Coun
 // room as a check's would (or refused with ErrFull); an existing one
 // keeps the more charged of the two states, so that merging never refills
 // a counter.
+//
+// The reservations c carries are taken as a peer's word (see travel.go):
+// those this store does not hold already give back what they reserved
+// only if the store did not hold c's counter before, and then only up to
+// one capacity of its limit in all.
 func (s *Store) Merge(c Counter, now time.Time, skew time.Duration) error {
-	return s.MergeUnder(c, c.Key, now, skew)
+	return s.mergeUnder(c, c.Key, now, skew, false)
 }
 
 // MergeUnder is Merge for a store that keeps counters under keys of its
 // own (replicas, under their sender's name: see package replica): c is
-// checked under its own key, then kept under key.
+// checked under its own key, then kept under key. Its reservations give
+// back whatever they reserved: a replica is its sender's own counter, and
+// becomes a counter of the node's only when the sender owned its key.
 func (s *Store) MergeUnder(c Counter, key string, now time.Time, skew time.Duration) error {
+	return s.mergeUnder(c, key, now, skew, true)
+}
+
+func (s *Store) mergeUnder(c Counter, key string, now time.Time, skew time.Duration, vouched bool) error {
 	if err := c.validate(now, skew); err != nil {
 		return err
 	}
@@ -139,10 +152,25 @@ func (s *Store) MergeUnder(c Counter, key string, now time.Time, skew time.Durat
 		return err
 	}
 	c.Key = key
-	sh := s.shard(c.Key)
+	return s.mergeLocked(&c, now.UnixNano(), true, vouched)
+}
+
+// mergeLocked merges c into its shard under the shard's lock, with its
+// reservations (see travel.go), at now (Unix ns), making room for it with
+// room (see table.merge). With vouched false, c is a peer's word about a
+// counter: its reservations give back only as keepReservations allows.
+func (s *Store) mergeLocked(c *Counter, now int64, room, vouched bool) error {
+	i := s.shardIndex(c.Key)
+	sh := &s.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.tables[c.Algorithm].merge(s, sh, &c, now.UnixNano(), true)
+	s.settleArrived(int(i), c)
+	heldBefore := len(c.Reservations) > 0 && sh.holds(Request{Name: c.Name, Key: c.Key, Algorithm: c.Algorithm, Role: c.Role})
+	if err := sh.tables[c.Algorithm].merge(s, sh, c, now, room); err != nil {
+		return err
+	}
+	s.keepReservations(int(i), c, now, vouched || !heldBefore, vouched)
+	return nil
 }
 
 // Restore puts back counters that this store yielded (from Extract) but
@@ -158,10 +186,7 @@ func (s *Store) Restore(cs []Counter) {
 		if !c.Algorithm.Valid() {
 			continue
 		}
-		sh := s.shard(c.Key)
-		sh.mu.Lock()
-		_ = sh.tables[c.Algorithm].merge(s, sh, c, c.Last, false)
-		sh.mu.Unlock()
+		_ = s.mergeLocked(c, c.Last, false, true)
 	}
 }
 
@@ -383,7 +408,8 @@ func (s *Store) TakeOut(r *Request) []Counter {
 	if !r.Algorithm.Valid() {
 		return nil
 	}
-	sh := s.shard(r.Key)
+	i := s.shardIndex(r.Key)
+	sh := &s.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	var out []Counter
@@ -392,6 +418,7 @@ func (s *Store) TakeOut(r *Request) []Counter {
 			out = s.takeOut(sh, c, out)
 		}
 	}
+	s.attachReservations(int(i), out, true)
 	return out
 }
 

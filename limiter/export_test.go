@@ -32,15 +32,7 @@ func TestExtractMergeKeepsState(t *testing.T) {
 	fill(from)
 	moved := 0
 	for c := range from.Extract(func(key string) bool { return strings.HasPrefix(key, "k1") }) {
-		b, err := c.AppendBinary(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got Counter
-		if err := got.UnmarshalBinary(b); err != nil {
-			t.Fatal(err)
-		}
-		if err := to.Merge(got, t0, skew); err != nil {
+		if err := to.Merge(throughRecord(t, c), t0, skew); err != nil {
 			t.Fatalf("Merge(%s %s): %v", c.Algorithm, c.Key, err)
 		}
 		moved++
@@ -183,14 +175,14 @@ func TestChargedLeavesFullCounters(t *testing.T) {
 	}
 }
 
-// TestBounds: the most counters and log entries a store can hold, as its
-// doc says: MaxKeys and MaxLogEntries, plus one counter or full log a
-// shard.
+// TestBounds: the most counters, log entries and reservations a store
+// can hold, as its doc says: MaxKeys and MaxLogEntries, plus one counter
+// or full log a shard, and MaxReservations.
 func TestBounds(t *testing.T) {
-	s := New(Config{MaxKeys: 4096, MaxLogEntries: 50_000})
-	counters, entries := s.Bounds()
-	if shards := len(s.shards); shards < 2 || counters != 4096+shards || entries != 50_000+shards*algorithms.MaxSlidingLogLimit {
-		t.Errorf("Bounds() = %d, %d with %d shards", counters, entries, shards)
+	s := New(Config{MaxKeys: 4096, MaxLogEntries: 50_000, MaxReservations: 77})
+	counters, entries, reservations := s.Bounds()
+	if shards := len(s.shards); shards < 2 || counters != 4096+shards || entries != 50_000+shards*algorithms.MaxSlidingLogLimit || reservations != 77 {
+		t.Errorf("Bounds() = %d, %d, %d with %d shards", counters, entries, reservations, shards)
 	}
 }
 

@@ -52,7 +52,7 @@ func TestKeyFloodKeepsDebts(t *testing.T) {
 	if admitted > 0 {
 		t.Errorf("%d of %d spent users admitted again after a flood of %d keys", admitted, spent, flood)
 	}
-	most, _ := s.Bounds()
+	most, _, _ := s.Bounds()
 	if s.Len() > most {
 		t.Errorf("%d counters held, more than the bound %d", s.Len(), most)
 	}

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringlimit/ringlimit/algorithms"
@@ -36,9 +35,11 @@ import (
 // that Reserve is refused. Expired ones are dropped as their shard
 // is next used by a reservation, and by ExpireReservations.
 //
-// Reservations live in this store only: they do not travel with hand-off,
-// replication or snapshots, so one whose counter moves, or whose node
-// dies, is never settled and stays charged in full.
+// Reservations are counters' state: they travel with their counter on
+// hand-off, replication and snapshots, inside its record
+// (Counter.Reservations; see travel.go), so one made at a node that then
+// leaves or dies is settled where its counter went, and a retried settle
+// there answers as the first did.
 
 // DefaultMaxReservations is the default bound on reservations held.
 const DefaultMaxReservations = 100_000
@@ -130,6 +131,7 @@ type reservation struct {
 	expires   int64 // Unix ns
 	settled   bool
 	release   bool  // settled by a release
+	keepAll   bool  // arrived from a peer, unvouched for: a settle gives nothing back (see travel.go)
 	cost      int64 // the settled cost
 	outcome   Settled
 }
@@ -198,6 +200,7 @@ type reservations struct {
 	// refusedKey counts those refused by perKey.
 	refusedKey prometheus.Counter
 	settled    *prometheus.CounterVec
+	notKept    *prometheus.CounterVec
 }
 
 // init sets up rs for a store of the given shards, and registers its
@@ -231,8 +234,12 @@ func (rs *reservations) init(conf Config, shards int) {
 		Name: "ringlimit_reservations_settled_total",
 		Help: "Reservations settled, by outcome: given_back (cost below the reservation), exact, forced (cost above it), released.",
 	}, []string{"outcome"})
+	rs.notKept = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ringlimit_reservations_not_kept_total",
+		Help: "Reservations that arrived with their counter (hand-off, replica, snapshot) and were not kept, so charged in full, by reason: max_reservations (the node held --max-reservations), per_counter (beyond the most one counter carries).",
+	}, []string{"reason"})
 	if reg := conf.Registerer; reg != nil {
-		reg.MustRegister(rs.expired, rs.refused, rs.refusedKey, rs.settled, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		reg.MustRegister(rs.expired, rs.refused, rs.refusedKey, rs.settled, rs.notKept, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ringlimit_reservations",
 			Help: "Reservations held by this node, open or settled and remembered until their time-to-live, at most --max-reservations.",
 		}, func() float64 { return float64(rs.held.Load()) }))
@@ -271,6 +278,7 @@ func (rs *reservations) bindHash(name, key string) uint64 {
 type giving interface {
 	lastAt(idx int32) int64
 	giveBack(idx int32, now, takenAt int64, l algorithms.Limit, taken, n int64) bool
+	markSettled(idx int32)
 }
 
 // giver is a state that can give hits back: the six algorithms.
@@ -317,7 +325,7 @@ func (s *Store) Reserve(r *Request, ttl time.Duration) (algorithms.Decision, Res
 	if rs.held.Load() >= rs.max {
 		s.ExpireReservations(r.Now) // before taking a lock: it takes each
 	}
-	i := xxhash.Sum64String(r.Key) & s.mask
+	i := s.shardIndex(r.Key)
 	sh, res := &s.shards[i], &rs.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -364,7 +372,7 @@ func (s *Store) Settle(st *Settlement) (Settled, error) {
 		return Settled{}, fmt.Errorf("cost: must not be negative, got %d: %w", st.Cost, ErrNotReservable)
 	}
 	rs := &s.reservations
-	i := xxhash.Sum64String(st.Key) & s.mask
+	i := s.shardIndex(st.Key)
 	sh, res := &s.shards[i], &rs.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -392,12 +400,12 @@ func (s *Store) Settle(st *Settlement) (Settled, error) {
 	r := Request{Name: st.Name, Key: st.Key, Algorithm: v.algorithm, Limit: v.limit, Now: st.Now}
 	out := Settled{Limit: v.limit}
 	outcome := "exact"
+	t := sh.tables[v.algorithm]
 	switch {
 	case cost < v.hits:
 		outcome = "given_back"
-		t := sh.tables[v.algorithm]
 		id, hash := sh.counterID(&r)
-		if idx := t.find(id, hash); idx >= 0 && t.(giving).giveBack(idx, now, v.takenAt, v.limit, v.hits, v.hits-cost) {
+		if idx := t.find(id, hash); idx >= 0 && !v.keepAll && t.(giving).giveBack(idx, now, v.takenAt, v.limit, v.hits, v.hits-cost) {
 			out.GivenBack = v.hits - cost
 		}
 	case cost > v.hits:
@@ -416,6 +424,12 @@ func (s *Store) Settle(st *Settlement) (Settled, error) {
 	out.Decision = sh.check(&r, 0)
 	out.Decision.Allowed = true
 	v.settled, v.release, v.cost, v.outcome = true, st.Release, cost, out
+	// Replication carries the settlement with the counter, even one that
+	// charged nothing.
+	id, hash := sh.counterID(&r)
+	if idx := t.find(id, hash); idx >= 0 {
+		t.(giving).markSettled(idx)
+	}
 	rs.settled.WithLabelValues(outcome).Inc()
 	return out, nil
 }
@@ -457,6 +471,9 @@ func (s *Store) ExpireReservations(now time.Time) int {
 func (s *Store) Reservations() int { return int(s.reservations.held.Load()) }
 
 func (t *table[S, P]) lastAt(idx int32) int64 { return t.entries[idx].last }
+
+// markSettled marks the counter at idx changed, for replication to carry a settle.
+func (t *table[S, P]) markSettled(idx int32) { t.entries[idx].changed = true }
 
 // giveBack gives n of the taken hits taken at takenAt under l back to the
 // counter at idx at now (Unix ns), as algorithms' GiveBack bounds them,

@@ -173,18 +173,21 @@ func New(conf Config) *Store {
 // Len returns the number of counters held.
 func (s *Store) Len() int { return int(s.held.Load()) }
 
-// Bounds returns the most counters, and sliding-log entries, the store
-// can hold: MaxKeys and MaxLogEntries, each exceeded by at most one
-// counter, or one full log, a shard (see makeRoom and logBudget). Whoever
-// keeps copies of the store's counters (snapshots) sizes its bounds by it.
-func (s *Store) Bounds() (counters, logEntries int) {
+// Bounds returns the most counters, sliding-log entries and reservations
+// the store can hold: MaxKeys and MaxLogEntries, each exceeded by at most
+// one counter, or one full log, a shard (see makeRoom and logBudget), and
+// MaxReservations. Whoever keeps copies of the store's counters
+// (snapshots) sizes its bounds by it.
+func (s *Store) Bounds() (counters, logEntries, reservations int) {
 	shards := len(s.shards)
-	return int(s.maxKeys) + shards, int(s.maxLogEntries) + shards*algorithms.MaxSlidingLogLimit
+	return int(s.maxKeys) + shards, int(s.maxLogEntries) + shards*algorithms.MaxSlidingLogLimit, int(s.reservations.max)
 }
 
-func (s *Store) shard(key string) *shard {
-	return &s.shards[xxhash.Sum64String(key)&s.mask]
-}
+// shardIndex returns the index of key's shard, which holds its counters
+// and its reservations.
+func (s *Store) shardIndex(key string) uint64 { return xxhash.Sum64String(key) & s.mask }
+
+func (s *Store) shard(key string) *shard { return &s.shards[s.shardIndex(key)] }
 
 // Decide decides one request and charges its hits if admitted. A request
 // whose Limit is not the one its counter was last evaluated with first

@@ -272,7 +272,11 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	// Replicas of other owners' counters are kept apart, under the same
 	// counts and a share of their own (package replica exports their
 	// metrics).
-	replicas := limiter.New(mem.replicas)
+	// They hold the reservations of their counters, within the same
+	// --max-reservations (see limiter/travel.go).
+	replicaConf := mem.replicas
+	replicaConf.MaxReservations = conf.MaxReservations
+	replicas := limiter.New(replicaConf)
 	if n.snaps, err = openSnapshots(conf, store, log, reg); err != nil {
 		return nil, err
 	}

@@ -21,9 +21,11 @@ import (
 // fallback share (its owner out of reach) is refused instead, since no
 // settle would ever reach the reservation. A settle is relayed to the
 // key's owner as this node's ring places it (the Go client sends it
-// there itself). Reservations do not travel with hand-off, replicas or
-// snapshots, so one whose counter moves is never settled and stays
-// charged in full.
+// there itself). Reservations travel with their counter (see
+// limiter/travel.go): a settle at a key's new owner, after a hand-off, or
+// at its heir, once the ring has dropped an owner that died, finds the
+// reservation there, since the settle first waits for the counter as a
+// check would (a hand-off on its way, a replica to promote).
 
 // expireEvery is how often Run drops expired reservations in shards no
 // reservation visits, so that they are counted and freed.
@@ -66,7 +68,7 @@ func (s *Service) Settle(ctx context.Context, req *pb.SettleRequest) (*pb.Settle
 	self := s.cluster.LocalMember()
 	owner, ok := s.ring().Owner(st.Key)
 	if !ok || owner.Name == self.Name {
-		return s.settleHere(&st)
+		return s.settleHere(ctx, &st)
 	}
 	resp, err := s.peers.Settle(ctx, owner.PeerAddr, self.Name, req)
 	if err != nil {
@@ -78,16 +80,22 @@ func (s *Service) Settle(ctx context.Context, req *pb.SettleRequest) (*pb.Settle
 // Settle settles a reservation whose settle node from relayed here (see
 // Service.Settle), on this node's own reservations: it is validated as a
 // client's, and never passed on, wherever the ring places its key.
-func (o Owner) Settle(_ context.Context, _ string, req *pb.SettleRequest) (*pb.SettleResponse, error) {
+func (o Owner) Settle(ctx context.Context, _ string, req *pb.SettleRequest) (*pb.SettleResponse, error) {
 	st, err := checks.Settlement(req, o.s.now())
 	if err != nil {
 		return nil, err
 	}
-	return o.s.settleHere(&st)
+	return o.s.settleHere(ctx, &st)
 }
 
-// settleHere settles st on this node's store.
-func (s *Service) settleHere(st *limiter.Settlement) (*pb.SettleResponse, error) {
+// settleHere settles st on this node's store, once its counter is here as
+// far as this node can tell, as a check's would be: the replicas of keys
+// inherited from an owner that died are promoted, and a counter handed
+// off to this node is waited for.
+func (s *Service) settleHere(ctx context.Context, st *limiter.Settlement) (*pb.SettleResponse, error) {
+	r := s.ring()
+	s.replica.Promote(r)
+	s.handoff.Await(ctx, r, st.Key)
 	out, err := s.store.Settle(st)
 	if err != nil {
 		return nil, err
@@ -130,8 +138,9 @@ func relayedError(owner string, err error) error {
 	return &relayed{msg: st.Message(), kind: kind}
 }
 
-// expireReservations drops expired reservations every expireEvery until
-// ctx ends.
+// expireReservations drops expired reservations, of this node's own
+// counters and of the replicas it keeps, every expireEvery until ctx
+// ends.
 func (s *Service) expireReservations(ctx context.Context) {
 	t := time.NewTicker(expireEvery)
 	defer t.Stop()
@@ -141,6 +150,7 @@ func (s *Service) expireReservations(ctx context.Context) {
 			return
 		case <-t.C:
 			s.store.ExpireReservations(s.now())
+			s.replicas.ExpireReservations(s.now())
 		}
 	}
 }

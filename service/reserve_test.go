@@ -88,3 +88,78 @@ func TestReserveAtTheHeir(t *testing.T) {
 		t.Errorf("release once the ring dropped the dead owner: %v, %v", got, err)
 	}
 }
+
+// reserveThrough reserves hits of item's key through s and returns the
+// reservation's id.
+func reserveThrough(t *testing.T, s *Service, item *pb.CheckItem, hits int64) string {
+	t.Helper()
+	ttl := int64(600_000)
+	item.Hits, item.ReserveTtlMs = &hits, &ttl
+	r := check(t, s, item)
+	item.Hits, item.ReserveTtlMs = nil, nil
+	if r.ReservationId == "" {
+		t.Fatalf("reserve %d of %s: %v", hits, item.Key, r)
+	}
+	return r.ReservationId
+}
+
+// TestReservationHandedOffOnJoin: a reservation held by a key's owner
+// moves with its counter when a joining node takes the key over, and is
+// settled there, once: a retry is replayed.
+func TestReservationHandedOffOnJoin(t *testing.T) {
+	c, svcs := newFakeCluster(3)
+	full := c.ring
+	c.ring = full.Without("node-2")
+	startAlone(c, svcs[2], 2)
+	key, prev := keyMovingTo(t, full, c.ring, "node-2")
+	item := &pb.CheckItem{Name: "tokens", Key: key, Limit: 100, DurationMs: 3_600_000}
+	id := reserveThrough(t, svcs[0], item, 40)
+	c.ring = full
+	if sent := svcs[prev].HandOff(t.Context()); sent != 1 {
+		t.Fatalf("node-%d handed off %d counters, want 1", prev, sent)
+	}
+	if svcs[prev].store.Reservations() != 0 || svcs[2].store.Reservations() != 1 {
+		t.Fatalf("reservations: node-%d %d, node-2 %d; want the reservation moved to node-2", prev, svcs[prev].store.Reservations(), svcs[2].store.Reservations())
+	}
+	cost := int64(10)
+	settle := &pb.SettleRequest{ReservationId: id, Name: "tokens", Key: key, Cost: &cost}
+	got, err := svcs[1].Settle(t.Context(), settle)
+	if err != nil || got.GivenBack != 30 || got.State.Remaining != 90 {
+		t.Fatalf("settle for 10 after the hand-off: %v, %v; want 30 given back, 90 remaining", got, err)
+	}
+	if got, err := svcs[0].Settle(t.Context(), settle); err != nil || !got.Replayed || got.State.Remaining != 90 {
+		t.Errorf("retry: %v, %v; want replayed, 90 remaining", got, err)
+	}
+}
+
+// TestReservationSettledAtTheHeir: a reservation replicated to the key's
+// heir is settled there once its owner is down and the ring drops it,
+// charged once; one settled at the owner before it died answers a retry
+// at the heir as it did, charging nothing more.
+func TestReservationSettledAtTheHeir(t *testing.T) {
+	c, svcs := newFakeCluster(3)
+	key := c.keyInheritedBy(0, 1)
+	item := &pb.CheckItem{Name: "tokens", Key: key, Limit: 100, DurationMs: 3_600_000}
+	open := reserveThrough(t, svcs[2], item, 30)
+	settledFirst := reserveThrough(t, svcs[2], item, 20)
+	cost := int64(25)
+	first, err := svcs[2].Settle(t.Context(), &pb.SettleRequest{ReservationId: settledFirst, Name: "tokens", Key: key, Cost: &cost})
+	if err != nil || first.Forced != 5 {
+		t.Fatalf("settle for 25 at the owner: %v, %v", first, err)
+	}
+	if sent := svcs[0].replica.Replicate(t.Context()); sent != 1 {
+		t.Fatalf("node-0 replicated %d counters, want 1", sent)
+	}
+	c.down["peer-0"] = true
+	c.ring = c.ring.Without("node-0")
+
+	retry, err := svcs[2].Settle(t.Context(), &pb.SettleRequest{ReservationId: settledFirst, Name: "tokens", Key: key, Cost: &cost})
+	if err != nil || !retry.Replayed || retry.Forced != 5 {
+		t.Errorf("retry at the heir: %v, %v; want replayed, 5 forced", retry, err)
+	}
+	zero := int64(0)
+	got, err := svcs[2].Settle(t.Context(), &pb.SettleRequest{ReservationId: open, Name: "tokens", Key: key, Cost: &zero})
+	if err != nil || got.GivenBack != 30 || got.State.Remaining != 75 {
+		t.Errorf("settle of the open one at the heir: %v, %v; want 30 given back, 75 remaining (25 charged once)", got, err)
+	}
+}

@@ -73,14 +73,16 @@ type Limits struct {
 }
 
 // LimitsFor returns the limits of the snapshots of a store that holds at
-// most counters counters and logEntries sliding-log entries
-// (limiter.Store.Bounds), doubled: the last snapshot of a shutdown holds
-// the counters the node handed off as well as those it still holds, and a
-// counter may be in both (see Dir.StartFinal). Each counter takes at most
-// a 4-byte length and limiter.MaxFixedCounterBytes, plus
-// algorithms.LogEntryBytes a log entry.
-func LimitsFor(counters, logEntries int) Limits {
-	one := int64(counters)*(4+limiter.MaxFixedCounterBytes) + int64(logEntries)*algorithms.LogEntryBytes
+// most counters counters, logEntries sliding-log entries and reservations
+// reservations (limiter.Store.Bounds), doubled: the last snapshot of a
+// shutdown holds the counters the node handed off as well as those it
+// still holds, and a counter may be in both (see Dir.StartFinal). Each
+// counter takes at most a 4-byte length and limiter.MaxFixedCounterBytes,
+// plus algorithms.LogEntryBytes a log entry and limiter.ReservationBytes a
+// reservation.
+func LimitsFor(counters, logEntries, reservations int) Limits {
+	one := int64(counters)*(4+limiter.MaxFixedCounterBytes) + int64(logEntries)*algorithms.LogEntryBytes +
+		int64(reservations)*limiter.ReservationBytes
 	return Limits{Counters: 2 * counters, Bytes: int64(headerFixed+peerpb.MaxNodeNameLen+trailerSize) + 2*one}
 }
 

@@ -54,11 +54,21 @@ func decodeAll(data []byte, lim Limits) (Header, [][]byte, error) {
 }
 
 // record is the binary form of a counter of 4 hits of 10 a minute on key.
-func record(t testing.TB, key string) []byte {
+func record(t testing.TB, key string) []byte { return recordOf(t, key, false) }
+
+// recordOf is record, with the 4 hits held by a reservation of a minute
+// if reserved.
+func recordOf(t testing.TB, key string, reserved bool) []byte {
 	t.Helper()
 	s := limiter.New(limiter.Config{})
 	r := limiter.Request{Name: "api", Key: key, Hits: 4, Now: t0, Limit: algorithms.Limit{Count: 10, Period: time.Minute}}
-	s.Decide(&r)
+	if reserved {
+		if _, _, err := s.Reserve(&r, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		s.Decide(&r)
+	}
 	for c := range s.Counters() {
 		b, err := c.AppendBinary(nil)
 		if err != nil {
@@ -244,8 +254,7 @@ func TestLimitsHoldAFullStore(t *testing.T) {
 			s.Decide(&r)
 		}
 	}
-	counters, entries := s.Bounds()
-	lim := LimitsFor(counters, entries)
+	lim := LimitsFor(s.Bounds())
 	var buf bytes.Buffer
 	e, err := NewEncoder(&buf, Header{Node: strings.Repeat("n", peerpb.MaxNodeNameLen), Written: t0}, lim)
 	if err != nil {

@@ -13,18 +13,20 @@ import (
 // bounds are reached too: it must never panic nor pass on a record longer
 // than a counter; a file it accepts must be exactly what the encoder
 // writes for its header and records (one encoding per snapshot); and its
-// records, taken into a store as Load takes them, must never panic.
+// records, taken into a store as Load takes them, must never panic nor
+// take the store past its bound on reservations.
 func FuzzDecode(f *testing.F) {
 	h := Header{Node: "n1", Written: t0}
 	good := encodeFile(f, h, roomy, record(f, "a"), record(f, "b"))
 	f.Add(good)
 	f.Add(good[:len(good)-3])
 	f.Add(encodeFile(f, h, roomy))
+	f.Add(encodeFile(f, h, roomy, recordOf(f, "r", true))) // a counter with a reservation
 	f.Add([]byte(magic))
 	f.Add([]byte{})
 	lim := Limits{Counters: 8, Bytes: 4096}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		store := limiter.New(limiter.Config{MaxKeys: 64})
+		store := limiter.New(limiter.Config{MaxKeys: 64, MaxReservations: 2})
 		var records [][]byte
 		got, err := Decode(bytes.NewReader(data), lim, func(r []byte) error {
 			if len(r) == 0 || len(r) > limiter.MaxCounterBytes {
@@ -35,6 +37,9 @@ func FuzzDecode(f *testing.F) {
 		})
 		for _, r := range records {
 			intake.Merge(store, []*peerpb.CounterState{{Counter: r}}, t0.Add(time.Second))
+		}
+		if store.Reservations() > 2 {
+			t.Fatalf("the store holds %d reservations, beyond its bound of 2", store.Reservations())
 		}
 		if err != nil {
 			return

@@ -68,9 +68,9 @@ const (
 type Store interface {
 	// Charged yields the counters not back to full at now.
 	Charged(now time.Time) iter.Seq[limiter.Counter]
-	// Bounds returns the most counters and sliding-log entries the store
-	// can hold.
-	Bounds() (counters, logEntries int)
+	// Bounds returns the most counters, sliding-log entries and
+	// reservations the store can hold.
+	Bounds() (counters, logEntries, reservations int)
 	checks.Merger
 }
 
@@ -134,10 +134,10 @@ func Open(conf Config) (*Dir, error) {
 	if err := os.Remove(probe.Name()); err != nil {
 		return nil, err
 	}
-	counters, logEntries := conf.Store.Bounds()
+	counters, logEntries, reservations := conf.Store.Bounds()
 	d := &Dir{dir: conf.Dir, path: filepath.Join(conf.Dir, FileName), node: conf.Node, store: conf.Store,
 		interval: conf.Interval, loadLimit: conf.LoadTimeout, now: conf.Now, log: conf.Logger, metrics: newMetrics(conf.Registerer),
-		limits: LimitsFor(counters, logEntries)}
+		limits: LimitsFor(counters, logEntries, reservations)}
 	d.one = Limits{Counters: d.limits.Counters / 2, Bytes: d.limits.Bytes / 2}
 	if d.interval <= 0 {
 		d.interval = DefaultInterval

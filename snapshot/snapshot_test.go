@@ -3,6 +3,7 @@ package snapshot
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -141,6 +142,50 @@ func TestWriteThenLoad(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(dst.metrics.loaded); got != float64(3*limiter.NumAlgorithms) {
 		t.Errorf("counters loaded metric %v", got)
+	}
+}
+
+// TestReservationsWriteThenLoad: a counter's reservations (record version
+// 3) are written with it and loaded back, to be settled after the
+// restart; one whose time-to-live ran out while the node was down is
+// charged in full.
+func TestReservationsWriteThenLoad(t *testing.T) {
+	dir := t.TempDir()
+	src := openDir(t, dir, "n1", limiter.New(limiter.Config{}))
+	reserve := func(key string, ttl time.Duration) limiter.ReservationID {
+		t.Helper()
+		r := limiter.Request{Name: "api", Key: key, Algorithm: limiter.SlidingWindow, Hits: 6, Now: t0, Limit: minute}
+		_, id, err := src.store.Reserve(&r, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	kept, short := reserve("a", time.Minute), reserve("b", time.Second)
+	if err := src.Write(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	later := t0.Add(2 * time.Second)
+	dst := openDir(t, dir, "n1", limiter.New(limiter.Config{}))
+	dst.now = later
+	if n := dst.Load(context.Background(), intake); n != 2 {
+		t.Fatalf("Load took %d counters, want 2", n)
+	}
+	if held := dst.store.Reservations(); held != 1 {
+		t.Errorf("the store holds %d reservations, want 1 (the other expired while the node was down)", held)
+	}
+	settle := func(id limiter.ReservationID, key string) (limiter.Settled, error) {
+		return dst.store.Settle(&limiter.Settlement{ID: id, Name: "api", Key: key, Cost: 1, Now: later})
+	}
+	if got, err := settle(kept, "a"); err != nil || got.GivenBack != 5 || got.Decision.Remaining != 9 {
+		t.Errorf("settle for 1 after the load: %+v, %v; want 5 given back, 9 remaining", got, err)
+	}
+	if _, err := settle(short, "b"); !errors.Is(err, limiter.ErrUnknownReservation) {
+		t.Errorf("settle of one expired while the node was down: %v, want ErrUnknownReservation", err)
+	}
+	if got := remaining(dst.store, later, "b")[limiter.SlidingWindow]; got != 4 {
+		t.Errorf("the expired reservation's counter: %d remaining, want 4 (charged in full)", got)
 	}
 }
 
