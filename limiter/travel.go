@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"cmp"
-	"container/heap"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -266,7 +265,7 @@ func (s *Store) attachReservations(i int, cs []Counter, move bool) {
 				rs.notKept.WithLabelValues("per_counter").Inc()
 			}
 			if move {
-				delete(res.byID, id) // its expiry heap entry finds it gone
+				res.drop(id, res.byID[id]) // its expiry heap entry finds it gone
 				rs.held.Add(-1)
 			}
 		}
@@ -337,16 +336,12 @@ func (s *Store) keepReservations(i int, c *Counter, now int64, fresh, vouched bo
 			rs.notKept.WithLabelValues("max_reservations").Inc()
 			continue
 		}
-		if res.byID == nil {
-			res.byID = make(map[ReservationID]*reservation)
-		}
 		v := r.held(bind, c.Algorithm)
 		if !v.settled {
 			if v.keepAll = v.hits > credit; !v.keepAll {
 				credit -= v.hits
 			}
 		}
-		res.byID[r.ID] = v
-		heap.Push(&res.expiry, expiring{r.Expires, r.ID})
+		res.add(r.ID, v) // counted against its key's --max-reservations-per-key too
 	}
 }

@@ -399,3 +399,37 @@ func TestForgedReservationsCannotRefill(t *testing.T) {
 		t.Errorf("a replica's reservation gave back %d, want 10", given)
 	}
 }
+
+// TestMovedReservationsCountPerKey: reservations that leave with their
+// counter no longer count against the key's --max-reservations-per-key
+// where they were, and those that arrive count where they land, so a key
+// cannot hold more than its bound by having its counter moved.
+func TestMovedReservationsCountPerKey(t *testing.T) {
+	from, to := New(Config{MaxReservationsPerKey: 2}), New(Config{MaxReservationsPerKey: 2})
+	reserve := func(s *Store, at time.Duration) error {
+		_, _, err := s.Reserve(reserveReq(TokenBucket, "k", 1, at), time.Minute)
+		return err
+	}
+	for range 2 {
+		if err := reserve(from, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := move(t, from, to, "k", t0); n != 2 {
+		t.Fatalf("moved %d reservations, want 2", n)
+	}
+	if err := reserve(to, time.Millisecond); !errors.Is(err, ErrTooManyReservations) {
+		t.Errorf("a third reservation where two arrived: %v, want ErrTooManyReservations", err)
+	}
+	for i := range 2 {
+		if err := reserve(from, time.Millisecond); err != nil {
+			t.Errorf("reservation %d where the two left: %v", i, err)
+		}
+	}
+	to.ExpireReservations(t0.Add(2 * time.Minute))
+	for i := range to.reservations.shards {
+		if n := len(to.reservations.shards[i].perKey); n != 0 {
+			t.Errorf("shard %d counts %d keys with no reservations left", i, n)
+		}
+	}
+}
