@@ -47,10 +47,7 @@ func startServer(t *testing.T, clk *clock, conf Config) *testServer {
 	svc := service.New(service.Config{Now: clk.now})
 	conf.Checker, conf.Now = svc, clk.now
 	s := New(conf)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := listen(t)
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(lis) }()
 	t.Cleanup(func() {
@@ -64,6 +61,15 @@ func startServer(t *testing.T, clk *clock, conf Config) *testServer {
 		}
 	})
 	return &testServer{Server: s, addr: lis.Addr().String(), svc: svc}
+}
+
+func listen(t testing.TB) net.Listener {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lis
 }
 
 func goRedis(t *testing.T, addr string, protocol int) *redis.Client {
@@ -227,7 +233,7 @@ func TestLongPipelineIsBatched(t *testing.T) {
 	}
 }
 
-func dial(t *testing.T, addr string) net.Conn {
+func dial(t testing.TB, addr string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -411,10 +417,7 @@ func (s *Server) open() int {
 func TestShutdownClosesConnections(t *testing.T) {
 	svc := service.New(service.Config{})
 	s := New(Config{Checker: svc})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := listen(t)
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(lis) }()
 	conn := dial(t, lis.Addr().String())
