@@ -24,6 +24,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
@@ -70,10 +71,11 @@ type Server struct {
 	now  func() time.Time
 	log  *slog.Logger
 
+	closing atomic.Bool // set once, by Shutdown
+
 	mu       sync.Mutex
 	lis      []net.Listener
 	conns    map[*conn]struct{}
-	closing  bool
 	handlers sync.WaitGroup
 }
 
@@ -99,7 +101,7 @@ var ErrServerClosed = errors.New("resp: server closed")
 // own, until Shutdown; it then returns ErrServerClosed. It closes lis.
 func (s *Server) Serve(lis net.Listener) error {
 	s.mu.Lock()
-	if s.closing {
+	if s.closing.Load() {
 		s.mu.Unlock()
 		lis.Close()
 		return ErrServerClosed
@@ -110,7 +112,7 @@ func (s *Server) Serve(lis net.Listener) error {
 	for {
 		nc, err := lis.Accept()
 		if err != nil {
-			if s.isClosing() {
+			if s.closing.Load() {
 				return ErrServerClosed
 			}
 			var ne net.Error
@@ -131,18 +133,12 @@ func (s *Server) Serve(lis net.Listener) error {
 	}
 }
 
-func (s *Server) isClosing() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closing
-}
-
 // track registers a new connection, or closes it and returns nil once
 // the server is closing.
 func (s *Server) track(nc net.Conn) *conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closing {
+	if s.closing.Load() {
 		nc.Close()
 		return nil
 	}
@@ -164,7 +160,7 @@ func (s *Server) untrack(c *conn) {
 // waits for them until ctx ends, then closes those left.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	s.closing = true
+	s.closing.Store(true)
 	for _, l := range s.lis {
 		l.Close()
 	}
@@ -215,21 +211,28 @@ func (c *conn) serve() {
 	}
 	c.r = NewReader(c.nc, conf.Limits)
 	c.w = writer{bw: bufio.NewWriterSize(c.nc, conf.Limits.Buffer)}
+	// Whatever ends the connection (QUIT, Shutdown, bad input, the
+	// client's end), the commands read before it are answered.
+	defer func() {
+		c.decide()
+		c.flush()
+	}()
 	for !c.quit {
-		if err := c.next(); err != nil {
-			var pe *ProtocolError
-			if errors.As(err, &pe) {
-				c.decide()
-				c.w.fail("ERR " + pe.Error())
-				c.flush()
-			} else if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, net.ErrClosed) {
+		err := c.next()
+		var pe *ProtocolError
+		switch {
+		case err == nil:
+		case errors.As(err, &pe):
+			c.decide()
+			c.w.fail("ERR " + pe.Error())
+			return
+		default:
+			if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, net.ErrClosed) {
 				c.s.log.Debug("resp: connection", "remote", c.nc.RemoteAddr(), "err", err)
 			}
 			return
 		}
 	}
-	c.decide()
-	c.flush()
 }
 
 // next reads one command and handles it. When nothing more of the
@@ -242,14 +245,19 @@ func (c *conn) next() error {
 		if err := c.flush(); err != nil {
 			return err
 		}
-		if c.s.isClosing() {
+		// The deadline is set before closing is read: a Shutdown that
+		// begins meanwhile sets its own after it, and wakes the wait.
+		c.deadline(conf.IdleTimeout)
+		if c.s.closing.Load() {
 			return net.ErrClosed
 		}
-		c.deadline(conf.IdleTimeout)
 		if err := c.r.Peek(); err != nil {
 			return err
 		}
 		c.lastSet = time.Time{} // a command has begun: it has HandshakeTimeout from here
+	}
+	if c.s.closing.Load() {
+		return net.ErrClosed // the commands read so far are answered by serve
 	}
 	// The deadline moves at most once a second, not per command: moving
 	// it costs a timer's update.
