@@ -21,7 +21,7 @@ func FuzzCommands(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		s := New(Config{Checker: svc, Limits: Limits{MaxArgs: 8, MaxBulk: 64, MaxCommand: 256, MaxInline: 256, Buffer: 256}})
 		client, server := net.Pipe()
-		c := &conn{s: s, nc: server}
+		c := &conn{s: s, raw: server, nc: server}
 		done := make(chan struct{})
 		go func() { defer close(done); c.serve(); server.Close() }()
 		go func() { client.Write(in); client.Close() }()

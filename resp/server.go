@@ -142,7 +142,7 @@ func (s *Server) track(nc net.Conn) *conn {
 		nc.Close()
 		return nil
 	}
-	c := &conn{s: s, nc: nc}
+	c := &conn{s: s, raw: nc, nc: nc}
 	s.conns[c] = struct{}{}
 	s.handlers.Add(1)
 	return c
@@ -152,7 +152,7 @@ func (s *Server) untrack(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
-	c.nc.Close()
+	c.raw.Close()
 }
 
 // Shutdown stops accepting connections and ends those open: each
@@ -165,7 +165,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		l.Close()
 	}
 	for c := range s.conns {
-		c.nc.SetReadDeadline(time.Now()) // wakes a read; the handler then sees closing
+		c.raw.SetReadDeadline(time.Now()) // wakes a read; the handler then sees closing
 	}
 	s.mu.Unlock()
 	done := make(chan struct{})
@@ -176,7 +176,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		s.mu.Lock()
 		for c := range s.conns {
-			c.nc.Close()
+			c.raw.Close()
 		}
 		s.mu.Unlock()
 		<-done
@@ -187,10 +187,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // conn is one connection and its state: the protocol version, and the
 // CL.THROTTLE commands read and not yet decided.
 type conn struct {
-	s  *Server
-	nc net.Conn
-	r  *Reader
-	w  writer
+	s *Server
+	// raw is the accepted connection, which Shutdown may wake or close;
+	// nc is what the handler reads and writes: raw, or TLS over it. Only
+	// the handler's goroutine uses nc.
+	raw net.Conn
+	nc  net.Conn
+	r   *Reader
+	w   writer
 
 	batch   []throttle
 	nowMs   int64 // when the batch's checks are made
