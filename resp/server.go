@@ -196,10 +196,11 @@ type conn struct {
 	r   *Reader
 	w   writer
 
-	batch   []throttle
-	nowMs   int64 // when the batch's checks are made
-	quit    bool
-	lastSet time.Time // when the read deadline was last moved
+	batch    []throttle
+	nowMs    int64 // when the batch's checks are made
+	quit     bool
+	lastSet  time.Time // when the read deadline was last moved
+	writeErr error     // the first write's error; the connection then ends
 }
 
 func (c *conn) serve() {
@@ -214,7 +215,7 @@ func (c *conn) serve() {
 		c.nc = tc
 	}
 	c.r = NewReader(c.nc, conf.Limits)
-	c.w = writer{bw: bufio.NewWriterSize(c.nc, conf.Limits.Buffer)}
+	c.w = writer{bw: bufio.NewWriterSize(timedWriter{c}, conf.Limits.Buffer)}
 	// Whatever ends the connection (QUIT, Shutdown, bad input, the
 	// client's end), the commands read before it are answered.
 	defer func() {
@@ -244,6 +245,9 @@ func (c *conn) serve() {
 // and waits for the next one, up to IdleTimeout.
 func (c *conn) next() error {
 	conf := c.s.conf
+	if c.writeErr != nil {
+		return c.writeErr // a client that does not read its answers
+	}
 	if c.r.Buffered() == 0 {
 		c.decide()
 		if err := c.flush(); err != nil {
@@ -290,10 +294,24 @@ func (c *conn) flush() error {
 	if c.w.bw.Buffered() == 0 {
 		return nil
 	}
-	if d := c.s.conf.WriteTimeout; d > 0 {
-		c.nc.SetWriteDeadline(time.Now().Add(d))
-	}
 	return c.w.bw.Flush()
+}
+
+// timedWriter writes a connection's answers, each write within
+// WriteTimeout: those the server flushes and those the buffer writes as
+// it fills, in a long pipeline. The first error is kept in the conn,
+// which then ends.
+type timedWriter struct{ c *conn }
+
+func (w timedWriter) Write(p []byte) (int, error) {
+	if d := w.c.s.conf.WriteTimeout; d > 0 {
+		w.c.nc.SetWriteDeadline(time.Now().Add(d))
+	}
+	n, err := w.c.nc.Write(p)
+	if err != nil && w.c.writeErr == nil {
+		w.c.writeErr = err
+	}
+	return n, err
 }
 
 // throttle adds t to the batch, which is decided when the pipeline read
