@@ -76,6 +76,8 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzLeaseRelayCodec$$' -fuzztime $(FUZZTIME) ./peer
 	go test -run '^$$' -fuzz '^FuzzPeerCodec$$' -fuzztime $(FUZZTIME) ./peer
 	go test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./rlqs
+	go test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) ./resp
+	go test -run '^$$' -fuzz '^FuzzCommands$$' -fuzztime $(FUZZTIME) ./resp
 
 # The container image (see Dockerfile): a static rlnode built here, copied
 # into an image FROM scratch. IMAGE, VERSION and REVISION may be overridden.

@@ -91,6 +91,8 @@ func TestChartPortsMatchFlags(t *testing.T) {
 		{"defaults", nil, map[string]int32{"http-addr": 8080, "grpc-addr": 8081, "peer-addr": 8082, "gossip-addr": 7946}},
 		{"custom", []string{"ports.http=9080", "ports.grpc=9081", "ports.peer=9082", "ports.gossip=9946"},
 			map[string]int32{"http-addr": 9080, "grpc-addr": 9081, "peer-addr": 9082, "gossip-addr": 9946}},
+		{"resp", []string{"ports.resp=6379"},
+			map[string]int32{"http-addr": 8080, "grpc-addr": 8081, "peer-addr": 8082, "gossip-addr": 7946, "resp-addr": 6379}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := render(t, append(tc.sets, allOn...)...)
@@ -102,8 +104,16 @@ func TestChartPortsMatchFlags(t *testing.T) {
 				}
 			}
 			// Each flag's port is the container port of that name.
-			for flag, names := range map[string][]string{"http-addr": {"http"}, "grpc-addr": {"grpc"},
-				"peer-addr": {"peer"}, "gossip-addr": {"gossip-tcp", "gossip-udp"}} {
+			portsOf := map[string][]string{"http-addr": {"http"}, "grpc-addr": {"grpc"},
+				"peer-addr": {"peer"}, "gossip-addr": {"gossip-tcp", "gossip-udp"}}
+			clientPorts := []string{"grpc", "http"}
+			if _, on := tc.want["resp-addr"]; on {
+				portsOf["resp-addr"] = []string{"resp"}
+				clientPorts = append(clientPorts, "resp")
+			} else if v, ok := f["resp-addr"]; ok {
+				t.Errorf("--resp-addr=%s, want the RESP port off by default", v)
+			}
+			for flag, names := range portsOf {
 				for _, name := range names {
 					p := containerPort(t, c, name)
 					if p.ContainerPort != portOf(t, flag, f[flag]) {
@@ -135,8 +145,8 @@ func TestChartPortsMatchFlags(t *testing.T) {
 			if client == nil {
 				t.Fatalf("no client Service %s-ringlimit", release)
 			}
-			if got := portNames(client.Spec.Ports); !slices.Equal(got, []string{"grpc", "http"}) {
-				t.Errorf("client Service ports %v, want grpc and http only (peer and gossip stay private)", got)
+			if got := portNames(client.Spec.Ports); !slices.Equal(got, clientPorts) {
+				t.Errorf("client Service ports %v, want %v only (peer and gossip stay private)", got, clientPorts)
 			}
 		})
 	}
@@ -361,7 +371,7 @@ func TestChartNetworkPolicy(t *testing.T) {
 	if render(t).netpol != nil {
 		t.Error("NetworkPolicy rendered although disabled")
 	}
-	r := render(t, "networkPolicy.enabled=true")
+	r := render(t, "networkPolicy.enabled=true", "ports.resp=6379")
 	np := r.netpol
 	if np == nil {
 		t.Fatal("no NetworkPolicy")
@@ -393,7 +403,7 @@ func TestChartNetworkPolicy(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]string{"http": "any", "grpc": "any", "peer": "own", "gossip-tcp": "own", "gossip-udp": "own"}
+	want := map[string]string{"http": "any", "grpc": "any", "resp": "any", "peer": "own", "gossip-tcp": "own", "gossip-udp": "own"}
 	if fmt.Sprint(reach) != fmt.Sprint(want) {
 		t.Errorf("NetworkPolicy lets reach ports %v, want %v", reach, want)
 	}
@@ -429,6 +439,8 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"replicaCount=0", "replicaCount"},
 		{"ports.http=70000", "ports.http"},
 		{"ports.peer=8080", "must differ"},
+		{"ports.resp=8081", "ports.resp: must differ"},
+		{"ports.resp=-1", "ports.resp"},
 		{"config.batchWait=soon", "batchWait"},
 		{"config.logLevel=loud", "logLevel"},
 		{"config.maxKeys=-1", "maxKeys"},

@@ -35,7 +35,12 @@ func (n *Node) leave(ctx context.Context, parts loops) error {
 			// the owners until they report on that stream.
 			n.quotas.Drain(ctx)
 			stopGRPC(ctx, n.grpcSrv)
-			return n.httpSrv.Shutdown(ctx)
+			var respErr error
+			if n.respSrv != nil {
+				// Each connection answers the commands it has read, then closes.
+				respErr = n.respSrv.Shutdown(ctx)
+			}
+			return errors.Join(respErr, n.httpSrv.Shutdown(ctx))
 		}},
 		// The final snapshot begins before any counter leaves: each
 		// counter an owner takes goes into it as it is taken, so that

@@ -11,6 +11,7 @@ import (
 // a port conflict fails fast and tests can use port 0.
 type listeners struct {
 	http, grpc, peer net.Listener
+	resp             net.Listener // nil without Config.RESPAddr
 }
 
 func listen(conf Config) (lis listeners, err error) {
@@ -28,13 +29,18 @@ func listen(conf Config) (lis listeners, err error) {
 	if lis.peer, err = net.Listen("tcp", conf.PeerAddr); err != nil {
 		return lis, fmt.Errorf("--peer-addr: %w", err)
 	}
+	if conf.RESPAddr != "" {
+		if lis.resp, err = net.Listen("tcp", conf.RESPAddr); err != nil {
+			return lis, fmt.Errorf("--resp-addr: %w", err)
+		}
+	}
 	return lis, nil
 }
 
 // close closes the listeners that are open; servers that took them close
 // them too, which is harmless.
 func (l listeners) close() {
-	for _, c := range []net.Listener{l.http, l.grpc, l.peer} {
+	for _, c := range []net.Listener{l.http, l.grpc, l.peer, l.resp} {
 		if c != nil {
 			c.Close()
 		}
@@ -54,5 +60,9 @@ func (l listeners) limit(conf Config, m *conns.Metrics) listeners {
 	bound := func(lis net.Listener, name string) net.Listener {
 		return conns.Limit(lis, conns.Config{Name: name, Max: conf.MaxConns, PerSource: conf.MaxConnsPerSource, Metrics: m})
 	}
-	return listeners{http: bound(l.http, "http"), grpc: bound(l.grpc, "grpc"), peer: bound(l.peer, "peer")}
+	bounded := listeners{http: bound(l.http, "http"), grpc: bound(l.grpc, "grpc"), peer: bound(l.peer, "peer")}
+	if l.resp != nil {
+		bounded.resp = bound(l.resp, "resp")
+	}
+	return bounded
 }

@@ -41,6 +41,7 @@ import (
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/policy"
 	"github.com/ringlimit/ringlimit/replica"
+	"github.com/ringlimit/ringlimit/resp"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/rlqs"
 	"github.com/ringlimit/ringlimit/rls"
@@ -62,6 +63,10 @@ type Config struct {
 	HTTPAddr string
 	GRPCAddr string
 	PeerAddr string
+	// RESPAddr is the host:port of the Redis protocol's listener (package
+	// resp); empty means none. It has the TLS, the connection bounds and
+	// the timeouts of the HTTP port.
+	RESPAddr string
 	// GossipAddr is memberlist's bind address, TCP and UDP.
 	GossipAddr string
 	// AdvertiseAddr is the address other nodes reach this one at; empty
@@ -228,6 +233,7 @@ type Node struct {
 	// changes, for GET /v1/top and the status page.
 	top     *top.Tracker
 	changes *status.Changes
+	respSrv *resp.Server // nil without --resp-addr
 	// ringChanged is signalled by the cluster on every ring change; the
 	// service loop reacts to it, so that nothing is wired to a part
 	// before the part exists.
@@ -363,6 +369,12 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	// ReadHeaderTimeout also bounds a TLS handshake.
 	n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: conf.HandshakeTimeout, MaxHeaderBytes: 64 << 10,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: conf.IdleTimeout, TLSConfig: tr.public}
+	if n.lis.resp != nil {
+		// As on the HTTP port: the handshake and a command that has begun
+		// within HandshakeTimeout, answers read within HTTP's WriteTimeout.
+		n.respSrv = resp.New(resp.Config{Checker: n.svc, TLS: tr.public, HandshakeTimeout: conf.HandshakeTimeout,
+			IdleTimeout: conf.IdleTimeout, WriteTimeout: 30 * time.Second, RequestTimeout: conf.RequestTimeout, Logger: log})
+	}
 	return n, nil
 }
 
@@ -371,6 +383,15 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 func (n *Node) HTTPAddr() string { return n.lis.http.Addr().String() }
 func (n *Node) GRPCAddr() string { return n.lis.grpc.Addr().String() }
 func (n *Node) PeerAddr() string { return n.lis.peer.Addr().String() }
+
+// RESPAddr returns the address of the Redis protocol's listener, or ""
+// when the node has none.
+func (n *Node) RESPAddr() string {
+	if n.lis.resp == nil {
+		return ""
+	}
+	return n.lis.resp.Addr().String()
+}
 
 // Cluster returns the node's membership: its ring, its members, and its
 // gossip address once Run has bound it.
@@ -408,12 +429,15 @@ func (n *Node) Run(ctx context.Context) error {
 	g.Go(func() error { return serveHTTP(n.httpSrv, n.lis.http) })
 	g.Go(func() error { return serveGRPC(n.grpcSrv, n.lis.grpc) })
 	g.Go(func() error { return serveGRPC(n.peerSrv, n.lis.peer) })
+	if n.respSrv != nil {
+		g.Go(func() error { return ignoreClosed(n.respSrv.Serve(n.lis.resp)) })
+	}
 
 	if n.insecure != "" {
 		n.log.Warn("INSECURE: " + n.insecure)
 	}
 	n.log.Info("rlnode serving", "node", n.conf.NodeName, "http", n.HTTPAddr(), "grpc", n.GRPCAddr(),
-		"peer", n.PeerAddr(), "join", n.conf.Join)
+		"peer", n.PeerAddr(), "resp", n.RESPAddr(), "join", n.conf.Join)
 
 	g.Go(func() error {
 		<-gctx.Done()
@@ -487,6 +511,14 @@ func serveGRPC(srv *grpc.Server, lis net.Listener) error {
 		return err
 	}
 	return nil
+}
+
+// ignoreClosed is nil for the error of a RESP server that was shut down.
+func ignoreClosed(err error) error {
+	if errors.Is(err, resp.ErrServerClosed) {
+		return nil
+	}
+	return err
 }
 
 func ignoreCanceled(err error) error {

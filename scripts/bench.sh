@@ -23,6 +23,8 @@ echo "== a leased Allow in the application vs golang.org/x/time/rate"
 go test -run '^$' -bench 'LeasedAllow' -benchtime 2s -count 3 ./client
 echo "== a node's CPU per leased check vs the batching client's, 50 callers on a hot key (one rlnode process)"
 go test -run '^$' -bench 'LeasedNodeCPU' -benchtime 3s -count 2 ./e2e
+echo "== the RESP port (CL.THROTTLE) vs redis-server running the same GCRA in Lua, 1-64 callers, pipelined and not"
+go test -run '^$' -bench 'RESPVersusRedis' -benchtime 50000x -count 2 ./e2e
 echo "== ring lookup"
 go test -run '^$' -bench 'Owner' -benchmem ./ring
 echo "== one node over loopback: rlnode bench, 64 clients, 10s each, with the node's CPU per check"

@@ -45,6 +45,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&c.HTTPAddr, "http-addr", d.HTTPAddr, "HTTP listen address (POST /v1/check, /metrics, /healthz, /readyz, /v1/members)"+loopbackUsage)
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", d.GRPCAddr, "gRPC listen address (ringlimit.v1.RateLimiter, health, reflection)"+loopbackUsage)
 	fs.StringVar(&c.PeerAddr, "peer-addr", d.PeerAddr, "gRPC listen address for peer traffic only (forwards, hand-off, GLOBAL sync)"+loopbackUsage)
+	fs.StringVar(&c.RESPAddr, "resp-addr", "", "Redis protocol listen address (CL.THROTTLE as redis-cell answers it, docs/resp.md), with the TLS, connection bounds and timeouts of the HTTP port (none: off)")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", d.GossipAddr, "memberlist bind address, TCP and UDP"+loopbackUsage)
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "address other nodes use to reach this one (default: the IP --gossip-addr binds, 127.0.0.1 on loopback only; on all interfaces, the first private or else non-loopback IP)")
 	fs.StringVar(&join, "join", "", "comma-separated host:port or DNS names to join through (none: a one-node cluster)")

@@ -22,7 +22,7 @@ import (
 
 // Config bounds the connections of a Listener.
 type Config struct {
-	// Name labels the listener's metrics ("http", "grpc", "peer").
+	// Name labels the listener's metrics ("http", "grpc", "peer", "resp").
 	Name string
 	// Max bounds the connections open at once, PerSource those from one
 	// IP address; zero means no bound.
@@ -46,11 +46,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringlimit_connections_refused_total",
-			Help: "Connections closed as soon as they were accepted, by listener (http, grpc, peer) and reason: total (--max-conns open on the listener) or per_source (--max-conns-per-source open from the client's IP address).",
+			Help: "Connections closed as soon as they were accepted, by listener (http, grpc, peer, resp) and reason: total (--max-conns open on the listener) or per_source (--max-conns-per-source open from the client's IP address).",
 		}, []string{"listener", "reason"}),
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ringlimit_connections_open",
-			Help: "Connections open, by listener (http, grpc, peer).",
+			Help: "Connections open, by listener (http, grpc, peer, resp).",
 		}, []string{"listener"}),
 	}
 	if reg != nil {

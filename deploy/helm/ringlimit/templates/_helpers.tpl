@@ -80,6 +80,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if ne (len (list (int $p.http) (int $p.grpc) (int $p.peer) (int $p.gossip) | uniq)) 4 }}
 {{- fail "ports: http, grpc, peer and gossip must differ" }}
 {{- end }}
+{{- if and $p.resp (has (int $p.resp) (list (int $p.http) (int $p.grpc) (int $p.peer) (int $p.gossip))) }}
+{{- fail "ports.resp: must differ from http, grpc, peer and gossip" }}
+{{- end }}
 {{- end }}
 
 {{/*
