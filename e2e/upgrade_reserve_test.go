@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -13,7 +16,8 @@ import (
 // counter, a record of a version it does not read (UNKNOWN_VERSION), and
 // keeps running; the counters without reservations in the same hand-off
 // move to it as before. The sender counts the refusal and keeps the
-// counter, reservations and all; once the old node has been replaced by
+// counter, reservations and all (meanwhile the old node decides the key
+// without it, and a settle is refused UNAVAILABLE); once the old node has been replaced by
 // this version, the counter moves to it and its reservations are settled
 // there exactly once (docs/checks.md, "Rolling upgrades").
 //
@@ -57,6 +61,19 @@ func TestUpgradeRefusesReservationsCleanly(t *testing.T) {
 	}
 	if v, err := metric(sender, "ringlimit_reservations"); err != nil || v != 2 {
 		t.Errorf("%s holds %v reservations (%v), want the 2 made: the refused counter kept them", sender.name, v, err)
+	}
+
+	// Meanwhile the old node decides the key's checks without the kept
+	// counter, and a settle of its reservations through a node of this
+	// version is refused UNAVAILABLE, to be sent again, charging nothing
+	// (settledOnce below finds the open reservation unsettled).
+	for _, n := range []*node{sender, other} {
+		if r, err := check(n, reserveItem(key, 0)); err != nil || r.Remaining != reserveLimit {
+			t.Errorf("the key through %s while %s owns it: %v, %v; want %d remaining, decided without the kept counter", n.name, old.name, r, err, reserveLimit)
+		}
+		if r, err := settle(t, n, open, key, 10); status.Code(err) != codes.Unavailable {
+			t.Errorf("settle through %s while %s owns the key: %v, %v; want UNAVAILABLE", n.name, old.name, r, err)
+		}
 	}
 
 	// The upgrade ends: the old node leaves, and comes back as this
