@@ -62,10 +62,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.IntVar(&c.StrictQuorum, "strict-quorum", d.StrictQuorum, "strict mode (docs/cluster.md): never admit more than the limit in a partition or crash; a node decides keys only while it sees at least this many members (a majority of the cluster), and a check whose owner cannot be reached is refused unless this node holds escrow for it (0: off; every node must agree)")
 	fs.DurationVar(&c.StrictFence, "strict-fence", d.StrictFence, "strict mode: how long keys of a member that left the ring wait before their new owner decides them; above memberlist's verdict, --lease-ttl and the escrow's time-to-live (10 × --global-sync, at least 1s)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
-	fs.IntVar(&c.MaxConns, "max-conns", d.MaxConns, "connections open at once on each of the HTTP, gRPC and peer listeners; beyond it a new one is closed as soon as it is accepted")
-	fs.IntVar(&c.MaxConnsPerSource, "max-conns-per-source", d.MaxConnsPerSource, "connections open at once from one IP address on each of the HTTP, gRPC and peer listeners, so that one host cannot take every slot; beyond it a new one is closed as soon as it is accepted; leave room for proxies (Envoy opens one per worker thread) and NAT (0: no bound)")
+	fs.IntVar(&c.MaxConns, "max-conns", d.MaxConns, "connections open at once on each of the HTTP, gRPC, peer and RESP listeners; beyond it a new one is closed as soon as it is accepted")
+	fs.IntVar(&c.MaxConnsPerSource, "max-conns-per-source", d.MaxConnsPerSource, "connections open at once from one IP address on each of the HTTP, gRPC, peer and RESP listeners, so that one host cannot take every slot; beyond it a new one is closed as soon as it is accepted; leave room for proxies (Envoy opens one per worker thread) and NAT (0: no bound)")
 	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", d.HandshakeTimeout, "longest a new connection may take over its TLS and HTTP/2 handshakes, on every port, and an HTTP request over its headers; beyond it the connection is closed")
-	fs.DurationVar(&c.IdleTimeout, "idle-timeout", d.IdleTimeout, "a connection that has carried no request for this long is closed (HTTP keep-alive, gRPC on the client and peer ports); clients reconnect when they need to")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", d.IdleTimeout, "a connection that has carried no request for this long is closed (HTTP keep-alive, gRPC on the client and peer ports, the RESP port); clients reconnect when they need to")
 	fs.DurationVar(&c.StreamSendTimeout, "stream-send-timeout", d.StreamSendTimeout, "a CheckStream whose answer has waited this long for its client to read it is ended with RESOURCE_EXHAUSTED, freeing its slot")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", d.RequestTimeout, "longest a gRPC call on the client port (other than a stream) may take, its message included, unless its client asks for less: a client that withholds its message holds a slot of --max-inflight until then")
 	fs.DurationVar(&c.StreamIdleTimeout, "stream-idle-timeout", d.StreamIdleTimeout, "a CheckStream without requests for this long is asked to end (the Go client does at once, using Check RPCs for 5s, then a new stream), and ended if it is still idle as long again, freeing its slot")
@@ -193,11 +193,6 @@ func (c Config) validate() error {
 		return fmt.Errorf("--max-inflight: must be positive, got %d", c.MaxInflight)
 	case c.MaxStreams <= 0:
 		return fmt.Errorf("--max-streams: must be positive, got %d", c.MaxStreams)
-	case c.Leases.TTL < 4*c.GlobalSync:
-		return fmt.Errorf("--lease-ttl: must be at least 4 × --global-sync (%v), so that lessees renew a grant several times in its life; got %v", 4*c.GlobalSync, c.Leases.TTL)
-	case c.Leases.MaxLessees <= 0 || c.Leases.MaxLeasesPerKey <= 0 || c.Leases.MaxKeysPerLessee <= 0:
-		return fmt.Errorf("--max-lessees, --max-leases-per-key, --max-keys-per-lessee: must be positive, got %d, %d, %d",
-			c.Leases.MaxLessees, c.Leases.MaxLeasesPerKey, c.Leases.MaxKeysPerLessee)
 	case c.Top.Window <= 0:
 		return fmt.Errorf("--top-window: must be positive, got %v", c.Top.Window)
 	case c.RLQS.Check() != nil:
