@@ -24,21 +24,28 @@ func fixedService() *service.Service {
 	return service.New(service.Config{Now: func() time.Time { return t0 }})
 }
 
-func TestAllowOverGRPC(t *testing.T) {
+// dialAPI serves svc's gRPC API on a loopback port for the test, and
+// returns a client of it; both stop when the test ends.
+func dialAPI(t *testing.T, svc *service.Service) *client.Client {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	api.New(api.Config{Checker: service.New(service.Config{})}).RegisterGRPC(srv)
+	api.New(api.Config{Checker: svc, Settler: svc}).RegisterGRPC(srv)
 	go srv.Serve(lis)
-	defer srv.Stop()
-
+	t.Cleanup(srv.Stop)
 	c, err := client.New(lis.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestAllowOverGRPC(t *testing.T) {
+	c := dialAPI(t, service.New(service.Config{}))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	l := client.Limit{Name: "api", Count: 1, Period: time.Minute}

@@ -3,14 +3,10 @@ package client_test
 import (
 	"context"
 	"errors"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
-	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/service"
 )
@@ -18,20 +14,7 @@ import (
 // TestReserveOverGRPC reserves, settles, retries and releases through a
 // client of a real node on loopback, and reads each error's sentinel.
 func TestReserveOverGRPC(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	svc := fixedService()
-	api.New(api.Config{Checker: svc, Settler: svc}).RegisterGRPC(srv)
-	go srv.Serve(lis)
-	defer srv.Stop()
-	c, err := client.New(lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialAPI(t, fixedService())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	l := client.Limit{Name: "tokens", Count: 20_000, Period: time.Minute}
@@ -80,21 +63,8 @@ func TestReserveOverGRPC(t *testing.T) {
 
 // TestReserveUnknown: a reservation past its time-to-live is unknown.
 func TestReserveUnknown(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var after atomic.Int64 // how far past t0 the service's clock is
-	svc := service.New(service.Config{Now: func() time.Time { return t0.Add(time.Duration(after.Load())) }})
-	srv := grpc.NewServer()
-	api.New(api.Config{Checker: svc, Settler: svc}).RegisterGRPC(srv)
-	go srv.Serve(lis)
-	defer srv.Stop()
-	c, err := client.New(lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialAPI(t, service.New(service.Config{Now: func() time.Time { return t0.Add(time.Duration(after.Load())) }}))
 	ctx := context.Background()
 	r, err := c.Reserve(ctx, client.Limit{Name: "n", Count: 10, Period: time.Minute}, "k", 4, time.Second)
 	if err != nil || !r.Allowed {
