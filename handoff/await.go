@@ -32,6 +32,14 @@ import (
 // Rather than wait, the service relays a check whose counter has not
 // arrived to that member (see Pending), which decides it on the counter
 // it still holds if it has not seen the change yet.
+//
+// A wait that expires leaves the key's checks decided here on a counter
+// without what the previous owner holds, until that member says it is
+// done after all (its counters, sent before, have then arrived): Await
+// reports them late meanwhile, and the service decides them as a
+// stand-in's (limiter.Request.StandIn), so that the counter, when it
+// arrives, adds what was admitted here rather than keep the more charged
+// of the two.
 
 // waits are the keys of one ring this node waits for, by partition. A
 // newer ring's waits replace them, and release them.
@@ -41,6 +49,7 @@ type waits struct {
 	parts  []*source          // by partition: the member it waits for, or nil; nil when it waits for none
 	byName map[string]*source // the members it waits for
 	open   atomic.Int32       // sources not released yet
+	late   atomic.Int32       // sources whose wait expired, not done since
 }
 
 // source is a member this node waits for. Its channel is closed once: when
@@ -51,6 +60,7 @@ type source struct {
 	done    chan struct{}
 	once    sync.Once
 	expired atomic.Bool
+	arrived atomic.Bool // done after the wait expired
 }
 
 // release closes s's channel, once, and counts it in w, s's waits;
@@ -58,10 +68,17 @@ type source struct {
 func (s *source) release(w *waits, expired bool) {
 	s.once.Do(func() {
 		s.expired.Store(expired)
+		if expired {
+			w.late.Add(1)
+		}
 		close(s.done)
 		w.open.Add(-1)
 	})
 }
+
+// isLate reports whether s's wait expired and s has not said it is done
+// since.
+func (s *source) isLate() bool { return s.expired.Load() && !s.arrived.Load() }
 
 func (s *source) released() bool {
 	select {
@@ -81,10 +98,11 @@ const maxDoneSenders = 4096
 // that held it (see the comment on waits), then when that member is done,
 // Config.Wait has passed, or ctx ends. r is the ring the caller routed key
 // by; a ring older than the cluster's current one waits as the current one
-// does.
-func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) {
+// does. It reports whether key's counter is late: the wait for it expired
+// and its member has not said it is done since.
+func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) (late bool) {
 	if n.wait <= 0 {
-		return
+		return false
 	}
 	p := -1
 	for {
@@ -92,21 +110,24 @@ func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) {
 		if w.ring != r {
 			w = n.waitsFor(r)
 		}
-		if w.open.Load() == 0 {
-			return
+		if w.open.Load() == 0 && w.late.Load() == 0 {
+			return false
 		}
 		if p < 0 {
 			p = ring.Partition(key)
 		}
 		s := w.parts[p]
-		if s == nil || s.released() {
-			return
+		if s == nil {
+			return false
+		}
+		if s.released() {
+			return s.isLate()
 		}
 		select { // watches ctx: a stream's next requests need not wait for this one (mux.Serve)
 		case <-s.done:
 		case <-ctx.Done():
 			n.metrics.waits.WithLabelValues("canceled").Inc()
-			return
+			return false // the check is not decided: its client has gone
 		}
 		if next := n.waits.Load(); next != w {
 			r = next.ring // a newer ring released the wait: wait as it says
@@ -117,7 +138,7 @@ func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) {
 		} else {
 			n.metrics.waits.WithLabelValues("done").Inc()
 		}
-		return
+		return s.isLate()
 	}
 }
 
@@ -157,6 +178,9 @@ func (n *Node) HandOffDone(from string, id uint64) {
 	if w := n.waits.Load(); w != nil && w.id == id {
 		if s := w.byName[from]; s != nil {
 			s.release(w, false)
+			if s.expired.Load() && s.arrived.CompareAndSwap(false, true) {
+				w.late.Add(-1)
+			}
 		}
 	}
 }

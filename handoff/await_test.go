@@ -197,9 +197,39 @@ func TestAwaitExpires(t *testing.T) {
 		if got := testutil.ToFloat64(n.metrics.waits.WithLabelValues("expired")); got != 1 {
 			t.Errorf("waits expired = %v, want 1", got)
 		}
-		n.Await(t.Context(), r, key) // expired: at once
-		if time.Since(start) != time.Minute {
-			t.Error("a second check waited again after the wait expired")
+		if late := n.Await(t.Context(), r, key); !late || time.Since(start) != time.Minute { // expired: at once
+			t.Errorf("a second check after the wait expired: late %v after %v; want late at once", late, time.Since(start))
+		}
+		if late := n.Await(t.Context(), r, keyOf(t, r, "a", r, "a")); late {
+			t.Error("a key another member owns is reported late")
+		}
+		n.HandOffDone("b", r.ID()) // b's counters, sent before its word, have arrived
+		if late := n.Await(t.Context(), r, key); late {
+			t.Error("a key is still reported late after its previous owner said it was done")
+		}
+	})
+}
+
+// A wait that ends with the previous owner's word, or a check that gives
+// up, reports no counter late.
+func TestAwaitDoneIsNotLate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, m, _ := awaitNode("c", "a", "b", "c")
+		r := m.Ring()
+		key := keyOf(t, r, "c", r.Without("c"), "b")
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if late := n.Await(ctx, r, key); late {
+			t.Error("a check that gave up waiting is reported late")
+		}
+		n.HandOffDone("a", r.ID())
+		n.HandOffDone("b", r.ID())
+		if late := n.Await(t.Context(), r, key); late {
+			t.Error("a key whose previous owner said it was done is reported late")
+		}
+		time.Sleep(2 * time.Minute) // past the wait, in the bubble: nothing expires once done
+		if late := n.Await(t.Context(), r, key); late {
+			t.Error("a key is reported late after the wait's time, though its previous owner was done")
 		}
 	})
 }
