@@ -40,6 +40,21 @@ import (
 // stand-in's (limiter.Request.StandIn), so that the counter, when it
 // arrives, adds what was admitted here rather than keep the more charged
 // of the two.
+//
+// Keys gained from a member that has gone without leaving are late too,
+// for as long as this node owns them: the member may have crashed, with
+// nothing to send, or be alive beyond a partition, deciding them on its
+// own counter, and a node cannot tell which. After the heal that counter
+// comes back, and it then adds what was admitted here (a crashed member
+// that restarts under its name gets the counter back the same way, added
+// to what its snapshot holds). A member that leaves gracefully hands its
+// counters over before it leaves the ring, so the keys it gives are
+// waited for as any others (see the comment on waits) and never late;
+// that no member can tell a graceful leave from a crash in the ring alone
+// is why these keys are told apart by the previous owner's absence from
+// the new ring, not by how it went: a key gained from a member that left
+// gracefully is counted late too, which costs only a count of hits beside
+// its counter (limiter.Counter.StandInHits) until the key moves again.
 
 // waits are the keys of one ring this node waits for, by partition. A
 // newer ring's waits replace them, and release them.
@@ -50,6 +65,11 @@ type waits struct {
 	byName map[string]*source // the members it waits for
 	open   atomic.Int32       // sources not released yet
 	late   atomic.Int32       // sources whose wait expired, not done since
+	// orphans says, by partition, that this node owns it in ring and
+	// gained it, in this ring or one before, from a member that then went
+	// from the ring: its keys' counters are late for as long as it owns
+	// them (see the comment on waits). nil when there is none.
+	orphans []bool
 }
 
 // source is a member this node waits for. Its channel is closed once: when
@@ -110,16 +130,19 @@ func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) (late bool) 
 		if w.ring != r {
 			w = n.waitsFor(r)
 		}
-		if w.open.Load() == 0 && w.late.Load() == 0 {
+		if w.open.Load() == 0 && w.late.Load() == 0 && w.orphans == nil {
 			return false
 		}
 		if p < 0 {
 			p = ring.Partition(key)
 		}
-		s := w.parts[p]
-		if s == nil {
+		if w.orphans != nil && w.orphans[p] {
+			return true
+		}
+		if w.parts == nil || w.parts[p] == nil {
 			return false
 		}
+		s := w.parts[p]
 		if s.released() {
 			return s.isLate()
 		}
@@ -227,7 +250,14 @@ func (n *Node) newWaits(old *waits, r *ring.Ring) *waits {
 			continue
 		}
 		from := ""
-		if held, ok := prev.PartitionOwner(p); ok && held.Name != self && r.Has(held.Name) {
+		held, ok := prev.PartitionOwner(p)
+		if ok && held.Name != self && !r.Has(held.Name) || ok && held.Name == self && old.orphans != nil && old.orphans[p] {
+			if w.orphans == nil {
+				w.orphans = make([]bool, ring.PartitionCount)
+			}
+			w.orphans[p] = true // gained from a member gone from the ring, now or before
+		}
+		if ok && held.Name != self && r.Has(held.Name) {
 			from = held.Name
 		} else if old.parts != nil && old.parts[p] != nil && !old.parts[p].released() && r.Has(old.parts[p].name) {
 			from = old.parts[p].name // still on its way under the ring before

@@ -405,3 +405,42 @@ func TestForgedDoneWordsAreBounded(t *testing.T) {
 		returnedNow(t, returned, "a's word did not release its key after the forgeries")
 	})
 }
+
+// Keys gained from a member gone from the ring (crashed, or beyond a
+// partition: the node cannot tell) are late for as long as this node owns
+// them, through later ring changes; once the member is back and owns them
+// again they are not this node's, and keys gained from a member still in
+// the ring are late only if their wait expires.
+func TestKeysOfAGoneMemberAreLate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, m, _ := awaitNode("b", "a", "b", "c")
+		first := m.Ring()
+		n.HandOffDone("a", first.ID())
+		n.HandOffDone("c", first.ID())
+		kept := keyOf(t, first, "b", first, "b")
+
+		second := m.set("b", "c") // a has gone
+		n.RingChanged()
+		orphan := keyOf(t, second, "b", first, "a")
+		if !n.Await(t.Context(), second, orphan) {
+			t.Error("a key gained from a member gone from the ring is not late")
+		}
+		if n.Await(t.Context(), second, kept) || n.Await(t.Context(), second, keyOf(t, second, "c", first, "c")) {
+			t.Error("a key this node kept, or another member's, is late")
+		}
+
+		third := m.set("b", "c", "d") // a member joins; b still owns some of a's keys
+		n.RingChanged()
+		n.HandOffDone("c", third.ID())
+		stillOrphan := keyOf(t, third, "b", first, "a")
+		if !n.Await(t.Context(), third, stillOrphan) {
+			t.Error("a key gained from a gone member is no longer late after an unrelated ring change")
+		}
+
+		back := m.set("a", "b", "c", "d") // a is back: its keys are its own again
+		n.RingChanged()
+		if n.Await(t.Context(), back, keyOf(t, back, "a", first, "a")) {
+			t.Error("a key of the member that came back is late at this node")
+		}
+	})
+}

@@ -183,18 +183,33 @@ func (s *Store) mergeLocked(c *Counter, now int64, room bool, mode mergeMode) er
 
 // Restore puts back counters that this store yielded (from Extract) but
 // that could not be delivered, merging each with any counter made for the
-// same key since. Unlike Merge, it trusts them to be possible: they are
-// this store's own. (One whose algorithm or state does not even decode,
-// which Extract never yields, is skipped.) Nor does it make room for
-// them, as they are debts it would otherwise forgive: the store may then
-// exceed its bounds by the counters that were out for delivery.
-func (s *Store) Restore(cs []Counter) {
+// same key since (which, if a stand-in's, adds its hits: see mergeBack).
+// Unlike Merge, it trusts them to be possible: they are this store's own.
+// (One whose algorithm or state does not even decode, which Extract never
+// yields, is skipped.) Nor does it make room for them, as they are debts
+// it would otherwise forgive: the store may then exceed its bounds by the
+// counters that were out for delivery.
+func (s *Store) Restore(cs []Counter) { s.restore(cs, mergeBack) }
+
+// Remark is Restore for copies of counters the store still holds (from
+// Changed) that could not be delivered: merging them changes nothing but
+// marks them changed again, so that the next Changed walk yields them.
+func (s *Store) Remark(cs []Counter) { s.restore(cs, mergeCopy) }
+
+// Promote is Restore for copies of another node's counters (replicas,
+// validated when they arrived) that this store takes as its own, its key's
+// owner being unreachable or gone: a counter a stand-in made here
+// meanwhile adds its hits to the copy, and they stay counted apart (see
+// mergePromote).
+func (s *Store) Promote(cs []Counter) { s.restore(cs, mergePromote) }
+
+func (s *Store) restore(cs []Counter, mode mergeMode) {
 	for i := range cs {
 		c := &cs[i]
 		if !c.Algorithm.Valid() {
 			continue
 		}
-		_ = s.mergeLocked(c, c.Last, false, mergeBack)
+		_ = s.mergeLocked(c, c.Last, false, mode)
 	}
 }
 
@@ -330,10 +345,17 @@ const (
 	// sender): both count their stand-in hits from one start, so the
 	// larger count is kept.
 	mergeCopy
-	// mergeBack is a counter this store yielded, or a replica it
-	// promotes, coming back beside one it made meanwhile, which counted
-	// only its own stand-in hits: the two counts add.
+	// mergeBack is a counter this store yielded (Extract) coming back
+	// beside one it made meanwhile: if that one was a stand-in's (made
+	// while the key's counter was away), its hits are added to the state
+	// that came back, and are no longer counted apart if that was the
+	// key's own counter (it counted no stand-in hits).
 	mergeBack
+	// mergePromote is a copy of another node's counter (a replica) that
+	// this store takes as its own: as mergeBack, but the hits of a
+	// stand-in's counter here stay counted apart, since the node whose
+	// counter it copies does not have them.
+	mergePromote
 )
 
 // merge folds c's state into its counter in t, part of shard sh of store,
@@ -386,8 +408,8 @@ func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter, now int64, room
 	}
 	e := &t.entries[idx]
 	before := t.footprint(idx)
-	if held && mode == mergeMeet {
-		t.meet(idx, &s, c, now)
+	if held && mode != mergeCopy {
+		t.meet(idx, &s, c, now, mode)
 	}
 	twoLimits := t.limit(e) != c.Limit
 	P(&e.state).Merge(s)
@@ -399,6 +421,8 @@ func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter, now int64, room
 		P(&e.state).Clamp(time.Unix(0, e.last), t.limit(e))
 	}
 	if hits, ok := t.standIns[idx]; c.StandInHits > 0 && (!held || mode != mergeMeet || ok) {
+		// Counted apart here unless they were added to the key's own
+		// counter (mergeMeet, held, not a stand-in's).
 		if t.standIns == nil {
 			t.standIns = make(map[int32]int64)
 		}
@@ -414,14 +438,16 @@ func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter, now int64, room
 }
 
 // meet adds, before the two states merge, the hits a stand-in charged on
-// one side to the other (see merge): arriving's (c.StandInHits) to the
-// counter at idx, or the counter's (t.standIns) to s, arriving's decoded
-// state, which it then is the key's counter here.
-func (t *table[S, P]) meet(idx int32, s *S, c *Counter, now int64) {
+// one side to the other (see merge and mergeMode): arriving's
+// (c.StandInHits) to the counter at idx, in mergeMeet, or the counter's
+// (t.standIns) to s, arriving's decoded state, which then, if it is the
+// key's own (mergeMeet, or mergeBack of a counter that counts no
+// stand-in hits), is the key's counter here.
+func (t *table[S, P]) meet(idx int32, s *S, c *Counter, now int64, mode mergeMode) {
 	e := &t.entries[idx]
 	mine, standingIn := t.standIns[idx]
 	switch {
-	case c.StandInHits > 0:
+	case c.StandInHits > 0 && mode == mergeMeet:
 		at := max(now, c.Last, e.last)
 		n := min(c.StandInHits, spent[S, P](s, at, c.Limit), P(&e.state).Check(time.Unix(0, at), t.limit(e), 0).Remaining)
 		if n > 0 {
@@ -433,7 +459,9 @@ func (t *table[S, P]) meet(idx int32, s *S, c *Counter, now int64) {
 		if n > 0 {
 			P(s).Take(time.Unix(0, at), c.Limit, n)
 		}
-		delete(t.standIns, idx)
+		if mode == mergeMeet || mode == mergeBack && c.StandInHits == 0 {
+			delete(t.standIns, idx)
+		}
 	}
 }
 

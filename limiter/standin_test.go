@@ -195,3 +195,63 @@ func TestForgedStandInHits(t *testing.T) {
 		})
 	}
 }
+
+// TestStandInHitsComeBack: the three ways counters come back into the
+// store they left, or a copy is taken as the store's own. Copies that
+// could not be delivered (Remark) change nothing, their count included; a
+// key's own counter that could not be handed off (Restore) takes in what a
+// stand-in decided here while it was away, which is then no longer
+// counted apart; a replica taken as this store's own (Promote) takes in
+// the same, still counted apart, since the replica's sender lacks it.
+func TestStandInHitsComeBack(t *testing.T) {
+	a := TokenBucket
+	hitsOf := func(s *Store) int64 {
+		var n int64
+		for c := range s.Counters() {
+			n += c.StandInHits
+		}
+		return n
+	}
+
+	_, standIn := split(t, a, 1, 0, 3)
+	var copies []Counter
+	for c := range standIn.Changed() {
+		copies = append(copies, c)
+	}
+	standIn.Remark(copies)
+	standIn.Remark(copies)
+	if got, left := hitsOf(standIn), remaining(standIn, a, "k", time.Millisecond); got != 3 || left != 6 {
+		t.Errorf("after two Remarks of its copies: %d stand-in hits, %d left; want 3 and 6, unchanged", got, left)
+	}
+	if n := len(collect(standIn.Changed())); n != 1 {
+		t.Errorf("Changed yields %d counters after Remark, want 1", n)
+	}
+
+	own := New(Config{})
+	decideN(own, a, 4, false, 0)
+	out := collect(own.Extract(func(string) bool { return true }))
+	decideN(own, a, 2, true, time.Millisecond) // decided while its counter was away
+	own.Restore(out)
+	if got, left := hitsOf(own), remaining(own, a, "k", 2*time.Millisecond); got != 0 || left != 4 {
+		t.Errorf("the key's own counter restored: %d stand-in hits, %d left; want 0 and 4 (its 4 and the 2 decided meanwhile)", got, left)
+	}
+
+	owner := New(Config{})
+	decideN(owner, a, 4, false, 0)
+	replica := collect(owner.Counters())
+	heir := New(Config{})
+	decideN(heir, a, 2, true, time.Millisecond) // standing in before the replica was promoted
+	heir.Promote(replica)
+	if got, left := hitsOf(heir), remaining(heir, a, "k", 2*time.Millisecond); got != 2 || left != 4 {
+		t.Errorf("a replica promoted beside a stand-in's counter: %d stand-in hits, %d left; want 2 (the owner lacks them) and 4", got, left)
+	}
+}
+
+func collect(seq func(func(Counter) bool)) []Counter {
+	var out []Counter
+	for c := range seq {
+		c.State = append([]byte(nil), c.State...)
+		out = append(out, c)
+	}
+	return out
+}
