@@ -65,11 +65,12 @@ type waits struct {
 	byName map[string]*source // the members it waits for
 	open   atomic.Int32       // sources not released yet
 	late   atomic.Int32       // sources whose wait expired, not done since
-	// orphans says, by partition, that this node owns it in ring and
-	// gained it, in this ring or one before, from a member that then went
-	// from the ring: its keys' counters are late for as long as it owns
-	// them (see the comment on waits). nil when there is none.
-	orphans []bool
+	// orphans are the partitions this node owns in ring and gained, in
+	// this ring or one before, from a member that then went from the
+	// ring, by partition, with that member's name: their keys' counters
+	// are late for as long as this node owns them and the member has not
+	// come back (see the comment on waits). nil when there is none.
+	orphans map[int]string
 }
 
 // source is a member this node waits for. Its channel is closed once: when
@@ -136,7 +137,7 @@ func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) (late bool) 
 		if p < 0 {
 			p = ring.Partition(key)
 		}
-		if w.orphans != nil && w.orphans[p] {
+		if _, orphan := w.orphans[p]; orphan {
 			return true
 		}
 		if w.parts == nil || w.parts[p] == nil {
@@ -251,11 +252,19 @@ func (n *Node) newWaits(old *waits, r *ring.Ring) *waits {
 		}
 		from := ""
 		held, ok := prev.PartitionOwner(p)
-		if ok && held.Name != self && !r.Has(held.Name) || ok && held.Name == self && old.orphans != nil && old.orphans[p] {
+		gone := ""
+		switch {
+		case !ok:
+		case held.Name != self && !r.Has(held.Name):
+			gone = held.Name // gained from a member gone from the ring
+		case held.Name == self && !r.Has(old.orphans[p]):
+			gone = old.orphans[p] // gained so before, and the member is still gone
+		}
+		if gone != "" {
 			if w.orphans == nil {
-				w.orphans = make([]bool, ring.PartitionCount)
+				w.orphans = make(map[int]string)
 			}
-			w.orphans[p] = true // gained from a member gone from the ring, now or before
+			w.orphans[p] = gone
 		}
 		if ok && held.Name != self && r.Has(held.Name) {
 			from = held.Name

@@ -439,8 +439,16 @@ func TestKeysOfAGoneMemberAreLate(t *testing.T) {
 
 		back := m.set("a", "b", "c", "d") // a is back: its keys are its own again
 		n.RingChanged()
+		n.HandOffDone("a", back.ID())
+		n.HandOffDone("c", back.ID())
+		n.HandOffDone("d", back.ID())
 		if n.Await(t.Context(), back, keyOf(t, back, "a", first, "a")) {
 			t.Error("a key of the member that came back is late at this node")
+		}
+		for i := range 2000 {
+			if key := fmt.Sprint("k", i); n.Await(t.Context(), back, key) {
+				t.Fatalf("key %s is late at b once a is back and every previous owner said it was done", key)
+			}
 		}
 	})
 }
