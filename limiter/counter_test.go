@@ -224,6 +224,11 @@ func FuzzCounter(f *testing.F) {
 		{Name: "api", Key: "k", Algorithm: FixedWindow, Limit: algorithms.Limit{Count: 10, Period: time.Second},
 			Last: t0.UnixNano(), State: []byte{1, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 			Reservations: []Reservation{fuzzReservation(0, false), fuzzReservation(1, true)}},
+		{Name: "api", Key: "k", Algorithm: FixedWindow, Limit: algorithms.Limit{Count: 10, Period: time.Second},
+			Last: t0.UnixNano(), State: []byte{1, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+			Reservations: []Reservation{fuzzReservation(0, false)}, StandInHits: 3},
+		{Name: "api", Key: "k", Algorithm: TokenBucket, Role: RoleCeiling, Limit: algorithms.Limit{Count: 1, Period: time.Second},
+			Last: t0.UnixNano(), State: []byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, StandInHits: 1},
 	} {
 		b, err := c.AppendBinary(nil)
 		if err != nil {
@@ -255,6 +260,23 @@ func FuzzCounter(f *testing.F) {
 			t.Fatalf("refused counter's reservations kept: %v", err)
 		case s.Reservations() > len(c.Reservations):
 			t.Fatalf("%d reservations kept of %d", s.Reservations(), len(c.Reservations))
+		}
+		// Into a store that holds the key's counter, charged: whatever
+		// the record says, its stand-in hits included, merging never
+		// refills it.
+		if err != nil || c.Role != RoleLimit || c.Algorithm == Spacing {
+			return
+		}
+		held := New(Config{})
+		r := Request{Name: c.Name, Key: c.Key, Algorithm: c.Algorithm, Limit: c.Limit, Hits: 1, Now: t0}
+		held.Decide(&r)
+		r.Hits = 0
+		before := held.Check(&r).Remaining
+		if err := held.Merge(c, t0, time.Minute); err != nil {
+			t.Fatalf("Merge into a store that holds the key: %v, after Merge into an empty one took it", err)
+		}
+		if after := held.Check(&r).Remaining; after > before {
+			t.Fatalf("merging %+v refilled the counter: %d remaining before, %d after", c, before, after)
 		}
 	})
 }
