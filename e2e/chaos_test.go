@@ -114,7 +114,8 @@ func chaosPause(t *testing.T, args ...string) *chaosLoad {
 // no key admits more than its limit once for each side (the owner's, and
 // once more for each side without it). Every node sees all five alive
 // within 15 s of the heal, and from then on no check is decided without
-// its owner.
+// its owner; and each key's counter then counts what every side admitted
+// (sumProbe).
 func TestChaosPartition(t *testing.T) { chaosPartition(t) }
 
 // chaosPartition runs the scenario of TestChaosPartition on nodes with the flags
@@ -123,10 +124,12 @@ func chaosPartition(t *testing.T, args ...string) *chaosLoad {
 	c := startChaos(t, 5, args...)
 	minority := c.nodes[3:]
 	l := startLoad(t, c.id, c.nodes, 2*time.Minute, "before", "partitioned 3/1/1 for 20s", "after the heal, until converged", "converged")
+	probe := &sumProbe{id: c.id}
 	healedAt, healed := c.fault(l, 20*time.Second, func() {
 		for _, n := range minority {
 			c.cut(n)
 		}
+		probe.during(append([]*chaosNode{c.nodes[0]}, minority...))
 	}, func() {
 		for _, n := range minority {
 			c.heal(n)
@@ -135,10 +138,13 @@ func chaosPartition(t *testing.T, args ...string) *chaosLoad {
 	sides := 1 + len(minority) // the majority, and each node cut off alone
 	most := l.perSide(t, sides)
 	drained := l.ownerlessAfter(t, healedAt, 2, 3)
+	exact, admitted := probe.verify(t, c.nodes[0])
 	l.table(t, "partition 2 of 5 nodes for 20s, then heal",
 		fmt.Sprintf("all 5 alive on every node %v after the heal (bound 15s)", healed.Round(10*time.Millisecond)),
 		fmt.Sprintf("the most a key admitted: %d, for a limit of %d on each of %d sides (bound %d)", most, chaosLimit, sides, sides*chaosLimit),
-		fmt.Sprintf("last check decided without its owner %v after the heal (bound: none once converged)", drained.Round(10*time.Millisecond)))
+		fmt.Sprintf("last check decided without its owner %v after the heal (bound: none once converged)", drained.Round(10*time.Millisecond)),
+		fmt.Sprintf("%d keys checked on all %d sides below their limit (%d admitted in all): after the heal, %d count exactly every side's admissions, none fewer (bound: none fewer)",
+			sumKeys, sides, admitted, exact))
 	for i := range l.phases {
 		l.minAnswered(t, i, 0.99)
 	}

@@ -158,7 +158,7 @@ func TestScale(t *testing.T) {
 	joinerGot := metricOf(t, newNode, "ringlimit_handoff_counters_total", `direction="received"`)
 	readBytes := procIO(t, newNode).read - io0.read
 	f.add("Join: checks through it on 4 keys moving to the new node, limit 300 each: admitted",
-		"%s", exact.finish(t))
+		"%s", exact.finish(t, 0))
 	f.add("Join: checks that waited for a moved counter, by how the wait ended", "%s", waitsSince(t, c.nodes, w0))
 	f.add("Join of a 33rd node: counters that change owner (to the new node)",
 		"%d (%d; %.0f expected at 1/33)", moved, toJoiner, float64(scaleCounters)/33)
@@ -200,8 +200,11 @@ func TestScale(t *testing.T) {
 	}
 	exited := leaver.exitedAt.Sub(start)
 	c.waitConverged(scaleNodes)
+	// A check whose answer is lost as the leaving node's connections
+	// close is charged twice (docs/cluster.md, the residuals): at most the
+	// checks in flight then, one per worker.
 	f.add("Leave: checks through it on 4 keys of the leaving node, limit 300 each: admitted",
-		"%s", exact.finish(t))
+		"%s", exact.finish(t, exactWorkers))
 	f.add("Leave: checks that waited for a moved counter, by how the wait ended", "%s", waitsSince(t, others, w0))
 	f.add("Leave (SIGTERM) of one node: counters it owned", "%d", leaving)
 	f.add("Leave: time from SIGTERM to every counter received / to its exit",
@@ -392,10 +395,13 @@ func (l *exactLoad) item(k int) *pb.CheckItem {
 
 // finish stops the workers, then spends what is left of each key until the
 // first refusal, and fails the test unless each key admitted exactly its
-// limit with no errors. It returns what each key admitted.
-func (l *exactLoad) finish(t *testing.T) string {
+// limit with no errors, but for short checks in all that may have been
+// charged twice (admitted less, never more). It returns what each key
+// admitted.
+func (l *exactLoad) finish(t *testing.T, short int) string {
 	t.Helper()
 	var admitted []string
+	missing := 0
 	close(l.stop)
 	l.wg.Wait()
 	for k, key := range l.keys {
@@ -409,10 +415,16 @@ func (l *exactLoad) finish(t *testing.T) string {
 		}
 		t.Logf("%s: key %s: during the %s %s; with the rest spent %v", l.phase, key, l.phase, during, l.tl[k])
 		admitted = append(admitted, strconv.Itoa(l.tl[k].admitted))
-		if tl := l.tl[k]; tl.admitted != exactLimit || tl.errors != 0 {
-			t.Errorf("%s: key %s admitted %d on a limit of %d, %d errors; want exactly the limit, no errors",
+		tl := l.tl[k]
+		if tl.admitted > exactLimit || tl.errors != 0 {
+			t.Errorf("%s: key %s admitted %d on a limit of %d, %d errors; want at most the limit, no errors",
 				l.phase, key, tl.admitted, exactLimit, tl.errors)
 		}
+		missing += max(exactLimit-tl.admitted, 0)
+	}
+	if missing > short {
+		t.Errorf("%s: the keys admitted %d fewer than their limits in all, want at most %d (exactly the limits but for checks charged twice)",
+			l.phase, missing, short)
 	}
 	return strings.Join(admitted, ", ")
 }

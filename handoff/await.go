@@ -32,6 +32,29 @@ import (
 // Rather than wait, the service relays a check whose counter has not
 // arrived to that member (see Pending), which decides it on the counter
 // it still holds if it has not seen the change yet.
+//
+// A wait that expires leaves the key's checks decided here on a counter
+// without what the previous owner holds, until that member says it is
+// done after all (its counters, sent before, have then arrived): Await
+// reports them late meanwhile, and the service decides them as a
+// stand-in's (limiter.Request.StandIn), so that the counter, when it
+// arrives, adds what was admitted here rather than keep the more charged
+// of the two.
+//
+// Keys gained from a member that has gone without leaving are late too,
+// for as long as this node owns them: the member may have crashed, with
+// nothing to send, or be alive beyond a partition, deciding them on its
+// own counter, and a node cannot tell which. After the heal that counter
+// comes back, and it then adds what was admitted here (a crashed member
+// that restarts under its name gets the counter back the same way, added
+// to what its snapshot holds). A member that leaves gracefully hands its
+// counters over before it leaves the ring, so the keys it gives are
+// waited for as any others (see the comment on waits) and never late;
+// that no member can tell a graceful leave from a crash in the ring alone
+// is why these keys are told apart by the previous owner's absence from
+// the new ring, not by how it went: a key gained from a member that left
+// gracefully is counted late too, which costs only a count of hits beside
+// its counter (limiter.Counter.StandInHits) until the key moves again.
 
 // waits are the keys of one ring this node waits for, by partition. A
 // newer ring's waits replace them, and release them.
@@ -41,6 +64,13 @@ type waits struct {
 	parts  []*source          // by partition: the member it waits for, or nil; nil when it waits for none
 	byName map[string]*source // the members it waits for
 	open   atomic.Int32       // sources not released yet
+	late   atomic.Int32       // sources whose wait expired, not done since
+	// orphans are the partitions this node owns in ring and gained, in
+	// this ring or one before, from a member that then went from the
+	// ring, by partition, with that member's name: their keys' counters
+	// are late for as long as this node owns them and the member has not
+	// come back (see the comment on waits). nil when there is none.
+	orphans map[int]string
 }
 
 // source is a member this node waits for. Its channel is closed once: when
@@ -51,6 +81,7 @@ type source struct {
 	done    chan struct{}
 	once    sync.Once
 	expired atomic.Bool
+	arrived atomic.Bool // done after the wait expired
 }
 
 // release closes s's channel, once, and counts it in w, s's waits;
@@ -58,10 +89,17 @@ type source struct {
 func (s *source) release(w *waits, expired bool) {
 	s.once.Do(func() {
 		s.expired.Store(expired)
+		if expired {
+			w.late.Add(1)
+		}
 		close(s.done)
 		w.open.Add(-1)
 	})
 }
+
+// isLate reports whether s's wait expired and s has not said it is done
+// since.
+func (s *source) isLate() bool { return s.expired.Load() && !s.arrived.Load() }
 
 func (s *source) released() bool {
 	select {
@@ -81,10 +119,11 @@ const maxDoneSenders = 4096
 // that held it (see the comment on waits), then when that member is done,
 // Config.Wait has passed, or ctx ends. r is the ring the caller routed key
 // by; a ring older than the cluster's current one waits as the current one
-// does.
-func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) {
+// does. It reports whether key's counter is late: the wait for it expired
+// and its member has not said it is done since.
+func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) (late bool) {
 	if n.wait <= 0 {
-		return
+		return false
 	}
 	p := -1
 	for {
@@ -92,21 +131,27 @@ func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) {
 		if w.ring != r {
 			w = n.waitsFor(r)
 		}
-		if w.open.Load() == 0 {
-			return
+		if w.open.Load() == 0 && w.late.Load() == 0 && w.orphans == nil {
+			return false
 		}
 		if p < 0 {
 			p = ring.Partition(key)
 		}
+		if _, orphan := w.orphans[p]; orphan {
+			return true
+		}
+		if w.parts == nil || w.parts[p] == nil {
+			return false
+		}
 		s := w.parts[p]
-		if s == nil || s.released() {
-			return
+		if s.released() {
+			return s.isLate()
 		}
 		select { // watches ctx: a stream's next requests need not wait for this one (mux.Serve)
 		case <-s.done:
 		case <-ctx.Done():
 			n.metrics.waits.WithLabelValues("canceled").Inc()
-			return
+			return false // the check is not decided: its client has gone
 		}
 		if next := n.waits.Load(); next != w {
 			r = next.ring // a newer ring released the wait: wait as it says
@@ -117,7 +162,7 @@ func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) {
 		} else {
 			n.metrics.waits.WithLabelValues("done").Inc()
 		}
-		return
+		return s.isLate()
 	}
 }
 
@@ -157,6 +202,9 @@ func (n *Node) HandOffDone(from string, id uint64) {
 	if w := n.waits.Load(); w != nil && w.id == id {
 		if s := w.byName[from]; s != nil {
 			s.release(w, false)
+			if s.expired.Load() && s.arrived.CompareAndSwap(false, true) {
+				w.late.Add(-1)
+			}
 		}
 	}
 }
@@ -203,7 +251,22 @@ func (n *Node) newWaits(old *waits, r *ring.Ring) *waits {
 			continue
 		}
 		from := ""
-		if held, ok := prev.PartitionOwner(p); ok && held.Name != self && r.Has(held.Name) {
+		held, ok := prev.PartitionOwner(p)
+		gone := ""
+		switch {
+		case !ok:
+		case held.Name != self && !r.Has(held.Name):
+			gone = held.Name // gained from a member gone from the ring
+		case held.Name == self && !r.Has(old.orphans[p]):
+			gone = old.orphans[p] // gained so before, and the member is still gone
+		}
+		if gone != "" {
+			if w.orphans == nil {
+				w.orphans = make(map[int]string)
+			}
+			w.orphans[p] = gone
+		}
+		if ok && held.Name != self && r.Has(held.Name) {
 			from = held.Name
 		} else if old.parts != nil && old.parts[p] != nil && !old.parts[p].released() && r.Has(old.parts[p].name) {
 			from = old.parts[p].name // still on its way under the ring before

@@ -197,9 +197,39 @@ func TestAwaitExpires(t *testing.T) {
 		if got := testutil.ToFloat64(n.metrics.waits.WithLabelValues("expired")); got != 1 {
 			t.Errorf("waits expired = %v, want 1", got)
 		}
-		n.Await(t.Context(), r, key) // expired: at once
-		if time.Since(start) != time.Minute {
-			t.Error("a second check waited again after the wait expired")
+		if late := n.Await(t.Context(), r, key); !late || time.Since(start) != time.Minute { // expired: at once
+			t.Errorf("a second check after the wait expired: late %v after %v; want late at once", late, time.Since(start))
+		}
+		if late := n.Await(t.Context(), r, keyOf(t, r, "a", r, "a")); late {
+			t.Error("a key another member owns is reported late")
+		}
+		n.HandOffDone("b", r.ID()) // b's counters, sent before its word, have arrived
+		if late := n.Await(t.Context(), r, key); late {
+			t.Error("a key is still reported late after its previous owner said it was done")
+		}
+	})
+}
+
+// A wait that ends with the previous owner's word, or a check that gives
+// up, reports no counter late.
+func TestAwaitDoneIsNotLate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, m, _ := awaitNode("c", "a", "b", "c")
+		r := m.Ring()
+		key := keyOf(t, r, "c", r.Without("c"), "b")
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if late := n.Await(ctx, r, key); late {
+			t.Error("a check that gave up waiting is reported late")
+		}
+		n.HandOffDone("a", r.ID())
+		n.HandOffDone("b", r.ID())
+		if late := n.Await(t.Context(), r, key); late {
+			t.Error("a key whose previous owner said it was done is reported late")
+		}
+		time.Sleep(2 * time.Minute) // past the wait, in the bubble: nothing expires once done
+		if late := n.Await(t.Context(), r, key); late {
+			t.Error("a key is reported late after the wait's time, though its previous owner was done")
 		}
 	})
 }
@@ -373,5 +403,52 @@ func TestForgedDoneWordsAreBounded(t *testing.T) {
 		}
 		n.HandOffDone("a", r.ID())
 		returnedNow(t, returned, "a's word did not release its key after the forgeries")
+	})
+}
+
+// Keys gained from a member gone from the ring (crashed, or beyond a
+// partition: the node cannot tell) are late for as long as this node owns
+// them, through later ring changes; once the member is back and owns them
+// again they are not this node's, and keys gained from a member still in
+// the ring are late only if their wait expires.
+func TestKeysOfAGoneMemberAreLate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, m, _ := awaitNode("b", "a", "b", "c")
+		first := m.Ring()
+		n.HandOffDone("a", first.ID())
+		n.HandOffDone("c", first.ID())
+		kept := keyOf(t, first, "b", first, "b")
+
+		second := m.set("b", "c") // a has gone
+		n.RingChanged()
+		orphan := keyOf(t, second, "b", first, "a")
+		if !n.Await(t.Context(), second, orphan) {
+			t.Error("a key gained from a member gone from the ring is not late")
+		}
+		if n.Await(t.Context(), second, kept) || n.Await(t.Context(), second, keyOf(t, second, "c", first, "c")) {
+			t.Error("a key this node kept, or another member's, is late")
+		}
+
+		third := m.set("b", "c", "d") // a member joins; b still owns some of a's keys
+		n.RingChanged()
+		n.HandOffDone("c", third.ID())
+		stillOrphan := keyOf(t, third, "b", first, "a")
+		if !n.Await(t.Context(), third, stillOrphan) {
+			t.Error("a key gained from a gone member is no longer late after an unrelated ring change")
+		}
+
+		back := m.set("a", "b", "c", "d") // a is back: its keys are its own again
+		n.RingChanged()
+		n.HandOffDone("a", back.ID())
+		n.HandOffDone("c", back.ID())
+		n.HandOffDone("d", back.ID())
+		if n.Await(t.Context(), back, keyOf(t, back, "a", first, "a")) {
+			t.Error("a key of the member that came back is late at this node")
+		}
+		for i := range 2000 {
+			if key := fmt.Sprint("k", i); n.Await(t.Context(), back, key) {
+				t.Fatalf("key %s is late at b once a is back and every previous owner said it was done", key)
+			}
+		}
 	})
 }

@@ -30,8 +30,12 @@ const (
 // only a counter that holds some is written in it, so that nodes of the
 // build before, which read versions 1 and 2, take every other counter and
 // refuse those with reservations (ErrUnknownVersion: the sender keeps
-// them) rather than take their hits without the reservations.
-const CounterVersion = 3
+// them) rather than take their hits without the reservations. Version 4
+// added the hits a stand-in charged (Counter.StandInHits), again only in
+// the records of counters that hold some: a node of the build before
+// refuses those (the sender keeps them, and gives them again after the
+// upgrade), rather than keep the larger of two counters that should add.
+const CounterVersion = 4
 
 var (
 	// ErrBadCounter reports a Counter record that does not decode, or a
@@ -65,20 +69,33 @@ type Counter struct {
 	// RoleLimit of an algorithm that can give hits back (Reservable)
 	// holds any. Their hits are charged in State already.
 	Reservations []Reservation
+	// StandInHits are the hits this counter was charged by checks
+	// decided for a counter that was elsewhere (Request.StandIn): on a
+	// member that stood in for an owner it could not reach, or on an owner
+	// whose counter had not arrived when it stopped waiting for it. They
+	// are charged in State already; a store that holds the key's counter
+	// adds them to it rather than keep the more charged of the two (see
+	// Store.Merge). Zero for every other counter.
+	StandInHits int64
 }
 
 // counterFixed is the bytes of a version 1 record besides name, key and
-// state; a version 2 record has one more, its role.
+// state; a version 2 record has one more, its role, and a version 4 record
+// standInFixed more than that.
 const counterFixed = 1 + 1 + 2 + 2 + 4*8
+
+// standInFixed is what a version 4 record adds to version 2's besides
+// its reservations: the stand-in's hits and the count of reservations.
+const standInFixed = 8 + 2
 
 // The sizes of records, for whoever bounds what it stores or reads: a
 // record is at most MaxFixedCounterBytes plus algorithms.LogEntryBytes for
 // each sliding-log entry its state holds, plus ReservationBytes for each
 // reservation it carries, so never more than MaxCounterBytes (a full
 // sliding log holding MaxCounterReservations under the longest name and
-// key, in version 3).
+// key, in version 4).
 const (
-	MaxFixedCounterBytes = counterFixed + 2 + MaxNameLen + MaxKeyLen + algorithms.MaxFixedStateBytes
+	MaxFixedCounterBytes = counterFixed + 1 + standInFixed + MaxNameLen + MaxKeyLen + algorithms.MaxFixedStateBytes
 	MaxCounterBytes      = MaxFixedCounterBytes - algorithms.MaxFixedStateBytes + algorithms.MaxStateBytes +
 		MaxCounterReservations*ReservationBytes
 )
@@ -118,15 +135,32 @@ const (
 //	40+n+k      121r  the reservations, each as Reservation.AppendBinary
 //	40+n+k+121r rest  State
 //
+// and a counter with stand-in hits, of any role, with or without
+// reservations, in version 4's, which is version 2's with the hits and
+// the reservations between Last and State:
+//
+//	offset      size  field
+//	0           1     version, 4
+//	1           1     algorithm (algorithms.Kind)
+//	2           1     role (Role), RoleLimit included
+//	3           ...   as version 1 from offset 2, up to Last (which ends at 39+n+k)
+//	39+n+k      8     StandInHits, int64, at least 1
+//	47+n+k      2     r, the number of reservations, uint16, 0..MaxCounterReservations
+//	49+n+k      121r  the reservations, each as Reservation.AppendBinary
+//	49+n+k+121r rest  State
+//
 // So each counter has one encoding. It refuses a name or key out of
 // bounds, an unknown role, a spacing of a role other than RoleLimit, and
 // reservations on a counter that cannot hold them, or more than
-// MaxCounterReservations, or two of one id, which no decoder would accept.
+// MaxCounterReservations, or two of one id, and negative stand-in hits,
+// which no decoder would accept.
 func (c *Counter) AppendBinary(b []byte) ([]byte, error) {
 	if err := c.checkID(); err != nil {
 		return b, err
 	}
 	switch {
+	case c.StandInHits > 0:
+		b = append(b, 4, byte(c.Algorithm), byte(c.Role))
 	case len(c.Reservations) > 0:
 		b = append(b, 3, byte(c.Algorithm))
 	case c.Role == RoleLimit:
@@ -141,7 +175,10 @@ func (c *Counter) AppendBinary(b []byte) ([]byte, error) {
 	for _, w := range [...]int64{c.Limit.Count, int64(c.Limit.Period), c.Limit.Burst, c.Last} {
 		b = binary.LittleEndian.AppendUint64(b, uint64(w))
 	}
-	if len(c.Reservations) > 0 {
+	if c.StandInHits > 0 {
+		b = binary.LittleEndian.AppendUint64(b, uint64(c.StandInHits))
+	}
+	if c.StandInHits > 0 || len(c.Reservations) > 0 {
 		b = binary.LittleEndian.AppendUint16(b, uint16(len(c.Reservations)))
 		for i := range c.Reservations {
 			b = c.Reservations[i].AppendBinary(b)
@@ -150,10 +187,11 @@ func (c *Counter) AppendBinary(b []byte) ([]byte, error) {
 	return append(b, c.State...), nil
 }
 
-// UnmarshalBinary decodes AppendBinary's record, of version 1, 2 or 3,
-// into c. It refuses another version (ErrUnknownVersion), an unknown
+// UnmarshalBinary decodes AppendBinary's record, of version 1 to 4, into
+// c. It refuses another version (ErrUnknownVersion), an unknown
 // algorithm or role, a version 2 record of RoleLimit (written in version
 // 1), a version 3 record of no reservations (written in version 1), a
+// version 4 record of no stand-in hits (written in another), a
 // name or key out of bounds, a record too short for its lengths, and
 // reservations as AppendBinary refuses them or as
 // Reservation.UnmarshalBinary does (ErrBadCounter). The count of
@@ -172,6 +210,8 @@ func (c *Counter) UnmarshalBinary(data []byte) error {
 		if d.Role, rest = Role(rest[0]), rest[1:]; d.Role == RoleLimit {
 			return fmt.Errorf("counter record version 2 of role %s, which is written in version 1: %w", d.Role, ErrBadCounter)
 		}
+	case 4:
+		d.Role, rest = Role(rest[0]), rest[1:]
 	default:
 		return fmt.Errorf("counter record version %d, this build reads 1 to %d: %w", data[0], CounterVersion, ErrUnknownVersion)
 	}
@@ -189,9 +229,21 @@ func (c *Counter) UnmarshalBinary(data []byte) error {
 	d.Limit = algorithms.Limit{Count: word(0), Period: time.Duration(word(1)), Burst: word(2)}
 	d.Last = word(3)
 	rest = rest[4*8:]
-	if data[0] == 3 {
+	switch data[0] {
+	case 3:
 		var err error
-		if d.Reservations, rest, err = decodeReservations(rest); err != nil {
+		if d.Reservations, rest, err = decodeReservations(rest, 1); err != nil {
+			return err
+		}
+	case 4:
+		if len(rest) < 8 {
+			return fmt.Errorf("counter record: stand-in hits run past the end: %w", ErrBadCounter)
+		}
+		if d.StandInHits, rest = int64(binary.LittleEndian.Uint64(rest)), rest[8:]; d.StandInHits <= 0 {
+			return fmt.Errorf("counter record version 4 of %d stand-in hits, want at least 1: %w", d.StandInHits, ErrBadCounter)
+		}
+		var err error
+		if d.Reservations, rest, err = decodeReservations(rest, 0); err != nil {
 			return err
 		}
 	}
@@ -203,17 +255,20 @@ func (c *Counter) UnmarshalBinary(data []byte) error {
 	return nil
 }
 
-// decodeReservations splits a version 3 record's reservations off b: the
-// count, bounded before anything is allocated, then each one.
-func decodeReservations(b []byte) ([]Reservation, []byte, error) {
+// decodeReservations splits a version 3 or 4 record's reservations off
+// b: the count, at least least, bounded before anything is allocated,
+// then each one.
+func decodeReservations(b []byte, least int) ([]Reservation, []byte, error) {
 	if len(b) < 2 {
 		return nil, b, fmt.Errorf("counter record: reservations: the count runs past the end: %w", ErrBadCounter)
 	}
 	n := int(binary.LittleEndian.Uint16(b))
 	b = b[2:]
 	switch {
-	case n == 0 || n > MaxCounterReservations:
-		return nil, b, fmt.Errorf("counter record: %d reservations, want 1..%d: %w", n, MaxCounterReservations, ErrBadCounter)
+	case n == 0 && least == 0:
+		return nil, b, nil
+	case n < least || n > MaxCounterReservations:
+		return nil, b, fmt.Errorf("counter record: %d reservations, want %d..%d: %w", n, least, MaxCounterReservations, ErrBadCounter)
 	case len(b) < n*ReservationBytes:
 		return nil, b, fmt.Errorf("counter record: %d reservations need %d bytes, %d left: %w", n, n*ReservationBytes, len(b), ErrBadCounter)
 	}
@@ -255,6 +310,8 @@ func (c *Counter) checkID() error {
 		return fmt.Errorf("counter name holds a NUL byte: %w", ErrBadCounter)
 	case c.Key == "" || len(c.Key) > MaxKeyLen:
 		return fmt.Errorf("counter key of %d bytes, want 1..%d: %w", len(c.Key), MaxKeyLen, ErrBadCounter)
+	case c.StandInHits < 0:
+		return fmt.Errorf("counter of %d stand-in hits, want none or more: %w", c.StandInHits, ErrBadCounter)
 	case len(c.Reservations) == 0:
 		return nil
 	case c.Role != RoleLimit || !Reservable(c.Algorithm):

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"os"
@@ -15,11 +16,12 @@ import (
 
 // TestCounterGolden pins the record layouts: version 1, which every
 // counter of RoleLimit without reservations is still written in, version
-// 2, with a role, and version 3, with reservations (TestCounterGoldenV3).
-// If it fails, a layout changed: bump CounterVersion, then update these
-// bytes and the layout in AppendBinary's doc.
+// 2, with a role, version 3, with reservations (TestCounterGoldenV3), and
+// version 4, with stand-in hits (TestCounterGoldenV4). If it fails, a
+// layout changed: bump CounterVersion, then update these bytes and the
+// layout in AppendBinary's doc.
 func TestCounterGolden(t *testing.T) {
-	if CounterVersion != 3 {
+	if CounterVersion != 4 {
 		t.Fatalf("CounterVersion = %d: update the golden bytes to the new layout", CounterVersion)
 	}
 	c := Counter{Name: "api", Key: "u:1", Algorithm: FixedWindow,
@@ -64,7 +66,27 @@ var goldenReservation = Reservation{
 // '#'), an open reservation and a settled one. If it fails, the layout
 // changed: see TestCounterGolden.
 func TestCounterGoldenV3(t *testing.T) {
-	text, err := os.ReadFile("testdata/counter-v3.hex")
+	open := goldenReservation
+	open.ID[15] = 0xff
+	open.Settled, open.Cost, open.Outcome = false, 0, Settled{}
+	testCounterGoldenFile(t, "testdata/counter-v3.hex", Counter{Name: "api", Key: "u:1", Algorithm: FixedWindow,
+		Limit: algorithms.Limit{Count: 10, Period: time.Second, Burst: 2}, Last: 0x0102030405060708,
+		State: []byte{0xaa, 0xbb}, Reservations: []Reservation{open, goldenReservation}})
+}
+
+// TestCounterGoldenV4 pins version 4, a counter with stand-in hits, to
+// testdata/counter-v4.hex, as TestCounterGoldenV3 does version 3.
+func TestCounterGoldenV4(t *testing.T) {
+	testCounterGoldenFile(t, "testdata/counter-v4.hex", Counter{Name: "api", Key: "u:1", Algorithm: FixedWindow,
+		Role: RoleCeiling, Limit: algorithms.Limit{Count: 10, Period: time.Second, Burst: 2}, Last: 0x0102030405060708,
+		State: []byte{0xaa, 0xbb}, StandInHits: 7})
+}
+
+// testCounterGoldenFile checks that c's record is the one in file (hex,
+// one field a line, with comments after '#'), and decodes back to c.
+func testCounterGoldenFile(t *testing.T, file string, c Counter) {
+	t.Helper()
+	text, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,12 +95,6 @@ func TestCounterGoldenV3(t *testing.T) {
 		line, _, _ = strings.Cut(line, "#")
 		want.WriteString(strings.Join(strings.Fields(line), ""))
 	}
-	open := goldenReservation
-	open.ID[15] = 0xff
-	open.Settled, open.Cost, open.Outcome = false, 0, Settled{}
-	c := Counter{Name: "api", Key: "u:1", Algorithm: FixedWindow,
-		Limit: algorithms.Limit{Count: 10, Period: time.Second, Burst: 2}, Last: 0x0102030405060708,
-		State: []byte{0xaa, 0xbb}, Reservations: []Reservation{open, goldenReservation}}
 	b, err := c.AppendBinary(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -109,12 +125,14 @@ func TestCounterRoundTrip(t *testing.T) {
 	}
 	// The longest name and key, in version 2 (a role): with no entries, a
 	// sliding log's record is within MaxFixedCounterBytes; with a full
-	// log and the most reservations, in version 3, it is MaxCounterBytes.
+	// log, the most reservations and stand-in hits, in version 4, it is
+	// MaxCounterBytes.
 	if n := len(b) - len("prefix"); n > MaxFixedCounterBytes {
 		t.Errorf("record of an empty log: %d bytes, more than MaxFixedCounterBytes %d", n, MaxFixedCounterBytes)
 	}
 	c.State = make([]byte, algorithms.MaxStateBytes)
 	c.Role = RoleLimit
+	c.StandInHits = 1
 	c.Reservations = make([]Reservation, MaxCounterReservations)
 	for i := range c.Reservations {
 		c.Reservations[i] = goldenReservation
@@ -129,6 +147,16 @@ func TestCounterRoundTrip(t *testing.T) {
 	}
 }
 
+// v4 rewrites good's version 1 record b in version 4's layout with the
+// given stand-in hits and count of reservations (and none of them).
+func v4(b []byte, good Counter, hits int64, reservations uint16) []byte {
+	head := b[2 : len(b)-len(good.State)] // name, key, limit, last
+	out := append([]byte{4, b[1], byte(RoleLimit)}, head...)
+	out = binary.LittleEndian.AppendUint64(out, uint64(hits))
+	out = binary.LittleEndian.AppendUint16(out, reservations)
+	return append(out, good.State...)
+}
+
 func TestCounterRefuses(t *testing.T) {
 	good := Counter{Name: "api", Key: "k", Algorithm: GCRA, Limit: algorithms.Limit{Count: 1, Period: time.Second}}
 	b, err := good.AppendBinary(nil)
@@ -141,7 +169,12 @@ func TestCounterRefuses(t *testing.T) {
 		want error
 	}{
 		{"empty", nil, ErrBadCounter},
-		{"version 4", append([]byte{4}, b[1:]...), ErrUnknownVersion},
+		{"version 5", append([]byte{5}, b[1:]...), ErrUnknownVersion},
+		{"version 4 of no stand-in hits", v4(b, good, 0, 0), ErrBadCounter},
+		{"version 4 of negative stand-in hits", v4(b, good, -1, 0), ErrBadCounter},
+		{"version 4 of more reservations than allowed", v4(b, good, 1, MaxCounterReservations+1), ErrBadCounter},
+		{"version 4 of a reservation it does not hold", v4(b, good, 1, 1), ErrBadCounter},
+		{"version 4 truncated in its hits", v4(b, good, 1, 0)[:len(b)+1-len(good.State)+4], ErrBadCounter},
 		{"version 3 of no reservations", append(append([]byte{3}, b[1:len(b)-len(good.State)]...), 0, 0), ErrBadCounter},
 		{"version 0", append([]byte{0}, b[1:]...), ErrUnknownVersion},
 		{"unknown algorithm", append([]byte{1, byte(NumAlgorithms)}, b[2:]...), ErrBadCounter},
@@ -166,6 +199,7 @@ func TestCounterRefuses(t *testing.T) {
 		{Name: "n", Key: "k", Algorithm: NumAlgorithms},
 		{Name: "n", Key: "k", Role: numRoles},
 		{Name: "n", Key: "k", Algorithm: Spacing, Role: RoleCeiling},
+		{Name: "n", Key: "k", StandInHits: -1},
 	} {
 		if _, err := c.AppendBinary(nil); !errors.Is(err, ErrBadCounter) {
 			t.Errorf("AppendBinary(name %d bytes, key %d bytes, %s) = %v, want ErrBadCounter", len(c.Name), len(c.Key), c.Algorithm, err)
@@ -190,6 +224,11 @@ func FuzzCounter(f *testing.F) {
 		{Name: "api", Key: "k", Algorithm: FixedWindow, Limit: algorithms.Limit{Count: 10, Period: time.Second},
 			Last: t0.UnixNano(), State: []byte{1, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 			Reservations: []Reservation{fuzzReservation(0, false), fuzzReservation(1, true)}},
+		{Name: "api", Key: "k", Algorithm: FixedWindow, Limit: algorithms.Limit{Count: 10, Period: time.Second},
+			Last: t0.UnixNano(), State: []byte{1, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+			Reservations: []Reservation{fuzzReservation(0, false)}, StandInHits: 3},
+		{Name: "api", Key: "k", Algorithm: TokenBucket, Role: RoleCeiling, Limit: algorithms.Limit{Count: 1, Period: time.Second},
+			Last: t0.UnixNano(), State: []byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, StandInHits: 1},
 	} {
 		b, err := c.AppendBinary(nil)
 		if err != nil {
@@ -221,6 +260,23 @@ func FuzzCounter(f *testing.F) {
 			t.Fatalf("refused counter's reservations kept: %v", err)
 		case s.Reservations() > len(c.Reservations):
 			t.Fatalf("%d reservations kept of %d", s.Reservations(), len(c.Reservations))
+		}
+		// Into a store that holds the key's counter, charged: whatever
+		// the record says, its stand-in hits included, merging never
+		// refills it.
+		if err != nil || c.Role != RoleLimit || c.Algorithm == Spacing {
+			return
+		}
+		held := New(Config{})
+		r := Request{Name: c.Name, Key: c.Key, Algorithm: c.Algorithm, Limit: c.Limit, Hits: 1, Now: t0}
+		held.Decide(&r)
+		r.Hits = 0
+		before := held.Check(&r).Remaining
+		if err := held.Merge(c, t0, time.Minute); err != nil {
+			t.Fatalf("Merge into a store that holds the key: %v, after Merge into an empty one took it", err)
+		}
+		if after := held.Check(&r).Remaining; after > before {
+			t.Fatalf("merging %+v refilled the counter: %d remaining before, %d after", c, before, after)
 		}
 	})
 }

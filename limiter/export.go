@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/ringlimit/ringlimit/algorithms"
 )
 
 // Counters yields a copy of every counter the store holds, without taking
@@ -152,21 +154,27 @@ func (s *Store) mergeUnder(c Counter, key string, now time.Time, skew time.Durat
 		return err
 	}
 	c.Key = key
-	return s.mergeLocked(&c, now.UnixNano(), true, vouched)
+	mode := mergeMeet
+	if vouched {
+		mode = mergeCopy
+	}
+	return s.mergeLocked(&c, now.UnixNano(), true, mode)
 }
 
 // mergeLocked merges c into its shard under the shard's lock, with its
 // reservations (see travel.go), at now (Unix ns), making room for it with
-// room (see table.merge). With vouched false, c is a peer's word about a
-// counter: its reservations give back only as keepReservations allows.
-func (s *Store) mergeLocked(c *Counter, now int64, room, vouched bool) error {
+// room, and its stand-in hits as mode says (see table.merge). In
+// mergeMeet, c is a peer's word about a counter: its reservations give
+// back only as keepReservations allows.
+func (s *Store) mergeLocked(c *Counter, now int64, room bool, mode mergeMode) error {
+	vouched := mode != mergeMeet
 	i := s.shardIndex(c.Key)
 	sh := &s.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	s.settleArrived(int(i), c)
 	heldBefore := len(c.Reservations) > 0 && sh.holds(Request{Name: c.Name, Key: c.Key, Algorithm: c.Algorithm, Role: c.Role})
-	if err := sh.tables[c.Algorithm].merge(s, sh, c, now, room); err != nil {
+	if err := sh.tables[c.Algorithm].merge(s, sh, c, now, room, mode); err != nil {
 		return err
 	}
 	s.keepReservations(int(i), c, now, vouched || !heldBefore, vouched)
@@ -175,18 +183,33 @@ func (s *Store) mergeLocked(c *Counter, now int64, room, vouched bool) error {
 
 // Restore puts back counters that this store yielded (from Extract) but
 // that could not be delivered, merging each with any counter made for the
-// same key since. Unlike Merge, it trusts them to be possible: they are
-// this store's own. (One whose algorithm or state does not even decode,
-// which Extract never yields, is skipped.) Nor does it make room for
-// them, as they are debts it would otherwise forgive: the store may then
-// exceed its bounds by the counters that were out for delivery.
-func (s *Store) Restore(cs []Counter) {
+// same key since (which, if a stand-in's, adds its hits: see mergeBack).
+// Unlike Merge, it trusts them to be possible: they are this store's own.
+// (One whose algorithm or state does not even decode, which Extract never
+// yields, is skipped.) Nor does it make room for them, as they are debts
+// it would otherwise forgive: the store may then exceed its bounds by the
+// counters that were out for delivery.
+func (s *Store) Restore(cs []Counter) { s.restore(cs, mergeBack) }
+
+// Remark is Restore for copies of counters the store still holds (from
+// Changed) that could not be delivered: merging them changes nothing but
+// marks them changed again, so that the next Changed walk yields them.
+func (s *Store) Remark(cs []Counter) { s.restore(cs, mergeCopy) }
+
+// Promote is Restore for copies of another node's counters (replicas,
+// validated when they arrived) that this store takes as its own, its key's
+// owner being unreachable or gone: a counter a stand-in made here
+// meanwhile adds its hits to the copy, and they stay counted apart (see
+// mergePromote).
+func (s *Store) Promote(cs []Counter) { s.restore(cs, mergePromote) }
+
+func (s *Store) restore(cs []Counter, mode mergeMode) {
 	for i := range cs {
 		c := &cs[i]
 		if !c.Algorithm.Valid() {
 			continue
 		}
-		_ = s.mergeLocked(c, c.Last, false, true)
+		_ = s.mergeLocked(c, c.Last, false, mode)
 	}
 }
 
@@ -207,7 +230,8 @@ func (t *table[S, P]) counter(a Algorithm, idx int32) (Counter, error) {
 	e := &t.entries[idx]
 	state, err := P(&e.state).AppendBinary(nil)
 	role, name, key := splitID(e.id)
-	return Counter{Name: name, Key: key, Algorithm: a, Role: role, Limit: t.limit(e), Last: e.last, State: state}, err
+	return Counter{Name: name, Key: key, Algorithm: a, Role: role, Limit: t.limit(e), Last: e.last, State: state,
+		StandInHits: t.standIns[idx]}, err
 }
 
 // charged appends to out the counters not back to full at now (Unix ns),
@@ -228,7 +252,7 @@ func (t *table[S, P]) charged(a Algorithm, now int64, out []Counter, states []by
 		}
 		role, name, key := splitID(e.id)
 		out = append(out, Counter{Name: name, Key: key, Algorithm: a, Role: role, Limit: t.limit(e), Last: e.last,
-			State: states[start:len(states):len(states)]})
+			State: states[start:len(states):len(states)], StandInHits: t.standIns[idx]})
 	}
 	return out, states
 }
@@ -309,6 +333,31 @@ func (t *table[S, P]) validate(c *Counter, now time.Time, skew time.Duration) er
 	return nil
 }
 
+// How a merge treats the hits stand-ins charged (Counter.StandInHits).
+type mergeMode uint8
+
+const (
+	// mergeMeet is a counter from another node (hand-off, snapshots)
+	// meeting this store's: hits a stand-in charged on either side are
+	// added to the other's state (see table.merge).
+	mergeMeet mergeMode = iota
+	// mergeCopy is a newer copy of one counter (a replica from its
+	// sender): both count their stand-in hits from one start, so the
+	// larger count is kept.
+	mergeCopy
+	// mergeBack is a counter this store yielded (Extract) coming back
+	// beside one it made meanwhile: if that one was a stand-in's (made
+	// while the key's counter was away), its hits are added to the state
+	// that came back, and are no longer counted apart if that was the
+	// key's own counter (it counted no stand-in hits).
+	mergeBack
+	// mergePromote is a copy of another node's counter (a replica) that
+	// this store takes as its own: as mergeBack, but the hits of a
+	// stand-in's counter here stay counted apart, since the node whose
+	// counter it copies does not have them.
+	mergePromote
+)
+
 // merge folds c's state into its counter in t, part of shard sh of store,
 // inserting it if new; the counter keeps the more charged state, the later
 // Last and the limit of the later evaluation. When the two were evaluated
@@ -319,7 +368,23 @@ func (t *table[S, P]) validate(c *Counter, now time.Time, skew time.Duration) er
 // new counter, or a sliding log that may grow, must find room as a check's
 // would at now (see Store.take), or is refused with ErrFull. sh.mu is
 // held.
-func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter, now int64, room bool) error {
+//
+// Stand-in hits (see Request.StandIn) are what keeping the more charged
+// state would lose: two counters charged from one starting state, the
+// owner's and a stand-in's, each hold that state and their own hits, and
+// the key admitted the sum. So in mergeMeet, when the store holds the
+// key's counter, the side that carries stand-in hits has them added to
+// the other's state before the two states merge: an arriving stand-in's
+// to this store's counter, which stays what it was (the key's, or a
+// stand-in's that counts them too), or this store's to an arriving
+// counter of the key's own, which this store's then becomes (it counts
+// none). A counter both sides hold adds the hits a stand-in charged at
+// most up to what the stand-in's state still holds charged at now (hits
+// whose effect has passed there are not charged again), and at most to
+// empty (a counter holds no debt); they are charged as if at now, which
+// errs towards refusing. The states then merge as above, so a merge never
+// refills a counter.
+func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter, now int64, room bool, mode mergeMode) error {
 	var s S
 	if err := P(&s).UnmarshalBinary(c.State); err != nil {
 		return stateError(err)
@@ -330,7 +395,8 @@ func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter, now int64, room
 		store.metrics.refused.Inc()
 		return ErrFull
 	}
-	if idx < 0 {
+	held := idx >= 0
+	if !held {
 		if room {
 			if err := store.makeRoom(sh, t, now, 1, t.cost(len(id))); err != nil {
 				return err
@@ -342,6 +408,9 @@ func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter, now int64, room
 	}
 	e := &t.entries[idx]
 	before := t.footprint(idx)
+	if held && mode != mergeCopy {
+		t.meet(idx, &s, c, now, mode)
+	}
 	twoLimits := t.limit(e) != c.Limit
 	P(&e.state).Merge(s)
 	if c.Last >= e.last {
@@ -351,9 +420,57 @@ func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter, now int64, room
 	if twoLimits {
 		P(&e.state).Clamp(time.Unix(0, e.last), t.limit(e))
 	}
+	if hits, ok := t.standIns[idx]; c.StandInHits > 0 && (!held || mode != mergeMeet || ok) {
+		// Counted apart here unless they were added to the key's own
+		// counter (mergeMeet, held, not a stand-in's).
+		if t.standIns == nil {
+			t.standIns = make(map[int32]int64)
+		}
+		if mode == mergeCopy {
+			t.standIns[idx] = max(hits, c.StandInHits)
+		} else {
+			t.standIns[idx] = addSaturating(hits, c.StandInHits)
+		}
+	}
 	e.changed = true
 	t.settle(idx, before)
 	return nil
+}
+
+// meet adds, before the two states merge, the hits a stand-in charged on
+// one side to the other (see merge and mergeMode): arriving's
+// (c.StandInHits) to the counter at idx, in mergeMeet, or the counter's
+// (t.standIns) to s, arriving's decoded state, which then, if it is the
+// key's own (mergeMeet, or mergeBack of a counter that counts no
+// stand-in hits), is the key's counter here.
+func (t *table[S, P]) meet(idx int32, s *S, c *Counter, now int64, mode mergeMode) {
+	e := &t.entries[idx]
+	mine, standingIn := t.standIns[idx]
+	switch {
+	case c.StandInHits > 0 && mode == mergeMeet:
+		at := max(now, c.Last, e.last)
+		n := min(c.StandInHits, spent[S, P](s, at, c.Limit), P(&e.state).Check(time.Unix(0, at), t.limit(e), 0).Remaining)
+		if n > 0 {
+			t.take(idx, false, at, t.limit(e), n, false)
+		}
+	case standingIn:
+		at := max(now, c.Last, e.last)
+		n := min(mine, spent[S, P](&e.state, at, t.limit(e)), P(s).Check(time.Unix(0, at), c.Limit, 0).Remaining)
+		if n > 0 {
+			P(s).Take(time.Unix(0, at), c.Limit, n)
+		}
+		if mode == mergeMeet || mode == mergeBack && c.StandInHits == 0 {
+			delete(t.standIns, idx)
+		}
+	}
+}
+
+// spent returns the hits st holds charged at now (Unix ns) under l: how
+// many fewer it would admit than a counter at rest.
+func spent[S any, P state[S]](st P, now int64, l algorithms.Limit) int64 {
+	var rest S
+	at := time.Unix(0, now)
+	return max(P(&rest).Check(at, l, 0).Remaining-st.Check(at, l, 0).Remaining, 0)
 }
 
 // Holds reports whether the store has a counter for r's name, key,

@@ -105,6 +105,15 @@ type Request struct {
 	MinInterval time.Duration
 	// Now is the time to evaluate at.
 	Now time.Time
+	// StandIn says the check is decided here for a counter that may be
+	// elsewhere: this node stands in for a key's owner it cannot reach, or
+	// owns the key but stopped waiting for its counter to arrive. What it
+	// charges is also counted apart (Counter.StandInHits), so that when
+	// this counter and the key's own meet, in a hand-off, the store that
+	// holds the key's counter adds these hits to it instead of keeping the
+	// more charged of the two: both sides admitted from one starting state,
+	// and only their sum is what they admitted (see Store.Merge).
+	StandIn bool
 }
 
 // Store holds counters. It is safe for concurrent use.
@@ -393,7 +402,11 @@ func (s *Store) takeAt(t counters, r *Request, id []byte, hash uint32, idx int32
 		idx = t.insert(id, hash, now)
 		s.held.Add(1)
 	}
-	return t.take(idx, r.Reset, now, r.Limit, r.Hits, r.ChargeRefused)
+	d := t.take(idx, r.Reset, now, r.Limit, r.Hits, r.ChargeRefused)
+	if r.StandIn && r.Algorithm != Spacing { // a spacing's state is its last admission: the later of two is both sides'
+		t.standIn(idx, r.Hits, d.Allowed, r.ChargeRefused)
+	}
+	return d
 }
 
 // evictedLogs counts n sliding logs evicted for the log budget.
@@ -475,6 +488,7 @@ type counters interface {
 	find(id []byte, hash uint32) int32
 	insert(id []byte, hash uint32, now int64) int32
 	take(idx int32, reset bool, now int64, l algorithms.Limit, n int64, chargeRefused bool) algorithms.Decision
+	standIn(idx int32, n int64, allowed, chargeRefused bool)
 	check(idx int32, reset bool, now int64, l algorithms.Limit, n int64) algorithms.Decision
 	dropIdle(now int64, most int) int
 	evictFull(now int64, most int, except int32) bool
@@ -487,7 +501,7 @@ type counters interface {
 	extract(a Algorithm, move func(key string) bool, out []Counter) []Counter
 	takeOut(a Algorithm, id []byte, hash uint32) (Counter, bool)
 	validate(c *Counter, now time.Time, skew time.Duration) error
-	merge(store *Store, sh *shard, c *Counter, now int64, room bool) error
+	merge(store *Store, sh *shard, c *Counter, now int64, room bool, mode mergeMode) error
 }
 
 // take decides n hits under l on the counter at idx at now (Unix ns), and
@@ -516,6 +530,34 @@ func (t *table[S, P]) take(idx int32, reset bool, now int64, l algorithms.Limit,
 	t.touch(idx)
 	t.settle(idx, before)
 	return d
+}
+
+// standIn counts n hits that a stand-in's check (Request.StandIn) of the
+// counter at idx, just decided, charged: all of them if it was allowed,
+// or if its refused hits were charged too (chargeRefused, by a state that
+// counts them: addOrTake); none otherwise.
+func (t *table[S, P]) standIn(idx int32, n int64, allowed, chargeRefused bool) {
+	if n <= 0 {
+		return
+	}
+	if !allowed {
+		if _, adds := any(&t.entries[idx].state).(adder); !adds || !chargeRefused {
+			return
+		}
+	}
+	if t.standIns == nil {
+		t.standIns = make(map[int32]int64)
+	}
+	t.standIns[idx] = addSaturating(t.standIns[idx], n)
+}
+
+// addSaturating returns a + b for b >= 0, saturating instead of
+// overflowing.
+func addSaturating(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 func (t *table[S, P]) check(idx int32, reset bool, now int64, l algorithms.Limit, n int64) algorithms.Decision {

@@ -65,6 +65,11 @@ type table[S any, P state[S]] struct {
 	logs    logBudget
 	limits  limits
 	bytes   *atomic.Int64 // the store's count of what its counters are accounted at (cost)
+	// standIns are the hits stand-ins' checks (Request.StandIn) charged
+	// to the counters at these indexes, since each last met the key's own
+	// counter (Counter.StandInHits): nil until a stand-in decides here, and
+	// never more entries than counters, as remove deletes them.
+	standIns map[int32]int64
 }
 
 // newTable returns an empty table that accounts its counters in bytes
@@ -152,6 +157,7 @@ func (t *table[S, P]) remove(idx int32, hash uint32) {
 	t.forget(idx)
 	t.limits.release(t.entries[idx].limit)
 	t.unlink(idx)
+	delete(t.standIns, idx)
 	t.entries[idx] = entry[S]{next: t.free}
 	t.free = idx
 	t.n--

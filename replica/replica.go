@@ -201,7 +201,7 @@ func (n *Node) Run(ctx context.Context) error {
 // (see follow), to the key's heir, in batches of at most
 // peerpb.MaxHandOffCounters counters and MaxHandOffBytes, and returns how
 // many the heirs took. Counters whose batch could not be delivered are
-// marked changed again (limiter.Store.Restore), so that the next round
+// marked changed again (limiter.Store.Remark), so that the next round
 // sends them; those of an heir that failed are not sent to it again this
 // round. Counters this node holds for keys it does not own are hand-off's,
 // not replicated. Run calls it every interval; a test may call it instead
@@ -247,7 +247,7 @@ func (n *Node) Replicate(ctx context.Context) int {
 		sent += n.send(ctx, b, failed)
 	}
 	if len(retry) > 0 {
-		n.store.Restore(retry)
+		n.store.Remark(retry)
 	}
 	if len(failed) == 0 {
 		n.synced.Store(start.UnixNano())
@@ -284,7 +284,7 @@ func (n *Node) send(ctx context.Context, b *handoff.Batch, failed map[string]boo
 	if err != nil {
 		n.metrics.batches.WithLabelValues("failed").Inc()
 		n.log.Debug("replication to an heir failed; sending again next round", "heir", b.To.Name, "counters", len(b.Counters), "err", err)
-		n.store.Restore(b.Counters)
+		n.store.Remark(b.Counters)
 		failed[b.To.Name] = true
 		return 0
 	}
@@ -383,10 +383,10 @@ func (n *Node) Promote(r *ring.Ring) {
 		moved = append(moved, c)
 	}
 	if len(moved) > 0 {
-		// Replicas were validated when they arrived: Restore merges them
+		// Replicas were validated when they arrived: Promote merges them
 		// as the store's own, and marks them changed, so that they go to
 		// their new heir next round.
-		n.store.Restore(moved)
+		n.store.Promote(moved)
 		n.metrics.promoted.Add(float64(len(moved)))
 		n.log.Info("promoted replicas of keys this node now owns", "counters", len(moved))
 	}
@@ -419,7 +419,7 @@ func (n *Node) PromoteKey(r *limiter.Request) bool {
 	for i := range cs {
 		cs[i].Key = r.Key
 	}
-	n.store.Restore(cs) // validated when they arrived, as in Promote
+	n.store.Promote(cs) // validated when they arrived, as in Promote
 	n.metrics.promoted.Add(float64(len(cs)))
 	return true
 }

@@ -18,13 +18,12 @@ import (
 // decided for (standIns), and once such an owner answers again and no
 // check has come for it by failover for standInQuiet, it runs a round of
 // hand-off, which gives every counter it holds for a key it does not own
-// to that key's owner, merged there as every hand-off is (the more charged
-// state wins).
-//
-// What this does not do: add the two sides' admissions. The merge keeps
-// the more charged of the owner's counter and the stand-in's, not their
-// sum, so a key whose owner admitted while its stand-in did (a partition,
-// not a freeze) ends the heal counting the larger of the two.
+// to that key's owner. The stand-in decided those checks as a stand-in's
+// (limiter.Request.StandIn), so each counter carries the hits it charged
+// standing in, and the owner adds them to its own counter rather than keep
+// the more charged of the two (limiter.Store.Merge): after a partition,
+// in which both sides admitted from one starting state, the owner's
+// counter counts what both admitted.
 
 // standInQuiet is how long after its last failover decision for an owner
 // a stand-in waits before it gives that owner's counters back: other
@@ -87,15 +86,18 @@ func (st *standIns) forget(members map[string]bool) {
 	}
 }
 
-// noteStandIn records that c.reqs[j], decided here as a check relayed or
-// re-planned to this node (route.landed), was decided for another owner:
-// its key's owner in the ring it was routed by is not this node.
-func (s *Service) noteStandIn(c *call, j int) {
+// noteStandIn records whether c.reqs[j], decided here as a check relayed
+// or re-planned to this node (route.landed), is decided for another
+// owner: its key's owner in the ring it was routed by is not this node.
+// It reports whether it is, so that the check is decided as a stand-in's
+// (limiter.Request.StandIn).
+func (s *Service) noteStandIn(c *call, j int) bool {
 	owner, ok := c.ring.Owner(c.reqs[j].Key)
 	if !ok || owner.Name == s.cluster.LocalMember().Name {
-		return
+		return false
 	}
 	s.standIns.note(owner.PeerAddr, s.suspects.now())
+	return true
 }
 
 // giveBack is one round of the stand-in's part of a heal: it probes each

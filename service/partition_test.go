@@ -214,10 +214,11 @@ func TestFailOverSkipsSuspects(t *testing.T) {
 // TestHeirGivesBackWhatItDecidedOnceTheOwnerAnswers: the heir that
 // decided an unreachable owner's key by failover gives the counter back
 // to the owner once the owner answers again, without a ring change: the
-// owner's counter then counts what the heir admitted (the more charged of
-// the two, as a hand-off merges), and the heir holds nothing for the key.
-// Before, the counter stayed with the heir until the next ring change,
-// and the owner went on from its own.
+// owner's counter then counts what both sides admitted during the split
+// (the heir's hits added to the owner's counter, not the more charged of
+// the two), and the heir holds nothing for the key. Before, the counter
+// stayed with the heir until the next ring change, and the owner went on
+// from its own; then the owner kept the more charged of the two.
 func TestHeirGivesBackWhatItDecidedOnceTheOwnerAnswers(t *testing.T) {
 	c, svcs := newFakeCluster(3)
 	key := c.keyInheritedBy(2, 1)
@@ -231,6 +232,11 @@ func TestHeirGivesBackWhatItDecidedOnceTheOwnerAnswers(t *testing.T) {
 		if r := check(t, svcs[0], item); r.Metadata[MetadataDecidedBy] != routeFailover {
 			t.Logf("%v", r)
 			t.Fatalf("with the owner down: %v, want decided by failover", r)
+		}
+	}
+	for range 2 { // the owner's side of the split admits too
+		if r := check(t, svcs[2], item); r.Status != pb.Status_UNDER_LIMIT || r.Metadata[MetadataDecidedBy] == routeFailover {
+			t.Fatalf("at the owner during the split: %v, want admitted by the owner", r)
 		}
 	}
 	c.down["peer-2"] = false
@@ -248,11 +254,11 @@ func TestHeirGivesBackWhatItDecidedOnceTheOwnerAnswers(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	probe := &pb.CheckItem{Name: "api", Key: key, Limit: 10, DurationMs: 3_600_000, Algorithm: pb.Algorithm_SLIDING_WINDOW, Hits: proto.Int64(0)}
 	left := check(t, svcs[2], probe).Remaining
-	for end := time.Now().Add(10 * time.Second); left != 3 && time.Now().Before(end); left = check(t, svcs[2], probe).Remaining {
+	for end := time.Now().Add(10 * time.Second); left != 1 && time.Now().Before(end); left = check(t, svcs[2], probe).Remaining {
 		time.Sleep(time.Millisecond)
 	}
-	if left != 3 {
-		t.Errorf("the owner has %d left after the heal, want 3: the 7 its heir counted (its replica's 4 and the 3 it admitted)", left)
+	if left != 1 {
+		t.Errorf("the owner has %d left after the heal, want 1: 4 before the split, then its heir's 3 and its own 2", left)
 	}
 	if heir.store.Len() != 0 {
 		t.Errorf("the heir still holds %d counters", heir.store.Len())

@@ -6,6 +6,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -115,6 +117,50 @@ func TestRelayedToAJoinedOwnerWaits(t *testing.T) {
 		_, svcs, item, _ = joined(t, 2*time.Second) // a previous owner that never says it is done
 		if r, waited := relay(); waited != 2*time.Second || r.Status != pb.Status_UNDER_LIMIT {
 			t.Errorf("relayed, never handed off: waited %v and got %v; want 2s (HandOffWait), then decided on what is here", waited, r.Status)
+		}
+	})
+}
+
+// TestLateCounterAddsWhatTheNewOwnerAdmitted: a new owner that stopped
+// waiting for a key's counter (HandOffWait expired) decides its checks on
+// what it holds; when the counter arrives, what it admitted meanwhile is
+// added to it, not merged as the more charged of the two, so the key
+// admits its limit less both sides' admissions from then on. Before, the
+// owner kept the larger of the previous owner's 2 and its own 2 (3 left,
+// not 1).
+func TestLateCounterAddsWhatTheNewOwnerAdmitted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, svcs := newFakeClusterWith(3, func(int) Config { return Config{HandOffWait: 2 * time.Second} })
+		full := c.ring
+		c.ring = full.Without("node-2")
+		startAlone(c, svcs[2], 2)
+		key, prev := keyMovingTo(t, full, c.ring, "node-2")
+		item := &pb.CheckItem{Name: "api", Key: key, Limit: 5, DurationMs: 3_600_000}
+		for range 2 {
+			check(t, svcs[0], item)
+		}
+		c.ring = full // node-2 joins
+		relay := func() *pb.CheckResult {
+			return svcs[2].Owner().Relayed(t.Context(), []*pb.CheckRequest{{Requests: []*pb.CheckItem{item}}})[0].Responses[0]
+		}
+		for i := range 2 { // the first waits out HandOffWait, the second finds it expired
+			if r := relay(); r.Status != pb.Status_UNDER_LIMIT {
+				t.Fatalf("check %d at the new owner, its counter late: %v, want admitted", i+1, r.Status)
+			}
+		}
+		if sent := svcs[prev].HandOff(t.Context()); sent != 1 {
+			t.Fatalf("node-%d handed off %d counters, want 1", prev, sent)
+		}
+		probe := proto.Clone(item).(*pb.CheckItem)
+		probe.Hits = proto.Int64(0)
+		if left := check(t, svcs[2], probe).Remaining; left != 1 {
+			t.Errorf("the new owner has %d left once the late counter arrived, want 1: 2 before the join and its own 2", left)
+		}
+		if after := relay(); after.Status != pb.Status_UNDER_LIMIT || after.Remaining != 0 {
+			t.Errorf("the last hit: %v with %d left, want admitted with 0 left", after.Status, after.Remaining)
+		}
+		if over := relay(); over.Status != pb.Status_OVER_LIMIT {
+			t.Errorf("a hit past the limit: %v, want OVER_LIMIT", over.Status)
 		}
 	})
 }

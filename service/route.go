@@ -233,9 +233,11 @@ func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes 
 		}
 		if routes[k].landed {
 			s.replica.PromoteKey(r) // relayed here as the key's heir: its owner cannot be reached (see replan)
-			s.noteStandIn(c, ps[k].j)
+			r.StandIn = s.noteStandIn(c, ps[k].j)
 		}
-		s.handoff.Await(ctx, c.ring, r.Key) // its counter may be on its way here
+		if late := s.handoff.Await(ctx, c.ring, r.Key); late { // its counter may be on its way here
+			r.StandIn = true
+		}
 	}
 	release := func() {}
 	if s.leaving.Load() != nil {
@@ -460,6 +462,7 @@ func (s *Service) decideFallback(ctx context.Context, c *call, js []int) {
 		}
 		r.Limit = shareOf(r.Limit, members)
 		r.MinInterval = spacingShare(r.MinInterval, members)
+		r.StandIn = true // the key's counter is its owner's: what this share admits is added to it where they meet (heal.go)
 	}
 	s.decideLocal(ctx, c, js, routeFallback)
 	for _, j := range js {

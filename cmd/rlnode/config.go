@@ -237,14 +237,18 @@ func parseGossipKeys(v string) ([][]byte, error) {
 }
 
 // loopbackUsage ends the usage of each address flag: protect's rule.
-const loopbackUsage = "; given no address, with no TLS and no gossip key configured, on 127.0.0.1 only"
+const loopbackUsage = "; given no address, and the port's own security not configured (client TLS for HTTP and gRPC, peer TLS for the peer port, a gossip key for gossip), on 127.0.0.1 only"
 
-// protect is rlnode's protected mode, as Redis has one: with no security
-// configured (no --tls-*, no --peer-tls-*, no --gossip-key), a port given
-// no address (flag or variable) listens on 127.0.0.1 only, so that a bare
-// start is not open to its network. An address given is honoured as
-// given. Gossip bound to 127.0.0.1 advertises 127.0.0.1 unless
-// --advertise-addr says otherwise, so nodes on one host find each other.
+// protect is rlnode's protected mode, as Redis has one: a port given no
+// address (flag or variable) whose own security is not configured
+// listens on 127.0.0.1 only, so that a start is not open to its network
+// on a port nothing protects. Each port has its own: client TLS (--tls-*)
+// for the HTTP and gRPC ports, peer TLS (--peer-tls-*) for the peer port,
+// a gossip key (--gossip-key) for gossip. One does not open the others: a
+// node with client TLS alone would otherwise take forged hand-offs and
+// gossip from its whole network. An address given is honoured as given.
+// Gossip bound to 127.0.0.1 advertises 127.0.0.1 unless --advertise-addr
+// says otherwise, so nodes on one host find each other.
 //
 // A node whose peer or gossip port is on loopback only while the rest of
 // its settings reach other hosts (--join or --advertise-addr naming
@@ -252,14 +256,13 @@ const loopbackUsage = "; given no address, with no TLS and no gossip key configu
 // not be reached by the nodes it joins, which would dial their own
 // loopback instead: that is an error, naming the flags that fix it.
 func (c *Config) protect(given map[string]bool) error {
-	if c.PeerTLS != (tlsfiles.Files{}) || c.TLS != (tlsfiles.Files{}) || len(c.GossipKeys) > 0 {
-		return nil
-	}
+	clientTLS, peerTLS, gossipKey := c.TLS != (tlsfiles.Files{}), c.PeerTLS != (tlsfiles.Files{}), len(c.GossipKeys) > 0
+	open := map[string]bool{"http-addr": clientTLS, "grpc-addr": clientTLS, "peer-addr": peerTLS, "gossip-addr": gossipKey}
 	for _, a := range []struct {
 		flag string
 		addr *string
 	}{{"http-addr", &c.HTTPAddr}, {"grpc-addr", &c.GRPCAddr}, {"peer-addr", &c.PeerAddr}, {"gossip-addr", &c.GossipAddr}} {
-		if given[a.flag] {
+		if given[a.flag] || open[a.flag] {
 			continue
 		}
 		_, port, err := net.SplitHostPort(*a.addr)
@@ -269,16 +272,17 @@ func (c *Config) protect(given map[string]bool) error {
 		*a.addr = net.JoinHostPort("127.0.0.1", port)
 		c.loopback = append(c.loopback, fmt.Sprintf("--%s=%s", a.flag, *a.addr))
 	}
-	if given["peer-addr"] && given["gossip-addr"] {
+	peerWide, gossipWide := given["peer-addr"] || peerTLS, given["gossip-addr"] || gossipKey
+	if peerWide && gossipWide {
 		return nil
 	}
 	var wide string
 	switch {
 	case c.AdvertiseAddr != "" && !loopbackHost(c.AdvertiseAddr):
 		wide = "--advertise-addr " + c.AdvertiseAddr
-	case given["peer-addr"] && !loopbackHost(c.PeerAddr):
+	case peerWide && !loopbackHost(c.PeerAddr):
 		wide = "--peer-addr " + c.PeerAddr
-	case given["gossip-addr"] && !loopbackHost(c.GossipAddr):
+	case gossipWide && !loopbackHost(c.GossipAddr):
 		wide = "--gossip-addr " + c.GossipAddr
 	default:
 		for _, j := range c.Join {
@@ -291,7 +295,7 @@ func (c *Config) protect(given map[string]bool) error {
 	if wide == "" {
 		return nil
 	}
-	return fmt.Errorf("%s reaches other hosts, but with no TLS and no gossip key configured the peer and gossip ports given no address "+
+	return fmt.Errorf("%s reaches other hosts, but without peer TLS or a gossip key configured the peer or gossip port given no address "+
 		"listen on 127.0.0.1 only, where other nodes cannot reach this one: give --peer-addr and --gossip-addr (e.g. :8082 and :7946), "+
 		"or configure peer TLS (--peer-tls-cert, --peer-tls-key, --peer-tls-ca) and a gossip key (--gossip-key)", wide)
 }
@@ -313,6 +317,7 @@ func loopbackHost(addr string) bool {
 
 // loopbackNote is the message a node in protected mode logs at start,
 // with c.loopback beside it.
-const loopbackNote = "listening on loopback only: no TLS and no gossip key are configured, and no address was given; " +
+const loopbackNote = "listening on loopback only: these ports were given no address and their own security is not configured; " +
 	"to serve other hosts, give each address (e.g. --http-addr :8080 or RLNODE_HTTP_ADDR=:8080), " +
-	"or configure TLS (--tls-cert, --peer-tls-cert, ...) and a gossip key (--gossip-key)"
+	"or configure its security: client TLS (--tls-cert, --tls-key) for HTTP and gRPC, peer TLS (--peer-tls-cert, ...) for the peer port, " +
+	"a gossip key (--gossip-key) for gossip"

@@ -12,15 +12,26 @@ import (
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
-// gossipKey is a valid --gossip-key: with it, a node is not in protected
-// mode (see Config.protect).
+// gossipKey is a valid --gossip-key: with it, the gossip port is not in
+// protected mode (see Config.protect).
 var gossipKey = base64.StdEncoding.EncodeToString(make([]byte, 32))
 
+// secured is the environment of a node with every port's security
+// configured, with m's variables besides: client and peer TLS (by paths,
+// which parseConfig does not read) and a gossip key, so that no port is in
+// protected mode (see Config.protect).
+func secured(m map[string]string) func(string) string {
+	all := map[string]string{"RLNODE_GOSSIP_KEY": gossipKey, "RLNODE_TLS_CERT": "c.pem", "RLNODE_TLS_KEY": "k.pem",
+		"RLNODE_PEER_TLS_CERT": "c.pem", "RLNODE_PEER_TLS_KEY": "k.pem", "RLNODE_PEER_TLS_CA": "ca.pem"}
+	maps.Copy(all, m)
+	return env(all)
+}
+
 // TestParseConfigDefaults: the defaults of a node with security
-// configured (here a gossip key); without, its ports are on loopback (see
+// configured; without, its ports are on loopback (see
 // TestParseConfigLoopback).
 func TestParseConfigDefaults(t *testing.T) {
-	c, err := parseConfig(nil, env(map[string]string{"RLNODE_GOSSIP_KEY": gossipKey}), io.Discard)
+	c, err := parseConfig(nil, secured(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +45,7 @@ func TestParseConfigDefaults(t *testing.T) {
 }
 
 func TestParseConfigFlagsBeatEnvironment(t *testing.T) {
-	c, err := parseConfig([]string{"--http-addr", "127.0.0.1:9000", "--join", "a:7946, b", "--gossip-key", gossipKey}, env(map[string]string{
+	c, err := parseConfig([]string{"--http-addr", "127.0.0.1:9000", "--join", "a:7946, b"}, secured(map[string]string{
 		"RLNODE_HTTP_ADDR":  "127.0.0.1:1",
 		"RLNODE_GRPC_ADDR":  "127.0.0.1:9001",
 		"RLNODE_MAX_KEYS":   "42",
@@ -118,9 +129,23 @@ func TestParseConfigLoopback(t *testing.T) {
 		{"bare", nil, nil, map[string]string{"http": "127.0.0.1:8080", "grpc": "127.0.0.1:8081", "peer": "127.0.0.1:8082", "gossip": "127.0.0.1:7946"}, nil},
 		{"an address given by flag and by variable", []string{"--http-addr", ":9080"}, map[string]string{"RLNODE_GRPC_ADDR": "0.0.0.0:9081"},
 			map[string]string{"http": ":9080", "grpc": "0.0.0.0:9081", "peer": "127.0.0.1:8082", "gossip": "127.0.0.1:7946"}, nil},
-		{"gossip key", nil, map[string]string{"RLNODE_GOSSIP_KEY": gossipKey}, wide, nil},
-		{"client TLS", []string{"--tls-cert", "c.pem", "--tls-key", "k.pem"}, nil, wide, nil},
-		{"peer TLS", []string{"--peer-tls-cert", "c.pem", "--peer-tls-key", "k.pem", "--peer-tls-ca", "ca.pem"}, nil, wide, nil},
+		// Each port's own security opens it, and no other: a node with
+		// client TLS alone keeps its peer and gossip ports to itself.
+		{"client TLS", []string{"--tls-cert", "c.pem", "--tls-key", "k.pem"}, nil,
+			map[string]string{"http": ":8080", "grpc": ":8081", "peer": "127.0.0.1:8082", "gossip": "127.0.0.1:7946"}, nil},
+		{"peer TLS and a gossip key", []string{"--peer-tls-cert", "c.pem", "--peer-tls-key", "k.pem", "--peer-tls-ca", "ca.pem"},
+			map[string]string{"RLNODE_GOSSIP_KEY": gossipKey},
+			map[string]string{"http": "127.0.0.1:8080", "grpc": "127.0.0.1:8081", "peer": ":8082", "gossip": ":7946"}, nil},
+		{"all three", []string{"--tls-cert", "c.pem", "--tls-key", "k.pem"}, map[string]string{"RLNODE_GOSSIP_KEY": gossipKey,
+			"RLNODE_PEER_TLS_CERT": "c.pem", "RLNODE_PEER_TLS_KEY": "k.pem", "RLNODE_PEER_TLS_CA": "ca.pem"}, wide, nil},
+		// Gossip open to the network with the peer port on loopback, or
+		// the other way round, would be joined by nodes that cannot reach
+		// this one.
+		{"a gossip key alone", nil, map[string]string{"RLNODE_GOSSIP_KEY": gossipKey}, nil, []string{"--gossip-addr :7946", "--peer-addr", "--peer-tls-cert"}},
+		{"peer TLS alone", []string{"--peer-tls-cert", "c.pem", "--peer-tls-key", "k.pem", "--peer-tls-ca", "ca.pem"}, nil, nil,
+			[]string{"--peer-addr :8082", "--gossip-addr", "--gossip-key"}},
+		{"a gossip key and a peer address", []string{"--peer-addr", ":8082"}, map[string]string{"RLNODE_GOSSIP_KEY": gossipKey},
+			map[string]string{"http": "127.0.0.1:8080", "grpc": "127.0.0.1:8081", "peer": ":8082", "gossip": ":7946"}, nil},
 		{"joining this host", []string{"--join", "127.0.0.1:7946,localhost:8946"}, nil,
 			map[string]string{"http": "127.0.0.1:8080", "grpc": "127.0.0.1:8081", "peer": "127.0.0.1:8082", "gossip": "127.0.0.1:7946"}, nil},
 		{"joining another host", []string{"--join", "10.0.0.1:7946"}, nil, nil, []string{"--join 10.0.0.1:7946", "--peer-addr and --gossip-addr", "--gossip-key"}},

@@ -160,7 +160,7 @@ func TestReadyzWarnsWithoutSecurity(t *testing.T) {
 func TestParseConfigTLS(t *testing.T) {
 	k16 := base64.StdEncoding.EncodeToString(make([]byte, 16))
 	k32 := base64.StdEncoding.EncodeToString(make([]byte, 32))
-	c, err := parseConfig([]string{"--gossip-key", k32 + ", " + k16}, env(nil), io.Discard)
+	c, err := parseConfig([]string{"--gossip-key", k32 + ", " + k16, "--peer-addr", ":8082"}, env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

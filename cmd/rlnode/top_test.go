@@ -16,7 +16,7 @@ import (
 // (or its variable) turns it off; keys are shown unless hidden; the
 // window of the counts is a positive duration.
 func TestParseConfigStatus(t *testing.T) {
-	c, err := parseConfig(nil, env(map[string]string{"RLNODE_GOSSIP_KEY": gossipKey}), io.Discard)
+	c, err := parseConfig(nil, secured(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
