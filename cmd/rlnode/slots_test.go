@@ -254,7 +254,7 @@ func TestUnreadStreamsFreeTheirSlots(t *testing.T) {
 					}
 				}
 				// The first ended closes the connection, which ends the others.
-				eventually(t, "a stream counted", metricAtLeast(httpAddr, `ringlimit_streams_ended_total{reason="not_read"}`, 1))
+				eventually(t, "a stream counted", metricAtLeast(httpAddr, `ringlimit_streams_ended_total{reason="not_read",stream="check"}`, 1))
 				return
 			}
 			want := status.Convert(mux.ErrIdle).Message()
@@ -264,7 +264,7 @@ func TestUnreadStreamsFreeTheirSlots(t *testing.T) {
 					t.Errorf("stream %d ended with %v, trailer %q, want DEADLINE_EXCEEDED and %q", i, err, why, want)
 				}
 			}
-			eventually(t, "8 streams counted", metricAtLeast(httpAddr, `ringlimit_streams_ended_total{reason="idle"}`, 8))
+			eventually(t, "8 streams counted", metricAtLeast(httpAddr, `ringlimit_streams_ended_total{reason="idle",stream="check"}`, 8))
 		})
 	}
 }
