@@ -79,9 +79,9 @@ func (c Config) connOptions() []grpc.ServerOption {
 //
 //   - a stream of the methods newClientTap is given gets an RPC context
 //     that its server (a mux.Server, rlqs.Server) can end (see
-//     mux.Stoppable), so that a stream
-//     whose client does not read its answers, or sends nothing, ends and
-//     gives its slot back, though its send or receive is blocked;
+//     mux.Stoppable), so that a stream whose client does not read its
+//     answers, or sends nothing, ends and gives its slot back, though its
+//     send or receive is blocked;
 //   - a unary RPC gets a deadline of RequestTimeout, unless its client
 //     gave a shorter one: a client that sends an RPC's headers and
 //     withholds its message would otherwise hold a slot of --max-inflight

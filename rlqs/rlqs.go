@@ -276,7 +276,9 @@ func (s *Server) close(st *stream) {
 // Between reports the server renews the assignments itself, on the
 // stream's accounts: without the bound, a stream whose Envoy went silent
 // would keep its accounts, and the lease calls that renew them, for as
-// long as its connection lived.
+// long as its connection lived. An Envoy whose buckets were all abandoned
+// may have nothing to report: its stream, which then holds no account,
+// is ended all the same, and Envoy opens another with its next report.
 func (s *Server) StreamRateLimitQuotas(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	st, err := s.open()
 	if err != nil {
@@ -284,7 +286,6 @@ func (s *Server) StreamRateLimitQuotas(gs rlqspb.RateLimitQuotaService_StreamRat
 	}
 	defer close(st.drained)
 	defer s.close(st)
-	defer st.stopSending()
 	ctx := gs.Context()
 	msgs := make(chan *rlqspb.RateLimitQuotaUsageReports)
 	ended := make(chan error, 1)
@@ -390,14 +391,6 @@ func (st *stream) send(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServ
 	return err
 }
 
-// stopSending stops the timer of send, if it has one, as the handler
-// returns.
-func (st *stream) stopSending() {
-	if st.sendTimer != nil {
-		st.sendTimer.Stop()
-	}
-}
-
 // stream is one Envoy stream: its secret (its accounts' name on the
 // owners) and its buckets. Only its handler's goroutine touches it, but
 // for drain and drained, which the Server closes and waits on.
@@ -412,7 +405,7 @@ type stream struct {
 	// drain is closed by Drain; drained by the handler as it returns.
 	drain, drained chan struct{}
 	// sendTimer ends the stream when a send takes StreamSendTimeout
-	// (see send); nil until the first send.
+	// (see send); nil until the first send, and stopped after each.
 	sendTimer *time.Timer
 }
 
