@@ -128,10 +128,13 @@ type Config struct {
 	// HandshakeTimeout bounds the TLS and HTTP/2 handshakes of a
 	// connection to any of the three ports, and the headers of an HTTP
 	// request; IdleTimeout closes a connection that has carried no request
-	// for that long. StreamSendTimeout ends a CheckStream whose answer has
-	// waited that long for its client to read it, and StreamIdleTimeout
-	// asks a CheckStream without requests for that long to end (see
-	// mux.Server). Zero timeouts mean none.
+	// for that long. StreamSendTimeout ends a long-lived stream (a
+	// CheckStream, a peer's ForwardStream, an Envoy's quota stream) whose
+	// answer has waited that long for its client to read it, and
+	// StreamIdleTimeout asks a CheckStream or ForwardStream without
+	// requests for that long to end (see mux.Server), and ends a quota
+	// stream without a report for that long (see rlqs.Server). Zero
+	// timeouts mean none.
 	HandshakeTimeout  time.Duration
 	IdleTimeout       time.Duration
 	StreamSendTimeout time.Duration
@@ -323,6 +326,11 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		StrictQuorum: conf.StrictQuorum, StrictFence: conf.StrictFence,
 		Logger: log, Registerer: reg, Policies: n.policies, Leases: conf.Leases, Top: n.top,
 	})
+	// Every long-lived stream, on the client port and the peer port, is
+	// bounded by the same two timeouts (see SECURITY.md, "Connection and
+	// stream slots").
+	ended := newStreamsEnded(reg)
+	grpcLis := n.lis.grpc.(*conns.Listener)
 	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod}, MaxStreams: conf.MaxStreams,
 		Pools:    map[string]int{rlqs.Method: conf.RLQS.MaxStreams},
 		MaxBytes: mem.requests, MaxBodyBytes: api.MaxBodyBytes, Registerer: reg})
@@ -331,7 +339,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		Ready: n.members.Ready, ReadyNote: n.insecure,
 		Members: func() []api.Member { return apiMembers(n.members) },
 		Ring:    n.members.Ring, StreamSendTimeout: conf.StreamSendTimeout, StreamIdleTimeout: conf.StreamIdleTimeout,
-		StreamEnded: streamEnded(n.lis.grpc.(*conns.Listener), reg),
+		StreamEnded: ended.of("check", grpcLis),
 	})
 
 	// Stream workers reuse goroutines whose stacks have grown already,
@@ -346,13 +354,14 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	// before building it.
 	rlsBound := api.BoundOf(&rlspb.RateLimitRequest{}, "descriptors", rls.MaxDescriptors)
 	rlqsBound := api.BoundOf(&rlqspb.RateLimitQuotaUsageReports{}, "bucket_quota_usages", rlqs.MaxUsagesPerMessage)
-	tap := newClientTap(gate, conf.RequestTimeout, api.CheckStreamMethod)
+	tap := newClientTap(gate, conf.RequestTimeout, api.CheckStreamMethod, rlqs.Method)
 	n.grpcSrv = grpc.NewServer(slices.Concat(api.ServerOptions(rlsBound, rlqsBound), tr.grpcServer(), conf.connOptions(),
 		[]grpc.ServerOption{workers, grpc.InTapHandle(tap.tap)})...)
 	n.health = n.faces.RegisterGRPC(n.grpcSrv)
 	rls.New(rls.Config{Checker: n.svc, Policies: n.policies}).Register(n.grpcSrv)
 	if n.quotas, err = rlqs.New(rlqs.Config{Leaser: n.svc, Policies: n.policies, Bounds: conf.RLQS, LeaseTTL: conf.Leases.TTL,
-		Registerer: reg, Logger: log}); err != nil {
+		Registerer: reg, Logger: log, StreamSendTimeout: conf.StreamSendTimeout, StreamIdleTimeout: conf.StreamIdleTimeout,
+		StreamEnded: ended.of("rlqs", grpcLis)}); err != nil {
 		return nil, err
 	}
 	n.quotas.Register(n.grpcSrv)
@@ -361,6 +370,8 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	n.peerSrv = grpc.NewServer(slices.Concat(peer.ServerOptions(), tr.peerServer, conf.connOptions(),
 		[]grpc.ServerOption{workers, grpc.ChainUnaryInterceptor(guard.Unary), grpc.ChainStreamInterceptor(guard.Stream)})...)
 	n.peerFace = peer.NewServer(n.svc.Owner(), reg)
+	n.peerFace.BoundStreams(peer.StreamBounds{SendTimeout: conf.StreamSendTimeout, IdleTimeout: conf.StreamIdleTimeout,
+		Ended: ended.of("forward", n.lis.peer.(*conns.Listener))})
 	n.peerFace.Register(n.peerSrv)
 	// Timeouts bound what a slow or idle client can hold: a body of
 	// api.MaxBodyBytes arrives well within ReadTimeout on any link, and

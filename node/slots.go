@@ -78,9 +78,10 @@ func (c Config) connOptions() []grpc.ServerOption {
 // RPC (see admit.Gate.Tap), and then:
 //
 //   - a stream of the methods newClientTap is given gets an RPC context
-//     that its mux.Server can end (see mux.Stoppable), so that a stream
-//     whose client does not read its answers, or sends nothing, ends and
-//     gives its slot back, though its send or receive is blocked;
+//     that its server (a mux.Server, rlqs.Server) can end (see
+//     mux.Stoppable), so that a stream whose client does not read its
+//     answers, or sends nothing, ends and gives its slot back, though its
+//     send or receive is blocked;
 //   - a unary RPC gets a deadline of RequestTimeout, unless its client
 //     gave a shorter one: a client that sends an RPC's headers and
 //     withholds its message would otherwise hold a slot of --max-inflight
@@ -138,28 +139,37 @@ func (t *clientTap) tap(ctx context.Context, info *tap.Info) (context.Context, e
 	return ctx, err
 }
 
-// streamEnded returns what a node does when it ends a CheckStream (see
-// mux.Server.Ended): it counts it, and closes the connection of a client
+// streamsEnded counts the long-lived streams a node ends for holding
+// their slot without earning it (see mux.Server.Ended), by stream and
+// reason.
+type streamsEnded struct{ vec *prometheus.CounterVec }
+
+func newStreamsEnded(reg prometheus.Registerer) streamsEnded {
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ringlimit_streams_ended_total",
+		Help: "Long-lived streams the node ended, by stream (check: CheckStream; forward: a peer's ForwardStream; rlqs: an Envoy's quota stream) and reason: not_read (an answer waited --stream-send-timeout for its client to read it; the client's connection is closed) or idle (no request for --stream-idle-timeout: twice it for check and forward, whose client is asked to end the stream halfway).",
+	}, []string{"stream", "reason"})
+	reg.MustRegister(vec)
+	return streamsEnded{vec}
+}
+
+// of returns what a node does when it ends a stream of the kind stream,
+// served on lis: it counts it, and closes the connection of a client
 // that did not read its answers. That client reads nothing of the
 // connection, or nothing of that stream, and the stream's unsent answers
 // (up to gRPC's 64 KiB a stream, and one answer more) would wait there
 // until it did: closing the connection frees them, and the slots of the
 // connection and of its other streams.
-func streamEnded(grpcLis *conns.Listener, reg prometheus.Registerer) func(ctx context.Context, reason error) {
-	ended := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "ringlimit_streams_ended_total",
-		Help: "CheckStreams the node ended, by reason: not_read (an answer waited --stream-send-timeout for its client to read it; the client's connection is closed) or idle (no request for twice --stream-idle-timeout, the client asked to end it halfway).",
-	}, []string{"reason"})
-	reg.MustRegister(ended)
-	notRead, idle := ended.WithLabelValues("not_read"), ended.WithLabelValues("idle")
+func (e streamsEnded) of(stream string, lis *conns.Listener) func(ctx context.Context, reason error) {
+	notRead, idle := e.vec.WithLabelValues(stream, "not_read"), e.vec.WithLabelValues(stream, "idle")
 	return func(ctx context.Context, reason error) {
-		if errors.Is(reason, mux.ErrIdle) {
+		if !errors.Is(reason, mux.ErrNotRead) {
 			idle.Inc()
 			return
 		}
 		notRead.Inc()
 		if p, ok := peer.FromContext(ctx); ok {
-			grpcLis.CloseConn(p.Addr)
+			lis.CloseConn(p.Addr)
 		}
 	}
 }

@@ -11,23 +11,32 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/tap"
 
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 )
 
 // calledMethods records the full method name of every call a server
-// receives, as it arrives on the wire.
+// serves, before its guard judges it (the server's tap is
+// ServerOptions').
 type calledMethods struct {
 	mu    sync.Mutex
 	names []string
 }
 
-func (c *calledMethods) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+func (c *calledMethods) record(method string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.names = append(c.names, info.FullMethodName)
-	return ctx, nil
+	c.names = append(c.names, method)
+}
+
+func (c *calledMethods) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	c.record(info.FullMethod)
+	return handler(ctx, req)
+}
+
+func (c *calledMethods) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	c.record(info.FullMethod)
+	return handler(srv, ss)
 }
 
 func (c *calledMethods) called(method string) bool {
@@ -46,8 +55,8 @@ func serveLegacy(t *testing.T, h Handler, m members, calls *calledMethods) strin
 		t.Fatal(err)
 	}
 	g := NewGuard(GuardConfig{Members: m})
-	srv := grpc.NewServer(append(ServerOptions(), grpc.InTapHandle(calls.tap),
-		grpc.ChainUnaryInterceptor(g.Unary), grpc.ChainStreamInterceptor(g.Stream))...)
+	srv := grpc.NewServer(append(ServerOptions(),
+		grpc.ChainUnaryInterceptor(calls.unary, g.Unary), grpc.ChainStreamInterceptor(calls.stream, g.Stream))...)
 	srv.RegisterService(legacyDesc(), NewServer(h, nil))
 	done := make(chan struct{})
 	go func() {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/checks"
@@ -55,10 +56,29 @@ const (
 // and a cost per message) on each server. Add them first
 // to the *grpc.Server that serves Register: they include the outermost
 // unary interceptor, which gives a request's bytes back when its call
-// ends.
+// ends, and the server's grpc.InTapHandle, which gives each ForwardStream
+// a context that Server can end (mux.Stoppable), so that a stream whose
+// sender reads nothing, or sends nothing, ends (see Server.BoundStreams).
 func ServerOptions() []grpc.ServerOption {
 	c := codec{budget: semaphore.NewWeighted(MaxInflightBytes)}
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.ForceServerCodecV2(c), grpc.ChainUnaryInterceptor(releaseUnary)}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.ForceServerCodecV2(c), grpc.ChainUnaryInterceptor(releaseUnary),
+		grpc.InTapHandle(stoppableStreams)}
+}
+
+// forwardStreamMethods are ForwardStream's full names, under the service's
+// name and LegacyServiceName (see Register).
+var forwardStreamMethods = map[string]bool{
+	"/" + serviceName + "/ForwardStream":       true,
+	"/" + LegacyServiceName + "/ForwardStream": true,
+}
+
+// stoppableStreams is the peer server's grpc.InTapHandle: it makes the
+// context of each ForwardStream one its mux.Server can end.
+func stoppableStreams(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if forwardStreamMethods[info.FullMethodName] {
+		ctx = mux.Stoppable(ctx)
+	}
+	return ctx, nil
 }
 
 // Handler is what Server needs from the node: the owner's side of each peer
@@ -129,6 +149,26 @@ func NewServer(h Handler, reg prometheus.Registerer) *Server {
 	s := &Server{h: h, refused: refused}
 	s.streams = mux.Server[peerpb.ForwardStreamRequest, peerpb.ForwardStreamResponse]{Timeout: forwardTimeout, Handle: s.forwardMessage, Notice: drainNotice}
 	return s
+}
+
+// StreamBounds end a ForwardStream that holds its slot without earning it
+// (see mux.Server's fields of the same names): one whose answer has
+// waited SendTimeout for its sender to read it (gRPC's flow control then
+// blocks the send), and one without a batch for IdleTimeout, which is
+// asked to end (the Pool's streams do at once, and send their next
+// batches as Forward RPCs for mux.RetryAfter, then on a new stream) and
+// ended if still idle as long again. Ended, if not nil, is told of each
+// stream so ended. Zero timeouts mean never.
+type StreamBounds struct {
+	SendTimeout, IdleTimeout time.Duration
+	Ended                    func(ctx context.Context, reason error)
+}
+
+// BoundStreams bounds s's ForwardStreams, which are not bounded until it
+// is called. Call it before s serves; the server must be built with
+// ServerOptions, whose tap lets a stream whose send is blocked be ended.
+func (s *Server) BoundStreams(b StreamBounds) {
+	s.streams.SendTimeout, s.streams.IdleTimeout, s.streams.Ended = b.SendTimeout, b.IdleTimeout, b.Ended
 }
 
 // Register registers s as the Peer service on g (usually a *grpc.Server

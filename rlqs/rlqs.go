@@ -28,6 +28,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -41,6 +42,7 @@ import (
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/global"
+	"github.com/ringlimit/ringlimit/internal/mux"
 	"github.com/ringlimit/ringlimit/lease"
 	"github.com/ringlimit/ringlimit/policy"
 )
@@ -128,6 +130,17 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock of the grants' accounting; nil means time.Now.
 	Now func() time.Time
+	// StreamSendTimeout ends a stream once a message has waited that long
+	// for its Envoy to read it (gRPC's flow control blocks the send of a
+	// client that reads nothing); StreamIdleTimeout ends one that has
+	// sent no message for that long (see StreamRateLimitQuotas). Zero
+	// means never. StreamEnded, if not nil, is told of each stream so
+	// ended, with mux.ErrNotRead or the idle status. The stream's RPC
+	// context must come through mux.Stoppable for a stream whose send is
+	// blocked to end at once; without it, it ends when StreamEnded frees
+	// the send (by closing the connection) or the Envoy reads.
+	StreamSendTimeout, StreamIdleTimeout time.Duration
+	StreamEnded                          func(ctx context.Context, reason error)
 }
 
 // Server serves StreamRateLimitQuotas. It is safe for concurrent use and
@@ -250,6 +263,22 @@ func (s *Server) close(st *stream) {
 // usage reports is answered with the assignments it changes or renews,
 // and the assignments are renewed every half time-to-live between
 // reports.
+//
+// A stream must earn its slot, as a CheckStream must: one whose Envoy
+// reads nothing, so that a message waits StreamSendTimeout to be sent,
+// is ended (mux.ErrNotRead, see send), and so is one that sends no
+// message for StreamIdleTimeout (DEADLINE_EXCEEDED, naming the bound).
+// Envoy sends a report of every bucket it holds every reporting
+// interval, requests or none, from the stream's first message on, so a
+// live Envoy's stream is never silent longer than its interval; the
+// node's bound is --stream-idle-timeout, 5 minutes by default, five of
+// the longest interval the lease protocol counts (lease.MaxIntervalMs).
+// Between reports the server renews the assignments itself, on the
+// stream's accounts: without the bound, a stream whose Envoy went silent
+// would keep its accounts, and the lease calls that renew them, for as
+// long as its connection lived. An Envoy whose buckets were all abandoned
+// may have nothing to report: its stream, which then holds no account,
+// is ended all the same, and Envoy opens another with its next report.
 func (s *Server) StreamRateLimitQuotas(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	st, err := s.open()
 	if err != nil {
@@ -260,6 +289,8 @@ func (s *Server) StreamRateLimitQuotas(gs rlqspb.RateLimitQuotaService_StreamRat
 	ctx := gs.Context()
 	msgs := make(chan *rlqspb.RateLimitQuotaUsageReports)
 	ended := make(chan error, 1)
+	var lastRecv atomic.Int64 // Unix ns of the last message received
+	lastRecv.Store(time.Now().UnixNano())
 	// The receiving goroutine ends when the stream does: returning from
 	// this handler ends the stream, and Recv with it.
 	go func() {
@@ -269,6 +300,7 @@ func (s *Server) StreamRateLimitQuotas(gs rlqspb.RateLimitQuotaService_StreamRat
 				ended <- err
 				return
 			}
+			lastRecv.Store(time.Now().UnixNano())
 			select {
 			case msgs <- m:
 			case <-ctx.Done():
@@ -280,11 +312,29 @@ func (s *Server) StreamRateLimitQuotas(gs rlqspb.RateLimitQuotaService_StreamRat
 	// a fifth of it: well before they could expire at the Envoy.
 	renew := time.NewTicker(s.conf.AssignmentTTL / 5)
 	defer renew.Stop()
+	var idle <-chan time.Time // nil: never idle
+	var idleTimer *time.Timer
+	if d := s.conf.StreamIdleTimeout; d > 0 {
+		idleTimer = time.NewTimer(d)
+		defer idleTimer.Stop()
+		idle = idleTimer.C
+	}
 	for {
 		var resp *rlqspb.RateLimitQuotaResponse
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-idle:
+			// The timer runs from the last message it saw: a message since
+			// sets it again for the rest of its bound.
+			d := s.conf.StreamIdleTimeout
+			if since := time.Since(time.Unix(0, lastRecv.Load())); since < d {
+				idleTimer.Reset(d - since)
+				continue
+			}
+			err := status.Errorf(codes.DeadlineExceeded, "stream idle: no usage report for %v (--stream-idle-timeout), though Envoy reports every reporting_interval: open a new stream", d)
+			s.ended(ctx, err)
+			return err
 		case err := <-ended:
 			if errors.Is(err, io.EOF) {
 				return nil
@@ -301,11 +351,44 @@ func (s *Server) StreamRateLimitQuotas(gs rlqspb.RateLimitQuotaService_StreamRat
 			resp = st.renew(ctx)
 		}
 		if len(resp.GetBucketAction()) > 0 {
-			if err := gs.Send(resp); err != nil {
+			if err := st.send(gs, resp); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// ended tells Config.StreamEnded, if set, that the stream of ctx was
+// ended for reason.
+func (s *Server) ended(ctx context.Context, reason error) {
+	if s.conf.StreamEnded != nil {
+		s.conf.StreamEnded(ctx, reason)
+	}
+}
+
+// send sends resp on gs. A send that has not returned within
+// StreamSendTimeout (its Envoy reads nothing, and gRPC's flow control
+// holds the send) ends the stream: mux.End ends the RPC's context, which
+// returns the send, and StreamEnded is told, which may close the
+// connection. send then returns mux.ErrNotRead, whatever the send said.
+func (st *stream) send(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer, resp *rlqspb.RateLimitQuotaResponse) error {
+	d := st.srv.conf.StreamSendTimeout
+	if d <= 0 {
+		return gs.Send(resp)
+	}
+	if st.sendTimer == nil {
+		st.sendTimer = time.AfterFunc(d, func() {
+			mux.End(gs, mux.ErrNotRead)
+			st.srv.ended(gs.Context(), mux.ErrNotRead)
+		})
+	} else {
+		st.sendTimer.Reset(d)
+	}
+	err := gs.Send(resp)
+	if !st.sendTimer.Stop() {
+		return mux.ErrNotRead // the timer fired: the stream is ended
+	}
+	return err
 }
 
 // stream is one Envoy stream: its secret (its accounts' name on the
@@ -321,6 +404,9 @@ type stream struct {
 	set *policy.Set
 	// drain is closed by Drain; drained by the handler as it returns.
 	drain, drained chan struct{}
+	// sendTimer ends the stream when a send takes StreamSendTimeout
+	// (see send); nil until the first send, and stopped after each.
+	sendTimer *time.Timer
 }
 
 // take answers a message of usage reports, or returns the status that
@@ -489,7 +575,7 @@ const maxDrainWait = 5 * time.Second
 // elsewhere.
 func (st *stream) drainStream(ctx context.Context, gs rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer,
 	msgs <-chan *rlqspb.RateLimitQuotaUsageReports, ended <-chan error) error {
-	if err := gs.Send(st.zeroTTL()); err != nil {
+	if err := st.send(gs, st.zeroTTL()); err != nil {
 		return err
 	}
 	var interval time.Duration

@@ -254,7 +254,7 @@ func TestUnreadStreamsFreeTheirSlots(t *testing.T) {
 					}
 				}
 				// The first ended closes the connection, which ends the others.
-				eventually(t, "a stream counted", metricAtLeast(httpAddr, `ringlimit_streams_ended_total{reason="not_read"}`, 1))
+				eventually(t, "a stream counted", metricAtLeast(httpAddr, `ringlimit_streams_ended_total{reason="not_read",stream="check"}`, 1))
 				return
 			}
 			want := status.Convert(mux.ErrIdle).Message()
@@ -264,7 +264,7 @@ func TestUnreadStreamsFreeTheirSlots(t *testing.T) {
 					t.Errorf("stream %d ended with %v, trailer %q, want DEADLINE_EXCEEDED and %q", i, err, why, want)
 				}
 			}
-			eventually(t, "8 streams counted", metricAtLeast(httpAddr, `ringlimit_streams_ended_total{reason="idle"}`, 8))
+			eventually(t, "8 streams counted", metricAtLeast(httpAddr, `ringlimit_streams_ended_total{reason="idle",stream="check"}`, 8))
 		})
 	}
 }
@@ -322,11 +322,12 @@ func drain(s pb.RateLimiter_CheckStreamClient) error {
 	}
 }
 
-// TestWithheldMessagesFreeTheirSlots: Check RPCs whose client sends the
-// headers and never the message take every slot of --max-inflight (4
-// here); each ends after --request-timeout, and a legitimate check is then
-// admitted. Before, they held the slots for as long as their connection
-// lived.
+// TestWithheldMessagesFreeTheirSlots: Check and Lease RPCs (a lessee's
+// call is unary, not a stream: --request-timeout bounds it as it bounds a
+// check) whose client sends the headers and never the message take every
+// slot of --max-inflight (4 here); each ends after --request-timeout, and
+// a legitimate check is then admitted. Before, they held the slots for as
+// long as their connection lived.
 func TestWithheldMessagesFreeTheirSlots(t *testing.T) {
 	_, grpcAddr, _ := startNode(t, "--max-inflight", "4", "--request-timeout", "1s")
 	h2 := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
@@ -335,10 +336,10 @@ func TestWithheldMessagesFreeTheirSlots(t *testing.T) {
 	}}
 	defer h2.CloseIdleConnections()
 	ended := make(chan int, 4)
-	for range 4 {
+	for i := range 4 {
 		body, w := io.Pipe() // never written: the message is withheld
 		defer w.Close()
-		req, err := http.NewRequest(http.MethodPost, "http://"+grpcAddr+"/ringlimit.v1.RateLimiter/Check", body)
+		req, err := http.NewRequest(http.MethodPost, "http://"+grpcAddr+"/ringlimit.v1.RateLimiter/"+[]string{"Check", "Lease"}[i%2], body)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -282,16 +282,28 @@ type server[Req, Resp any] struct {
 	ended        func(ctx context.Context, reason error) // Server.Ended
 }
 
-// stop ends the stream for err, which Serve returns and EndedTrailer
-// says: it ends the RPC's context if Stoppable made it (so that a blocked
-// Send or Recv returns), and the requests' contexts.
+// End ends the stream s for reason, as Serve ends one whose answers are
+// not read or that stays idle: the trailer EndedTrailer says why, and the
+// RPC's context ends if Stoppable made it, so that a Send or Recv blocked
+// on the client returns (gRPC then ends the RPC DEADLINE_EXCEEDED). It
+// reports whether the context could be ended; without Stoppable, only
+// the handler's return ends the RPC. A server of another protocol whose
+// handler sends (Envoy's quota streams) ends its streams so.
+func End(s grpc.ServerStream, reason error) bool {
+	s.SetTrailer(metadata.Pairs(EndedTrailer, status.Convert(reason).Message()))
+	c, ok := s.Context().Value(stopKey{}).(*stoppable)
+	if ok {
+		c.stop()
+	}
+	return ok
+}
+
+// stop ends the stream for err, which Serve returns (see End), and the
+// requests' contexts.
 func (sv *server[Req, Resp]) stop(err error) {
 	sv.stopOnce.Do(func() {
 		sv.stopped = err
-		sv.s.SetTrailer(metadata.Pairs(EndedTrailer, status.Convert(err).Message()))
-		if c, ok := sv.s.Context().Value(stopKey{}).(*stoppable); ok {
-			c.stop()
-		}
+		End(sv.s, err)
 		sv.cancel()
 		if sv.ended != nil {
 			sv.ended(sv.s.Context(), err)
