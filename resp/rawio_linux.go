@@ -16,9 +16,24 @@ import (
 // cost the node about a fifth of its CPU (profiled: futex, nanosleep and
 // sched_yield in runtime.sysmon). A non-blocking read or write of a socket
 // returns at once, EAGAIN when it would block, so it needs none of that.
+//
+// A rawConn is not safe for concurrent Reads, nor for concurrent Writes;
+// a Read and a Write may run at once. Each keeps its state in the
+// connection, and hands the poller a function made once, so that a call
+// allocates nothing.
 type rawConn struct {
 	net.Conn // deadlines, addresses, Close
 	rc       syscall.RawConn
+	r, w     *rawOp
+}
+
+// rawOp is one direction's state: the buffer of the call in progress and
+// what the system calls made of it.
+type rawOp struct {
+	p     []byte
+	done  int // bytes read or written
+	errno syscall.Errno
+	fn    func(fd uintptr) bool // the method read or write of this rawOp
 }
 
 // withRawIO returns nc reading and writing through rawConn when it is a
@@ -32,59 +47,76 @@ func withRawIO(nc net.Conn) net.Conn {
 	if err != nil {
 		return nc
 	}
-	return rawConn{nc, rc}
+	r, w := &rawOp{}, &rawOp{}
+	r.fn, w.fn = r.read, w.write
+	return rawConn{Conn: nc, rc: rc, r: r, w: w}
+}
+
+// read makes one read(2) into o.p; false (wait, then call again) when
+// nothing is there yet.
+func (o *rawOp) read(fd uintptr) bool {
+	for {
+		n, _, errno := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&o.p[0])), uintptr(len(o.p)))
+		switch errno {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		o.done, o.errno = int(n), errno
+		return true
+	}
+}
+
+// write writes o.p whole with write(2); false (wait, then call again)
+// when the socket's buffer is full.
+func (o *rawOp) write(fd uintptr) bool {
+	for o.done < len(o.p) {
+		n, _, errno := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&o.p[o.done])), uintptr(len(o.p)-o.done))
+		switch errno {
+		case 0:
+			o.done += int(n)
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			o.errno = errno
+			return true
+		}
+	}
+	return true
+}
+
+// do runs o's system calls over p, through f (the RawConn's Read or
+// Write), and returns the bytes done and the error.
+func (c rawConn) do(o *rawOp, f func(func(uintptr) bool) error, op string, p []byte) (int, error) {
+	o.p, o.done, o.errno = p, 0, 0
+	err := f(o.fn)
+	n, errno := o.done, o.errno
+	o.p = nil // the caller's buffer is not kept
+	switch {
+	case err != nil:
+		return n, err
+	case errno != 0:
+		return n, &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: errno}
+	}
+	return n, nil
 }
 
 func (c rawConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var n uintptr
-	var errno syscall.Errno
-	err := c.rc.Read(func(fd uintptr) bool {
-		for {
-			n, _, errno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			if errno != syscall.EINTR {
-				return errno != syscall.EAGAIN
-			}
-		}
-	})
-	switch {
-	case err != nil:
-		return 0, err
-	case errno != 0:
-		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: errno}
-	case n == 0:
+	n, err := c.do(c.r, c.rc.Read, "read", p)
+	if err == nil && n == 0 {
 		return 0, io.EOF
 	}
-	return int(n), nil
+	return n, err
 }
 
 func (c rawConn) Write(p []byte) (int, error) {
-	written := 0
-	var errno syscall.Errno
-	err := c.rc.Write(func(fd uintptr) bool {
-		for written < len(p) {
-			var n uintptr
-			n, _, errno = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[written])), uintptr(len(p)-written))
-			switch errno {
-			case 0:
-				written += int(n)
-			case syscall.EINTR:
-			case syscall.EAGAIN:
-				errno = 0
-				return false
-			default:
-				return true
-			}
-		}
-		return true
-	})
-	switch {
-	case err != nil:
-		return written, err
-	case errno != 0:
-		return written, &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: errno}
+	if len(p) == 0 {
+		return 0, nil
 	}
-	return written, nil
+	return c.do(c.w, c.rc.Write, "write", p)
 }

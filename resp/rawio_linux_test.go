@@ -61,7 +61,26 @@ func TestRawConn(t *testing.T) {
 		t.Fatalf("Read at the end = %d, %v; want 0, io.EOF", n, err)
 	}
 
-	server, _ = tcpPair(t)
+	server, peer := tcpPair(t) // client may still be closing, on the goroutine above
+	one, buf := []byte("x"), make([]byte, 1)
+	exchange := func() {
+		if _, err := server.Write(one); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := peer.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := peer.Write(one); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := server.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := testing.AllocsPerRun(100, exchange); n != 0 {
+		t.Errorf("a Read and a Write allocate %v times, want 0", n)
+	}
+
 	server.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
 	if _, err := server.Read(got); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("Read past the deadline: %v, want os.ErrDeadlineExceeded", err)

@@ -228,19 +228,18 @@ func (c *conn) serve() {
 	}()
 	for !c.quit {
 		err := c.next()
-		var pe *ProtocolError
-		switch {
-		case err == nil:
-		case errors.As(err, &pe):
+		if err == nil {
+			continue
+		}
+		if pe := (*ProtocolError)(nil); errors.As(err, &pe) { // pe escapes: declared here, not per command
 			c.decide()
 			c.w.fail("ERR " + pe.Error())
 			return
-		default:
-			if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, net.ErrClosed) {
-				c.s.log.Debug("resp: connection", "remote", c.nc.RemoteAddr(), "err", err)
-			}
-			return
 		}
+		if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, net.ErrClosed) {
+			c.s.log.Debug("resp: connection", "remote", c.nc.RemoteAddr(), "err", err)
+		}
+		return
 	}
 }
 
