@@ -40,8 +40,8 @@ bench:
 
 # The charts in docs/bench/ (see BENCHMARKS.md): one rlnode and one
 # redis-server on loopback, checks/s and p99 of one check a call at 1 to 64
-# concurrent callers, through the Go client, gRPC, HTTP and Redis+Lua;
-# 3s a run, about two minutes in all. Needs redis-server. tools/plots is
+# concurrent callers, through the Go client, gRPC, HTTP, the RESP port and
+# Redis+Lua; 3s a run, about two and a half minutes in all. Needs redis-server. tools/plots is
 # its own module, so that its plotting library stays out of go.mod.
 plots:
 	go build -o build/rlnode ./cmd/rlnode

@@ -142,7 +142,7 @@ func (s *Server) track(nc net.Conn) *conn {
 		nc.Close()
 		return nil
 	}
-	c := &conn{s: s, raw: nc, nc: nc}
+	c := &conn{s: s, raw: nc, nc: withRawIO(nc)}
 	s.conns[c] = struct{}{}
 	s.handlers.Add(1)
 	return c
@@ -199,22 +199,26 @@ type conn struct {
 	batch    []throttle
 	nowMs    int64 // when the batch's checks are made
 	quit     bool
-	lastSet  time.Time // when the read deadline was last moved
-	writeErr error     // the first write's error; the connection then ends
+	readBy   time.Time     // the deadline of the read awaited: the next command, or the rest of one; zero: none
+	readFor  time.Duration // the timeout readBy is of
+	reads    deadline      // nc's read deadline
+	writes   deadline      // nc's write deadline
+	writeErr error         // the first write's error; the connection then ends
 }
 
 func (c *conn) serve() {
 	conf := c.s.conf
+	c.reads.set, c.writes.set = c.nc.SetReadDeadline, c.nc.SetWriteDeadline
 	if conf.TLS != nil {
 		tc := tls.Server(c.nc, conf.TLS)
-		c.deadline(conf.HandshakeTimeout)
+		c.reads.move(after(time.Now(), conf.HandshakeTimeout), conf.HandshakeTimeout)
 		if err := tc.Handshake(); err != nil {
 			c.s.log.Debug("resp: TLS handshake", "remote", c.nc.RemoteAddr(), "err", err)
 			return
 		}
 		c.nc = tc
 	}
-	c.r = NewReader(c.nc, conf.Limits)
+	c.r = NewReader(timedReader{c}, conf.Limits)
 	c.w = writer{bw: bufio.NewWriterSize(timedWriter{c}, conf.Limits.Buffer)}
 	// Whatever ends the connection (QUIT, Shutdown, bad input, the
 	// client's end), the commands read before it are answered.
@@ -224,19 +228,18 @@ func (c *conn) serve() {
 	}()
 	for !c.quit {
 		err := c.next()
-		var pe *ProtocolError
-		switch {
-		case err == nil:
-		case errors.As(err, &pe):
+		if err == nil {
+			continue
+		}
+		if pe := (*ProtocolError)(nil); errors.As(err, &pe) { // pe escapes: declared here, not per command
 			c.decide()
 			c.w.fail("ERR " + pe.Error())
 			return
-		default:
-			if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, net.ErrClosed) {
-				c.s.log.Debug("resp: connection", "remote", c.nc.RemoteAddr(), "err", err)
-			}
-			return
 		}
+		if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, net.ErrClosed) {
+			c.s.log.Debug("resp: connection", "remote", c.nc.RemoteAddr(), "err", err)
+		}
+		return
 	}
 }
 
@@ -255,24 +258,21 @@ func (c *conn) next() error {
 		}
 		// The deadline is set before closing is read: a Shutdown that
 		// begins meanwhile sets its own after it, and wakes the wait.
-		c.deadline(conf.IdleTimeout)
+		c.await(conf.IdleTimeout)
+		c.reads.move(c.readBy, c.readFor)
 		if c.s.closing.Load() {
 			return net.ErrClosed
 		}
 		if err := c.r.Peek(); err != nil {
 			return err
 		}
-		c.lastSet = time.Time{} // a command has begun: it has HandshakeTimeout from here
 	}
 	if c.s.closing.Load() {
 		return net.ErrClosed // the commands read so far are answered by serve
 	}
-	// The deadline moves at most once a second, not per command: moving
-	// it costs a timer's update.
-	if now := time.Now(); now.Sub(c.lastSet) > time.Second {
-		c.deadline(conf.HandshakeTimeout)
-		c.lastSet = now
-	}
+	// A command has begun: the rest of it has HandshakeTimeout from here,
+	// if it is not in the buffer already (timedReader).
+	c.await(conf.HandshakeTimeout)
 	args, err := c.r.Next()
 	if err != nil {
 		return err
@@ -281,13 +281,52 @@ func (c *conn) next() error {
 	return nil
 }
 
-// deadline sets the read deadline d from now, or none for 0.
-func (c *conn) deadline(d time.Duration) {
-	var t time.Time
-	if d > 0 {
-		t = time.Now().Add(d)
+// after is the deadline d after now, or none (zero) for 0.
+func after(now time.Time, d time.Duration) time.Time {
+	if d <= 0 {
+		return time.Time{}
 	}
-	c.nc.SetReadDeadline(t)
+	return now.Add(d)
+}
+
+// deadline is one of a connection's deadlines, moved coarsely: moving it
+// is a timer's update in the runtime, which one command at a time paid
+// two or three times a command. A deadline in force is kept while it is
+// no later than the one wanted, and earlier by at most a tenth of its
+// timeout or a second, whichever is less; so a timeout cuts a connection
+// that much early at most (docs/resp.md).
+type deadline struct {
+	set func(time.Time) error
+	at  time.Time // the deadline in force; zero: none
+}
+
+// move makes t (zero: none), of a timeout of d, the deadline.
+func (dl *deadline) move(t time.Time, d time.Duration) {
+	if !t.IsZero() && !dl.at.IsZero() && !dl.at.After(t) && t.Sub(dl.at) <= min(d/10, time.Second) {
+		return
+	}
+	if t.IsZero() && dl.at.IsZero() {
+		return
+	}
+	dl.set(t)
+	dl.at = t
+}
+
+// timedReader is the connection as the Reader reads it: each read waits
+// until conn.readBy at most, the deadline of what is awaited. A command
+// that arrives whole, as almost all do, is read from the buffer with no
+// deadline moved.
+type timedReader struct{ c *conn }
+
+func (r timedReader) Read(p []byte) (int, error) {
+	c := r.c
+	c.reads.move(c.readBy, c.readFor)
+	return c.nc.Read(p)
+}
+
+// await makes the reads that follow wait d from now at most.
+func (c *conn) await(d time.Duration) {
+	c.readBy, c.readFor = after(time.Now(), d), d
 }
 
 func (c *conn) flush() error {
@@ -304,9 +343,8 @@ func (c *conn) flush() error {
 type timedWriter struct{ c *conn }
 
 func (w timedWriter) Write(p []byte) (int, error) {
-	if d := w.c.s.conf.WriteTimeout; d > 0 {
-		w.c.nc.SetWriteDeadline(time.Now().Add(d))
-	}
+	d := w.c.s.conf.WriteTimeout
+	w.c.writes.move(after(time.Now(), d), d)
 	n, err := w.c.nc.Write(p)
 	if err != nil && w.c.writeErr == nil {
 		w.c.writeErr = err
@@ -338,9 +376,9 @@ func (c *conn) decide() {
 	}
 	ctx := context.Background()
 	if d := c.s.conf.RequestTimeout; d > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d)
-		defer cancel()
+		dc := &deadlineCtx{Context: ctx, deadline: time.Now().Add(d)}
+		defer dc.stop()
+		ctx = dc
 	}
 	resp, err := c.s.conf.Checker.Check(ctx, &pb.CheckRequest{Requests: items})
 	results := resp.GetResponses()
@@ -362,4 +400,60 @@ func (c *conn) decide() {
 	}
 	clear(c.batch)
 	c.batch = c.batch[:0]
+}
+
+// deadlineCtx is a context with a deadline whose timer is started only
+// when something waits for it (Done): deciding a key this node owns reads
+// Err at most, and context.WithTimeout's timer, started and stopped for
+// every batch, was a few percent of the CPU of one command at a time.
+// It is safe for concurrent use, as a context must be.
+type deadlineCtx struct {
+	context.Context // never done, no values
+	deadline        time.Time
+	mu              sync.Mutex
+	err             error           // until timed is made: why c is done, once it is
+	timed           context.Context // made by the first Done
+	cancel          context.CancelFunc
+}
+
+func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *deadlineCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timed == nil {
+		err := c.errLocked()
+		c.timed, c.cancel = context.WithDeadline(c.Context, c.deadline)
+		if err == context.Canceled {
+			c.cancel()
+		}
+	}
+	return c.timed.Done()
+}
+
+func (c *deadlineCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.errLocked()
+}
+
+func (c *deadlineCtx) errLocked() error {
+	switch {
+	case c.timed != nil:
+		return c.timed.Err()
+	case c.err == nil && !time.Now().Before(c.deadline):
+		c.err = context.DeadlineExceeded
+	}
+	return c.err
+}
+
+// stop ends c, as a CancelFunc does, once its batch is decided.
+func (c *deadlineCtx) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timed != nil {
+		c.cancel()
+	} else if c.errLocked() == nil {
+		c.err = context.Canceled
+	}
 }

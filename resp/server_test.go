@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -378,6 +379,28 @@ func TestIdleAndSlowConnectionsCut(t *testing.T) {
 	}
 }
 
+// TestTricklingCommandCut: a command that arrives a byte at a time is
+// cut HandshakeTimeout after its first byte, however often bytes come.
+func TestTricklingCommandCut(t *testing.T) {
+	s := startServer(t, newClock(), Config{IdleTimeout: time.Minute, HandshakeTimeout: 100 * time.Millisecond})
+	conn := dial(t, s.addr)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		conn.Write([]byte("*2\r\n$4\r\nPING\r\n$2000\r\n"))
+		for range 2000 { // 20 s of it at most
+			time.Sleep(10 * time.Millisecond)
+			if _, err := conn.Write([]byte("p")); err != nil {
+				return
+			}
+		}
+	})
+	if n, err := io.Copy(io.Discard, conn); (err != nil && !isReset(err)) || n != 0 {
+		t.Errorf("read %d bytes, %v; want the server to close it", n, err)
+	}
+	conn.Close()
+	wg.Wait()
+}
+
 // TestSlowReaderCut: a client that sends commands and never reads the
 // answers is closed once a write has waited WriteTimeout.
 func TestSlowReaderCut(t *testing.T) {
@@ -409,6 +432,58 @@ func TestSlowReaderCut(t *testing.T) {
 	}
 	conn.Close()
 	wg.Wait()
+}
+
+// TestDeadlineCtx: the context of a batch is done at its deadline,
+// whether or not Done was called before it, and once stopped.
+func TestDeadlineCtx(t *testing.T) {
+	newCtx := func() *deadlineCtx {
+		return &deadlineCtx{Context: context.Background(), deadline: time.Now().Add(time.Second)}
+	}
+	t.Run("Err alone", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ctx := newCtx()
+			if err := ctx.Err(); err != nil {
+				t.Fatalf("Err before the deadline: %v", err)
+			}
+			time.Sleep(time.Second)
+			if err := ctx.Err(); err != context.DeadlineExceeded {
+				t.Fatalf("Err at the deadline: %v", err)
+			}
+			<-ctx.Done()
+			ctx.stop()
+			if err := ctx.Err(); err != context.DeadlineExceeded {
+				t.Fatalf("Err stopped after the deadline: %v", err)
+			}
+		})
+	})
+	t.Run("Done", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ctx := newCtx()
+			child, cancel := context.WithCancel(ctx) // waits on ctx.Done
+			defer cancel()
+			start := time.Now()
+			<-child.Done()
+			if waited := time.Since(start); waited != time.Second || ctx.Err() != context.DeadlineExceeded {
+				t.Fatalf("done after %v with %v, want 1s and DeadlineExceeded", waited, ctx.Err())
+			}
+		})
+	})
+	t.Run("stop", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			for _, wait := range []bool{false, true} {
+				ctx := newCtx()
+				if wait {
+					ctx.Done()
+				}
+				ctx.stop()
+				<-ctx.Done()
+				if err := ctx.Err(); err != context.Canceled {
+					t.Fatalf("Err once stopped (Done called before: %v): %v", wait, err)
+				}
+			}
+		})
+	})
 }
 
 // open counts the connections being served.

@@ -35,46 +35,52 @@ func parseThrottle(args [][]byte) (throttle, error) {
 	if len(args) != 5 && len(args) != 6 {
 		return throttle{}, arityError(args[0])
 	}
-	t := throttle{quantity: 1}
 	switch {
 	case len(args[1]) == 0:
 		return throttle{}, fmt.Errorf("ERR key must not be empty")
 	case len(args[1]) > limiter.MaxKeyLen:
 		return throttle{}, fmt.Errorf("ERR key is longer than %d bytes", limiter.MaxKeyLen)
 	}
-	fields := []struct {
-		name     string
-		dst      *int64
-		min, max int64
-	}{
-		{"max_burst", &t.maxBurst, 0, maxBurstBound},
-		{"count_per_period", &t.count, 1, checks.MaxLimit},
-		{"period", &t.period, 1, maxPeriodSecs},
-		{"quantity", &t.quantity, 0, checks.MaxLimit},
-	}
-	for i, f := range fields[:len(args)-2] {
-		v, err := strconv.ParseInt(string(args[i+2]), 10, 64)
+	v := [4]int64{3: 1} // max_burst, count_per_period, period, quantity (1 when omitted)
+	for i, f := range throttleFields[:len(args)-2] {
+		n, err := strconv.ParseInt(string(args[i+2]), 10, 64)
 		if err != nil {
 			return throttle{}, fmt.Errorf("ERR %s is not an integer: %.64q", f.name, args[i+2])
 		}
-		if v < f.min || v > f.max {
-			return throttle{}, fmt.Errorf("ERR %s must be between %d and %d, got %d", f.name, f.min, f.max, v)
+		if n < f.min || n > f.max {
+			return throttle{}, fmt.Errorf("ERR %s must be between %d and %d, got %d", f.name, f.min, f.max, n)
 		}
-		*f.dst = v
+		v[i] = n
 	}
-	t.key = string(args[1])
-	return t, nil
+	return throttle{key: string(args[1]), maxBurst: v[0], count: v[1], period: v[2], quantity: v[3]}, nil
+}
+
+// throttleFields are CL.THROTTLE's integer arguments, in order, and their
+// bounds.
+var throttleFields = [4]struct {
+	name     string
+	min, max int64
+}{
+	{"max_burst", 0, maxBurstBound},
+	{"count_per_period", 1, checks.MaxLimit},
+	{"period", 1, maxPeriodSecs},
+	{"quantity", 0, checks.MaxLimit},
 }
 
 // item is t as a native check made at now, in milliseconds: the decision
 // is made at that instant (created_at_ms), so the seconds of the answer
 // are counted from it exactly.
 func (t throttle) item(nowMs int64) *pb.CheckItem {
-	return &pb.CheckItem{
+	a := &struct { // one allocation for the item and its hits
+		item pb.CheckItem
+		hits int64
+	}{hits: t.quantity}
+	a.item = pb.CheckItem{
 		Name: Name, Key: t.key, Algorithm: pb.Algorithm_GCRA,
 		Limit: t.count, DurationMs: t.period * 1000, Burst: t.maxBurst + 1,
-		Hits: &t.quantity, CreatedAtMs: nowMs,
+		Hits: &a.hits, CreatedAtMs: nowMs,
 	}
+	return &a.item
 }
 
 // answer is redis-cell's reply to t from the result of its check made at

@@ -14,8 +14,10 @@
 package conns
 
 import (
+	"errors"
 	"net"
 	"sync"
+	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -170,6 +172,15 @@ type conn struct {
 	src    string // its remote IP address
 	remote string // its remote address
 	once   sync.Once
+}
+
+// SyscallConn returns the socket's raw connection, for a server that reads
+// and writes it itself (package resp); Close still gives the slot back.
+func (c *conn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
 }
 
 func (c *conn) Close() error {

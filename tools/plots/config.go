@@ -33,7 +33,8 @@ func parseConfig(args []string, output io.Writer) (config, error) {
 
 Starts one rlnode and one redis-server on free loopback ports, measures
 checks per second and p99 latency at each -concurrency through the Go
-client's Allow, raw gRPC, HTTP (rlnode bench --json) and go-redis/redis_rate,
+client's Allow, raw gRPC, HTTP (rlnode bench --json), CL.THROTTLE on the
+node's RESP port (go-redis) and go-redis/redis_rate,
 and writes results.json, checks-per-second.png and p99.png to -out.
 
 Flags:

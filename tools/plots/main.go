@@ -2,14 +2,15 @@
 // machine at rising concurrency and draws what it measured: checks per
 // second and p99 latency against the number of concurrent callers, one
 // line per way of asking (the Go client's batching Allow, raw gRPC and
-// HTTP with one check a request, and go-redis/redis_rate), as PNG charts
-// for BENCHMARKS.md.
+// HTTP with one check a request, CL.THROTTLE on the node's RESP port
+// through go-redis, and go-redis/redis_rate), as PNG charts for
+// BENCHMARKS.md.
 //
 // The ringlimit figures come from `rlnode bench --json`, run as a
 // subprocess against a node this program starts, so that the tool depends
 // on the report's documented keys only, not on the product's packages.
-// rlnode bench cannot drive Redis, so this program drives the Redis load
-// itself, in the same shape: N concurrent callers, keys drawn uniformly
+// rlnode bench speaks no Redis protocol, so this program drives the Redis
+// load and the RESP port's itself, in the same shape: N concurrent callers, keys drawn uniformly
 // from 10,000, limits high enough to admit every check, a run bounded by
 // a count and a duration. The raw reports go to results.json, from which
 // -from redraws the charts without measuring again.

@@ -39,18 +39,23 @@ func measure(ctx context.Context, conf config, log io.Writer) (results, error) {
 		return results{}, fmt.Errorf("-rlnode: %w", err)
 	}
 	defer n.stop(stopGrace)
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: conf.Concurrency[len(conf.Concurrency)-1]})
+	pool := conf.Concurrency[len(conf.Concurrency)-1]
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: pool})
 	defer rdb.Close()
-	lim := redis_rate.NewLimiter(rdb)
+	rl := redis.NewClient(&redis.Options{Addr: n.RESP, PoolSize: pool})
+	defer rl.Close()
+	redisLua, redisCPU := redisRate(redis_rate.NewLimiter(rdb)), func(ctx context.Context) (time.Duration, error) { return redisCPU(ctx, rdb) }
 
 	for _, c := range conf.Concurrency {
 		for _, m := range modes {
 			var raw []byte
-			if m.Protocol == "" {
-				raw, err = measureRedis(ctx, lim, rdb, load{
-					Concurrency: c, Duration: conf.Duration, Count: conf.Count, Keys: m.keys(conf), Timeout: conf.Timeout,
-				})
-			} else {
+			l := load{Concurrency: c, Duration: conf.Duration, Count: conf.Count, Keys: m.keys(conf), Timeout: conf.Timeout}
+			switch {
+			case m.RESP:
+				raw, err = measureRedis(ctx, clThrottle(rl), n.cpu, l)
+			case m.Protocol == "":
+				raw, err = measureRedis(ctx, redisLua, redisCPU, l)
+			default:
 				raw, err = runBench(ctx, conf, n, m, c)
 			}
 			if err != nil {
@@ -112,18 +117,19 @@ func (m mode) keys(conf config) int {
 	return conf.Keys
 }
 
-// measureRedis runs the Redis load l and returns its report, with the
-// server's CPU per answered check.
-func measureRedis(ctx context.Context, lim *redis_rate.Limiter, rdb *redis.Client, l load) ([]byte, error) {
-	cpu0, err := redisCPU(ctx, rdb)
+// measureRedis runs the load l of check over the Redis protocol and
+// returns its report, with the server's CPU per answered check, from cpu:
+// the CPU the server has used so far.
+func measureRedis(ctx context.Context, check check, cpu func(context.Context) (time.Duration, error), l load) ([]byte, error) {
+	cpu0, err := cpu(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rep := redisLoad(ctx, lim, l)
+	rep := redisLoad(ctx, check, l)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	cpu1, err := redisCPU(ctx, rdb)
+	cpu1, err := cpu(ctx)
 	if err != nil {
 		return nil, err
 	}

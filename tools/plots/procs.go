@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -81,19 +84,19 @@ func (p *proc) waitReady(ctx context.Context, ready func(context.Context) error)
 // node is an rlnode this program started, on loopback.
 type node struct {
 	*proc
-	HTTP, GRPC string // addresses
+	HTTP, GRPC, RESP string // addresses
 }
 
 // startNode starts one rlnode on free loopback ports and waits until it
 // is ready.
 func startNode(ctx context.Context, bin string) (*node, error) {
-	ports, err := freePorts(4)
+	ports, err := freePorts(5)
 	if err != nil {
 		return nil, err
 	}
-	n := &node{HTTP: loopback(ports[0]), GRPC: loopback(ports[1])}
+	n := &node{HTTP: loopback(ports[0]), GRPC: loopback(ports[1]), RESP: loopback(ports[4])}
 	n.proc, err = start("rlnode", bin, "--node-name", "plots",
-		"--http-addr", n.HTTP, "--grpc-addr", n.GRPC, "--peer-addr", loopback(ports[2]),
+		"--http-addr", n.HTTP, "--grpc-addr", n.GRPC, "--resp-addr", n.RESP, "--peer-addr", loopback(ports[2]),
 		"--gossip-addr", loopback(ports[3]), "--advertise-addr", "127.0.0.1",
 		"--log-level", "warn", "--shutdown-timeout", "2s")
 	if err != nil {
@@ -203,4 +206,41 @@ func (t *tail) String() string {
 		return "(no output)"
 	}
 	return string(t.buf)
+}
+
+// cpu is the CPU the node has used so far, user and system, as its
+// /metrics states it (process_cpu_seconds_total, in 10 ms ticks on
+// Linux): the figure rlnode bench reads for its own runs.
+func (n *node) cpu(ctx context.Context) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.HTTP+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("rlnode /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return 0, fmt.Errorf("rlnode /metrics: %w", err)
+	}
+	return parseProcessCPU(string(body))
+}
+
+// parseProcessCPU reads process_cpu_seconds_total from the text of a
+// Prometheus scrape.
+func parseProcessCPU(text string) (time.Duration, error) {
+	for line := range strings.Lines(text) {
+		value, ok := strings.CutPrefix(strings.TrimSpace(line), "process_cpu_seconds_total ")
+		if !ok {
+			continue
+		}
+		s, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil || !(s >= 0) || math.IsInf(s, 1) { // NaN fails s >= 0
+			return 0, fmt.Errorf("rlnode /metrics: process_cpu_seconds_total %q, want seconds", value)
+		}
+		return time.Duration(s * float64(time.Second)), nil
+	}
+	return 0, errors.New("rlnode /metrics: no process_cpu_seconds_total")
 }

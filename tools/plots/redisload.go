@@ -31,13 +31,38 @@ type load struct {
 // GCRA; the ringlimit runs ask for GCRA too.
 var redisLimit = redis_rate.Limit{Rate: 1_000_000, Burst: 1_000_000, Period: time.Second}
 
-// redisLoad runs l.Concurrency callers of lim.Allow, one check a call,
+// check makes one check of key over the Redis protocol: whether it was
+// admitted, or why it was not answered.
+type check func(ctx context.Context, key string) (admitted bool, err error)
+
+// redisRate checks with go-redis/redis_rate's Lua GCRA, at redisLimit.
+func redisRate(lim *redis_rate.Limiter) check {
+	return func(ctx context.Context, key string) (bool, error) {
+		res, err := lim.Allow(ctx, key, redisLimit)
+		return err == nil && res.Allowed > 0, err
+	}
+}
+
+// clThrottle checks with CL.THROTTLE on ringlimit's RESP port
+// (docs/resp.md), at redisLimit: max_burst is the burst less one, the
+// period one second.
+func clThrottle(rdb *redis.Client) check {
+	return func(ctx context.Context, key string) (bool, error) {
+		v, err := rdb.Do(ctx, "CL.THROTTLE", key, redisLimit.Burst-1, redisLimit.Rate, int64(redisLimit.Period/time.Second), 1).Int64Slice()
+		if err == nil && len(v) != 5 {
+			err = fmt.Errorf("CL.THROTTLE answered %v, want 5 integers", v)
+		}
+		return err == nil && v[0] == 0, err
+	}
+}
+
+// redisLoad runs l.Concurrency callers of check, one check a call,
 // until l.Count calls have been made in total, l.Duration has passed, or
 // ctx ends, and reports them as rlnode bench reports its runs: latency is
 // per call, and checks/s counts answered checks (admitted or refused).
 // Calls cut off by ctx count as failed. CPUUsPerCheck is left nil: the
 // caller measures the server.
-func redisLoad(ctx context.Context, lim *redis_rate.Limiter, l load) report {
+func redisLoad(ctx context.Context, check check, l load) report {
 	keys := make([]string, l.Keys)
 	for i := range keys {
 		keys[i] = "bench:" + strconv.Itoa(i)
@@ -60,7 +85,7 @@ func redisLoad(ctx context.Context, lim *redis_rate.Limiter, l load) report {
 				key := keys[rng.IntN(len(keys))]
 				cctx, cancel := context.WithTimeout(ctx, l.Timeout)
 				t0 := time.Now()
-				res, err := lim.Allow(cctx, key, redisLimit)
+				admitted, err := check(cctx, key)
 				w.lat = append(w.lat, time.Since(t0))
 				cancel()
 				switch {
@@ -69,7 +94,7 @@ func redisLoad(ctx context.Context, lim *redis_rate.Limiter, l load) report {
 					if w.firstErr == nil {
 						w.firstErr = err
 					}
-				case res.Allowed > 0:
+				case admitted:
 					w.admitted++
 				default:
 					w.refused++

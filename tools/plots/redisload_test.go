@@ -84,9 +84,21 @@ func testRedis(t *testing.T) (*proc, *redis.Client) {
 func TestRedisLoad(t *testing.T) {
 	_, rdb := testRedis(t)
 	lim := redis_rate.NewLimiter(rdb)
+	cpu := func(ctx context.Context) (time.Duration, error) { return redisCPU(ctx, rdb) }
+	testLoad(t, redisRate(lim), cpu, func() error {
+		_, err := lim.Allow(t.Context(), "bench:0", redis_rate.PerHour(1))
+		return err
+	})
+}
 
+// testLoad runs loads of check: one of a count, one of a duration, one
+// cancelled, and one of a key whose checks are all refused, after hour
+// has checked it under a limit of one an hour (its GCRA state is then an
+// hour ahead, past anything redisLimit tolerates); a refusal counts as
+// answered.
+func testLoad(t *testing.T, check check, cpu func(context.Context) (time.Duration, error), hour func() error) {
 	t.Run("count", func(t *testing.T) {
-		raw, err := measureRedis(t.Context(), lim, rdb, load{Concurrency: 4, Duration: time.Minute, Count: 300, Keys: 10, Timeout: 5 * time.Second})
+		raw, err := measureRedis(t.Context(), check, cpu, load{Concurrency: 4, Duration: time.Minute, Count: 300, Keys: 10, Timeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +114,7 @@ func TestRedisLoad(t *testing.T) {
 		}
 	})
 	t.Run("duration", func(t *testing.T) {
-		rep := redisLoad(t.Context(), lim, load{Concurrency: 4, Duration: 100 * time.Millisecond, Count: maxCount, Keys: 10, Timeout: 5 * time.Second})
+		rep := redisLoad(t.Context(), check, load{Concurrency: 4, Duration: 100 * time.Millisecond, Count: maxCount, Keys: 10, Timeout: 5 * time.Second})
 		if rep.Requests == 0 || rep.Requests >= maxCount || rep.Errors != 0 || rep.Seconds <= 0 {
 			t.Errorf("100ms: %+v, want some calls, all answered", rep)
 		}
@@ -110,23 +122,48 @@ func TestRedisLoad(t *testing.T) {
 	t.Run("cancelled", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
-		rep := redisLoad(ctx, lim, load{Concurrency: 4, Duration: time.Hour, Count: maxCount, Keys: 10, Timeout: 5 * time.Second})
+		rep := redisLoad(ctx, check, load{Concurrency: 4, Duration: time.Hour, Count: maxCount, Keys: 10, Timeout: 5 * time.Second})
 		if rep.Requests != 0 {
 			t.Errorf("cancelled: %+v, want no calls", rep)
 		}
 	})
 	t.Run("refused", func(t *testing.T) {
-		// One check under a limit of one an hour sets the key's GCRA
-		// state an hour ahead, past anything redisLimit tolerates: the
-		// load's checks of that key are refused, which counts as answered.
-		if _, err := lim.Allow(t.Context(), "bench:0", redis_rate.PerHour(1)); err != nil {
+		if err := hour(); err != nil {
 			t.Fatal(err)
 		}
-		rep := redisLoad(t.Context(), lim, load{Concurrency: 1, Duration: time.Minute, Count: 5, Keys: 1, Timeout: 5 * time.Second})
+		rep := redisLoad(t.Context(), check, load{Concurrency: 1, Duration: time.Minute, Count: 5, Keys: 1, Timeout: 5 * time.Second})
 		if rep.Refused != 5 || rep.Admitted != 0 || rep.Answered != 5 || rep.Errors != 0 {
 			t.Errorf("refused: %+v, want 5 refused and answered", rep)
 		}
 	})
+}
+
+// TestRESPLoad runs the loads of CL.THROTTLE against a real rlnode's RESP
+// port, with the node's CPU from its /metrics.
+func TestRESPLoad(t *testing.T) {
+	n, err := startNode(t.Context(), buildRLNode(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.stop(stopGrace) })
+	rl := redis.NewClient(&redis.Options{Addr: n.RESP, PoolSize: 4})
+	t.Cleanup(func() { rl.Close() })
+	testLoad(t, clThrottle(rl), n.cpu, func() error {
+		return rl.Do(t.Context(), "CL.THROTTLE", "bench:0", 0, 1, 3600, 1).Err()
+	})
+}
+
+func TestParseProcessCPU(t *testing.T) {
+	scrape := "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n" +
+		"# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12.34\nprocess_open_fds 9\n"
+	if got, err := parseProcessCPU(scrape); err != nil || got != 12340*time.Millisecond {
+		t.Errorf("parseProcessCPU = %v, %v; want 12.34s", got, err)
+	}
+	for _, bad := range []string{"", "process_open_fds 9\n", "process_cpu_seconds_total -1\n", "process_cpu_seconds_total NaN\n", "process_cpu_seconds_total lots\n"} {
+		if _, err := parseProcessCPU(bad); err == nil || !strings.Contains(err.Error(), "process_cpu_seconds_total") {
+			t.Errorf("parseProcessCPU(%q): %v, want an error", bad, err)
+		}
+	}
 }
 
 func TestStopRedis(t *testing.T) {
@@ -139,7 +176,7 @@ func TestStopRedis(t *testing.T) {
 	}
 	// Calls to a server that is gone fail, are counted, and end the run
 	// at its count.
-	rep := redisLoad(t.Context(), redis_rate.NewLimiter(rdb), load{Concurrency: 2, Duration: time.Minute, Count: 4, Keys: 10, Timeout: time.Second})
+	rep := redisLoad(t.Context(), redisRate(redis_rate.NewLimiter(rdb)), load{Concurrency: 2, Duration: time.Minute, Count: 4, Keys: 10, Timeout: time.Second})
 	if rep.Requests != 4 || rep.Errors != 4 || rep.Answered != 0 || rep.FirstError == "" {
 		t.Errorf("after stop: %+v, want 4 failed calls", rep)
 	}

@@ -13,7 +13,8 @@ import (
 type mode struct {
 	Name     string // its key in results.json
 	Label    string // its name in the charts' legends
-	Protocol string // rlnode bench --protocol; "" for the Redis load, which this program drives
+	Protocol string // rlnode bench --protocol; "" for the loads this program drives over the Redis protocol
+	RESP     bool   // with no Protocol: CL.THROTTLE on the node's RESP port; else Redis
 	Client   bool   // rlnode bench --client: the Go client's Allow, which batches concurrent calls
 	Lease    bool   // rlnode bench --lease: the Go client decides from grants (docs/leases.md)
 	Keys     int    // the keys the run draws from; 0 means -keys
@@ -28,6 +29,7 @@ var modes = []mode{
 	{Name: "client", Label: "ringlimit, Go client Allow (batching)", Protocol: "grpc", Client: true},
 	{Name: "grpc", Label: "ringlimit, gRPC, 1 check a request", Protocol: "grpc"},
 	{Name: "http", Label: "ringlimit, HTTP/JSON, 1 check a request", Protocol: "http"},
+	{Name: "resp", Label: "ringlimit, RESP CL.THROTTLE (go-redis), 1 check a request", RESP: true},
 	{Name: "redis", Label: "Redis + Lua (go-redis/redis_rate)"},
 	{Name: "lease", Label: "ringlimit, Go client Allow, leased (10 hot keys)", Protocol: "grpc", Client: true, Lease: true, Keys: 10},
 	{Name: "redis-hot", Label: "Redis + Lua (10 hot keys)", Keys: 10},

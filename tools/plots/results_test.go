@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -61,9 +62,12 @@ func TestSeriesOf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	named := func(name string) mode {
+		return modes[slices.IndexFunc(modes, func(m mode) bool { return m.Name == name })]
+	}
 	want := []series{
-		{Mode: modes[1], Points: []point{{1, 6032.891637148422, 0.745471}, {4, 12000, 2}}},
-		{Mode: modes[3], Points: []point{{1, 15000, 0.15}, {4, 30000, 0.4}}},
+		{Mode: named("grpc"), Points: []point{{1, 6032.891637148422, 0.745471}, {4, 12000, 2}}},
+		{Mode: named("redis"), Points: []point{{1, 15000, 0.15}, {4, 30000, 0.4}}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("seriesOf =\n%+v\nwant\n%+v", got, want)

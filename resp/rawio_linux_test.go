@@ -1,0 +1,95 @@
+package resp
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// tcpPair returns the two ends of a loopback TCP connection, the server's
+// through withRawIO.
+func tcpPair(t *testing.T) (server, client net.Conn) {
+	t.Helper()
+	lis := listen(t)
+	defer lis.Close()
+	client = dial(t, lis.Addr().String())
+	nc, err := lis.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	server = withRawIO(nc)
+	if _, ok := server.(rawConn); !ok {
+		t.Fatalf("withRawIO(%T) = %T, want a rawConn", nc, server)
+	}
+	return server, client
+}
+
+// TestRawConn: what rawConn reads and writes arrives whole, through
+// writes that would block (EAGAIN) and reads that wait; the end of the
+// input is io.EOF, a deadline and a closed connection are net.Conn's
+// errors.
+func TestRawConn(t *testing.T) {
+	server, client := tcpPair(t)
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB: far more than the socket buffers
+	done := make(chan error, 1)
+	go func() {
+		_, err := server.Write(big)
+		done <- err
+	}()
+	got := make([]byte, len(big))
+	if _, err := io.ReadFull(client, got); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("client read %v, equal %v", err, bytes.Equal(got, big))
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+
+	go func() {
+		time.Sleep(10 * time.Millisecond) // the read waits for it
+		client.Write(big)
+		client.Close()
+	}()
+	if _, err := io.ReadFull(server, got); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("server read %v, equal %v", err, bytes.Equal(got, big))
+	}
+	if n, err := server.Read(got); n != 0 || err != io.EOF {
+		t.Fatalf("Read at the end = %d, %v; want 0, io.EOF", n, err)
+	}
+
+	server, peer := tcpPair(t) // client may still be closing, on the goroutine above
+	one, buf := []byte("x"), make([]byte, 1)
+	exchange := func() {
+		if _, err := server.Write(one); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := peer.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := peer.Write(one); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := server.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := testing.AllocsPerRun(100, exchange); n != 0 {
+		t.Errorf("a Read and a Write allocate %v times, want 0", n)
+	}
+
+	server.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+	if _, err := server.Read(got); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read past the deadline: %v, want os.ErrDeadlineExceeded", err)
+	}
+	server.Close()
+	if _, err := server.Read(got); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Read after Close: %v, want net.ErrClosed", err)
+	}
+	if _, err := server.Write(got); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Write after Close: %v, want net.ErrClosed", err)
+	}
+}
