@@ -156,6 +156,7 @@ func TestScale(t *testing.T) {
 	})
 	handedOff := time.Since(start)
 	joinerGot := metricOf(t, newNode, "ringlimit_handoff_counters_total", `direction="received"`)
+	joinerRecords := metricOf(t, newNode, "ringlimit_handoff_bytes_total", `direction="received"`)
 	readBytes := procIO(t, newNode).read - io0.read
 	f.add("Join: checks through it on 4 keys moving to the new node, limit 300 each: admitted",
 		"%s", exact.finish(t, 0))
@@ -166,6 +167,8 @@ func TestScale(t *testing.T) {
 		"%v / %v", round(converged), round(handedOff))
 	f.add("Join: bytes the new node read from its start until then (all its traffic)",
 		"%s (%.0f B per counter it received)", mib(readBytes), float64(readBytes)/joinerGot)
+	f.add("Join: bytes of the counter records it received (ringlimit_handoff_bytes_total)",
+		"%s (%.0f B per counter)", mib(joinerRecords), joinerRecords/joinerGot)
 
 	// 6. One node leaves (SIGTERM): it hands its counters to their new
 	// owners before it exits, while checks on its keys stay exact.
@@ -180,6 +183,7 @@ func TestScale(t *testing.T) {
 	others := slices.DeleteFunc(c.running(), func(n *node) bool { return n == leaver })
 	exact = startExact(t, "leave", others, keysOwnedBy(before, leaver.name, "exact-leave:"))
 	recv0 = sumMetric(t, others, "ringlimit_handoff_counters_total", `direction="received"`)
+	records0 := sumMetric(t, others, "ringlimit_handoff_bytes_total", `direction="received"`)
 	w0 = waits(t, others)
 	io0 = procIO(t, leaver)
 	last := io0
@@ -211,6 +215,9 @@ func TestScale(t *testing.T) {
 		"%v / %v", round(handedOff), round(exited))
 	f.add("Leave: bytes the leaving node wrote from SIGTERM (all its traffic, last read before exit)",
 		"%s (%.0f B per counter)", mib(last.written-io0.written), float64(last.written-io0.written)/float64(leaving))
+	records := sumMetric(t, others, "ringlimit_handoff_bytes_total", `direction="received"`) - records0
+	f.add("Leave: bytes of the counter records the others received (ringlimit_handoff_bytes_total)",
+		"%s (%.0f B per counter)", mib(records), records/float64(leaving))
 
 	// 7. kill -9 of one node: how long until every other node drops it.
 	victim := c.nodes[scaleNodes/4]

@@ -433,11 +433,13 @@ func (n *Node) send(ctx context.Context, b *Batch, t *round) bool {
 		t.refused += len(refusals)
 	}
 	accepted := len(b.Counters) - len(refusals)
+	taken := b.taken(refusals)
 	if n.handedOff != nil {
-		n.handedOff(b.taken(refusals))
+		n.handedOff(taken)
 	}
 	t.sent += accepted
 	n.metrics.counters.WithLabelValues("sent").Add(float64(accepted))
+	n.metrics.bytes.WithLabelValues("sent").Add(float64(recordBytes(taken)))
 	return true
 }
 
@@ -455,6 +457,16 @@ func (b *Batch) taken(refused []*peerpb.Refusal) [][]byte {
 		}
 	}
 	return out
+}
+
+// recordBytes returns the bytes of records, as the counters' records
+// count them (not the framing of the messages that carry them).
+func recordBytes(records [][]byte) int {
+	n := 0
+	for _, r := range records {
+		n += len(r)
+	}
+	return n
 }
 
 // split returns b's first i counters and the rest as two batches.
@@ -483,6 +495,17 @@ func (n *Node) Receive(from string, counters []*peerpb.CounterState) []*peerpb.R
 			"first", refused[0].GetDetail())
 	}
 	n.metrics.counters.WithLabelValues("received").Add(float64(len(counters) - len(refused)))
+	skip := make(map[int32]bool, len(refused))
+	for _, r := range refused {
+		skip[r.GetIndex()] = true
+	}
+	taken := 0
+	for i, c := range counters {
+		if !skip[int32(i)] {
+			taken += len(c.GetCounter())
+		}
+	}
+	n.metrics.bytes.WithLabelValues("received").Add(float64(taken))
 	return refused
 }
 
@@ -491,6 +514,7 @@ type metrics struct {
 	refused  *prometheus.CounterVec
 	pending  prometheus.Gauge
 	waits    *prometheus.CounterVec
+	bytes    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
@@ -511,12 +535,17 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Name: "ringlimit_handoff_waits_total",
 			Help: "Checks for a key this node had just come to own that waited for the key's previous owner to hand its counter over, by how the wait ended: done (the counter is here), expired (--handoff-wait passed; decided without it) or canceled (the caller gave up).",
 		}, []string{"outcome"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringlimit_handoff_bytes_total",
+			Help: "Bytes of the counter records in ringlimit_handoff_counters_total, by direction: what a hand-off moves, without the framing of the messages that carry it.",
+		}, []string{"direction"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.counters, m.refused, m.pending, m.waits)
+		reg.MustRegister(m.counters, m.refused, m.pending, m.waits, m.bytes)
 	}
 	for _, direction := range []string{"sent", "received"} {
 		m.counters.WithLabelValues(direction) // exported as 0 before the first hand-off
+		m.bytes.WithLabelValues(direction)
 		for _, reason := range []peerpb.Refusal_Reason{peerpb.Refusal_UNKNOWN_VERSION, peerpb.Refusal_INVALID, peerpb.Refusal_UNAVAILABLE} {
 			m.refused.WithLabelValues(direction, checks.ReasonLabel(reason))
 		}

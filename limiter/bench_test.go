@@ -24,12 +24,19 @@ func benchKeyNames(n int) []string {
 
 // BenchmarkStore measures decisions/s over a million token-bucket keys
 // from all cores.
-func BenchmarkStore(b *testing.B) {
+func BenchmarkStore(b *testing.B) { benchStore(b, false) }
+
+// BenchmarkStoreStandIn is BenchmarkStore with every check a stand-in's
+// (Request.StandIn: the keys of a member gone from the ring, or of an
+// owner that cannot be reached), each admitted hit counted apart too.
+func BenchmarkStoreStandIn(b *testing.B) { benchStore(b, true) }
+
+func benchStore(b *testing.B, standIn bool) {
 	keys := benchKeyNames(benchKeys)
 	s := New(Config{MaxKeys: benchKeys})
 	l := algorithms.Limit{Count: 1000, Period: time.Second}
 	for _, k := range keys {
-		s.Decide(&Request{Name: "api", Key: k, Hits: 1, Now: t0, Limit: l})
+		s.Decide(&Request{Name: "api", Key: k, Hits: 1, Now: t0, Limit: l, StandIn: standIn})
 	}
 	var next atomic.Uint64
 	runtime.GC() // so that setup's garbage is not collected on the clock
@@ -37,7 +44,7 @@ func BenchmarkStore(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		i := next.Add(7919) * 104729
-		r := Request{Name: "api", Hits: 1, Now: t0, Limit: l}
+		r := Request{Name: "api", Hits: 1, Now: t0, Limit: l, StandIn: standIn}
 		for pb.Next() {
 			i++
 			r.Key = keys[i%benchKeys]
@@ -96,9 +103,20 @@ func BenchmarkMemoryPerKeyOwnLimit(b *testing.B) {
 	memoryPerKey(b, func(i int) algorithms.Limit { return algorithms.Limit{Count: int64(1000 + i), Period: time.Hour} })
 }
 
+// BenchmarkMemoryPerKeyStandIn is BenchmarkMemoryPerKey with every
+// counter charged by a stand-in, so each has its count of stand-in hits
+// beside it: what the keys of a member gone from the ring cost.
+func BenchmarkMemoryPerKeyStandIn(b *testing.B) {
+	l := algorithms.Limit{Count: 1000, Period: time.Hour}
+	memoryPerKeyOf(b, func(int) algorithms.Limit { return l }, true)
+}
+
 // memoryPerKey fills a store with a million token buckets, counter i
 // under limit(i), and reports the heap they take as bytes/key.
-func memoryPerKey(b *testing.B, limit func(i int) algorithms.Limit) {
+func memoryPerKey(b *testing.B, limit func(i int) algorithms.Limit) { memoryPerKeyOf(b, limit, false) }
+
+// memoryPerKeyOf is memoryPerKey with the checks a stand-in's or not.
+func memoryPerKeyOf(b *testing.B, limit func(i int) algorithms.Limit, standIn bool) {
 	keys := benchKeyNames(benchKeys)
 	var perKey float64
 	for b.Loop() {
@@ -107,7 +125,7 @@ func memoryPerKey(b *testing.B, limit func(i int) algorithms.Limit) {
 		runtime.ReadMemStats(&before)
 		s := New(Config{MaxKeys: benchKeys})
 		for i, k := range keys {
-			s.Decide(&Request{Name: "api", Key: k, Hits: 1, Now: t0, Limit: limit(i)})
+			s.Decide(&Request{Name: "api", Key: k, Hits: 1, Now: t0, Limit: limit(i), StandIn: standIn})
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
