@@ -74,7 +74,7 @@ func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, mayRel
 			continue
 		}
 		c.ring = r
-		ps := make([]pending, len(c.reqs))
+		ps := c.pendings()
 		for j := range ps {
 			ps[j] = pending{j: j, to: self, recheck: mayRelay} // settle relays what is elsewhere
 			if !mayRelay {

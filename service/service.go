@@ -296,6 +296,36 @@ type call struct {
 	// decided holds the results of the checks decided here, one place an
 	// item, allocated at once rather than one by one.
 	decided []pb.CheckResult
+	// one holds the slices of a call of one item, so that the most common
+	// call is one allocation rather than six.
+	one struct {
+		req     [1]limiter.Request
+		pos     [1]int
+		result  [1]*pb.CheckResult
+		decided [1]pb.CheckResult
+		pending [1]pending
+	}
+}
+
+// newCall returns the call of items, its slices empty (reqs, pos) or of
+// one place an item (results, decided).
+func newCall(items []*pb.CheckItem, all bool) *call {
+	c := &call{items: items, all: all}
+	if len(items) == 1 {
+		c.reqs, c.pos, c.results, c.decided = c.one.req[:0], c.one.pos[:0], c.one.result[:], c.one.decided[:]
+		return c
+	}
+	c.reqs, c.pos = make([]limiter.Request, 0, len(items)), make([]int, 0, len(items))
+	c.results, c.decided = make([]*pb.CheckResult, len(items)), make([]pb.CheckResult, len(items))
+	return c
+}
+
+// pendings returns a pending check for each of c.reqs, zero.
+func (c *call) pendings() []pending {
+	if len(c.reqs) == 1 {
+		return c.one.pending[:]
+	}
+	return make([]pending, len(c.reqs))
 }
 
 // borrowing returns how c.reqs[j] borrows, or nil.
@@ -319,7 +349,7 @@ func (s *Service) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckRes
 		return nil, err
 	}
 	c.ring = s.ring()
-	ps := make([]pending, len(c.reqs))
+	ps := c.pendings()
 	for j := range ps {
 		ps[j].j = j
 		ps[j].to, _ = c.ring.Owner(c.reqs[j].Key) // the owner, once; no owner (an empty ring): the zero Member, decided here
@@ -334,14 +364,7 @@ func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 	if len(items) > checks.MaxItems {
 		return nil, checks.ErrTooManyItems
 	}
-	c := &call{
-		items:   items,
-		all:     req.GetAll(),
-		reqs:    make([]limiter.Request, 0, len(items)),
-		pos:     make([]int, 0, len(items)),
-		results: make([]*pb.CheckResult, len(items)),
-		decided: make([]pb.CheckResult, len(items)),
-	}
+	c := newCall(items, req.GetAll())
 	now := s.now()
 	for i, item := range items {
 		item, err := s.withPolicy(item)
