@@ -100,9 +100,13 @@ import (
 //     not charged in the counter it hands over but held in its lease
 //     (global/leases.go), and reach the new owner only through the grants
 //     of the last broadcast it kept as the key's heir (global/heir.go);
-//     and a leaving node's GLOBAL side owns the key by its gossip ring, so
-//     it can lend after its hand-off, until it leaves gossip. So a GLOBAL
-//     key's counter does not hold everything the member let others admit.
+//     and a leaving node's GLOBAL side owns the key by its gossip ring
+//     until it leaves gossip, so it decides the checks forwarded to it,
+//     and lends, after its hand-off, on a counter it no longer holds. So a
+//     GLOBAL key's counter does not hold everything the member let others
+//     admit (nor, for that last reason, is a GLOBAL key exact through a
+//     graceful leave even with the fence: docs/cluster.md, "Not covered
+//     yet").
 //   - The escrow the member held of others' GLOBAL keys stays reserved at
 //     their owners until the fence has passed (global.EscrowConfig.Keep),
 //     as for any departure: at most its share of each key's limit.
