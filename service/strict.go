@@ -50,10 +50,9 @@ import (
 //   - An owner lends no escrow while it lacks a quorum, and keeps the
 //     escrow of a node that left its ring reserved until it has expired
 //     (global.EscrowConfig).
-//
 //   - A member that leaves gracefully (SIGTERM: see package node's leave)
 //     and says so is not fenced: its keys' new owners decide them at once
-//     (see left).
+//     (see "A graceful leave" below).
 //
 // The cost is refusals: on a side without a quorum every key but what its
 // escrows hold; on the majority side, the keys of a departed member that
@@ -91,11 +90,14 @@ import (
 //     owners of the counters it still holds: their keys stay fenced. Nor
 //     does one whose ring changed while it left (the counters may have
 //     gone to a member that has them still).
-//   - A word cannot be replayed: it names the ring the member left, and is
-//     taken only for this node's latest departure of that member, while
-//     the ring lacks it; a member that comes back and fails is a new
-//     departure, fenced, which no old word (mutual TLS does not replay
-//     anyway) can mark.
+//   - A word is bound to one departure: it names the ring the member
+//     left, and is taken only for this node's latest departure of that
+//     member, while the ring lacks it and within the fence. A member that
+//     comes back and then fails is a new departure, which only a new word
+//     could mark; a member sends one only at the end of a graceful
+//     shutdown, and mutual TLS does not let a recorded call be replayed.
+//     Without mutual TLS on the peer port anyone who reaches it can send
+//     a word under any name, as it can send any peer call.
 //   - GLOBAL checks of its keys stay fenced: the grants an owner lends are
 //     not charged in the counter it hands over but held in its lease
 //     (global/leases.go), and reach the new owner only through the grants
@@ -420,7 +422,7 @@ func (s *Service) SayLeft(ctx context.Context) (told, fenced int) {
 	self := s.cluster.LocalMember().Name
 	r := s.cluster.Ring()
 	if r.Has(self) || lv.moved || r.ID() != lv.without.ID() {
-		s.log.Warn("strict mode: the ring changed while this node left; its keys stay fenced at their new owners",
+		s.log.Warn("strict mode: the ring changed while this node left, or it has not left gossip; its keys stay fenced at their new owners",
 			"members", r.Len())
 		return 0, r.Len()
 	}
