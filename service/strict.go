@@ -109,6 +109,15 @@ import (
 //     admit (nor, for that last reason, is a GLOBAL key exact through a
 //     graceful leave even with the fence: docs/cluster.md, "Not covered
 //     yet").
+//   - So do checks with a ceiling (borrow.go): a leaving node decides
+//     those after it lets hand-off rounds go on (they may wait on the
+//     parent's owner: see decideHere), so one may land on a counter the
+//     node has just handed over, and what it charges there, handed over
+//     later, is merged by the more charged state, not added. (A check
+//     without a ceiling of a counter that other checks borrow through is
+//     decided at once: clients that mix the two on one counter are exact
+//     through a graceful leave only while no check with a ceiling is in
+//     flight at the leaving node as it hands that counter over.)
 //   - The escrow the member held of others' GLOBAL keys stays reserved at
 //     their owners until the fence has passed (global.EscrowConfig.Keep),
 //     as for any departure: at most its share of each key's limit.
@@ -257,10 +266,10 @@ const (
 )
 
 // judge returns the verdict on r, decided here at now as the owner of its
-// key in cur; global says r is a GLOBAL check, which a departure that said
-// it left still fences (see "A graceful leave"). A verdictCharge is given
-// once per counter and departure.
-func (m *strictMode) judge(r *limiter.Request, global bool, cur *ring.Ring, now time.Time) verdict {
+// key in cur; keepFence says r is a check that a departure that said it
+// left still fences: a GLOBAL one, or one with a ceiling (see "A graceful
+// leave"). A verdictCharge is given once per counter and departure.
+func (m *strictMode) judge(r *limiter.Request, keepFence bool, cur *ring.Ring, now time.Time) verdict {
 	if cur.Len() < m.quorum {
 		return verdictRefuse
 	}
@@ -270,7 +279,7 @@ func (m *strictMode) judge(r *limiter.Request, global bool, cur *ring.Ring, now 
 	}
 	var due []*drop // the departures that may still owe r's counter its charge
 	for _, d := range *drops {
-		if cur.Has(d.name) || now.Sub(d.at) >= m.fence+refillTime(r.Limit) || (!global && d.left.Load()) {
+		if cur.Has(d.name) || now.Sub(d.at) >= m.fence+refillTime(r.Limit) || (!keepFence && d.left.Load()) {
 			continue // it is back, and owns its keys again; or the counter has refilled since it could last decide; or it left, its counters here
 		}
 		if owner, _ := d.before.Owner(r.Key); owner.Name != d.name {
@@ -327,7 +336,7 @@ func (m *strictMode) gate(s *Service, c *call, ps []pending, v *view) {
 			continue
 		}
 		r := &c.reqs[p.j]
-		switch m.judge(r, c.behavior(p.j) == pb.Behavior_GLOBAL, v.ring, now) {
+		switch m.judge(r, c.behavior(p.j) == pb.Behavior_GLOBAL || c.borrowing(p.j) != nil, v.ring, now) {
 		case verdictRefuse:
 			p.next = nextEscrow
 		case verdictCharge:

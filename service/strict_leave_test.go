@@ -213,3 +213,32 @@ func TestStrictSayLeftAfterARingChange(t *testing.T) {
 		t.Errorf("node-2 told %d members it left, %d not; want 0, 2", told, fenced)
 	}
 }
+
+// TestStrictGracefulLeaveStillFencesGlobalAndCeilings: after a graceful
+// leave whose word was taken, the new owner still fences the member's
+// keys' GLOBAL checks and checks with a ceiling (a leaving node may decide
+// those on a counter it has handed over), while plain checks of the same
+// keys are decided at once.
+func TestStrictGracefulLeaveStillFencesGlobalAndCeilings(t *testing.T) {
+	clk := &clock{t: t0}
+	c, svcs := newStrictCluster(3, 2, clk)
+	setRings(c, svcs, []int{0, 1, 2}, c.ring)
+	key := c.keyInheritedBy(2, 1)
+	check(t, svcs[0], strictHourly(key))
+	if told, _ := leaveGracefully(t, c, svcs, 2, ""); told != 2 {
+		t.Fatalf("node-2 told %d members it left, want 2", told)
+	}
+	for _, tc := range []struct {
+		name string
+		item *pb.CheckItem
+		by   string
+	}{
+		{"plain", strictHourly(key), ""},
+		{"GLOBAL", strictGlobal(key), "escrow"},
+		{"with a ceiling", borrower(pb.Algorithm_SLIDING_LOG, key, 10, 20, 100, time.Hour, 0), "escrow"},
+	} {
+		if r := check(t, svcs[1], tc.item); r.Metadata[MetadataDecidedBy] != tc.by {
+			t.Errorf("%s check of node-2's key after its word: decided by %q, want %q", tc.name, r.Metadata[MetadataDecidedBy], tc.by)
+		}
+	}
+}
