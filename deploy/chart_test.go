@@ -15,7 +15,7 @@ import (
 )
 
 // allOn turns on every optional part of the chart.
-var allOn = []string{"serviceMonitor.enabled=true", "networkPolicy.enabled=true", `policies.api\.yaml=domain: api`, "snapshots.enabled=true"}
+var allOn = []string{"serviceMonitor.enabled=true", "networkPolicy.enabled=true", `policies.api\.yaml=domain: api`, "snapshots.enabled=true", "strict.quorum=2", "strict.fence=20s"}
 
 func TestChartLints(t *testing.T) {
 	for _, sets := range [][]string{nil, allOn} {

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"fmt"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,4 +80,80 @@ func TestStrictFrozenOwner(t *testing.T) {
 			t.Errorf("phase %d: %d checks failed: %v", p, phases[p].errors, phases[p])
 		}
 	}
+}
+
+// TestStrictGracefulLeave runs three rlnode processes in strict mode
+// (--strict-quorum 2, a fence of 20 s, longer than the test) and stops one
+// with SIGTERM, as a rolling update does, under load through the other
+// two. The stopped node hands its counters over and says it left, so
+// once it has exited its keys are answered by their new owners at once
+// (no refusal from escrow, as the fence would give) and stay exact: each
+// key admits its limit, no more (nothing admitted twice) and no less (not
+// counted spent).
+func TestStrictGracefulLeave(t *testing.T) {
+	c := startCluster(t, 3, "--strict-quorum", "2", "--strict-fence", "20s")
+	victim, survivors := c.nodes[2], c.nodes[:2]
+	const keys, limit = 30, 20
+	item := func(i int) *pb.CheckItem {
+		return &pb.CheckItem{Name: "strict", Key: fmt.Sprint("leave:", i%keys), Limit: limit, DurationMs: hour, Algorithm: pb.Algorithm_SLIDING_LOG}
+	}
+	var mu sync.Mutex
+	admitted := map[string]int{}
+	phases := []*tally{{}, {}, {}}
+	send := func(p int, n *node, i int) {
+		r, err := check(n, item(i))
+		phases[p].add(r, err)
+		if err == nil && r.Status == pb.Status_UNDER_LIMIT {
+			mu.Lock()
+			admitted[item(i).Key]++
+			mu.Unlock()
+		}
+	}
+	for i := range keys * 12 { // 12 of 20 spent on each key
+		send(0, survivors[i%2], i)
+	}
+
+	victim.signal(t, syscall.SIGTERM)
+	stopped := time.Now()
+	for i := 0; i < 2000 && !victim.exited() && time.Since(stopped) < shutdownTimeout+5*time.Second; i++ {
+		send(1, survivors[i%2], i%keys)  // few: the first keys get at most their limit
+		time.Sleep(5 * time.Millisecond) // pacing the load, not waiting for an effect
+	}
+	if !victim.wait(shutdownTimeout + 5*time.Second) {
+		t.Fatalf("%s did not exit within %v of SIGTERM", victim.name, shutdownTimeout+5*time.Second)
+	}
+	exited := victim.exitedAt.Sub(stopped)
+	c.waitConverged(2)
+	for i := range keys * 15 {
+		send(2, survivors[i%2], i)
+	}
+
+	for p, name := range []string{"before", "while it left", "after it exited"} {
+		t.Logf("%s: %v", name, phases[p])
+	}
+	t.Logf("%s exited %v after SIGTERM; its strict mode lines:\n%s", victim.name, exited.Round(time.Millisecond), linesWith(victim.out.String(), "strict mode"))
+	for i := range keys {
+		if key := item(i).Key; admitted[key] != limit {
+			t.Errorf("%s admitted %d, want exactly its limit of %d", key, admitted[key], limit)
+		}
+	}
+	if n := phases[2].decidedBy["escrow"]; n != 0 {
+		t.Errorf("after %s exited, %d checks refused from escrow: its keys were fenced", victim.name, n)
+	}
+	for p := range phases {
+		if phases[p].errors != 0 {
+			t.Errorf("phase %d: %d checks failed: %v", p, phases[p].errors, phases[p])
+		}
+	}
+}
+
+// linesWith returns the lines of out that contain s.
+func linesWith(out, s string) string {
+	var keep []string
+	for line := range strings.Lines(out) {
+		if strings.Contains(line, s) {
+			keep = append(keep, strings.TrimSpace(line))
+		}
+	}
+	return strings.Join(keep, "\n")
 }

@@ -75,9 +75,20 @@ func (n *Node) leave(ctx context.Context, parts loops) error {
 		// node still holds (refused, not delivered, or handed here by
 		// others as they stopped) join those handed off.
 		finishSnapshot,
-		{"close peers", func(ctx context.Context) error {
+		{"close the peer port", func(ctx context.Context) error {
 			n.peerFace.Drain()
 			stopGRPC(ctx, n.peerSrv)
+			return nil
+		}},
+		// Once this node can neither decide a check nor take a counter,
+		// and before its peer clients close: in strict mode, its last word
+		// lets its keys' new owners decide them at once rather than after
+		// the fence (see service.Service.SayLeft).
+		{"say it has left", func(ctx context.Context) error {
+			n.svc.SayLeft(ctx)
+			return nil
+		}},
+		{"close peers", func(ctx context.Context) error {
 			return parts.peers.stop(ctx)
 		}},
 	})

@@ -167,6 +167,16 @@ func (p *Pool) HandOffDone(ctx context.Context, addr, from string, ring uint64) 
 	return err
 }
 
+// HandOffLeft sends the node at addr node from's last word as it shuts
+// down (see HandOffRequest.left): it has left, its peer port is closed,
+// and it holds no counter for keys the node owns in the ring whose ID is
+// ring. An error with gRPC's code FAILED_PRECONDITION says the node did
+// not take the word.
+func (p *Pool) HandOffLeft(ctx context.Context, addr, from string, ring uint64) error {
+	_, err := unary(ctx, p, "hand off", addr, peerpb.PeerClient.HandOff, &peerpb.HandOffRequest{From: from, Done: ring, Left: true})
+	return err
+}
+
 // Replicate gives copies of counters that node from owns to the node at
 // addr, which would own them were from gone, and returns its refusals as
 // HandOff does: an answer that does not add up is an error.

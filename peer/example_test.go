@@ -35,6 +35,7 @@ func (o owner) Pulled(ctx context.Context, reqs []*pb.CheckRequest) ([]*pb.Check
 	return o.Forwarded(ctx, reqs), nil
 }
 func (owner) HandOffDone(context.Context, string, uint64)                                 {}
+func (owner) Left(context.Context, string, uint64) error                                  { return nil }
 func (owner) Replicate(context.Context, string, []*peerpb.CounterState) []*peerpb.Refusal { return nil }
 
 // Example wires an owner's Server and a forwarding node's Pool over loopback.

@@ -13,7 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
@@ -311,6 +313,9 @@ func unaryCalls(t *testing.T, p *Pool, addr string, h *fakeHandler) {
 	if err := p.HandOffDone(t.Context(), addr, "me", 42); err != nil {
 		t.Fatal(err)
 	}
+	if err := p.HandOffLeft(t.Context(), addr, "me", 43); err != nil {
+		t.Fatal(err)
+	}
 	refused, err = p.Replicate(t.Context(), addr, "me", []*peerpb.CounterState{{}, {Counter: []byte{1}}})
 	if err != nil || len(refused) != 1 || refused[0].GetIndex() != 0 || refused[0].GetReason() != peerpb.Refusal_INVALID {
 		t.Fatalf("Replicate = %v, %v; want counter 0 refused as INVALID", refused, err)
@@ -331,8 +336,21 @@ func unaryCalls(t *testing.T, p *Pool, addr string, h *fakeHandler) {
 		len(h.states) != 1 || h.states[0].GetRemaining() != 3 || h.updatedBy != "owner" || h.handedBy != "me" || h.replicaOf != "me" {
 		t.Errorf("handler saw hits %v from %q, states %v from %q, hand-off from %q", h.hits, h.reportedBy, h.states, h.updatedBy, h.handedBy)
 	}
-	if !slices.Equal(h.done, []string{"me:42"}) {
-		t.Errorf("handler saw HandOffDone %v, want [me:42]", h.done)
+	if !slices.Equal(h.done, []string{"me:42", "me:43"}) || !slices.Equal(h.left, []string{"me:43"}) {
+		t.Errorf("handler saw HandOffDone %v and Left %v, want [me:42 me:43] and [me:43]", h.done, h.left)
+	}
+}
+
+// TestHandOffLeftRefused: a last word the node does not take comes back
+// as FAILED_PRECONDITION, so that the leaving node can tell it apart from
+// a node it cannot reach.
+func TestHandOffLeftRefused(t *testing.T) {
+	h := &fakeHandler{leftErr: errors.New("still in my ring")}
+	addr := serve(t, h)
+	p := NewPool(Config{})
+	defer p.Close()
+	if err := p.HandOffLeft(t.Context(), addr, "me", 7); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("HandOffLeft to a node that does not take it = %v, want FAILED_PRECONDITION", err)
 	}
 }
 

@@ -119,6 +119,12 @@ type Handler interface {
 	// is ring (see HandOffRequest.done). Server calls it after HandOff, for
 	// a request that carries both.
 	HandOffDone(ctx context.Context, from string, ring uint64)
+	// Left takes node from's last word as it shuts down: it has left the
+	// cluster and will decide none of the keys this node owns in the ring
+	// whose ID is ring (see HandOffRequest.left). Server calls it after
+	// HandOffDone. It returns an error when it cannot take the word (yet);
+	// Server answers that with codes.FailedPrecondition.
+	Left(ctx context.Context, from string, ring uint64) error
 	// Replicate keeps copies of counters that node from owns, to take over
 	// should from crash, and returns one Refusal, naming the counter by
 	// its index in counters, for each it did not keep.
@@ -299,7 +305,9 @@ func (s *Server) UpdateGlobals(ctx context.Context, req *peerpb.GlobalUpdateRequ
 
 // HandOff passes handed-off counters to the Handler and reports which it
 // refused, and why, and how many it accepted; then the sender's word that
-// it is done, if the request carries it. It refuses, with
+// it is done, if the request carries it, and its last word, if the
+// request says it has left (codes.FailedPrecondition if the Handler does
+// not take it). It refuses, with
 // codes.InvalidArgument, a malformed sender's name and more than
 // peerpb.MaxHandOffCounters counters, and reports a Handler that refuses a counter
 // it was not given with codes.Internal.
@@ -311,6 +319,11 @@ func (s *Server) HandOff(ctx context.Context, req *peerpb.HandOffRequest) (*peer
 	}
 	if done := req.GetDone(); done != 0 {
 		s.h.HandOffDone(ctx, req.GetFrom(), done)
+		if req.GetLeft() {
+			if err := s.h.Left(ctx, req.GetFrom(), done); err != nil {
+				return nil, status.Errorf(codes.FailedPrecondition, "left: %v", err) // not yet, as a rule: not counted as refused
+			}
+		}
 	}
 	return &peerpb.HandOffResponse{Accepted: int64(len(counters) - len(refused)), Refused: refused}, nil
 }

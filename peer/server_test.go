@@ -39,6 +39,8 @@ type fakeHandler struct {
 	handedBy   string
 	replicaOf  string   // sender of the last Replicate
 	done       []string // "from:ring" of each HandOffDone, in order
+	left       []string // "from:ring" of each Left, in order
+	leftErr    error    // Left's answer
 	stranger   string   // if set, AddGlobalHits and UpdateGlobals refuse it
 }
 
@@ -133,6 +135,13 @@ func (h *fakeHandler) HandOffDone(_ context.Context, from string, ring uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.done = append(h.done, fmt.Sprintf("%s:%d", from, ring))
+}
+
+func (h *fakeHandler) Left(_ context.Context, from string, ring uint64) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.left = append(h.left, fmt.Sprintf("%s:%d", from, ring))
+	return h.leftErr
 }
 
 // serve starts a Peer server for h on a loopback port and returns its

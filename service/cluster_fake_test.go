@@ -182,6 +182,15 @@ func (c *fakeCluster) HandOffDone(ctx context.Context, addr, from string, ring u
 	return nil
 }
 
+func (c *fakeCluster) HandOffLeft(ctx context.Context, addr, from string, ring uint64) error {
+	o, err := c.peer(ctx, addr)
+	if err != nil {
+		return err
+	}
+	o.HandOffDone(ctx, from, ring)
+	return o.Left(ctx, from, ring)
+}
+
 func (c *fakeCluster) Replicate(ctx context.Context, addr, from string, counters []*peerpb.CounterState) ([]*peerpb.Refusal, error) {
 	o, err := c.peer(ctx, addr)
 	if err != nil {

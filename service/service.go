@@ -59,6 +59,9 @@ type Peers interface {
 	Pull(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
 	global.Peers
 	handoff.Peers
+	// HandOffLeft sends the node at addr this node's last word as it
+	// shuts down (see Service.SayLeft and peer.Pool.HandOffLeft).
+	HandOffLeft(ctx context.Context, addr, from string, ring uint64) error
 	replica.Peers
 	lease.Peers
 	// Settle relays a client's settle of a reservation to the node at addr
@@ -226,8 +229,12 @@ func (a alone) Ring() *ring.Ring       { return a.ring }
 func (alone) LocalMember() ring.Member { return ring.Member{Name: "self"} }
 
 // leavingRing is the ring a leaving node routes by: base, the cluster's
-// ring, without this node.
-type leavingRing struct{ base, without *ring.Ring }
+// ring, without this node. moved says the cluster's ring has changed
+// since Leave (see SayLeft).
+type leavingRing struct {
+	base, without *ring.Ring
+	moved         bool
+}
 
 // ring returns the ring this node routes checks and hands off counters
 // by: the cluster's, or once Leave is called, the cluster's without this
@@ -248,7 +255,7 @@ func (s *Service) ring() *ring.Ring {
 	s.leaveMu.Lock()
 	defer s.leaveMu.Unlock()
 	if lv = s.leaving.Load(); lv.base != r {
-		lv = &leavingRing{base: r, without: r.Without(self)}
+		lv = &leavingRing{base: r, without: r.Without(self), moved: true}
 		s.leaving.Store(lv)
 	}
 	return lv.without

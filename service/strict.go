@@ -1,6 +1,9 @@
 package service
 
 import (
+	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +34,8 @@ import (
 //     escrow's time-to-live after the owner last renewed it), or, with no
 //     escrow, refused.
 //   - A node that comes to own keys of a member that left its ring (dead,
-//     frozen or cut off: no node can tell) decides none of them until
+//     frozen or cut off: no node can tell), but one that said it left
+//     (below), decides none of them until
 //     StrictFence has passed since the member left: by then the member,
 //     if it lives, has lost its quorum and stopped deciding, and the
 //     escrows it lent have expired (the fence exceeds the time memberlist
@@ -46,10 +50,77 @@ import (
 //   - An owner lends no escrow while it lacks a quorum, and keeps the
 //     escrow of a node that left its ring reserved until it has expired
 //     (global.EscrowConfig).
+//   - A member that leaves gracefully (SIGTERM: see package node's leave)
+//     and says so is not fenced: its keys' new owners decide them at once
+//     (see "A graceful leave" below).
 //
 // The cost is refusals: on a side without a quorum every key but what its
-// escrows hold; on the majority side, a departed member's keys for the
-// fence, and then until their counters refill.
+// escrows hold; on the majority side, the keys of a departed member that
+// did not say it left, for the fence, and then until their counters
+// refill.
+
+// A graceful leave, and what it proves.
+//
+// The fence is there because a member that drops out of the ring may be
+// alive and deciding. A member that shuts down gracefully is not: it
+// routes every check by the ring without itself (Service.Leave), hands
+// each counter to its new owner, leaves gossip, hands on what reached it
+// meanwhile, closes its client ports and then its peer port, and only
+// then, holding no counter of a member's keys, sends that member its last
+// word (Service.SayLeft, HandOffRequest.left): from then on it cannot
+// decide a check or take a counter, so everything it ever admitted for
+// the keys the member gained is in the counters the member now holds. A
+// node takes the word (strictMode.takeLeft) only for the latest departure
+// of that member it has seen, only while its ring still lacks it, and
+// only if the ring the sender left is the ring this node's dropped it
+// into; then the departure's keys are decided at once, uncharged.
+// Otherwise the fence stands:
+//
+//   - Memberlist's own leave message (a dead message from the node about
+//     itself, StateLeft) is not taken as proof: it is gossip, relayed by
+//     any member and, without --gossip-key, by anyone who can send a UDP
+//     packet; a captured one, even encrypted, can be replayed; and it says
+//     nothing of the hand-off, which it precedes. The last word is a peer
+//     call from the member itself, under its own name (mutual TLS, see
+//     peer.Guard), which the member makes only once it is done.
+//   - A member cut off by a partition cannot send it across: its keys stay
+//     fenced.
+//   - A member whose hand-off did not finish (a timeout, an owner that
+//     refused counters, a crash mid-hand-off) does not send it to the
+//     owners of the counters it still holds: their keys stay fenced. Nor
+//     does one whose ring changed while it left (the counters may have
+//     gone to a member that has them still).
+//   - A word is bound to one departure: it names the ring the member
+//     left, and is taken only for this node's latest departure of that
+//     member, while the ring lacks it and within the fence. A member that
+//     comes back and then fails is a new departure, which only a new word
+//     could mark; a member sends one only at the end of a graceful
+//     shutdown, and mutual TLS does not let a recorded call be replayed.
+//     Without mutual TLS on the peer port anyone who reaches it can send
+//     a word under any name, as it can send any peer call.
+//   - GLOBAL checks of its keys stay fenced: the grants an owner lends are
+//     not charged in the counter it hands over but held in its lease
+//     (global/leases.go), and reach the new owner only through the grants
+//     of the last broadcast it kept as the key's heir (global/heir.go);
+//     and a leaving node's GLOBAL side owns the key by its gossip ring
+//     until it leaves gossip, so it decides the checks forwarded to it,
+//     and lends, after its hand-off, on a counter it no longer holds. So a
+//     GLOBAL key's counter does not hold everything the member let others
+//     admit (nor, for that last reason, is a GLOBAL key exact through a
+//     graceful leave even with the fence: docs/cluster.md, "Not covered
+//     yet").
+//   - So do checks with a ceiling (borrow.go): a leaving node decides
+//     those after it lets hand-off rounds go on (they may wait on the
+//     parent's owner: see decideHere), so one may land on a counter the
+//     node has just handed over, and what it charges there, handed over
+//     later, is merged by the more charged state, not added. (A check
+//     without a ceiling of a counter that other checks borrow through is
+//     decided at once: clients that mix the two on one counter are exact
+//     through a graceful leave only while no check with a ceiling is in
+//     flight at the leaving node as it hands that counter over.)
+//   - The escrow the member held of others' GLOBAL keys stays reserved at
+//     their owners until the fence has passed (global.EscrowConfig.Keep),
+//     as for any departure: at most its share of each key's limit.
 
 // DefaultStrictFence is the default Config.StrictFence: memberlist's
 // verdict on a cut-off member (about 5 s, on the same timers on both sides
@@ -99,13 +170,16 @@ type strictMode struct {
 	charged int
 }
 
-// drop is a member that left the ring: the ring that still had it, when
-// it left, and the counters charged since on its behalf.
+// drop is a member that left the ring: the ring that still had it, the
+// ID of the ring that dropped it, when it left, the counters charged since
+// on its behalf, and whether it said it left (takeLeft).
 type drop struct {
 	name    string
 	before  *ring.Ring
+	after   uint64
 	at      time.Time
 	charged map[counterID]struct{}
+	left    atomic.Bool
 }
 
 // counterID names a counter without its limit.
@@ -138,12 +212,47 @@ func (m *strictMode) ringChanged(r *ring.Ring, self string, now time.Time) {
 					m.charged -= len(old.charged)
 				}
 				drops = append(drops[first:len(drops):len(drops)],
-					&drop{name: mem.Name, before: m.last, at: now, charged: map[counterID]struct{}{}})
+					&drop{name: mem.Name, before: m.last, after: r.ID(), at: now, charged: map[counterID]struct{}{}})
 			}
 		}
 		m.drops.Store(&drops)
 	}
 	m.last = r
+}
+
+// takeLeft takes member from's last word that it has left, holding no
+// counter of the keys this node owns in the ring whose ID is id (see "A
+// graceful leave"): the keys this node took over from it are decided at
+// once from now on. It returns an error, and takes nothing, unless the
+// ring lacks from and this node's latest departure of from dropped it
+// into that ring, within the fence before now (later, the fence has
+// passed: a word would spare nothing but the charge, and this node does
+// not take one that late). With strict mode off there is nothing to take.
+func (m *strictMode) takeLeft(from string, id uint64, now time.Time) error {
+	if !m.on() {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.last == nil || m.last.Has(from) {
+		return fmt.Errorf("%q is in this node's ring still", from)
+	}
+	if drops := m.drops.Load(); drops != nil {
+		for _, d := range slices.Backward(*drops) {
+			if d.name != from {
+				continue
+			}
+			if d.after != id {
+				return fmt.Errorf("%q left ring %016x; this node's ring dropped it into %016x", from, id, d.after)
+			}
+			if now.Sub(d.at) >= m.fence {
+				return fmt.Errorf("%q left %v ago, past the fence", from, now.Sub(d.at))
+			}
+			d.left.Store(true)
+			return nil
+		}
+	}
+	return fmt.Errorf("no departure of %q remembered", from)
 }
 
 // A verdict is what strict mode says of a check this node would decide as
@@ -157,8 +266,10 @@ const (
 )
 
 // judge returns the verdict on r, decided here at now as the owner of its
-// key in cur. A verdictCharge is given once per counter and departure.
-func (m *strictMode) judge(r *limiter.Request, cur *ring.Ring, now time.Time) verdict {
+// key in cur; keepFence says r is a check that a departure that said it
+// left still fences: a GLOBAL one, or one with a ceiling (see "A graceful
+// leave"). A verdictCharge is given once per counter and departure.
+func (m *strictMode) judge(r *limiter.Request, keepFence bool, cur *ring.Ring, now time.Time) verdict {
 	if cur.Len() < m.quorum {
 		return verdictRefuse
 	}
@@ -168,8 +279,8 @@ func (m *strictMode) judge(r *limiter.Request, cur *ring.Ring, now time.Time) ve
 	}
 	var due []*drop // the departures that may still owe r's counter its charge
 	for _, d := range *drops {
-		if cur.Has(d.name) || now.Sub(d.at) >= m.fence+refillTime(r.Limit) {
-			continue // it is back, and owns its keys again; or the counter has refilled since it could last decide
+		if cur.Has(d.name) || now.Sub(d.at) >= m.fence+refillTime(r.Limit) || (!keepFence && d.left.Load()) {
+			continue // it is back, and owns its keys again; or the counter has refilled since it could last decide; or it left, its counters here
 		}
 		if owner, _ := d.before.Owner(r.Key); owner.Name != d.name {
 			continue
@@ -225,7 +336,7 @@ func (m *strictMode) gate(s *Service, c *call, ps []pending, v *view) {
 			continue
 		}
 		r := &c.reqs[p.j]
-		switch m.judge(r, v.ring, now) {
+		switch m.judge(r, c.behavior(p.j) == pb.Behavior_GLOBAL || c.borrowing(p.j) != nil, v.ring, now) {
 		case verdictRefuse:
 			p.next = nextEscrow
 		case verdictCharge:
@@ -289,4 +400,76 @@ func markEscrow(c *call, js []int) {
 			r.Metadata = map[string]string{MetadataDecidedBy: routeEscrow.String()}
 		}
 	}
+}
+
+// leftRetry is how often, and leftBudget how long at most, a leaving node
+// offers its last word to a member that does not take it yet (its ring
+// has the node still) or cannot be reached: gossip tells every member of
+// a leave within a few of memberlist's rounds, 200 ms each on a LAN. A
+// member that has not taken it by then fences the node's keys, as for a
+// crash.
+const (
+	leftRetry  = 100 * time.Millisecond
+	leftBudget = 2 * time.Second
+)
+
+// SayLeft is the last step of this node's shutdown in strict mode, once it
+// has left gossip and closed its client and peer ports, so that it can
+// neither decide a check nor take a counter again: it sends each member of
+// the ring it left its last word (see "A graceful leave"), so that the
+// member decides the keys it took over from this node at once rather than
+// after the fence. It sends none to a member whose keys' counters this
+// node still holds (its hand-off did not finish), and none at all if the
+// ring changed while it left: those keys stay fenced. It returns how many
+// members took the word, and how many members it left did not. With
+// strict mode off, or before Leave, it does nothing.
+func (s *Service) SayLeft(ctx context.Context) (told, fenced int) {
+	lv := s.leaving.Load()
+	if !s.strict.on() || lv == nil || s.peers == nil {
+		return 0, 0
+	}
+	self := s.cluster.LocalMember().Name
+	r := s.cluster.Ring()
+	if r.Has(self) || lv.moved || r.ID() != lv.without.ID() {
+		s.log.Warn("strict mode: the ring changed while this node left, or it has not left gossip; its keys stay fenced at their new owners",
+			"members", r.Len())
+		return 0, r.Len()
+	}
+	held := map[string]bool{} // members whose keys' counters are here still
+	for c := range s.store.Counters() {
+		if o, ok := r.Owner(c.Key); ok {
+			held[o.Name] = true
+		}
+	}
+	budget, cancel := context.WithTimeout(ctx, leftBudget)
+	defer cancel()
+	var took atomic.Int64
+	var wg sync.WaitGroup
+	for _, m := range r.Members() {
+		if held[m.Name] {
+			continue
+		}
+		wg.Go(func() {
+			for {
+				err := s.peers.HandOffLeft(budget, m.PeerAddr, self, r.ID())
+				if err == nil {
+					took.Add(1)
+					return
+				}
+				t := time.NewTimer(leftRetry)
+				select {
+				case <-t.C:
+				case <-budget.Done():
+					t.Stop()
+					s.log.Warn("strict mode: a member did not take this node's last word; it fences this node's keys",
+						"member", m.Name, "err", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	told = int(took.Load())
+	s.log.Info("strict mode: told the members this node has left", "told", told, "fenced", r.Len()-told)
+	return told, r.Len() - told
 }

@@ -1408,7 +1408,15 @@ type HandOffRequest struct {
 	// counter it held for keys this node owns in that ring. A node that has
 	// just come to own keys the sender held waits for it before deciding
 	// them (see package handoff).
-	Done          uint64 `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
+	Done uint64 `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
+	// left, with done, is the sender's last word as it shuts down: it has
+	// left the cluster, its peer port takes no more requests, and it holds
+	// no counter for keys this node owns in ring done, so it will decide
+	// none of them again. A node in strict mode then decides the keys it
+	// took over from the sender at once, rather than after its fence (see
+	// service/strict.go); it answers FAILED_PRECONDITION to a word it cannot
+	// take yet (its ring still holds the sender) or at all.
+	Left          bool `protobuf:"varint,4,opt,name=left,proto3" json:"left,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1462,6 +1470,13 @@ func (x *HandOffRequest) GetDone() uint64 {
 		return x.Done
 	}
 	return 0
+}
+
+func (x *HandOffRequest) GetLeft() bool {
+	if x != nil {
+		return x.Left
+	}
+	return false
 }
 
 // Refusal says why the receiver did not take one handed-off (or
@@ -1785,11 +1800,12 @@ const file_peer_proto_rawDesc = "" +
 	"\x14GlobalUpdateResponse\"\x89\x01\n" +
 	"\fCounterState\x12\x18\n" +
 	"\acounter\x18\b \x01(\fR\acounterJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03J\x04\b\x03\x10\x04J\x04\b\x04\x10\x05J\x04\b\x05\x10\x06J\x04\b\x06\x10\aJ\x04\b\a\x10\bR\x04nameR\x03keyR\talgorithmR\x05wordsR\n" +
-	"full_at_nsR\x03logR\alast_ns\"u\n" +
+	"full_at_nsR\x03logR\alast_ns\"\x89\x01\n" +
 	"\x0eHandOffRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12;\n" +
 	"\bcounters\x18\x02 \x03(\v2\x1f.ringlimit.peer.v1.CounterStateR\bcounters\x12\x12\n" +
-	"\x04done\x18\x03 \x01(\x04R\x04done\"\xc7\x01\n" +
+	"\x04done\x18\x03 \x01(\x04R\x04done\x12\x12\n" +
+	"\x04left\x18\x04 \x01(\bR\x04left\"\xc7\x01\n" +
 	"\aRefusal\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x129\n" +
 	"\x06reason\x18\x02 \x01(\x0e2!.ringlimit.peer.v1.Refusal.ReasonR\x06reason\x12\x16\n" +

@@ -76,6 +76,23 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if regexMatch "^(0+(\\.0+)?(ns|us|µs|ms|s|m|h))+$" (toString .Values.snapshots.interval) }}
 {{- fail "snapshots.interval: must be more than 0" }}
 {{- end }}
+{{- $q := int .Values.strict.quorum }}
+{{- $n := int .Values.replicaCount }}
+{{- if and .Values.strict.fence (not $q) }}
+{{- fail "strict.fence: set only with strict.quorum (strict mode is off)" }}
+{{- end }}
+{{- if $q }}
+{{- if le (mul 2 $q) $n }}
+{{- fail (printf "strict.quorum (%d) must be a majority of replicaCount (%d), at least %d: else two sides of a split could both decide a key" $q $n (add (div $n 2) 1)) }}
+{{- end }}
+{{- if ge $q $n }}
+{{- fail (printf "strict.quorum (%d) must be below replicaCount (%d): a rolling update takes a pod down, and with fewer than a quorum up every key is refused" $q $n) }}
+{{- end }}
+{{- $u := .Values.podDisruptionBudget.maxUnavailable }}
+{{- if and .Values.podDisruptionBudget.enabled (not (kindIs "string" $u)) (lt (sub $n (int $u)) $q) }}
+{{- fail (printf "podDisruptionBudget.maxUnavailable (%d) must leave strict.quorum (%d) of replicaCount (%d) up: an eviction it allows would leave every key refused" (int $u) $q $n) }}
+{{- end }}
+{{- end }}
 {{- $p := .Values.ports }}
 {{- if ne (len (list (int $p.http) (int $p.grpc) (int $p.peer) (int $p.gossip) | uniq)) 4 }}
 {{- fail "ports: http, grpc, peer and gossip must differ" }}

@@ -1,0 +1,244 @@
+package service
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algorithms"
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// leaveGracefully takes node i out of c as its shutdown does (package
+// node's leave): it routes by the ring without itself and runs a round of
+// hand-off, while the member at the peer address unreachable, if any,
+// cannot be reached; then the rings of the others and its own drop it (it
+// leaves gossip), its peer port closes, and it says it has left.
+func leaveGracefully(t *testing.T, c *fakeCluster, svcs []*Service, i int, unreachable string) (told, fenced int) {
+	t.Helper()
+	s := svcs[i]
+	s.Leave()
+	if unreachable != "" {
+		c.down[unreachable] = true
+	}
+	s.HandOff(t.Context())
+	delete(c.down, unreachable)
+	without := c.ring.Without(fmt.Sprint("node-", i))
+	var all []int
+	for k := range svcs {
+		all = append(all, k)
+	}
+	setRings(c, svcs, all, without)
+	c.down[fmt.Sprint("peer-", i)] = true
+	return s.SayLeft(t.Context())
+}
+
+// strictHourly is a check of key, limit 10 an hour.
+func strictHourly(key string) *pb.CheckItem {
+	return &pb.CheckItem{Name: "api", Key: key, Limit: 10, DurationMs: 3_600_000, Algorithm: pb.Algorithm_SLIDING_LOG}
+}
+
+// TestStrictGracefulLeaveIsNotFenced: in strict mode, the keys of a member
+// that leaves gracefully, hands its counters over and says so are decided
+// by their new owner at once, on the counter handed over, neither refused
+// for the fence nor counted spent after it; and no key admits more than
+// its limit: the counter holds what the member admitted (its replica,
+// never sent, holds none of it).
+func TestStrictGracefulLeaveIsNotFenced(t *testing.T) {
+	clk := &clock{t: t0}
+	c, svcs := newStrictCluster(3, 2, clk)
+	setRings(c, svcs, []int{0, 1, 2}, c.ring)
+	key := c.keyInheritedBy(2, 1)
+	admitted := 0
+	for range 8 {
+		if check(t, svcs[0], strictHourly(key)).Status == pb.Status_UNDER_LIMIT {
+			admitted++
+		}
+	}
+	if told, fenced := leaveGracefully(t, c, svcs, 2, ""); told != 2 || fenced != 0 {
+		t.Fatalf("node-2 told %d members it left, %d not; want 2, 0", told, fenced)
+	}
+	for _, after := range []time.Duration{0, DefaultStrictFence + time.Second} {
+		clk.add(after)
+		for n := range 4 {
+			r := check(t, svcs[n%2], strictHourly(key))
+			if by := r.Metadata[MetadataDecidedBy]; by != "" {
+				t.Errorf("%v after the leave, via node-%d: decided by %q; want the new owner, at once", after, n%2, by)
+			}
+			if r.Status == pb.Status_UNDER_LIMIT {
+				admitted++
+			}
+		}
+		if after == 0 && admitted != 10 {
+			t.Errorf("at once after the leave: %d admitted in all, want 10 (8 before, the 2 left after)", admitted)
+		}
+	}
+	if admitted != 10 {
+		t.Errorf("%d admitted in all, want the limit, 10", admitted)
+	}
+}
+
+// TestStrictLeaveWithUnfinishedHandOffStaysFenced: a member that leaves
+// with counters it could not hand over (their new owner could not be
+// reached) says it left only to the members it handed everything to: the
+// keys of those are decided at once, and the others' are refused for the
+// fence and then counted spent, as a crash's.
+func TestStrictLeaveWithUnfinishedHandOffStaysFenced(t *testing.T) {
+	clk := &clock{t: t0}
+	c, svcs := newStrictCluster(3, 2, clk)
+	setRings(c, svcs, []int{0, 1, 2}, c.ring)
+	kept, handed := c.keyInheritedBy(2, 1), c.keyInheritedBy(2, 0)
+	for range 8 {
+		check(t, svcs[0], strictHourly(kept))
+		check(t, svcs[1], strictHourly(handed))
+	}
+	if told, fenced := leaveGracefully(t, c, svcs, 2, "peer-1"); told != 1 || fenced != 1 {
+		t.Fatalf("node-2 told %d members it left, %d not; want 1 (node-0), 1 (node-1, whose counter it holds)", told, fenced)
+	}
+	steps := []struct {
+		name     string
+		after    time.Duration
+		key      string
+		by       string
+		admitted int
+	}{
+		{"handed over: decided at once", 0, handed, "", 2},
+		{"kept: fenced", 0, kept, "escrow", 0},
+		{"kept: fenced until the fence ends", DefaultStrictFence - time.Millisecond, kept, "escrow", 0},
+		{"kept: counted spent after the fence", time.Millisecond, kept, "", 0},
+	}
+	for _, st := range steps {
+		clk.add(st.after)
+		admitted := 0
+		for n := range 4 {
+			r := check(t, svcs[n%2], strictHourly(st.key))
+			if by := r.Metadata[MetadataDecidedBy]; by != st.by {
+				t.Errorf("%s, via node-%d: decided by %q, want %q", st.name, n%2, by, st.by)
+			}
+			if r.Status == pb.Status_UNDER_LIMIT {
+				admitted++
+			}
+		}
+		if admitted != st.admitted {
+			t.Errorf("%s: %d admitted, want %d", st.name, admitted, st.admitted)
+		}
+	}
+}
+
+// TestStrictTakeLeft: a node takes a member's word that it left only for
+// its latest departure of that member, into the ring the word names,
+// while its ring lacks the member and within the fence; a member that
+// comes back and then drops out again is fenced whatever it said before.
+// GLOBAL checks of its keys stay fenced.
+func TestStrictTakeLeft(t *testing.T) {
+	self, b := ring.Member{Name: "a"}, ring.Member{Name: "b"}
+	full := ring.New(self, b, ring.Member{Name: "c"})
+	without := full.Without("b")
+	key := "k"
+	for k := 0; ; k++ {
+		if o, _ := full.Owner(key); o.Name == "b" {
+			break
+		}
+		key = fmt.Sprint("k", k)
+	}
+	r := &limiter.Request{Name: "api", Key: key, Limit: algorithms.Limit{Count: 10, Period: time.Hour}, Hits: 1}
+	fence := time.Second
+	newMode := func() *strictMode {
+		m := &strictMode{quorum: 1, fence: fence}
+		m.ringChanged(full, "a", t0)
+		return m
+	}
+
+	off := &strictMode{}
+	if err := off.takeLeft("b", without.ID(), t0); err != nil {
+		t.Errorf("strict mode off: %v, want nothing to refuse", err)
+	}
+	m := newMode()
+	if err := m.takeLeft("b", without.ID(), t0); err == nil {
+		t.Errorf("a word while the ring has the member: taken, want refused")
+	}
+	m.ringChanged(without, "a", t0)
+	if err := m.takeLeft("b", full.Without("c").ID(), t0); err == nil {
+		t.Errorf("a word naming another ring: taken, want refused")
+	}
+	if err := m.takeLeft("c", without.ID(), t0); err == nil {
+		t.Errorf("a word from a member that did not drop out: taken, want refused")
+	}
+	if v := m.judge(r, false, without, t0); v != verdictRefuse {
+		t.Errorf("before the word: verdict %d, want refused", v)
+	}
+	if err := m.takeLeft("b", without.ID(), t0.Add(fence/2)); err != nil {
+		t.Errorf("the word: %v, want taken", err)
+	}
+	if v := m.judge(r, false, without, t0); v != verdictDecide {
+		t.Errorf("after the word: verdict %d, want decided at once", v)
+	}
+	if v := m.judge(r, true, without, t0); v != verdictRefuse {
+		t.Errorf("a GLOBAL check after the word: verdict %d, want refused for the fence", v)
+	}
+	if v := m.judge(r, false, without, t0.Add(fence)); v != verdictDecide {
+		t.Errorf("after the word, past the fence: verdict %d, want decided, not counted spent", v)
+	}
+
+	m.ringChanged(full, "a", t0.Add(2*fence)) // it came back
+	if err := m.takeLeft("b", without.ID(), t0.Add(2*fence)); err == nil {
+		t.Errorf("a word while the member is back: taken, want refused")
+	}
+	m.ringChanged(without, "a", t0.Add(3*fence)) // and dropped out again
+	if v := m.judge(r, false, without, t0.Add(3*fence)); v != verdictRefuse {
+		t.Errorf("dropped out again, after an earlier word: verdict %d, want refused for the fence", v)
+	}
+
+	late := newMode()
+	late.ringChanged(without, "a", t0)
+	if err := late.takeLeft("b", without.ID(), t0.Add(fence)); err == nil {
+		t.Errorf("a word once the fence has passed: taken, want refused")
+	}
+}
+
+// TestStrictSayLeftAfterARingChange: a member whose ring changed while it
+// left (its counters may have gone to a member that holds them still)
+// tells no one it left: its keys stay fenced.
+func TestStrictSayLeftAfterARingChange(t *testing.T) {
+	clk := &clock{t: t0}
+	c, svcs := newStrictCluster(3, 2, clk)
+	setRings(c, svcs, []int{0, 1, 2}, c.ring)
+	svcs[2].Leave()
+	c.views.Store("node-2", c.ring.Without("node-0")) // node-0 drops out and comes back while node-2 leaves
+	svcs[2].HandOff(t.Context())
+	c.views.Store("node-2", c.ring)
+	if told, fenced := leaveGracefully(t, c, svcs, 2, ""); told != 0 || fenced != 2 {
+		t.Errorf("node-2 told %d members it left, %d not; want 0, 2", told, fenced)
+	}
+}
+
+// TestStrictGracefulLeaveStillFencesGlobalAndCeilings: after a graceful
+// leave whose word was taken, the new owner still fences the member's
+// keys' GLOBAL checks and checks with a ceiling (a leaving node may decide
+// those on a counter it has handed over), while plain checks of the same
+// keys are decided at once.
+func TestStrictGracefulLeaveStillFencesGlobalAndCeilings(t *testing.T) {
+	clk := &clock{t: t0}
+	c, svcs := newStrictCluster(3, 2, clk)
+	setRings(c, svcs, []int{0, 1, 2}, c.ring)
+	key := c.keyInheritedBy(2, 1)
+	check(t, svcs[0], strictHourly(key))
+	if told, _ := leaveGracefully(t, c, svcs, 2, ""); told != 2 {
+		t.Fatalf("node-2 told %d members it left, want 2", told)
+	}
+	for _, tc := range []struct {
+		name string
+		item *pb.CheckItem
+		by   string
+	}{
+		{"plain", strictHourly(key), ""},
+		{"GLOBAL", strictGlobal(key), "escrow"},
+		{"with a ceiling", borrower(pb.Algorithm_SLIDING_LOG, key, 10, 20, 100, time.Hour, 0), "escrow"},
+	} {
+		if r := check(t, svcs[1], tc.item); r.Metadata[MetadataDecidedBy] != tc.by {
+			t.Errorf("%s check of node-2's key after its word: decided by %q, want %q", tc.name, r.Metadata[MetadataDecidedBy], tc.by)
+		}
+	}
+}
