@@ -240,6 +240,35 @@ func TestLeavingNodeDecidesWhatItStillHolds(t *testing.T) {
 	}
 }
 
+// TestLeavingNodeSendsGlobalChecksOn: a leaving node that has handed a
+// GLOBAL key's counter over no longer decides the key's checks forwarded
+// to it as the owner, on a counter it no longer holds: it sends them to
+// the key's new owner, which decides them on the counter. Before, it
+// admitted the limit again (18 of a limit of 10 with 8 spent).
+func TestLeavingNodeSendsGlobalChecksOn(t *testing.T) {
+	c, svcs := newFakeCluster(3)
+	key, _ := keyMovingTo(t, c.ring, c.ring.Without("node-2"), "node-2")
+	item := &pb.CheckItem{Name: "api", Key: key, Limit: 10, DurationMs: 3_600_000, Behavior: pb.Behavior_GLOBAL}
+	admitted := 0
+	for range 8 {
+		if check(t, svcs[2], item).Status == pb.Status_UNDER_LIMIT { // at the owner
+			admitted++
+		}
+	}
+	svcs[2].Leave()
+	if sent, left := svcs[2].HandOffAll(t.Context()); sent != 1 || left != 0 {
+		t.Fatalf("HandOffAll = %d sent, %d left; want 1, 0", sent, left)
+	}
+	for range 30 { // the others still route the key to node-2
+		if check(t, svcs[0], item).Status == pb.Status_UNDER_LIMIT {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Errorf("admitted %d on a limit of 10 through a graceful leave, want 10", admitted)
+	}
+}
+
 // TestRelayedChecksAreNotRelayedAgain: two nodes leaving at once, each
 // routing by a ring without itself only, could pass a check back and forth;
 // a relayed check is decided where it lands.

@@ -125,6 +125,14 @@ func (s *Service) askGlobal(c *call, ps []pending, v *view) {
 			owner = v.self.Name
 		}
 		r := &c.reqs[p.j]
+		if owner == v.self.Name && p.next != nextHere && v.leaving && !v.store.Holds(r) {
+			// Leaving, and the counter handed over: not this node's to
+			// decide as the owner any more, but the new owner's, on the
+			// counter (this node's grant, if it has one, still spends).
+			if m, ok := v.ring.Owner(r.Key); ok && m.Name != v.self.Name {
+				p.to, owner = m, m.Name
+			}
+		}
 		if p.next == nextHere {
 			s.replica.PromoteKey(r) // decided here as the key's owner or heir: see route.landed
 		}
