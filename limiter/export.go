@@ -198,10 +198,13 @@ func (s *Store) Remark(cs []Counter) { s.restore(cs, mergeCopy) }
 
 // Promote is Restore for copies of another node's counters (replicas,
 // validated when they arrived) that this store takes as its own, its key's
-// owner being unreachable or gone: a counter a stand-in made here
-// meanwhile adds its hits to the copy, and they stay counted apart (see
-// mergePromote).
-func (s *Store) Promote(cs []Counter) { s.restore(cs, mergePromote) }
+// owner being unreachable or gone. A copy may descend from the counter
+// here (one that went to its sender and was replicated back, stand-in hits
+// and all), so it merges as a copy does (mergeCopy): the more charged
+// state, nothing added. (A stand-in's hits made here before its replica
+// was promoted are then not added to it: the heir promotes at its first
+// decision for the key, before it has made any.)
+func (s *Store) Promote(cs []Counter) { s.restore(cs, mergeCopy) }
 
 func (s *Store) restore(cs []Counter, mode mergeMode) {
 	for i := range cs {
@@ -341,9 +344,11 @@ const (
 	// meeting this store's: hits a stand-in charged on either side are
 	// added to the other's state (see table.merge).
 	mergeMeet mergeMode = iota
-	// mergeCopy is a newer copy of one counter (a replica from its
-	// sender): both count their stand-in hits from one start, so the
-	// larger count is kept.
+	// mergeCopy is a copy of a counter (a replica from its sender, or one
+	// this store promotes): it may descend from the counter here, stand-in
+	// hits and all (a counter that went to another node and was replicated
+	// back), so nothing is added: the more charged state and the larger
+	// count of stand-in hits are kept.
 	mergeCopy
 	// mergeBack is a counter this store yielded (Extract) coming back
 	// beside one it made meanwhile: if that one was a stand-in's (made
@@ -351,11 +356,6 @@ const (
 	// that came back, and are no longer counted apart if that was the
 	// key's own counter (it counted no stand-in hits).
 	mergeBack
-	// mergePromote is a copy of another node's counter (a replica) that
-	// this store takes as its own: as mergeBack, but the hits of a
-	// stand-in's counter here stay counted apart, since the node whose
-	// counter it copies does not have them.
-	mergePromote
 )
 
 // merge folds c's state into its counter in t, part of shard sh of store,

@@ -201,8 +201,8 @@ func TestForgedStandInHits(t *testing.T) {
 // could not be delivered (Remark) change nothing, their count included; a
 // key's own counter that could not be handed off (Restore) takes in what a
 // stand-in decided here while it was away, which is then no longer
-// counted apart; a replica taken as this store's own (Promote) takes in
-// the same, still counted apart, since the replica's sender lacks it.
+// counted apart; a replica taken as this store's own (Promote) merges as
+// a copy, adding nothing, since it may descend from the counter here.
 func TestStandInHitsComeBack(t *testing.T) {
 	a := TokenBucket
 	hitsOf := func(s *Store) int64 {
@@ -236,14 +236,19 @@ func TestStandInHitsComeBack(t *testing.T) {
 		t.Errorf("the key's own counter restored: %d stand-in hits, %d left; want 0 and 4 (its 4 and the 2 decided meanwhile)", got, left)
 	}
 
-	owner := New(Config{})
-	decideN(owner, a, 4, false, 0)
-	replica := collect(owner.Counters())
+	// A counter that went to another node, was charged there, and comes
+	// back as that node's replica: it holds the hits this store's counter
+	// counted apart already, which must not be added again.
 	heir := New(Config{})
-	decideN(heir, a, 2, true, time.Millisecond) // standing in before the replica was promoted
+	decideN(heir, a, 3, true, 0)
+	away := New(Config{})
+	move(t, heir, away, "k", t0)
+	decideN(away, a, 1, false, time.Millisecond)
+	replica := collect(away.Counters())
+	decideN(heir, a, 2, true, time.Millisecond) // a counter of its own meanwhile
 	heir.Promote(replica)
-	if got, left := hitsOf(heir), remaining(heir, a, "k", 2*time.Millisecond); got != 2 || left != 4 {
-		t.Errorf("a replica promoted beside a stand-in's counter: %d stand-in hits, %d left; want 2 (the owner lacks them) and 4", got, left)
+	if got, left := hitsOf(heir), remaining(heir, a, "k", 2*time.Millisecond); got != 3 || left != 6 {
+		t.Errorf("a replica of a counter that left promoted back: %d stand-in hits, %d left; want 3 and 6 (the copy's 4 charged, nothing added)", got, left)
 	}
 }
 
