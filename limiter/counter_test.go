@@ -270,7 +270,10 @@ func FuzzCounter(f *testing.F) {
 		held := New(Config{})
 		r := Request{Name: c.Name, Key: c.Key, Algorithm: c.Algorithm, Limit: c.Limit, Hits: 1, Now: t0}
 		held.Decide(&r)
-		r.Hits = 0
+		// Both peeks at the later of t0 and the record's Last: the merged
+		// counter is evaluated no earlier than that, and what time refills
+		// meanwhile is no refill by the merge.
+		r.Hits, r.Now = 0, time.Unix(0, max(t0.UnixNano(), c.Last))
 		before := held.Check(&r).Remaining
 		if err := held.Merge(c, t0, time.Minute); err != nil {
 			t.Fatalf("Merge into a store that holds the key: %v, after Merge into an empty one took it", err)
