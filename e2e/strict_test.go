@@ -24,21 +24,7 @@ func TestStrictFrozenOwner(t *testing.T) {
 	c := startCluster(t, 3, "--strict-quorum", "2", "--strict-fence", "4s")
 	victim, survivors := c.nodes[2], c.nodes[:2]
 	const keys, limit = 30, 20
-	item := func(i int) *pb.CheckItem {
-		return &pb.CheckItem{Name: "strict", Key: fmt.Sprint("strict:", i%keys), Limit: limit, DurationMs: hour, Algorithm: pb.Algorithm_SLIDING_LOG}
-	}
-	var mu sync.Mutex
-	admitted := map[string]int{}
-	phases := []*tally{{}, {}, {}}
-	send := func(p int, n *node, i int) {
-		r, err := check(n, item(i))
-		phases[p].add(r, err)
-		if err == nil && r.Status == pb.Status_UNDER_LIMIT {
-			mu.Lock()
-			admitted[item(i).Key]++
-			mu.Unlock()
-		}
-	}
+	_, send, admitted, phases := strictLoad("strict", keys, limit)
 	for i := range keys * 12 { // 12 of 20 spent on each key
 		send(0, survivors[i%2], i)
 	}
@@ -94,21 +80,7 @@ func TestStrictGracefulLeave(t *testing.T) {
 	c := startCluster(t, 3, "--strict-quorum", "2", "--strict-fence", "20s")
 	victim, survivors := c.nodes[2], c.nodes[:2]
 	const keys, limit = 30, 20
-	item := func(i int) *pb.CheckItem {
-		return &pb.CheckItem{Name: "strict", Key: fmt.Sprint("leave:", i%keys), Limit: limit, DurationMs: hour, Algorithm: pb.Algorithm_SLIDING_LOG}
-	}
-	var mu sync.Mutex
-	admitted := map[string]int{}
-	phases := []*tally{{}, {}, {}}
-	send := func(p int, n *node, i int) {
-		r, err := check(n, item(i))
-		phases[p].add(r, err)
-		if err == nil && r.Status == pb.Status_UNDER_LIMIT {
-			mu.Lock()
-			admitted[item(i).Key]++
-			mu.Unlock()
-		}
-	}
+	item, send, admitted, phases := strictLoad("leave", keys, limit)
 	for i := range keys * 12 { // 12 of 20 spent on each key
 		send(0, survivors[i%2], i)
 	}
@@ -156,4 +128,27 @@ func linesWith(out, s string) string {
 		}
 	}
 	return strings.Join(keep, "\n")
+}
+
+// strictLoad is the load of the strict tests, in three phases: item(i) is
+// a check of key <prefix>:<i mod keys>, limit an hour; send(p, n, i) sends
+// it to n in phase p and counts the answer in phases[p] and, if admitted,
+// in admitted by key (read them once the senders are done).
+func strictLoad(prefix string, keys, limit int) (item func(int) *pb.CheckItem, send func(p int, n *node, i int), admitted map[string]int, phases []*tally) {
+	item = func(i int) *pb.CheckItem {
+		return &pb.CheckItem{Name: "strict", Key: fmt.Sprint(prefix, ":", i%keys), Limit: int64(limit), DurationMs: hour, Algorithm: pb.Algorithm_SLIDING_LOG}
+	}
+	var mu sync.Mutex
+	admitted = map[string]int{}
+	phases = []*tally{{}, {}, {}}
+	send = func(p int, n *node, i int) {
+		r, err := check(n, item(i))
+		phases[p].add(r, err)
+		if err == nil && r.Status == pb.Status_UNDER_LIMIT {
+			mu.Lock()
+			admitted[item(i).Key]++
+			mu.Unlock()
+		}
+	}
+	return item, send, admitted, phases
 }
