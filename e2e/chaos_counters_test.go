@@ -26,7 +26,7 @@ func TestChaosRollingRestart(t *testing.T) {
 		start := time.Now()
 		stopped := c.stop(n)
 		if _, err := docker("start", n.container); err != nil {
-			t.Fatal(err)
+			fatalf(t, "%v", err)
 		}
 		c.waitMembers(chaosReady)
 		l.setTargets(c.nodes)

@@ -71,12 +71,12 @@ func chaosImage(t *testing.T, id string) string {
 	}
 	root, err := moduleDir()
 	if err != nil {
-		t.Fatal(err)
+		fatalf(t, "%v", err)
 	}
 	img := "ringlimit:chaos-" + id
 	out, err := exec.Command("make", "-C", root, "image", "IMAGE="+img).CombinedOutput()
 	if err != nil {
-		t.Fatalf("make image: %v\n%s", err, out)
+		fatalf(t, "make image: %v\n%s", err, out)
 	}
 	t.Cleanup(func() { docker("image", "rm", img) })
 	return img
@@ -113,6 +113,7 @@ type chaosNode struct {
 // chart's, and waits until each sees all n alive.
 func startChaos(t *testing.T, n int, args ...string) *chaosCluster {
 	t.Helper()
+	recordFailures(t)
 	requireDocker(t)
 	b := make([]byte, 4)
 	crand.Read(b)
@@ -129,11 +130,11 @@ func startChaos(t *testing.T, n int, args ...string) *chaosCluster {
 	files := ca.Issue(t, "ringlimit chaos node", "*."+c.headless).Write(t, c.pki, "node", ca)
 	for _, f := range []string{files.Cert, files.Key, files.CA} {
 		if err := os.Chmod(f, 0o644); err != nil { // readable by the image's user, 65532
-			t.Fatal(err)
+			fatalf(t, "%v", err)
 		}
 	}
 	if err := os.Chmod(c.pki, 0o755); err != nil {
-		t.Fatal(err)
+		fatalf(t, "%v", err)
 	}
 	key := make([]byte, 32)
 	crand.Read(key)
@@ -159,7 +160,7 @@ func (c *chaosCluster) createNetwork(name string, second int) string {
 			return prefix
 		}
 	}
-	c.t.Fatalf("create network %s: %v", name, err)
+	fatalf(c.t, "create network %s: %v", name, err)
 	return ""
 }
 
@@ -199,17 +200,17 @@ func (c *chaosCluster) add() *chaosNode {
 		"--peer-tls-cert", "/pki/node.crt", "--peer-tls-key", "/pki/node.key", "--peer-tls-ca", "/pki/node-ca.crt",
 		"--shutdown-timeout", chaosGrace.String()}, c.args...)...)
 	if err != nil {
-		t.Fatal(err)
+		fatalf(t, "%v", err)
 	}
 	if _, err := docker("network", "connect", "--ip", clientIP, c.clients, cn.container); err != nil {
-		t.Fatal(err)
+		fatalf(t, "%v", err)
 	}
 	if _, err := docker("start", cn.container); err != nil {
-		t.Fatal(err)
+		fatalf(t, "%v", err)
 	}
 	cl, err := client.New(cn.grpc)
 	if err != nil {
-		t.Fatalf("%s: gRPC client: %v", cn.name, err)
+		fatalf(t, "%s: gRPC client: %v", cn.name, err)
 	}
 	t.Cleanup(func() { cl.Close() })
 	cn.client = cl
@@ -392,7 +393,7 @@ func (l *chaosLoad) minAnswered(t *testing.T, i int, share float64) {
 	t.Helper()
 	p := l.phases[i]
 	if got, sent, _ := p.answered(); got < share {
-		t.Errorf("%s: answered %.3f%% of %d checks, want >= %.3f%%: %s", p.name, 100*got, sent, 100*share, p.tally.String())
+		errorf(t, "%s: answered %.3f%% of %d checks, want >= %.3f%%: %s", p.name, 100*got, sent, 100*share, p.tally.String())
 	}
 }
 
@@ -409,7 +410,7 @@ func (l *chaosLoad) perSide(t *testing.T, sides int) int {
 	for k, n := range l.byKey {
 		most = max(most, n.admitted)
 		if n.admitted > sides*chaosLimit {
-			t.Errorf("key %d admitted %d, more than its limit %d once for each of %d sides", k, n.admitted, chaosLimit, sides)
+			errorf(t, "key %d admitted %d, more than its limit %d once for each of %d sides", k, n.admitted, chaosLimit, sides)
 		}
 	}
 	return most
@@ -429,7 +430,7 @@ func (l *chaosLoad) ownerlessAfter(t *testing.T, at time.Time, from, last int) t
 	n := p.tally.decidedBy["failover"] + p.tally.decidedBy["fallback"]
 	p.tally.mu.Unlock()
 	if n > 0 {
-		t.Errorf("%s: %d checks decided without their owner, want 0", p.name, n)
+		errorf(t, "%s: %d checks decided without their owner, want 0", p.name, n)
 	}
 	if latest == 0 {
 		return 0
@@ -443,7 +444,7 @@ func (l *chaosLoad) within(t *testing.T, share float64) {
 	t.Helper()
 	got, exact := l.admitted()
 	if d := float64(got - exact); d > share*float64(exact) || -d > share*float64(exact) {
-		t.Errorf("admitted %d, exact limit %d: off by more than %.1f%%", got, exact, 100*share)
+		errorf(t, "admitted %d, exact limit %d: off by more than %.1f%%", got, exact, 100*share)
 	}
 }
 
@@ -452,7 +453,7 @@ func (l *chaosLoad) within(t *testing.T, share float64) {
 func (c *chaosCluster) cut(n *chaosNode) {
 	c.t.Helper()
 	if _, err := docker("network", "disconnect", c.network, n.container); err != nil {
-		c.t.Fatal(err)
+		fatalf(c.t, "%v", err)
 	}
 }
 
@@ -460,7 +461,7 @@ func (c *chaosCluster) cut(n *chaosNode) {
 func (c *chaosCluster) heal(n *chaosNode) {
 	c.t.Helper()
 	if _, err := docker("network", "connect", "--ip", n.ip, "--alias", c.headless, "--alias", n.name, c.network, n.container); err != nil {
-		c.t.Fatal(err)
+		fatalf(c.t, "%v", err)
 	}
 }
 
@@ -471,11 +472,11 @@ func (c *chaosCluster) stop(n *chaosNode) time.Duration {
 	c.t.Helper()
 	start := time.Now()
 	if _, err := docker("stop", "--time", fmt.Sprint(int(chaosGrace.Seconds())+15), n.container); err != nil {
-		c.t.Fatal(err)
+		fatalf(c.t, "%v", err)
 	}
 	took := time.Since(start)
 	if code, err := docker("inspect", "--format", "{{.State.ExitCode}}", n.container); err != nil || code != "0" {
-		c.t.Errorf("%s: exit code %q (%v) after SIGTERM, want 0", n.name, code, err)
+		errorf(c.t, "%s: exit code %q (%v) after SIGTERM, want 0", n.name, code, err)
 	}
 	return took
 }

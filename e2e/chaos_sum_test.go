@@ -86,7 +86,7 @@ func (p *sumProbe) verify(t *testing.T, via *chaosNode) (exact, forgot, admitted
 		}
 		switch {
 		case err != nil:
-			t.Errorf("sum key %d: %v", k, err)
+			errorf(t, "sum key %d: %v", k, err)
 		case got > want:
 			// Reported, not failed: in one of three runs of 2026-11-26 one key
 			// of 20 forgot one side's hits (issue 22 stays open for it).

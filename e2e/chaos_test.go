@@ -26,7 +26,7 @@ func chaosKillNine(t *testing.T, args ...string) *chaosLoad {
 	l.setTargets(survivors)     // as a Service drops the endpoint
 	l.next()
 	if _, err := docker("kill", "--signal", "KILL", victim.container); err != nil {
-		t.Fatal(err)
+		fatalf(t, "%v", err)
 	}
 	converged := c.waitMembers(10 * time.Second)
 	l.next()
@@ -61,10 +61,10 @@ func TestChaosStopAll(t *testing.T) {
 		code, err := docker("inspect", "--format", "{{.State.ExitCode}}", n.container)
 		rows = append(rows, fmt.Sprintf("| %s | %v | %s |", n.name, took[i].Round(10*time.Millisecond), code))
 		if err != nil || code != "0" {
-			t.Errorf("%s: exit code %q (%v), want 0", n.name, code, err)
+			errorf(t, "%s: exit code %q (%v), want 0", n.name, code, err)
 		}
 		if took[i] > 8*time.Second {
-			t.Errorf("%s: exited %v after the stop, want within 8s", n.name, took[i])
+			errorf(t, "%s: exited %v after the stop, want within 8s", n.name, took[i])
 		}
 	}
 	l.table(t, "all 5 nodes stopped at once (docker stop, SIGTERM)",
@@ -91,16 +91,16 @@ func chaosPause(t *testing.T, args ...string) *chaosLoad {
 	l := startLoad(t, c.id, others, time.Minute, "before", "frozen for 15s", "after the thaw")
 	_, rejoined := c.fault(l, 15*time.Second, func() {
 		if _, err := docker("pause", frozen.container); err != nil {
-			t.Fatal(err)
+			fatalf(t, "%v", err)
 		}
 	}, func() {
 		if _, err := docker("unpause", frozen.container); err != nil {
-			t.Fatal(err)
+			fatalf(t, "%v", err)
 		}
 	})
 	l.table(t, "docker pause one of 5 nodes for 15s", fmt.Sprintf("all 5 alive again %v after the thaw (bound 15s)", rejoined.Round(10*time.Millisecond)))
 	if slowest := time.Duration(l.phases[1].slowest.Load()); slowest > forwardDeadline+fallbackSlack {
-		t.Errorf("slowest check while %s was frozen took %v, want at most the forward deadline %v (+%v)", frozen.name, slowest, forwardDeadline, fallbackSlack)
+		errorf(t, "slowest check while %s was frozen took %v, want at most the forward deadline %v (+%v)", frozen.name, slowest, forwardDeadline, fallbackSlack)
 	}
 	l.minAnswered(t, 2, 1)
 	return l
