@@ -452,3 +452,65 @@ func TestKeysOfAGoneMemberAreLate(t *testing.T) {
 		}
 	})
 }
+
+// A counter that arrives for a key this node does not own (its sender's
+// ring lacked the key's owner, which this node's has) goes on to the
+// owner, though this node's ring does not change again; one whose key
+// this node comes to own meanwhile (this node's ring was behind) stays.
+func TestStrayCountersGoOnToTheirOwner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := limiter.New(limiter.Config{})
+		m := newMembers("a", "a", "b", "c")
+		p := &peers{}
+		n := New(Config{Store: store, Cluster: m, Peers: p, MaxClockSkew: time.Second})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- n.Run(ctx) }()
+		r := m.Ring()
+		withoutC := ring.New(ring.Member{Name: "a", PeerAddr: "a"}, ring.Member{Name: "b", PeerAddr: "b"})
+		key := keyOf(t, r, "c", withoutC, "a") // the sender, without c in its ring, gave it to a
+		record := func(key string) *peerpb.CounterState {
+			other := limiter.New(limiter.Config{})
+			req := limiter.Request{Name: "api", Key: key, Algorithm: limiter.SlidingLog, Hits: 3,
+				Limit: algorithms.Limit{Count: 10, Period: time.Hour}, Now: time.Now()}
+			other.Decide(&req)
+			for c := range other.Extract(func(string) bool { return true }) {
+				b, err := c.AppendBinary(nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return &peerpb.CounterState{Counter: b}
+			}
+			t.Fatal("no counter")
+			return nil
+		}
+		if refused := n.Receive("b", []*peerpb.CounterState{record(key)}); len(refused) != 0 {
+			t.Fatalf("refused %v", refused)
+		}
+		time.Sleep(strayDelay / 2)
+		synctest.Wait()
+		if store.Len() != 1 || p.counters["c"] != 0 {
+			t.Fatalf("before the stray delay: %d held here, %d sent to c; want 1 and 0 (this node's ring may be behind)", store.Len(), p.counters["c"])
+		}
+		time.Sleep(strayDelay)
+		synctest.Wait()
+		if store.Len() != 0 || p.counters["c"] != 1 {
+			t.Errorf("after the stray delay: %d held here, %d sent to c, its owner; want 0 and 1", store.Len(), p.counters["c"])
+		}
+
+		if refused := n.Receive("b", []*peerpb.CounterState{record(key)}); len(refused) != 0 {
+			t.Fatalf("refused %v", refused)
+		}
+		m.set("a", "b") // this time this node's ring was behind: c has gone
+		n.RingChanged()
+		time.Sleep(2 * strayDelay)
+		synctest.Wait()
+		if store.Len() != 1 || p.counters["b"] != 0 {
+			t.Errorf("a counter of a key this node came to own: %d held here, %d sent to b; want 1 and 0", store.Len(), p.counters["b"])
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+}

@@ -109,7 +109,10 @@ type Node struct {
 	metrics   metrics
 
 	changed chan struct{} // cap 1: coalesces bursts of changes
-	mu      sync.Mutex    // one hand-off at a time
+	// strayed is set while a round is due for counters received for keys
+	// this node does not own (see Receive).
+	strayed atomic.Bool
+	mu      sync.Mutex // one hand-off at a time
 	// moving is held by a round from the moment it takes counters out of
 	// the store until each is with its owner or back in the store (see
 	// Hold).
@@ -485,8 +488,14 @@ func (b *Batch) split(i int) (*Batch, *Batch) {
 // against this node's clock and MaxClockSkew, and returns a Refusal for
 // each it did not take: a record or state of an unknown version, or one
 // that does not decode or is impossible for its limit. Refusals are logged (once per call) and counted.
+// A counter it takes for a key this node does not own is sent on to the
+// key's owner by a round soon after (see Strays).
 func (n *Node) Receive(from string, counters []*peerpb.CounterState) []*peerpb.Refusal {
-	refused := n.intake.Merge(n.store, counters, n.now())
+	w := strayWatch{Store: n.store, ring: n.cluster.Ring(), self: n.cluster.LocalMember().Name}
+	refused := n.intake.Merge(&w, counters, n.now())
+	if w.stray {
+		n.roundAfterStrays()
+	}
 	for _, r := range refused {
 		n.metrics.refused.WithLabelValues("received", checks.ReasonLabel(r.GetReason())).Inc()
 	}
@@ -507,6 +516,55 @@ func (n *Node) Receive(from string, counters []*peerpb.CounterState) []*peerpb.R
 	}
 	n.metrics.bytes.WithLabelValues("received").Add(float64(taken))
 	return refused
+}
+
+// Strays.
+//
+// A counter can arrive for a key this node does not own: its sender's ring
+// and this node's differ, as they do for moments after every change (and
+// for seconds while a partition heals, its members coming back one by
+// one). If this node's ring is behind the sender's, gossip soon brings the
+// change and, with it, a round (RingChanged) that finds the key this
+// node's after all. If it is ahead (the sender had not yet seen a member
+// come back that owns the key), no change may follow, and the counter,
+// with the hits its side admitted, would stay here unseen by its key's
+// owner until the ring next changes: the heal of a partition would forget
+// them. So a round follows strayDelay after such a counter arrives, and
+// sends on whatever this node still holds but does not own then. The
+// delay outlasts gossip's usual lag, so that a counter that arrived ahead
+// of this node's ring is not sent back to its sender only to return.
+const strayDelay = 2 * time.Second
+
+// strayWatch is a Store whose Merge notes a counter merged for a key that
+// self does not own in ring.
+type strayWatch struct {
+	Store
+	ring  *ring.Ring
+	self  string
+	stray bool
+}
+
+func (w *strayWatch) Merge(c limiter.Counter, now time.Time, skew time.Duration) error {
+	err := w.Store.Merge(c, now, skew)
+	if owner, ok := w.ring.Owner(c.Key); err == nil && ok && owner.Name != w.self {
+		w.stray = true
+	}
+	return err
+}
+
+// roundAfterStrays has Run hand off strayDelay from now, unless such a
+// round is due already.
+func (n *Node) roundAfterStrays() {
+	if !n.strayed.CompareAndSwap(false, true) {
+		return
+	}
+	time.AfterFunc(strayDelay, func() {
+		n.strayed.Store(false)
+		select {
+		case n.changed <- struct{}{}:
+		default:
+		}
+	})
 }
 
 type metrics struct {
