@@ -169,7 +169,11 @@ func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) (late bool) 
 // Pending returns the member this node waits for, in ring r, to hand over
 // key's counter (see Await), without waiting: the key's previous owner,
 // which holds the counter until its hand-off, if this node owns key in r
-// and that member has not said it is done.
+// and that member has not said it is done, whether or not the wait for
+// it has expired. A wait expires when the member is slow to see the
+// ring change (gossip lags on a busy node): it holds the counter still,
+// and decides the checks pulled to it (see package service's plan) on
+// it, where this node would decide them on a counter without its hits.
 func (n *Node) Pending(r *ring.Ring, key string) (ring.Member, bool) {
 	if n.wait <= 0 {
 		return ring.Member{}, false
@@ -178,11 +182,11 @@ func (n *Node) Pending(r *ring.Ring, key string) (ring.Member, bool) {
 	if w.ring != r {
 		w = n.waitsFor(r)
 	}
-	if w.open.Load() == 0 {
+	if w.open.Load() == 0 && w.late.Load() == 0 || w.parts == nil {
 		return ring.Member{}, false
 	}
 	s := w.parts[ring.Partition(key)]
-	if s == nil || s.released() {
+	if s == nil || s.released() && !s.isLate() {
 		return ring.Member{}, false
 	}
 	return w.ring.Member(s.name)

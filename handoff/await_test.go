@@ -65,6 +65,13 @@ func (p *peers) HandOff(_ context.Context, addr, _ string, counters []*peerpb.Co
 	return nil, nil
 }
 
+// taken returns how many counters the peer at addr has taken.
+func (p *peers) taken(addr string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.counters[addr]
+}
+
 func (p *peers) HandOffDone(_ context.Context, addr, _ string, id uint64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -489,13 +496,13 @@ func TestStrayCountersGoOnToTheirOwner(t *testing.T) {
 		}
 		time.Sleep(strayDelay / 2)
 		synctest.Wait()
-		if store.Len() != 1 || p.counters["c"] != 0 {
-			t.Fatalf("before the stray delay: %d held here, %d sent to c; want 1 and 0 (this node's ring may be behind)", store.Len(), p.counters["c"])
+		if store.Len() != 1 || p.taken("c") != 0 {
+			t.Fatalf("before the stray delay: %d held here, %d sent to c; want 1 and 0 (this node's ring may be behind)", store.Len(), p.taken("c"))
 		}
 		time.Sleep(strayDelay)
 		synctest.Wait()
-		if store.Len() != 0 || p.counters["c"] != 1 {
-			t.Errorf("after the stray delay: %d held here, %d sent to c, its owner; want 0 and 1", store.Len(), p.counters["c"])
+		if store.Len() != 0 || p.taken("c") != 1 {
+			t.Errorf("after the stray delay: %d held here, %d sent to c, its owner; want 0 and 1", store.Len(), p.taken("c"))
 		}
 
 		if refused := n.Receive("b", []*peerpb.CounterState{record(key)}); len(refused) != 0 {
@@ -505,8 +512,8 @@ func TestStrayCountersGoOnToTheirOwner(t *testing.T) {
 		n.RingChanged()
 		time.Sleep(2 * strayDelay)
 		synctest.Wait()
-		if store.Len() != 1 || p.counters["b"] != 0 {
-			t.Errorf("a counter of a key this node came to own: %d held here, %d sent to b; want 1 and 0", store.Len(), p.counters["b"])
+		if store.Len() != 1 || p.taken("b") != 0 {
+			t.Errorf("a counter of a key this node came to own: %d held here, %d sent to b; want 1 and 0", store.Len(), p.taken("b"))
 		}
 		cancel()
 		if err := <-done; err != nil {

@@ -357,3 +357,28 @@ func TestPullOfACounterNotThereIsDecidedByTheNewOwner(t *testing.T) {
 		}
 	})
 }
+
+// TestJoinedOwnerPullsAfterItsWaitExpires: a new owner whose wait for a
+// key's counter has expired (its previous owner is slow to see the join)
+// still pulls the key's checks from that owner, which holds the counter
+// and decides them on it, rather than deciding them on an empty one: the
+// key spent before the join stays spent.
+func TestJoinedOwnerPullsAfterItsWaitExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, svcs, item, prev := joined(t, 2*time.Second)
+		if r := check(t, svcs[0], item); r.Status != pb.Status_OVER_LIMIT {
+			t.Fatalf("before the wait expired: %v, want OVER_LIMIT", r.Status)
+		}
+		time.Sleep(3 * time.Second) // node-<prev> has not handed off: node-2's wait expires
+		synctest.Wait()
+		for i := range 3 {
+			if r := check(t, svcs[0], item); r.Status != pb.Status_OVER_LIMIT {
+				t.Errorf("check %d after the wait expired: %v (decided_by %q), want OVER_LIMIT: node-%d still holds the spent counter",
+					i+1, r.Status, r.Metadata[MetadataDecidedBy], prev)
+			}
+		}
+		if n := svcs[2].store.Len(); n != 0 {
+			t.Errorf("node-2 holds %d counters before the hand-off, want 0", n)
+		}
+	})
+}
