@@ -47,6 +47,11 @@ import (
 //     window. Keys first checked once their limit would have refilled
 //     anyway (a period, or a bucket's refill, after the fence) are not
 //     charged.
+//   - A member that comes back owns its keys again (its counters are
+//     exact: no one else decided them), but the counter of one of them
+//     that its heir holds until the hand-off may be a stale copy (a
+//     promoted replica): the heir refuses the checks that reach it there
+//     meanwhile rather than decide them on it (see judge).
 //   - An owner lends no escrow while it lacks a quorum, and keeps the
 //     escrow of a node that left its ring reserved until it has expired
 //     (global.EscrowConfig).
@@ -266,10 +271,22 @@ const (
 )
 
 // judge returns the verdict on r, decided here at now as the owner of its
-// key in cur; keepFence says r is a check that a departure that said it
-// left still fences: a GLOBAL one, or one with a ceiling (see "A graceful
-// leave"). A verdictCharge is given once per counter and departure.
-func (m *strictMode) judge(r *limiter.Request, keepFence bool, cur *ring.Ring, now time.Time) verdict {
+// key in cur, or, if copyOf names a member, as the holder of the key's
+// counter that cur gives to that member (see settle); keepFence says r is
+// a check that a departure that said it left still fences: a GLOBAL one,
+// or one with a ceiling (see "A graceful leave"). A verdictCharge is
+// given once per counter and departure.
+//
+// A member that comes back owns its keys again, and its departure no
+// longer fences them; but a counter of one of them held here, by the
+// member's heir, may be a copy (a promoted replica) that lacks what the
+// member admitted since, while it was cut off from this node. Such a
+// counter is not decided on until it has gone to the member (hand-off),
+// within the fence and the counter's refill after the departure: checks
+// of the key that reach this node meanwhile (from a node whose ring still
+// lacks the member) are refused. A member that said it left handed its
+// counters here, and they are its key's own.
+func (m *strictMode) judge(r *limiter.Request, keepFence bool, cur *ring.Ring, copyOf string, now time.Time) verdict {
 	if cur.Len() < m.quorum {
 		return verdictRefuse
 	}
@@ -279,8 +296,14 @@ func (m *strictMode) judge(r *limiter.Request, keepFence bool, cur *ring.Ring, n
 	}
 	var due []*drop // the departures that may still owe r's counter its charge
 	for _, d := range *drops {
-		if cur.Has(d.name) || now.Sub(d.at) >= m.fence+refillTime(r.Limit) || (!keepFence && d.left.Load()) {
-			continue // it is back, and owns its keys again; or the counter has refilled since it could last decide; or it left, its counters here
+		if now.Sub(d.at) >= m.fence+refillTime(r.Limit) || (!keepFence && d.left.Load()) {
+			continue // the counter has refilled since it could last decide; or it left, its counters here
+		}
+		if cur.Has(d.name) {
+			if d.name == copyOf {
+				return verdictRefuse // back, and the counter here may be a stale copy of its own
+			}
+			continue // back, and owns its keys again
 		}
 		if owner, _ := d.before.Owner(r.Key); owner.Name != d.name {
 			continue
@@ -336,7 +359,11 @@ func (m *strictMode) gate(s *Service, c *call, ps []pending, v *view) {
 			continue
 		}
 		r := &c.reqs[p.j]
-		switch m.judge(r, c.behavior(p.j) == pb.Behavior_GLOBAL || c.borrowing(p.j) != nil, v.ring, now) {
+		copyOf := "" // the key's owner, if another member, when its counter is here all the same (see settle)
+		if owner, ok := v.ring.Owner(r.Key); ok && owner.Name != v.self.Name && s.store.Holds(r) {
+			copyOf = owner.Name
+		}
+		switch m.judge(r, c.behavior(p.j) == pb.Behavior_GLOBAL || c.borrowing(p.j) != nil, v.ring, copyOf, now) {
 		case verdictRefuse:
 			p.next = nextEscrow
 		case verdictCharge:

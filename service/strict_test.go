@@ -377,3 +377,62 @@ func TestStrictNoQuorumLendsNoEscrow(t *testing.T) {
 		t.Errorf("node-0, cut off from an owner that had no quorum to lend: %v %v; want refused from escrow", r.Status, r.Metadata)
 	}
 }
+
+// TestStrictStaleCopyOfAReturningOwner: a heir that promoted its replica
+// of a key whose owner dropped out of its ring (a partition: the owner
+// went on deciding, beyond what it had replicated) holds a stale copy of
+// the key's counter when the owner comes back within the fence. A check
+// forwarded to the heir by a node whose ring still lacks the owner must
+// not be decided on that copy, though the heir holds it: the owner's own
+// counter counts more. It is refused from escrow until the copy has gone
+// to the owner, which then decides on the more charged of the two.
+func TestStrictStaleCopyOfAReturningOwner(t *testing.T) {
+	clk := &clock{t: t0}
+	c, svcs := newStrictCluster(3, 2, clk)
+	all := []int{0, 1, 2}
+	setRings(c, svcs, all, c.ring)
+	key := c.keyInheritedBy(2, 1)
+	item := &pb.CheckItem{Name: "api", Key: key, Limit: 10, DurationMs: 3_600_000, Algorithm: pb.Algorithm_SLIDING_LOG}
+	admitted := 0
+	send := func(via int, n int) {
+		for range n {
+			if r := check(t, svcs[via], item); r.Status == pb.Status_UNDER_LIMIT {
+				admitted++
+			}
+		}
+	}
+	send(0, 3)
+	svcs[2].replica.Replicate(t.Context()) // node-1 holds a replica: 3 hits
+	send(2, 5)                             // node-2 decides 5 more, unreplicated: 8 of 10
+
+	// node-1 and node-0 drop node-2 (a partition); node-1 promotes its
+	// replica as it refuses within the fence.
+	c.down["peer-2"] = true
+	setRings(c, svcs, []int{0, 1}, c.ring.Without("node-2"))
+	send(0, 2)
+	if n := svcs[1].store.Len(); n != 1 {
+		t.Fatalf("node-1 holds %d counters after the drop, want its promoted replica", n)
+	}
+
+	// The heal, within the fence: node-1 sees node-2 back, node-0 not yet.
+	delete(c.down, "peer-2")
+	clk.add(time.Second)
+	setRings(c, svcs, []int{1}, c.ring)
+	send(0, 5) // forwarded to node-1, which holds the stale copy
+	for _, s := range svcs {
+		s.HandOff(t.Context())
+	}
+	// The copy has gone to node-2: node-1 relays what node-0 still
+	// forwards to it, and node-2 decides it on its own counter.
+	r := check(t, svcs[0], item)
+	if r.Status != pb.Status_UNDER_LIMIT || r.Metadata[MetadataDecidedBy] == routeEscrow.String() {
+		t.Errorf("relayed to the owner once the copy went to it: %v %v, want admitted (9 of 10)", r.Status, r.Metadata)
+	} else {
+		admitted++
+	}
+	setRings(c, svcs, all, c.ring)
+	send(0, 5)
+	if admitted != 10 {
+		t.Errorf("the key admitted %d, want exactly its limit of 10", admitted)
+	}
+}
