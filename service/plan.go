@@ -195,8 +195,8 @@ func (v *view) owns(m ring.Member) bool { return m.Name == "" || m.Name == v.sel
 // to their new owners. A check whose counter may still be with the key's
 // previous owner, which this node waits for (handoff.Node.Await; after
 // the wait has expired too, until that member says it is done:
-// handoff.Node.Pending), is pulled, unless this node suspects that
-// member (the pull would wait out the forward deadline): sent to that owner, which decides it if it still holds the
+// handoff.Node.Pending), is pulled (at once refused, as any send, while
+// this node suspects that member: see suspects): sent to that owner, which decides it if it still holds the
 // counter (it has not seen the ring change yet: gossip can lag by seconds
 // on a busy node), and otherwise answers that it does not, deciding
 // nothing; then this node decides it, waiting for the word that the
@@ -251,7 +251,7 @@ func firstRoute(c *call, p *pending, v *view, k int) route {
 	}
 	if !c.all {
 		r := &c.reqs[p.j]
-		if from, ok := v.handOff.Pending(c.ring, r.Key); ok && !v.store.Holds(r) && (v.suspect == nil || !v.suspect(from.PeerAddr)) {
+		if from, ok := v.handOff.Pending(c.ring, r.Key); ok && !v.store.Holds(r) {
 			prev := from // on the heap only when pulled
 			return route{kind: routePull, to: &prev}
 		}

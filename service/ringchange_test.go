@@ -382,3 +382,25 @@ func TestJoinedOwnerPullsAfterItsWaitExpires(t *testing.T) {
 		}
 	})
 }
+
+// TestJoinedOwnerDoesNotPullFromASuspect: a new owner pulls a key's
+// checks from its previous owner, after its wait has expired too, but not
+// while it suspects that member (a pull found it frozen): a pull, as any
+// send to a suspect, fails at once rather than wait out the forward
+// deadline, and the check is decided here.
+func TestJoinedOwnerDoesNotPullFromASuspect(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, svcs, item, prev := joined(t, 500*time.Millisecond)
+		c.frozen.Store(fmt.Sprint("peer-", prev), true)
+		start := time.Now()
+		svcs[2].Owner().Forwarded(t.Context(), []*pb.CheckRequest{{Requests: []*pb.CheckItem{item}}})
+		if waited := time.Since(start); waited < fakeForwardDeadline {
+			t.Fatalf("the first check waited %v, want the pull's forward deadline %v", waited, fakeForwardDeadline)
+		}
+		start = time.Now()
+		svcs[2].Owner().Forwarded(t.Context(), []*pb.CheckRequest{{Requests: []*pb.CheckItem{item}}})
+		if waited := time.Since(start); waited != 0 {
+			t.Errorf("the next check, its previous owner suspect: waited %v, want no pull, no wait", waited)
+		}
+	})
+}
