@@ -271,6 +271,24 @@ type chaosLoad struct {
 
 	mu    sync.Mutex
 	byKey [chaosKeys]struct{ answered, admitted int }
+	// admissions describes each key's admissions (when, in which phase,
+	// through which node, decided by what), for a failure to show where
+	// the cluster over-admitted.
+	admissions [chaosKeys][]string
+}
+
+// over returns the keys that admitted more than chaosLimit, each with its
+// admissions.
+func (l *chaosLoad) over() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for k, n := range l.byKey {
+		if n.admitted > chaosLimit {
+			out = append(out, fmt.Sprintf("key %d admitted %d:\n\t\t%s", k, n.admitted, strings.Join(l.admissions[k], "\n\t\t")))
+		}
+	}
+	return out
 }
 
 // chaosPhase counts the checks sent while the load was in one phase.
@@ -319,6 +337,8 @@ func startLoad(t *testing.T, id string, targets []*chaosNode, d time.Duration, p
 					l.byKey[k].answered++
 					if r.Status == pb.Status_UNDER_LIMIT {
 						l.byKey[k].admitted++
+						l.admissions[k] = append(l.admissions[k], fmt.Sprintf("%d at %s (%s), sent to %s, decided_by %q",
+							l.byKey[k].admitted, time.Now().UTC().Format("15:04:05.000"), p.name, ts[i%len(ts)].name, r.GetMetadata()["decided_by"]))
 					}
 					l.mu.Unlock()
 				}

@@ -2,7 +2,10 @@
 
 package e2e
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // strictArgs turns strict mode on (docs/cluster.md): a node of the five
 // decides keys only while it sees three members, with the default fence.
@@ -36,6 +39,6 @@ func (l *chaosLoad) strict(t *testing.T) {
 	t.Logf("strict mode: %d over the exact limit summed over keys (bound 0); %d checks refused from escrow; admitted %d of an exact %d (%+.2f%%)",
 		over, escrow, got, exact, 100*float64(got-exact)/float64(max(exact, 1)))
 	if over != 0 {
-		errorf(t, "strict mode admitted %d over the exact limit, want 0", over)
+		errorf(t, "strict mode admitted %d over the exact limit, want 0:\n\t%s", over, strings.Join(l.over(), "\n\t"))
 	}
 }

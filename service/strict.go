@@ -170,7 +170,9 @@ type strictMode struct {
 	fence  time.Duration
 	drops  atomic.Pointer[[]*drop] // oldest first
 	mu     sync.Mutex              // serializes ringChanged, and guards every drop's charged and charged
-	last   *ring.Ring              // the ring of the last ringChanged
+	// last is the ring of the last ringChanged, written under mu; checks
+	// read it without a lock (see judge).
+	last atomic.Pointer[ring.Ring]
 	// charged is the size of the drops' charged maps, together.
 	charged int
 }
@@ -205,24 +207,24 @@ func (m *strictMode) ringChanged(r *ring.Ring, self string, now time.Time) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.last != nil {
+	if last := m.last.Load(); last != nil {
 		var drops []*drop
 		if old := m.drops.Load(); old != nil {
 			drops = *old
 		}
-		for _, mem := range m.last.Members() {
+		for _, mem := range last.Members() {
 			if mem.Name != self && !r.Has(mem.Name) {
 				first := max(0, len(drops)-maxDrops+1)
 				for _, old := range drops[:first] {
 					m.charged -= len(old.charged)
 				}
 				drops = append(drops[first:len(drops):len(drops)],
-					&drop{name: mem.Name, before: m.last, after: r.ID(), at: now, charged: map[counterID]struct{}{}})
+					&drop{name: mem.Name, before: last, after: r.ID(), at: now, charged: map[counterID]struct{}{}})
 			}
 		}
 		m.drops.Store(&drops)
 	}
-	m.last = r
+	m.last.Store(r)
 }
 
 // takeLeft takes member from's last word that it has left, holding no
@@ -239,7 +241,7 @@ func (m *strictMode) takeLeft(from string, id uint64, now time.Time) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.last == nil || m.last.Has(from) {
+	if last := m.last.Load(); last == nil || last.Has(from) {
 		return fmt.Errorf("%q is in this node's ring still", from)
 	}
 	if drops := m.drops.Load(); drops != nil {
@@ -270,8 +272,8 @@ const (
 	verdictRefuse                // refuse it: no quorum, or its key's last owner may still be deciding it
 )
 
-// judge returns the verdict on r, decided here at now as the owner of its
-// key in cur, or, if copyOf names a member, as the holder of the key's
+// judge returns the verdict on r, decided here, by self, at now as the
+// owner of its key in cur, or, if copyOf names a member, as the holder of the key's
 // counter that cur gives to that member (see settle); keepFence says r is
 // a check that a departure that said it left still fences: a GLOBAL one,
 // or one with a ceiling (see "A graceful leave"). A verdictCharge is
@@ -286,9 +288,18 @@ const (
 // of the key that reach this node meanwhile (from a node whose ring still
 // lacks the member) are refused. A member that said it left handed its
 // counters here, and they are its key's own.
-func (m *strictMode) judge(r *limiter.Request, keepFence bool, cur *ring.Ring, copyOf string, now time.Time) verdict {
+func (m *strictMode) judge(r *limiter.Request, keepFence bool, cur *ring.Ring, self, copyOf string, now time.Time) verdict {
 	if cur.Len() < m.quorum {
 		return verdictRefuse
+	}
+	if last := m.last.Load(); last != nil && last != cur {
+		// The cluster stores a new ring, then calls RingChanged: until
+		// then a check may be decided by a ring whose departures are not
+		// recorded yet. A key whose owner is one of them has just lost it,
+		// and is fenced as if recorded.
+		if owner, ok := last.Owner(r.Key); ok && owner.Name != self && !cur.Has(owner.Name) {
+			return verdictRefuse
+		}
 	}
 	drops := m.drops.Load()
 	if drops == nil {
@@ -363,7 +374,7 @@ func (m *strictMode) gate(s *Service, c *call, ps []pending, v *view) {
 		if owner, ok := v.ring.Owner(r.Key); ok && owner.Name != v.self.Name && s.store.Holds(r) {
 			copyOf = owner.Name
 		}
-		switch m.judge(r, c.behavior(p.j) == pb.Behavior_GLOBAL || c.borrowing(p.j) != nil, v.ring, copyOf, now) {
+		switch m.judge(r, c.behavior(p.j) == pb.Behavior_GLOBAL || c.borrowing(p.j) != nil, v.ring, v.self.Name, copyOf, now) {
 		case verdictRefuse:
 			p.next = nextEscrow
 		case verdictCharge:

@@ -436,3 +436,28 @@ func TestStrictStaleCopyOfAReturningOwner(t *testing.T) {
 		t.Errorf("the key admitted %d, want exactly its limit of 10", admitted)
 	}
 }
+
+// TestStrictFencesADropNotYetRecorded: a node's ring changes before the
+// callback that records the change's departures runs (the cluster stores
+// the ring, then calls RingChanged). A check decided in between, by the
+// new ring, for a key of the member that ring dropped, must be refused as
+// the fence refuses it, not decided because no departure is recorded yet:
+// in a partition the member may be alive and deciding it (the chaos
+// suite's strict partition admitted one check over the limit so, 4 ms
+// after a cut-off node's ring dropped the key's owner).
+func TestStrictFencesADropNotYetRecorded(t *testing.T) {
+	clk := &clock{t: t0}
+	c, svcs := newStrictCluster(3, 2, clk)
+	setRings(c, svcs, []int{0, 1, 2}, c.ring)
+	key := c.keyInheritedBy(2, 1)
+	item := &pb.CheckItem{Name: "api", Key: key, Limit: 10, DurationMs: 3_600_000, Algorithm: pb.Algorithm_SLIDING_LOG}
+	c.down["peer-2"] = true
+	c.views.Store("node-1", c.ring.Without("node-2")) // node-1's ring drops node-2; RingChanged has not run yet
+	if r := check(t, svcs[1], item); r.Status != pb.Status_OVER_LIMIT || r.Metadata[MetadataDecidedBy] != routeEscrow.String() {
+		t.Errorf("a key of the member the ring has just dropped, before the drop is recorded: %v %v; want refused from escrow", r.Status, r.Metadata)
+	}
+	svcs[1].RingChanged()
+	if r := check(t, svcs[1], item); r.Status != pb.Status_OVER_LIMIT || r.Metadata[MetadataDecidedBy] != routeEscrow.String() {
+		t.Errorf("once recorded, within the fence: %v %v; want refused from escrow", r.Status, r.Metadata)
+	}
+}
