@@ -371,8 +371,10 @@ func (m *strictMode) gate(s *Service, c *call, ps []pending, v *view) {
 		}
 		r := &c.reqs[p.j]
 		copyOf := "" // the key's owner, if another member, when its counter is here all the same (see settle)
-		if owner, ok := v.ring.Owner(r.Key); ok && owner.Name != v.self.Name && s.store.Holds(r) {
-			copyOf = owner.Name
+		if drops := m.drops.Load(); drops != nil && len(*drops) > 0 {
+			if owner, ok := v.ring.Owner(r.Key); ok && owner.Name != v.self.Name && s.store.Holds(r) {
+				copyOf = owner.Name
+			}
 		}
 		switch m.judge(r, c.behavior(p.j) == pb.Behavior_GLOBAL || c.borrowing(p.j) != nil, v.ring, v.self.Name, copyOf, now) {
 		case verdictRefuse:
