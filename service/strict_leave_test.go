@@ -47,9 +47,7 @@ func strictHourly(key string) *pb.CheckItem {
 // its limit: the counter holds what the member admitted (its replica,
 // never sent, holds none of it).
 func TestStrictGracefulLeaveIsNotFenced(t *testing.T) {
-	clk := &clock{t: t0}
-	c, svcs := newStrictCluster(3, 2, clk)
-	setRings(c, svcs, []int{0, 1, 2}, c.ring)
+	clk, c, svcs := strictThree()
 	key := c.keyInheritedBy(2, 1)
 	admitted := 0
 	for range 8 {
@@ -86,9 +84,7 @@ func TestStrictGracefulLeaveIsNotFenced(t *testing.T) {
 // keys of those are decided at once, and the others' are refused for the
 // fence and then counted spent, as a crash's.
 func TestStrictLeaveWithUnfinishedHandOffStaysFenced(t *testing.T) {
-	clk := &clock{t: t0}
-	c, svcs := newStrictCluster(3, 2, clk)
-	setRings(c, svcs, []int{0, 1, 2}, c.ring)
+	clk, c, svcs := strictThree()
 	kept, handed := c.keyInheritedBy(2, 1), c.keyInheritedBy(2, 0)
 	for range 8 {
 		check(t, svcs[0], strictHourly(kept))
@@ -202,9 +198,7 @@ func TestStrictTakeLeft(t *testing.T) {
 // left (its counters may have gone to a member that holds them still)
 // tells no one it left: its keys stay fenced.
 func TestStrictSayLeftAfterARingChange(t *testing.T) {
-	clk := &clock{t: t0}
-	c, svcs := newStrictCluster(3, 2, clk)
-	setRings(c, svcs, []int{0, 1, 2}, c.ring)
+	_, c, svcs := strictThree()
 	svcs[2].Leave()
 	c.views.Store("node-2", c.ring.Without("node-0")) // node-0 drops out and comes back while node-2 leaves
 	svcs[2].HandOff(t.Context())
@@ -220,9 +214,7 @@ func TestStrictSayLeftAfterARingChange(t *testing.T) {
 // those on a counter it has handed over), while plain checks of the same
 // keys are decided at once.
 func TestStrictGracefulLeaveStillFencesGlobalAndCeilings(t *testing.T) {
-	clk := &clock{t: t0}
-	c, svcs := newStrictCluster(3, 2, clk)
-	setRings(c, svcs, []int{0, 1, 2}, c.ring)
+	_, c, svcs := strictThree()
 	key := c.keyInheritedBy(2, 1)
 	check(t, svcs[0], strictHourly(key))
 	if told, _ := leaveGracefully(t, c, svcs, 2, ""); told != 2 {

@@ -31,6 +31,15 @@ func newStrictCluster(n, quorum int, clk *clock) (*fakeCluster, []*Service) {
 	return newFakeClusterWith(n, func(int) Config { return Config{Now: clk.now, StrictQuorum: quorum} })
 }
 
+// strictThree is a cluster of three nodes in strict mode with a quorum of
+// two, on a clock of its own at t0, each node told of the whole ring.
+func strictThree() (*clock, *fakeCluster, []*Service) {
+	clk := &clock{t: t0}
+	c, svcs := newStrictCluster(3, 2, clk)
+	setRings(c, svcs, []int{0, 1, 2}, c.ring)
+	return clk, c, svcs
+}
+
 // setRings gives each node of svcs the ring r, as gossip would, and tells
 // it so.
 func setRings(c *fakeCluster, svcs []*Service, nodes []int, r *ring.Ring) {
@@ -144,9 +153,7 @@ func TestStrictPartition(t *testing.T) {
 // owner admitted unreplicated is not admitted again; and once the counter
 // would have refilled it decides as ever.
 func TestStrictTakeoverWaitsOutTheFence(t *testing.T) {
-	clk := &clock{t: t0}
-	c, svcs := newStrictCluster(3, 2, clk)
-	setRings(c, svcs, []int{0, 1, 2}, c.ring)
+	clk, c, svcs := strictThree()
 	key := c.keyInheritedBy(2, 1)
 	item := &pb.CheckItem{Name: "api", Key: key, Limit: 10, DurationMs: 60_000, Algorithm: pb.Algorithm_FIXED_WINDOW}
 	for range 3 {
@@ -254,9 +261,7 @@ func TestStrictGlobalEscrow(t *testing.T) {
 // owner, admits its escrow of 3 and refuses the rest from escrow; a new
 // escrow is spent only for its time-to-live after the owner renewed it.
 func TestStrictEscrowSpentWhileCutOff(t *testing.T) {
-	clk := &clock{t: t0}
-	c, svcs := newStrictCluster(3, 2, clk)
-	setRings(c, svcs, []int{0, 1, 2}, c.ring)
+	clk, c, svcs := strictThree()
 	key := c.keyInheritedBy(2, 1)
 	check(t, svcs[0], strictGlobal(key))
 	syncRound(svcs)
@@ -387,10 +392,8 @@ func TestStrictNoQuorumLendsNoEscrow(t *testing.T) {
 // counter counts more. It is refused from escrow until the copy has gone
 // to the owner, which then decides on the more charged of the two.
 func TestStrictStaleCopyOfAReturningOwner(t *testing.T) {
-	clk := &clock{t: t0}
-	c, svcs := newStrictCluster(3, 2, clk)
+	clk, c, svcs := strictThree()
 	all := []int{0, 1, 2}
-	setRings(c, svcs, all, c.ring)
 	key := c.keyInheritedBy(2, 1)
 	item := &pb.CheckItem{Name: "api", Key: key, Limit: 10, DurationMs: 3_600_000, Algorithm: pb.Algorithm_SLIDING_LOG}
 	admitted := 0
@@ -446,9 +449,7 @@ func TestStrictStaleCopyOfAReturningOwner(t *testing.T) {
 // suite's strict partition admitted one check over the limit so, 4 ms
 // after a cut-off node's ring dropped the key's owner).
 func TestStrictFencesADropNotYetRecorded(t *testing.T) {
-	clk := &clock{t: t0}
-	c, svcs := newStrictCluster(3, 2, clk)
-	setRings(c, svcs, []int{0, 1, 2}, c.ring)
+	_, c, svcs := strictThree()
 	key := c.keyInheritedBy(2, 1)
 	item := &pb.CheckItem{Name: "api", Key: key, Limit: 10, DurationMs: 3_600_000, Algorithm: pb.Algorithm_SLIDING_LOG}
 	c.down["peer-2"] = true
