@@ -521,3 +521,69 @@ func TestStrayCountersGoOnToTheirOwner(t *testing.T) {
 		}
 	})
 }
+
+// TestStrayFloodAndForgery: counters that arrive for keys this node does
+// not own start at most one round per strayDelay however many arrive (a
+// flood of them costs one store walk, not one each), and a forged record
+// for such a key is refused, is not kept and starts no round.
+func TestStrayFloodAndForgery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := limiter.New(limiter.Config{})
+		m := newMembers("a", "a", "b", "c")
+		p := &peers{}
+		n := New(Config{Store: store, Cluster: m, Peers: p, MaxClockSkew: time.Second})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- n.Run(ctx) }()
+		r := m.Ring()
+		rounds := func() int { // each round tells b and c it is done
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return len(p.done) / 2
+		}
+
+		forged := []*peerpb.CounterState{{Counter: []byte{0xff, 1, 2, 3}}}
+		if refused := n.Receive("b", forged); len(refused) != 1 {
+			t.Fatalf("a forged record: %d refused, want 1", len(refused))
+		}
+		time.Sleep(2 * strayDelay)
+		synctest.Wait()
+		if store.Len() != 0 || rounds() != 0 {
+			t.Fatalf("after a forged record: %d held, %d rounds; want 0 and 0", store.Len(), rounds())
+		}
+
+		other := limiter.New(limiter.Config{})
+		for i := 0; other.Len() < 50; i++ { // 50 keys c owns
+			key := fmt.Sprint("stray-", i)
+			if o, _ := r.Owner(key); o.Name != "c" {
+				continue
+			}
+			req := limiter.Request{Name: "api", Key: key, Algorithm: limiter.TokenBucket, Hits: 1,
+				Limit: algorithms.Limit{Count: 10, Period: time.Minute}, Now: time.Now()}
+			other.Decide(&req)
+		}
+		var records []*peerpb.CounterState
+		for c := range other.Extract(func(string) bool { return true }) {
+			b, err := c.AppendBinary(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			records = append(records, &peerpb.CounterState{Counter: b})
+		}
+		for _, rec := range records { // a flood: one call per counter
+			n.Receive("b", []*peerpb.CounterState{rec})
+		}
+		time.Sleep(strayDelay + time.Millisecond)
+		synctest.Wait()
+		if got := rounds(); got != 1 {
+			t.Errorf("%d counters arriving one by one started %d rounds, want 1", len(records), got)
+		}
+		if store.Len() != 0 || p.taken("c") != len(records) {
+			t.Errorf("after the round: %d held here, %d sent to c, their owner; want 0 and %d", store.Len(), p.taken("c"), len(records))
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+}
