@@ -273,11 +273,12 @@ const (
 )
 
 // judge returns the verdict on r, decided here, by self, at now as the
-// owner of its key in cur, or, if copyOf names a member, as the holder of the key's
-// counter that cur gives to that member (see settle); keepFence says r is
-// a check that a departure that said it left still fences: a GLOBAL one,
-// or one with a ceiling (see "A graceful leave"). A verdictCharge is
-// given once per counter and departure.
+// owner of its key in cur, or as the holder of the key's counter that cur
+// gives to another member (see settle); holds reports whether this node
+// holds a check's counter (nil: never); keepFence says r is a check that a
+// departure that said it left still fences: a GLOBAL one, or one with a
+// ceiling (see "A graceful leave"). A verdictCharge is given once per
+// counter and departure.
 //
 // A member that comes back owns its keys again, and its departure no
 // longer fences them; but a counter of one of them held here, by the
@@ -288,7 +289,7 @@ const (
 // of the key that reach this node meanwhile (from a node whose ring still
 // lacks the member) are refused. A member that said it left handed its
 // counters here, and they are its key's own.
-func (m *strictMode) judge(r *limiter.Request, keepFence bool, cur *ring.Ring, self, copyOf string, now time.Time) verdict {
+func (m *strictMode) judge(r *limiter.Request, keepFence bool, cur *ring.Ring, self string, holds func(*limiter.Request) bool, now time.Time) verdict {
 	if cur.Len() < m.quorum {
 		return verdictRefuse
 	}
@@ -311,7 +312,7 @@ func (m *strictMode) judge(r *limiter.Request, keepFence bool, cur *ring.Ring, s
 			continue // the counter has refilled since it could last decide; or it left, its counters here
 		}
 		if cur.Has(d.name) {
-			if d.name == copyOf {
+			if owner, _ := cur.Owner(r.Key); owner.Name == d.name && holds != nil && holds(r) {
 				return verdictRefuse // back, and the counter here may be a stale copy of its own
 			}
 			continue // back, and owns its keys again
@@ -370,13 +371,7 @@ func (m *strictMode) gate(s *Service, c *call, ps []pending, v *view) {
 			continue
 		}
 		r := &c.reqs[p.j]
-		copyOf := "" // the key's owner, if another member, when its counter is here all the same (see settle)
-		if drops := m.drops.Load(); drops != nil && len(*drops) > 0 {
-			if owner, ok := v.ring.Owner(r.Key); ok && owner.Name != v.self.Name && s.store.Holds(r) {
-				copyOf = owner.Name
-			}
-		}
-		switch m.judge(r, c.behavior(p.j) == pb.Behavior_GLOBAL || c.borrowing(p.j) != nil, v.ring, v.self.Name, copyOf, now) {
+		switch m.judge(r, c.behavior(p.j) == pb.Behavior_GLOBAL || c.borrowing(p.j) != nil, v.ring, v.self.Name, s.store.Holds, now) {
 		case verdictRefuse:
 			p.next = nextEscrow
 		case verdictCharge:

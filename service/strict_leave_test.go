@@ -162,19 +162,19 @@ func TestStrictTakeLeft(t *testing.T) {
 	if err := m.takeLeft("c", without.ID(), t0); err == nil {
 		t.Errorf("a word from a member that did not drop out: taken, want refused")
 	}
-	if v := m.judge(r, false, without, "a", "", t0); v != verdictRefuse {
+	if v := m.judge(r, false, without, "a", nil, t0); v != verdictRefuse {
 		t.Errorf("before the word: verdict %d, want refused", v)
 	}
 	if err := m.takeLeft("b", without.ID(), t0.Add(fence/2)); err != nil {
 		t.Errorf("the word: %v, want taken", err)
 	}
-	if v := m.judge(r, false, without, "a", "", t0); v != verdictDecide {
+	if v := m.judge(r, false, without, "a", nil, t0); v != verdictDecide {
 		t.Errorf("after the word: verdict %d, want decided at once", v)
 	}
-	if v := m.judge(r, true, without, "a", "", t0); v != verdictRefuse {
+	if v := m.judge(r, true, without, "a", nil, t0); v != verdictRefuse {
 		t.Errorf("a GLOBAL check after the word: verdict %d, want refused for the fence", v)
 	}
-	if v := m.judge(r, false, without, "a", "", t0.Add(fence)); v != verdictDecide {
+	if v := m.judge(r, false, without, "a", nil, t0.Add(fence)); v != verdictDecide {
 		t.Errorf("after the word, past the fence: verdict %d, want decided, not counted spent", v)
 	}
 
@@ -183,7 +183,7 @@ func TestStrictTakeLeft(t *testing.T) {
 		t.Errorf("a word while the member is back: taken, want refused")
 	}
 	m.ringChanged(without, "a", t0.Add(3*fence)) // and dropped out again
-	if v := m.judge(r, false, without, "a", "", t0.Add(3*fence)); v != verdictRefuse {
+	if v := m.judge(r, false, without, "a", nil, t0.Add(3*fence)); v != verdictRefuse {
 		t.Errorf("dropped out again, after an earlier word: verdict %d, want refused for the fence", v)
 	}
 
