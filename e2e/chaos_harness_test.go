@@ -274,7 +274,14 @@ type chaosLoad struct {
 	// admissions describes each key's admissions (when, in which phase,
 	// through which node, decided by what), for a failure to show where
 	// the cluster over-admitted.
-	admissions [chaosKeys][]string
+	admissions [chaosKeys][]admission
+}
+
+// admission is one admitted check of the load, as over describes it.
+type admission struct {
+	at          time.Time
+	phase, node string
+	decidedBy   string
 }
 
 // over returns the keys that admitted more than chaosLimit, each with its
@@ -285,7 +292,11 @@ func (l *chaosLoad) over() []string {
 	var out []string
 	for k, n := range l.byKey {
 		if n.admitted > chaosLimit {
-			out = append(out, fmt.Sprintf("key %d admitted %d:\n\t\t%s", k, n.admitted, strings.Join(l.admissions[k], "\n\t\t")))
+			lines := make([]string, len(l.admissions[k]))
+			for i, a := range l.admissions[k] {
+				lines[i] = fmt.Sprintf("%d at %s (%s), sent to %s, decided_by %q", i+1, a.at.UTC().Format("15:04:05.000"), a.phase, a.node, a.decidedBy)
+			}
+			out = append(out, fmt.Sprintf("key %d admitted %d:\n\t\t%s", k, n.admitted, strings.Join(lines, "\n\t\t")))
 		}
 	}
 	return out
@@ -337,8 +348,7 @@ func startLoad(t *testing.T, id string, targets []*chaosNode, d time.Duration, p
 					l.byKey[k].answered++
 					if r.Status == pb.Status_UNDER_LIMIT {
 						l.byKey[k].admitted++
-						l.admissions[k] = append(l.admissions[k], fmt.Sprintf("%d at %s (%s), sent to %s, decided_by %q",
-							l.byKey[k].admitted, time.Now().UTC().Format("15:04:05.000"), p.name, ts[i%len(ts)].name, r.GetMetadata()["decided_by"]))
+						l.admissions[k] = append(l.admissions[k], admission{time.Now(), p.name, ts[i%len(ts)].name, r.GetMetadata()["decided_by"]})
 					}
 					l.mu.Unlock()
 				}
