@@ -36,10 +36,14 @@ import (
 // A wait that expires leaves the key's checks decided here on a counter
 // without what the previous owner holds, until that member says it is
 // done after all (its counters, sent before, have then arrived): Await
-// reports them late meanwhile, and the service decides them as a
-// stand-in's (limiter.Request.StandIn), so that the counter, when it
-// arrives, adds what was admitted here rather than keep the more charged
-// of the two.
+// reports them late meanwhile. The service first pulls such a check to
+// that member, which decides it if it still holds the counter; when it
+// does not (it has sent the counter, which is on its way), or the check
+// was relayed here, the service waits for the word again, with
+// AwaitArrival, for what is left of the check's deadline. A check decided
+// while its counter is late still is decided as a stand-in's
+// (limiter.Request.StandIn), so that the counter, when it arrives, adds
+// what was admitted here rather than keep the more charged of the two.
 //
 // Keys gained from a member that has gone without leaving are late too,
 // for as long as this node owns them: the member may have crashed, with
@@ -73,16 +77,27 @@ type waits struct {
 	orphans map[int]string
 }
 
-// source is a member this node waits for. Its channel is closed once: when
-// the member says it is done, when the wait expires, or when a newer ring
-// replaces the waits.
+// source is a member this node waits for. Its channel done is closed
+// once: when the member says it is done, when the wait expires, or when a
+// newer ring replaces the waits. After the wait has expired, its channel
+// settled is closed when the member says it is done after all, or when a
+// newer ring replaces the waits (see AwaitArrival).
 type source struct {
-	name    string
-	done    chan struct{}
-	once    sync.Once
-	expired atomic.Bool
-	arrived atomic.Bool // done after the wait expired
+	name       string
+	done       chan struct{}
+	once       sync.Once
+	expired    atomic.Bool
+	arrived    atomic.Bool // done after the wait expired
+	settled    chan struct{}
+	settleOnce sync.Once
 }
+
+func newSource(name string) *source {
+	return &source{name: name, done: make(chan struct{}), settled: make(chan struct{})}
+}
+
+// settle closes s's channel settled, once.
+func (s *source) settle() { s.settleOnce.Do(func() { close(s.settled) }) }
 
 // release closes s's channel, once, and counts it in w, s's waits;
 // expired says the wait ran out rather than ended.
@@ -192,6 +207,73 @@ func (n *Node) Pending(r *ring.Ring, key string) (ring.Member, bool) {
 	return w.ring.Member(s.name)
 }
 
+// AwaitArrival waits, for a key whose counter Await has just reported
+// late, until the member it is late from says it is done after all (the
+// counter, sent before the word, is then here), or ctx ends, or the wait
+// reaches its bound: Config.Wait after began, when the check began to
+// wait for the counter (a check that has waited out Config.Wait in Await
+// does not wait again), or halfway from now to ctx's deadline, which
+// leaves the rest for the answer's way back, whichever comes first. It
+// reports whether the counter is late still. The service calls it when it
+// knows the counter has left that member, or may have: the member
+// answered a pull that it does not hold the counter, or a check was
+// relayed here (see package service's decideHere); a check decided then,
+// on the part of the counter that has arrived, could admit what the
+// part on its way has already spent. A key gained from a member gone from
+// the ring is late at once: nothing is on its way from a member that
+// crashed, and one beyond a partition sends nothing until the heal.
+func (n *Node) AwaitArrival(ctx context.Context, r *ring.Ring, key string, began time.Time) (late bool) {
+	if n.wait <= 0 {
+		return false
+	}
+	d := time.Until(began.Add(n.wait))
+	if deadline, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(deadline)/2)
+	}
+	var expire <-chan time.Time // nil: no time left to wait
+	if d > 0 {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		expire = timer.C
+	}
+	p := ring.Partition(key)
+	for {
+		w := n.waits.Load()
+		if w.ring != r {
+			w = n.waitsFor(r)
+		}
+		if _, orphan := w.orphans[p]; orphan {
+			return true
+		}
+		if w.parts == nil || w.parts[p] == nil {
+			return false
+		}
+		s := w.parts[p]
+		on := s.settled // late: the member's word after all
+		if !s.released() {
+			on = s.done // a newer ring waits for it afresh
+		} else if !s.isLate() {
+			return false
+		}
+		if expire == nil {
+			return true
+		}
+		select {
+		case <-on:
+		case <-expire:
+			n.metrics.waits.WithLabelValues("still_late").Inc()
+			return true
+		case <-ctx.Done():
+			n.metrics.waits.WithLabelValues("canceled").Inc()
+			return true
+		}
+		if s.arrived.Load() {
+			n.metrics.waits.WithLabelValues("arrived_late").Inc()
+		}
+		r = n.waits.Load().ring // look again: the word came, or a newer ring
+	}
+}
+
 // HandOffDone takes member from's word that it has handed this node every
 // counter it held for keys this node owns in the ring whose ID is id:
 // checks waiting for those go ahead. A word for a ring this node has not
@@ -208,6 +290,7 @@ func (n *Node) HandOffDone(from string, id uint64) {
 			s.release(w, false)
 			if s.expired.Load() && s.arrived.CompareAndSwap(false, true) {
 				w.late.Add(-1)
+				s.settle()
 			}
 		}
 	}
@@ -229,6 +312,7 @@ func (n *Node) waitsFor(r *ring.Ring) *waits {
 	n.waits.Store(w)
 	for _, s := range old.byName {
 		s.release(old, false) // after the Store: its waiters look again, at w
+		s.settle()
 	}
 	return w
 }
@@ -261,6 +345,9 @@ func (n *Node) newWaits(old *waits, r *ring.Ring) *waits {
 		case !ok:
 		case held.Name != self && !r.Has(held.Name):
 			gone = held.Name // gained from a member gone from the ring
+		case held.Name == self && old.parts != nil && old.parts[p] != nil && !r.Has(old.parts[p].name) &&
+			(!old.parts[p].released() || old.parts[p].isLate()):
+			gone = old.parts[p].name // gained before, and the member went before its counter came
 		case held.Name == self && !r.Has(old.orphans[p]):
 			gone = old.orphans[p] // gained so before, and the member is still gone
 		}
@@ -280,7 +367,7 @@ func (n *Node) newWaits(old *waits, r *ring.Ring) *waits {
 		}
 		s := w.byName[from]
 		if s == nil {
-			s = &source{name: from, done: make(chan struct{})}
+			s = newSource(from)
 			w.byName[from] = s
 		}
 		if w.parts == nil {

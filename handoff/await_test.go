@@ -97,6 +97,12 @@ func keyOf(t *testing.T, r *ring.Ring, owner string, prev *ring.Ring, prevOwner 
 	return ""
 }
 
+// owner returns the name of key's owner in r.
+func owner(r *ring.Ring, key string) string {
+	o, _ := r.Owner(key)
+	return o.Name
+}
+
 // awaitNode returns a Node for member self, waiting at most a minute, that
 // started alone and has just joined the ring of names.
 func awaitNode(self string, names ...string) (*Node, *members, *prometheus.Registry) {
@@ -167,8 +173,8 @@ func TestAwaitWaitsForThePreviousOwner(t *testing.T) {
 			t.Errorf("waits done = %v, want 1", got)
 		}
 		n.Await(t.Context(), r, gained) // at once now
-		if testutil.CollectAndCount(reg, "ringlimit_handoff_waits_total") != 3 {
-			t.Error("ringlimit_handoff_waits_total is not exported with its three outcomes")
+		if testutil.CollectAndCount(reg, "ringlimit_handoff_waits_total") != 5 {
+			t.Error("ringlimit_handoff_waits_total is not exported with its five outcomes")
 		}
 	})
 }
@@ -305,6 +311,105 @@ func TestAwaitFollowsANewerRing(t *testing.T) {
 		}
 		if !isClosed(waitA) {
 			t.Error("a's word for the current ring did not release its key")
+		}
+	})
+}
+
+// After a key's wait expired, AwaitArrival waits for its previous owner's
+// word after all: until it comes (not late), or until Config.Wait has
+// passed since the check began to wait, or halfway to the caller's
+// deadline (late still). A check that waited out the first wait does not
+// wait again.
+func TestAwaitArrivalWaitsForTheLateWord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, m, _ := awaitNode("c", "a", "b", "c")
+		r := m.Ring()
+		key := keyOf(t, r, "c", r.Without("c"), "b")
+		began := time.Now()
+		if !n.Await(t.Context(), r, key) {
+			t.Fatal("the wait expired and the key is not late")
+		}
+		if late := n.AwaitArrival(t.Context(), r, key, began); !late || time.Since(began) != time.Minute {
+			t.Errorf("a check that waited out the wait: late %v after %v; want late, no second wait", late, time.Since(began))
+		}
+
+		time.Sleep(time.Hour) // a check that comes later
+		began = time.Now()
+		if late := n.AwaitArrival(t.Context(), r, key, began); !late || time.Since(began) != time.Minute {
+			t.Errorf("no word: late %v after %v; want late after Config.Wait (a minute)", late, time.Since(began))
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		began = time.Now()
+		if late := n.AwaitArrival(ctx, r, key, began); !late || time.Since(began) != 5*time.Second {
+			t.Errorf("no word, a 10s deadline: late %v after %v; want late after 5s, half of it", late, time.Since(began))
+		}
+		if got := testutil.ToFloat64(n.metrics.waits.WithLabelValues("still_late")); got != 2 {
+			t.Errorf("waits still_late = %v, want 2", got)
+		}
+
+		began = time.Now()
+		returned := make(chan bool, 1)
+		go func() { returned <- n.AwaitArrival(t.Context(), r, key, began) }()
+		synctest.Wait()
+		if len(returned) != 0 {
+			t.Fatal("AwaitArrival returned before the word")
+		}
+		time.Sleep(time.Second)
+		n.HandOffDone("a", r.ID()) // another member's word
+		synctest.Wait()
+		if len(returned) != 0 {
+			t.Fatal("AwaitArrival returned on another member's word")
+		}
+		n.HandOffDone("b", r.ID())
+		if late := <-returned; late || time.Since(began) != time.Second {
+			t.Errorf("the word after a second: late %v after %v; want not late, at once", late, time.Since(began))
+		}
+		if got := testutil.ToFloat64(n.metrics.waits.WithLabelValues("arrived_late")); got != 1 {
+			t.Errorf("waits arrived_late = %v, want 1", got)
+		}
+		if late := n.AwaitArrival(t.Context(), r, key, time.Now()); late {
+			t.Error("a key is late after its previous owner's word")
+		}
+	})
+}
+
+// A key gained from a member gone from the ring has nothing on its way:
+// AwaitArrival does not wait for it. A check waiting when a newer ring
+// comes looks again at what that ring waits for.
+func TestAwaitArrivalOfAGoneMemberAndANewerRing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, m, _ := awaitNode("c", "a", "b", "c")
+		first := m.Ring()
+		without := ring.New(ring.Member{Name: "b", PeerAddr: "b"}, ring.Member{Name: "c", PeerAddr: "c"})
+		fromA := "" // c's in first and without a, a's before c joined
+		for i := 0; fromA == ""; i++ {
+			key := fmt.Sprint("k", i)
+			if owner(first, key) == "c" &&
+				owner(first.Without("c"), key) == "a" && owner(without, key) == "c" {
+				fromA = key
+			}
+		}
+		fromB := keyOf(t, first, "c", first.Without("c"), "b")
+		n.Await(t.Context(), first, fromA) // the wait expires
+		returned := make(chan bool, 1)
+		go func() { returned <- n.AwaitArrival(t.Context(), first, fromA, time.Now()) }()
+		synctest.Wait()
+
+		second := m.set("b", "c") // a has gone
+		n.RingChanged()
+		start := time.Now()
+		if late := <-returned; !late || time.Since(start) != 0 {
+			t.Errorf("a check waiting for a, which has gone from the ring: late %v after %v; want late at once", late, time.Since(start))
+		}
+		if late := n.AwaitArrival(t.Context(), second, fromA, start); !late || time.Since(start) != 0 {
+			t.Errorf("a key of a member gone from the ring: late %v after %v; want late at once", late, time.Since(start))
+		}
+		if o, _ := second.Owner(fromB); o.Name == "c" {
+			n.HandOffDone("b", second.ID())
+			if late := n.AwaitArrival(t.Context(), second, fromB, time.Now()); late {
+				t.Error("a key whose previous owner said it was done under the newer ring is late")
+			}
 		}
 	})
 }

@@ -591,7 +591,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		}),
 		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringlimit_handoff_waits_total",
-			Help: "Checks for a key this node had just come to own that waited for the key's previous owner to hand its counter over, by how the wait ended: done (the counter is here), expired (--handoff-wait passed; decided without it) or canceled (the caller gave up).",
+			Help: "Checks for a key this node had just come to own that waited for the key's previous owner to hand its counter over, by how the wait ended: done (the counter is here), expired (--handoff-wait passed; decided without it, or waited for again: see the next two), canceled (the caller gave up), arrived_late (after it expired, the check waited again and the counter arrived) or still_late (the second wait ran out too: decided as a stand-in's, its hits added to the counter when it arrives).",
 		}, []string{"outcome"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringlimit_handoff_bytes_total",
@@ -608,7 +608,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			m.refused.WithLabelValues(direction, checks.ReasonLabel(reason))
 		}
 	}
-	for _, outcome := range []string{"done", "expired", "canceled"} {
+	for _, outcome := range []string{"done", "expired", "canceled", "arrived_late", "still_late"} {
 		m.waits.WithLabelValues(outcome)
 	}
 	return m

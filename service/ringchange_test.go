@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -379,6 +380,62 @@ func TestJoinedOwnerPullsAfterItsWaitExpires(t *testing.T) {
 		}
 		if n := svcs[2].store.Len(); n != 0 {
 			t.Errorf("node-2 holds %d counters before the hand-off, want 0", n)
+		}
+	})
+}
+
+// TestJoinedOwnerWaitsForACounterInFlight: once its wait has expired, a
+// new owner pulls a key's checks from its previous owner; when that member
+// answers that it does not hold the counter (its hand-off has taken it,
+// and it is on its way), the check waits for the member's word that the
+// hand-off is done rather than be decided on a counter without it: a key
+// spent before the join stays spent. Before, it was admitted (6 on a
+// limit of 5). The wait is at most HandOffWait: a counter slower than that
+// leaves the check decided on what is here, as a stand-in's, and adds it
+// when it comes. A check relayed to the new owner, which decides it there,
+// waits alike.
+func TestJoinedOwnerWaitsForACounterInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for _, tc := range []struct {
+			took    time.Duration // the counter's way from node-<prev> to node-2
+			relayed bool          // the check is relayed to node-2, which never passes it on, rather than sent by a client
+		}{{300 * time.Millisecond, false}, {300 * time.Millisecond, true}, {3 * time.Second, false}} {
+			took := tc.took
+			c, svcs, item, prev := joined(t, time.Second)
+			check(t, svcs[0], item)     // node-2 sees the join, and pulls the check
+			time.Sleep(2 * time.Second) // node-<prev> has not handed off: node-2's wait expires
+			synctest.Wait()
+			taken, deliver := make(chan struct{}), make(chan struct{})
+			c.onHandOff = func([]*peerpb.CounterState) { close(taken); <-deliver }
+			go svcs[prev].HandOff(t.Context())
+			<-taken
+			start := time.Now()
+			result := make(chan *pb.CheckResult, 1)
+			go func() {
+				if tc.relayed {
+					result <- svcs[2].Owner().Relayed(t.Context(), []*pb.CheckRequest{{Requests: []*pb.CheckItem{item}}})[0].Responses[0]
+					return
+				}
+				result <- check(t, svcs[0], item)
+			}()
+			synctest.Wait()
+			if len(result) != 0 {
+				close(deliver) // lets the hand-off end, and the bubble with it
+				t.Fatalf("decided %v while the counter was on its way", (<-result).Status)
+			}
+			time.AfterFunc(took, func() { close(deliver) })
+			r := <-result
+			switch {
+			case took < time.Second && (r.Status != pb.Status_OVER_LIMIT || time.Since(start) != took):
+				t.Errorf("the counter took %v (relayed %v): %v after %v, want OVER_LIMIT once it came", took, tc.relayed, r.Status, time.Since(start))
+			case took > time.Second && (r.Status != pb.Status_UNDER_LIMIT || time.Since(start) != time.Second):
+				t.Errorf("the counter took %v: %v after %v, want decided on what is here after HandOffWait (1s)", took, r.Status, time.Since(start))
+			}
+			time.Sleep(took)
+			synctest.Wait()
+			if r := check(t, svcs[0], item); r.Status != pb.Status_OVER_LIMIT {
+				t.Errorf("the counter took %v; once it came: %v, want OVER_LIMIT", took, r.Status)
+			}
 		}
 	})
 }
