@@ -436,7 +436,7 @@ func (l *exactLoad) finish(t *testing.T, short int) string {
 	return strings.Join(admitted, ", ")
 }
 
-var waitOutcomes = [...]string{"done", "expired", "canceled"}
+var waitOutcomes = [...]string{"done", "expired", "canceled", "arrived_late", "still_late"}
 
 // waits sums over nodes the checks that have waited for a counter being
 // handed over, by outcome (waitOutcomes).

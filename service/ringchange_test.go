@@ -1,7 +1,9 @@
 package service
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -437,6 +439,30 @@ func TestJoinedOwnerWaitsForACounterInFlight(t *testing.T) {
 				t.Errorf("the counter took %v; once it came: %v, want OVER_LIMIT", took, r.Status)
 			}
 		}
+	})
+}
+
+// TestJoinedOwnerChargesNothingForAGoneSender: a forwarded check that
+// waits at the new owner for its counter, and whose sender gives up
+// meanwhile (its deadline passes, or it comes to suspect this node, and
+// has the check decided elsewhere), is not decided once the wait ends:
+// nothing is charged for it. Before, it was charged (4 left of 5, where
+// the sender saw no answer).
+func TestJoinedOwnerChargesNothingForAGoneSender(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, svcs, item, prev := joined(t, 2*time.Second)
+		other := &pb.CheckItem{Name: "other", Key: item.Key, Limit: item.Limit, DurationMs: item.DurationMs} // not held by node-<prev>: it answers a pull "not here"
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		r := svcs[2].Owner().Forwarded(ctx, []*pb.CheckRequest{{Requests: []*pb.CheckItem{other}}})[0].Responses[0]
+		if !strings.Contains(r.Error, "unavailable") {
+			t.Errorf("a check whose sender gave up while it waited: %v %q, want an unavailable error", r.Status, r.Error)
+		}
+		if n := svcs[2].store.Len(); n != 0 {
+			t.Errorf("node-2 holds %d counters, want none: nothing charged for the check", n)
+		}
+		svcs[prev].HandOff(t.Context())
+		spendAll(t, svcs[0], other) // all 5, or it fails
 	})
 }
 

@@ -171,8 +171,7 @@ func (s *Service) carry(ctx context.Context, c *call, ps []pending, routes []rou
 		case routeEscrow:
 			s.refuseEscrow(c, j)
 		case routeGone:
-			// The client has gone: charge nothing on its behalf.
-			c.results[c.pos[j]] = errorResult(fmt.Errorf("%w: %w", checks.ErrUnavailable, ctx.Err()))
+			c.results[c.pos[j]] = goneResult(ctx)
 		default:
 			sent = append(sent, k)
 		}
@@ -222,7 +221,10 @@ func (s *Service) carry(ctx context.Context, c *call, ps []pending, routes []rou
 //
 // A check whose counter may be on its way here waits for it first
 // (handoff.Node.Await); one decided here as the key's owner or heir has
-// its replica promoted first. On a node that is leaving, which hands every
+// its replica promoted first. If the client has gone by then (a sender
+// that stops waiting, for its deadline or because it suspects this node,
+// may have the check decided elsewhere), none is decided: nothing is
+// charged on its behalf. On a node that is leaving, which hands every
 // counter off, counters stay where they are (no hand-off round takes them
 // out) from settle until the checks that settle leaves here are decided,
 // but for those that borrow, which may wait on a parent's owner. Other
@@ -248,6 +250,12 @@ func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes 
 			r.StandIn = true
 		}
 	}
+	if ctx.Err() != nil { // its sender gave up while they waited, and may have had them decided elsewhere
+		for _, k := range ks {
+			c.results[c.pos[ps[k].j]] = goneResult(ctx)
+		}
+		return nil
+	}
 	release := func() {}
 	if s.leaving.Load() != nil {
 		release = s.handoff.Hold(ctx)
@@ -268,6 +276,12 @@ func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes 
 	release()
 	s.decideLocal(ctx, c, borrowing, routeLocal)
 	return relayed
+}
+
+// goneResult is the result of a check whose client has gone before it was
+// decided: nothing is charged on its behalf.
+func goneResult(ctx context.Context) *pb.CheckResult {
+	return errorResult(fmt.Errorf("%w: %w", checks.ErrUnavailable, ctx.Err()))
 }
 
 // awaitLate waits, for a check of key to decide here whose counter is
