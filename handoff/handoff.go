@@ -53,6 +53,10 @@ type Store interface {
 type Membership interface {
 	Ring() *ring.Ring
 	LocalMember() ring.Member
+	// Ready reports whether this node has joined the cluster: its rings
+	// before are partial views, built as gossip tells it of members one
+	// by one (see the comment on waits).
+	Ready() bool
 }
 
 // Peers sends counters to their new owner: package peer's Pool. It returns
@@ -138,7 +142,7 @@ func New(conf Config) *Node {
 	// The ring at the start, to compare the first change with: a node that
 	// has seen only itself so far waits for every key it gains.
 	r := conf.Cluster.Ring()
-	n.waits.Store(&waits{ring: r, id: r.ID()})
+	n.waits.Store(&waits{ring: r, id: r.ID(), joined: conf.Cluster.Ready()})
 	return n
 }
 

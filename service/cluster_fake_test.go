@@ -55,6 +55,7 @@ func (m fakeMember) Ring() *ring.Ring {
 	return m.c.ring
 }
 func (m fakeMember) LocalMember() ring.Member { return m.self }
+func (fakeMember) Ready() bool                { return true }
 
 // fakeForwardDeadline is the fake's forward deadline, peer.Pool's default.
 const fakeForwardDeadline = 2 * time.Second

@@ -35,11 +35,13 @@ import (
 // server clock.
 const DefaultMaxClockSkew = 10 * time.Minute
 
-// Membership is what the service needs of the cluster: the current ring
-// and which member this node is.
+// Membership is what the service needs of the cluster: the current ring,
+// which member this node is, and whether it has joined the others yet
+// (package cluster's Cluster.Ready).
 type Membership interface {
 	Ring() *ring.Ring
 	LocalMember() ring.Member
+	Ready() bool
 }
 
 // Peers is what the service needs of the other nodes: package peer's Pool.
@@ -227,6 +229,7 @@ func newAlone() alone { return alone{ring.New(alone{}.LocalMember())} }
 
 func (a alone) Ring() *ring.Ring       { return a.ring }
 func (alone) LocalMember() ring.Member { return ring.Member{Name: "self"} }
+func (alone) Ready() bool              { return true }
 
 // leavingRing is the ring a leaving node routes by: base, the cluster's
 // ring, without this node. moved says the cluster's ring has changed
@@ -267,6 +270,7 @@ type routing struct{ s *Service }
 
 func (v routing) Ring() *ring.Ring         { return v.s.ring() }
 func (v routing) LocalMember() ring.Member { return v.s.cluster.LocalMember() }
+func (v routing) Ready() bool              { return v.s.cluster.Ready() }
 
 // Leave is the first step of this node's leaving the cluster, before
 // HandOffAll and before it leaves gossip: from now on it routes every
