@@ -620,22 +620,7 @@ func TestStrayCountersGoOnToTheirOwner(t *testing.T) {
 		r := m.Ring()
 		withoutC := ring.New(ring.Member{Name: "a", PeerAddr: "a"}, ring.Member{Name: "b", PeerAddr: "b"})
 		key := keyOf(t, r, "c", withoutC, "a") // the sender, without c in its ring, gave it to a
-		record := func(key string) *peerpb.CounterState {
-			other := limiter.New(limiter.Config{})
-			req := limiter.Request{Name: "api", Key: key, Algorithm: limiter.SlidingLog, Hits: 3,
-				Limit: algorithms.Limit{Count: 10, Period: time.Hour}, Now: time.Now()}
-			other.Decide(&req)
-			for c := range other.Extract(func(string) bool { return true }) {
-				b, err := c.AppendBinary(nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return &peerpb.CounterState{Counter: b}
-			}
-			t.Fatal("no counter")
-			return nil
-		}
-		if refused := n.Receive("b", []*peerpb.CounterState{record(key)}); len(refused) != 0 {
+		if refused := n.Receive("b", []*peerpb.CounterState{counterRecord(t, key)}); len(refused) != 0 {
 			t.Fatalf("refused %v", refused)
 		}
 		time.Sleep(strayDelay / 2)
@@ -649,7 +634,7 @@ func TestStrayCountersGoOnToTheirOwner(t *testing.T) {
 			t.Errorf("after the stray delay: %d held here, %d sent to c, its owner; want 0 and 1", store.Len(), p.taken("c"))
 		}
 
-		if refused := n.Receive("b", []*peerpb.CounterState{record(key)}); len(refused) != 0 {
+		if refused := n.Receive("b", []*peerpb.CounterState{counterRecord(t, key)}); len(refused) != 0 {
 			t.Fatalf("refused %v", refused)
 		}
 		m.set("a", "b") // this time this node's ring was behind: c has gone
@@ -664,6 +649,65 @@ func TestStrayCountersGoOnToTheirOwner(t *testing.T) {
 			t.Errorf("Run = %v", err)
 		}
 	})
+}
+
+// TestACounterFromALeavingOwnerStays: a node that leaves hands its
+// counters over before the others' rings drop it, so a receiver's ring
+// gives them to their sender still: they are not sent back (the sender,
+// once it has left gossip, could not pass them on again), and stay until
+// this node's ring catches up. Before, the stray round sent them back 2 s
+// later, and a key of a node leaving a cluster of 32 admitted 600 on 300.
+func TestACounterFromALeavingOwnerStays(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := limiter.New(limiter.Config{})
+		m := newMembers("a", "a", "b", "c")
+		p := &peers{}
+		n := New(Config{Store: store, Cluster: m, Peers: p, MaxClockSkew: time.Second})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- n.Run(ctx) }()
+		r := m.Ring()
+		withoutC := ring.New(ring.Member{Name: "a", PeerAddr: "a"}, ring.Member{Name: "b", PeerAddr: "b"})
+		key := keyOf(t, r, "c", withoutC, "a") // c, leaving, routes by its ring without itself
+		if refused := n.Receive("c", []*peerpb.CounterState{counterRecord(t, key)}); len(refused) != 0 {
+			t.Fatalf("refused %v", refused)
+		}
+		time.Sleep(2 * strayDelay)
+		synctest.Wait()
+		if store.Len() != 1 || p.taken("c") != 0 {
+			t.Errorf("a counter from the key's owner, leaving: %d held here, %d sent back to it; want 1 and 0", store.Len(), p.taken("c"))
+		}
+		m.set("a", "b") // gossip tells this node c has left
+		n.RingChanged()
+		time.Sleep(2 * strayDelay)
+		synctest.Wait()
+		if store.Len() != 1 {
+			t.Errorf("once c has gone from the ring: %d held here, want 1 (this node owns the key)", store.Len())
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+}
+
+// counterRecord returns the hand-off record of a counter of key, charged
+// with 3 hits.
+func counterRecord(t *testing.T, key string) *peerpb.CounterState {
+	t.Helper()
+	other := limiter.New(limiter.Config{})
+	req := limiter.Request{Name: "api", Key: key, Algorithm: limiter.SlidingLog, Hits: 3,
+		Limit: algorithms.Limit{Count: 10, Period: time.Hour}, Now: time.Now()}
+	other.Decide(&req)
+	for c := range other.Extract(func(string) bool { return true }) {
+		b, err := c.AppendBinary(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &peerpb.CounterState{Counter: b}
+	}
+	t.Fatal("no counter")
+	return nil
 }
 
 // TestStrayFloodAndForgery: counters that arrive for keys this node does

@@ -495,7 +495,7 @@ func (b *Batch) split(i int) (*Batch, *Batch) {
 // A counter it takes for a key this node does not own is sent on to the
 // key's owner by a round soon after (see Strays).
 func (n *Node) Receive(from string, counters []*peerpb.CounterState) []*peerpb.Refusal {
-	w := strayWatch{Store: n.store, ring: n.cluster.Ring(), self: n.cluster.LocalMember().Name}
+	w := strayWatch{Store: n.store, ring: n.cluster.Ring(), self: n.cluster.LocalMember().Name, from: from}
 	refused := n.intake.Merge(&w, counters, n.now())
 	if w.stray {
 		n.roundAfterStrays()
@@ -537,20 +537,28 @@ func (n *Node) Receive(from string, counters []*peerpb.CounterState) []*peerpb.R
 // sends on whatever this node still holds but does not own then. The
 // delay outlasts gossip's usual lag, so that a counter that arrived ahead
 // of this node's ring is not sent back to its sender only to return.
+//
+// A counter whose key this node's ring gives to its sender starts no such
+// round: the sender's ring is ahead of this node's, not behind, for it
+// gave the key away. So does a node that leaves: it hands its counters
+// over before gossip tells the others it has gone, and it could not pass
+// one sent back to it on once it has left gossip (the others refuse a
+// non-member's hand-off), which would lose the key's counter with it.
 const strayDelay = 2 * time.Second
 
 // strayWatch is a Store whose Merge notes a counter merged for a key that
-// self does not own in ring.
+// self does not own in ring, and nor does from, the counters' sender.
 type strayWatch struct {
 	Store
 	ring  *ring.Ring
 	self  string
+	from  string
 	stray bool
 }
 
 func (w *strayWatch) Merge(c limiter.Counter, now time.Time, skew time.Duration) error {
 	err := w.Store.Merge(c, now, skew)
-	if owner, ok := w.ring.Owner(c.Key); err == nil && ok && owner.Name != w.self {
+	if owner, ok := w.ring.Owner(c.Key); err == nil && ok && owner.Name != w.self && owner.Name != w.from {
 		w.stray = true
 	}
 	return err
