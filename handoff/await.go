@@ -304,6 +304,19 @@ func (n *Node) HandOffDone(from string, id uint64) {
 	}
 }
 
+// owed returns the member w waits for to hand over partition p's counters,
+// or whose wait for them expired before it said it was done: nil if the
+// counters are here, as far as this node can tell.
+func (w *waits) owed(p int) *source {
+	if w.parts == nil || w.parts[p] == nil {
+		return nil
+	}
+	if s := w.parts[p]; !s.released() || s.isLate() {
+		return s
+	}
+	return nil
+}
+
 // waitsFor returns the waits of ring r, working them out if r is the
 // cluster's current ring and they are not known yet.
 func (n *Node) waitsFor(r *ring.Ring) *waits {
@@ -353,9 +366,8 @@ func (n *Node) newWaits(old *waits, r *ring.Ring) *waits {
 		case !ok:
 		case held.Name != self && !r.Has(held.Name):
 			gone = held.Name // gained from a member gone from the ring
-		case held.Name == self && old.parts != nil && old.parts[p] != nil && !r.Has(old.parts[p].name) &&
-			(!old.parts[p].released() || old.parts[p].isLate()):
-			gone = old.parts[p].name // gained before, and the member went before its counter came
+		case held.Name == self && old.owed(p) != nil && !r.Has(old.owed(p).name):
+			gone = old.owed(p).name // gained before, and the member went before its counter came
 		case held.Name == self && !r.Has(old.orphans[p]):
 			gone = old.orphans[p] // gained so before, and the member is still gone
 		}
@@ -367,8 +379,8 @@ func (n *Node) newWaits(old *waits, r *ring.Ring) *waits {
 		}
 		if ok && held.Name != self && r.Has(held.Name) {
 			from = held.Name
-		} else if old.parts != nil && old.parts[p] != nil && !old.parts[p].released() && r.Has(old.parts[p].name) {
-			from = old.parts[p].name // still on its way under the ring before
+		} else if s := old.owed(p); s != nil && r.Has(s.name) {
+			from = s.name // still on its way under the ring before, or late
 		}
 		if from == "" || n.done[from] == id {
 			continue

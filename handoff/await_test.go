@@ -416,6 +416,43 @@ func TestAwaitArrivalOfAGoneMemberAndANewerRing(t *testing.T) {
 	})
 }
 
+// A key whose counter is late (its wait expired) is waited for again under
+// a newer ring that changes nothing about it: its previous owner, slow to
+// see the first change, may hold the counter still. Before, the newer
+// ring forgot it, and its checks were decided on what was here, not as a
+// stand-in's, nor pulled.
+func TestALateKeyWaitsAgainUnderANewerRing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, m, _ := awaitNode("c", "a", "b", "c")
+		first := m.Ring()
+		withD := ring.New(ring.Member{Name: "a", PeerAddr: "a"}, ring.Member{Name: "b", PeerAddr: "b"},
+			ring.Member{Name: "c", PeerAddr: "c"}, ring.Member{Name: "d", PeerAddr: "d"})
+		key := ""
+		for i := 0; key == ""; i++ {
+			k := fmt.Sprint("k", i)
+			if owner(first, k) == "c" && owner(first.Without("c"), k) == "b" && owner(withD, k) == "c" {
+				key = k
+			}
+		}
+		if !n.Await(t.Context(), first, key) {
+			t.Fatal("the wait expired and the key is not late")
+		}
+		n.HandOffDone("a", first.ID())
+		m.ring.Store(withD) // d joins: the key stays c's
+		n.RingChanged()
+		if from, ok := n.Pending(withD, key); !ok || from.Name != "b" {
+			t.Errorf("under the newer ring the key's counter is pending from %q (%v), want b", from.Name, ok)
+		}
+		returned := awaiting(t.Context(), n, withD, key)
+		stillWaiting(t, returned, "under the newer ring the late key does not wait for b")
+		n.HandOffDone("b", withD.ID())
+		returnedNow(t, returned, "b's word under the newer ring did not release the key")
+		if n.Await(t.Context(), withD, key) {
+			t.Error("the key is late after b's word")
+		}
+	})
+}
+
 // A node that joins sees the members a few at a time: in such a partial
 // ring it owns keys that other members hold, and the ring it joins may
 // give them to it again. Until it has joined, it takes the ring without
