@@ -367,6 +367,12 @@ type exactLoad struct {
 	tl    []*tally // per key
 	stop  chan struct{}
 	wg    sync.WaitGroup
+	mu    sync.Mutex
+	// remaining holds, per key, the admissions by the remaining hits
+	// their answers reported: in an exact count each value is answered
+	// once, so a value answered twice marks two checks decided on the
+	// same state, and names the nodes asked (see over).
+	remaining []map[int64][]string
 }
 
 // startExact starts the checks; finish stops them.
@@ -374,6 +380,7 @@ func startExact(t *testing.T, phase string, nodes []*node, keys []string) *exact
 	l := &exactLoad{phase: phase, nodes: nodes, keys: keys, stop: make(chan struct{})}
 	for range keys {
 		l.tl = append(l.tl, &tally{})
+		l.remaining = append(l.remaining, map[int64][]string{})
 	}
 	for w := range exactWorkers {
 		l.wg.Go(func() {
@@ -386,12 +393,41 @@ func startExact(t *testing.T, phase string, nodes []*node, keys []string) *exact
 				}
 				k := (w + i) % len(keys)
 				n := nodes[rand.IntN(len(nodes))]
-				l.tl[k].add(check(n, l.item(k)))
+				l.add(k, n, time.Now())
 				time.Sleep(exactPace) // pacing the load, not waiting for an effect
 			}
 		})
 	}
 	return l
+}
+
+// add checks key k at n, sent at sent, and tallies the answer.
+func (l *exactLoad) add(k int, n *node, sent time.Time) (*pb.CheckResult, error) {
+	r, err := check(n, l.item(k))
+	l.tl[k].add(r, err)
+	if err == nil && r.Status == pb.Status_UNDER_LIMIT {
+		l.mu.Lock()
+		l.remaining[k][r.Remaining] = append(l.remaining[k][r.Remaining], fmt.Sprintf("%s at %s, %v, decided_by %q",
+			n.name, sent.Format("15:04:05.000"), time.Since(sent).Round(time.Millisecond), r.Metadata["decided_by"]))
+		l.mu.Unlock()
+	}
+	return r, err
+}
+
+// over describes key k's admissions that answered the same remaining
+// hits as another: the checks decided on a counter without hits admitted
+// elsewhere.
+func (l *exactLoad) over(k int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for rem, checks := range l.remaining[k] {
+		if len(checks) > 1 {
+			out = append(out, fmt.Sprintf("remaining %d: %s", rem, strings.Join(checks, "; ")))
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, "\n")
 }
 
 func (l *exactLoad) item(k int) *pb.CheckItem {
@@ -414,8 +450,7 @@ func (l *exactLoad) finish(t *testing.T, short int) string {
 	for k, key := range l.keys {
 		during := l.tl[k].String()
 		for i := 0; i <= exactLimit; i++ {
-			r, err := check(l.nodes[i%len(l.nodes)], l.item(k))
-			l.tl[k].add(r, err)
+			r, err := l.add(k, l.nodes[i%len(l.nodes)], time.Now())
 			if err != nil || r.Status != pb.Status_UNDER_LIMIT {
 				break
 			}
@@ -424,8 +459,8 @@ func (l *exactLoad) finish(t *testing.T, short int) string {
 		admitted = append(admitted, strconv.Itoa(l.tl[k].admitted))
 		tl := l.tl[k]
 		if tl.admitted > exactLimit || tl.errors != 0 {
-			t.Errorf("%s: key %s admitted %d on a limit of %d, %d errors; want at most the limit, no errors",
-				l.phase, key, tl.admitted, exactLimit, tl.errors)
+			t.Errorf("%s: key %s admitted %d on a limit of %d, %d errors; want at most the limit, no errors; admissions that answered the same remaining hits (node asked, sent at, took):\n%s",
+				l.phase, key, tl.admitted, exactLimit, tl.errors, l.over(k))
 		}
 		missing += max(exactLimit-tl.admitted, 0)
 	}
