@@ -154,6 +154,21 @@ func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) (late bool) 
 		if w.ring != r {
 			w = n.waitsFor(r)
 		}
+		if !w.joined && w.ring.Len() <= 1 { // see awaitJoin
+			switch n.awaitJoin(ctx, w.ring) {
+			case joinedRing:
+				if r = n.cluster.Ring(); r == w.ring {
+					return false // it has joined only itself: alone in truth
+				}
+				continue
+			case joinExpired:
+				n.metrics.waits.WithLabelValues("expired").Inc()
+				return true
+			default:
+				n.metrics.waits.WithLabelValues("canceled").Inc()
+				return false
+			}
+		}
 		if w.open.Load() == 0 && w.late.Load() == 0 && w.orphans == nil {
 			return false
 		}
@@ -187,6 +202,43 @@ func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) (late bool) 
 		}
 		return s.isLate()
 	}
+}
+
+// How awaitJoin ended.
+const (
+	joinedRing  = iota // the cluster's ring has changed
+	joinExpired        // Config.Wait passed first
+	joinGaveUp         // the caller gave up
+)
+
+// joinPoll is how often awaitJoin looks at the cluster's ring.
+const joinPoll = 10 * time.Millisecond
+
+// awaitJoin waits, for a check decided here while this node has not
+// joined the cluster and its ring holds only itself, until the cluster's
+// ring is another than alone (gossip has told it of the others), at most
+// Config.Wait, or ctx ends. Such a node owns every key, but the others
+// hold their counters; they see it join, and forward checks to it, a
+// moment before it has their ring. A check decided on that ring would
+// start from an empty counter; decided on the ring it joins, it waits for
+// the counter's true holder as any other (see the comment on waits).
+// The ring is polled: a node learns of its first members at start-up
+// only, before it answers anyone, so the polling lasts that moment.
+func (n *Node) awaitJoin(ctx context.Context, alone *ring.Ring) int {
+	expire := time.NewTimer(n.wait)
+	defer expire.Stop()
+	poll := time.NewTicker(joinPoll)
+	defer poll.Stop()
+	for n.cluster.Ring() == alone && !n.cluster.Ready() {
+		select {
+		case <-poll.C:
+		case <-expire.C:
+			return joinExpired
+		case <-ctx.Done():
+			return joinGaveUp
+		}
+	}
+	return joinedRing
 }
 
 // Pending returns the member this node waits for, in ring r, to hand over

@@ -416,6 +416,46 @@ func TestAwaitArrivalOfAGoneMemberAndANewerRing(t *testing.T) {
 	})
 }
 
+// A node that has not joined yet sees only itself, and owns every key; the
+// others see it join, and forward checks to it, a moment before it has
+// their ring. A check decided then waits for the ring it joins, and then
+// for the key's true holder; with no ring in Config.Wait, it is late.
+// Before, it was decided at once on an empty counter (a scale run's new
+// node admitted a key's 299th and 298th hits a second time so).
+func TestANodeNotJoinedYetWaitsForTheRing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := newMembers("c", "c")
+		m.joining.Store(true)
+		n := New(Config{Store: limiter.New(limiter.Config{}), Cluster: m, Peers: &peers{}, MaxClockSkew: time.Second,
+			Wait: time.Minute})
+		alone := m.Ring()
+		full := ring.New(ring.Member{Name: "a", PeerAddr: "a"}, ring.Member{Name: "b", PeerAddr: "b"}, ring.Member{Name: "c", PeerAddr: "c"})
+		key := keyOf(t, full, "c", full.Without("c"), "b")
+		returned := awaiting(t.Context(), n, alone, key)
+		time.Sleep(time.Second)
+		stillWaiting(t, returned, "a check decided before the node joined did not wait for the ring")
+		m.ring.Store(full) // gossip brings the others: c owns the key, b held it
+		time.Sleep(joinPoll)
+		stillWaiting(t, returned, "with the ring it joins, the check did not wait for b, the key's holder")
+		n.HandOffDone("b", full.ID())
+		returnedNow(t, returned, "b's word did not release the check")
+
+		m = newMembers("c", "c")
+		m.joining.Store(true)
+		n = New(Config{Store: limiter.New(limiter.Config{}), Cluster: m, Peers: &peers{}, MaxClockSkew: time.Second,
+			Wait: time.Minute})
+		start := time.Now()
+		if late := n.Await(t.Context(), m.Ring(), key); !late || time.Since(start) != time.Minute {
+			t.Errorf("no ring came: late %v after %v; want late after Config.Wait", late, time.Since(start))
+		}
+		m.joining.Store(false) // joined only itself: alone in truth
+		start = time.Now()
+		if late := n.Await(t.Context(), m.Ring(), key); late || time.Since(start) != 0 {
+			t.Errorf("a node that joined only itself: late %v after %v; want at once, not late", late, time.Since(start))
+		}
+	})
+}
+
 // A key whose counter is late (its wait expired) is waited for again under
 // a newer ring that changes nothing about it: its previous owner, slow to
 // see the first change, may hold the counter still. Before, the newer
