@@ -132,7 +132,7 @@ func TestScale(t *testing.T) {
 		"%v, %.0f checks/s", round(took), float64(scaleCounters)/took.Seconds())
 	held := sumMetric(t, c.nodes, "ringlimit_counters")
 	if held < scaleCounters {
-		t.Fatalf("the nodes hold %v counters after %d keys were written, want at least that (evicted %v, dropped when full %v)", held, scaleCounters,
+		t.Fatalf("the nodes hold %v counters after %d keys were written, want at least that (evicted %v, dropped back to full %v)", held, scaleCounters,
 			sumMetric(t, c.nodes, "ringlimit_counters_evicted_total"), sumMetric(t, c.nodes, "ringlimit_counters_idle_dropped_total"))
 	}
 
@@ -259,8 +259,13 @@ func scaleKey(i int) string { return "scale:" + strconv.Itoa(i) }
 // scaleItem is one hit on key i, in a fixed window of an hour: a counter
 // that stays until the window ends (a token bucket back to full would be
 // dropped, carrying nothing, long before the hand-offs).
+// year is the longest duration_ms: a fixed window of a year rolls over at
+// most once a year (the clock hour's would at every hour, and a test run
+// across it would find its counters back to full).
+const year = int64(365 * 24 * 3_600_000)
+
 func scaleItem(i int) *pb.CheckItem {
-	return &pb.CheckItem{Name: "scale", Key: scaleKey(i), Limit: 1000, DurationMs: hour, Algorithm: pb.Algorithm_FIXED_WINDOW}
+	return &pb.CheckItem{Name: "scale", Key: scaleKey(i), Limit: 1000, DurationMs: year, Algorithm: pb.Algorithm_FIXED_WINDOW}
 }
 
 // ringSeen builds the ring n's alive members make, as every node does:
@@ -431,9 +436,10 @@ func (l *exactLoad) over(k int) string {
 }
 
 func (l *exactLoad) item(k int) *pb.CheckItem {
-	// A fixed window of an hour: nothing refills during the test, so
-	// exactly the limit is admitted in all.
-	return &pb.CheckItem{Name: "exact", Key: l.keys[k], Limit: exactLimit, DurationMs: hour, Algorithm: pb.Algorithm_FIXED_WINDOW}
+	// A token bucket that refills its limit in a year, a hit in 29 hours:
+	// nothing refills during the test, so exactly the limit is admitted in
+	// all, and no window rolls over, as a clock hour's fixed window would.
+	return &pb.CheckItem{Name: "exact", Key: l.keys[k], Limit: exactLimit, DurationMs: year, Algorithm: pb.Algorithm_TOKEN_BUCKET}
 }
 
 // finish stops the workers, then spends what is left of each key until the
