@@ -44,7 +44,7 @@ import (
 // that member, which decides it if it still holds the counter; when it
 // does not (it has sent the counter, which is on its way), or the check
 // was relayed here, the service waits for the word again, with
-// AwaitArrival, for what is left of the check's deadline. A check decided
+// AwaitCounter, for what is left of the check's deadline. A check decided
 // while its counter is late still is decided as a stand-in's
 // (limiter.Request.StandIn), so that the counter, when it arrives, adds
 // what was admitted here rather than keep the more charged of the two.
@@ -89,7 +89,7 @@ type waits struct {
 // once: when the member says it is done, when the wait expires, or when a
 // newer ring replaces the waits. After the wait has expired, its channel
 // settled is closed when the member says it is done after all, or when a
-// newer ring replaces the waits (see AwaitArrival).
+// newer ring replaces the waits (see awaitArrival).
 type source struct {
 	name       string
 	done       chan struct{}
@@ -145,6 +145,28 @@ const maxDoneSenders = 4096
 // does. It reports whether key's counter is late: the wait for it expired
 // and its member has not said it is done since.
 func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) (late bool) {
+	return n.await(ctx, r, key, nil)
+}
+
+// AwaitCounter is Await, then, for a counter Await reports late, waits for
+// the member it is late from to say it is done after all (awaitArrival),
+// unless keepWaiting says that member would not (the service suspects
+// it); the second wait ends, at the latest, Config.Wait after the check
+// began to wait. It reports whether key's counter is late still.
+func (n *Node) AwaitCounter(ctx context.Context, r *ring.Ring, key string, keepWaiting func(from ring.Member) bool) (late bool) {
+	var began time.Time
+	if !n.await(ctx, r, key, &began) {
+		return false
+	}
+	if from, ok := n.Pending(r, key); ok && !keepWaiting(from) {
+		return true
+	}
+	return n.awaitArrival(ctx, r, key, began)
+}
+
+// await is Await; if began is not nil, it sets *began to when it began to
+// wait, unless it returned at once.
+func (n *Node) await(ctx context.Context, r *ring.Ring, key string, began *time.Time) (late bool) {
 	if n.wait <= 0 {
 		return false
 	}
@@ -153,6 +175,9 @@ func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) (late bool) 
 		w := n.waits.Load()
 		if w.ring != r {
 			w = n.waitsFor(r)
+		}
+		if began != nil && began.IsZero() && (!w.joined || w.open.Load() != 0 || w.late.Load() != 0 || w.orphans != nil) {
+			*began = time.Now() // time is read only when there may be something to wait for
 		}
 		if !w.joined && w.ring.Len() <= 1 { // see awaitJoin
 			switch n.awaitJoin(ctx, w.ring) {
@@ -267,7 +292,7 @@ func (n *Node) Pending(r *ring.Ring, key string) (ring.Member, bool) {
 	return w.ring.Member(s.name)
 }
 
-// AwaitArrival waits, for a key whose counter Await has just reported
+// awaitArrival waits, for a key whose counter Await has just reported
 // late, until the member it is late from says it is done after all (the
 // counter, sent before the word, is then here), or ctx ends, or the wait
 // reaches its bound: Config.Wait after began, when the check began to
@@ -282,7 +307,7 @@ func (n *Node) Pending(r *ring.Ring, key string) (ring.Member, bool) {
 // part on its way has already spent. A key gained from a member gone from
 // the ring is late at once: nothing is on its way from a member that
 // crashed, and one beyond a partition sends nothing until the heal.
-func (n *Node) AwaitArrival(ctx context.Context, r *ring.Ring, key string, began time.Time) (late bool) {
+func (n *Node) awaitArrival(ctx context.Context, r *ring.Ring, key string, began time.Time) (late bool) {
 	if n.wait <= 0 {
 		return false
 	}

@@ -317,7 +317,7 @@ func TestAwaitFollowsANewerRing(t *testing.T) {
 	})
 }
 
-// After a key's wait expired, AwaitArrival waits for its previous owner's
+// After a key's wait expired, awaitArrival waits for its previous owner's
 // word after all: until it comes (not late), or until Config.Wait has
 // passed since the check began to wait, or halfway to the caller's
 // deadline (late still). A check that waited out the first wait does not
@@ -331,19 +331,19 @@ func TestAwaitArrivalWaitsForTheLateWord(t *testing.T) {
 		if !n.Await(t.Context(), r, key) {
 			t.Fatal("the wait expired and the key is not late")
 		}
-		if late := n.AwaitArrival(t.Context(), r, key, began); !late || time.Since(began) != time.Minute {
+		if late := n.awaitArrival(t.Context(), r, key, began); !late || time.Since(began) != time.Minute {
 			t.Errorf("a check that waited out the wait: late %v after %v; want late, no second wait", late, time.Since(began))
 		}
 
 		time.Sleep(time.Hour) // a check that comes later
 		began = time.Now()
-		if late := n.AwaitArrival(t.Context(), r, key, began); !late || time.Since(began) != time.Minute {
+		if late := n.awaitArrival(t.Context(), r, key, began); !late || time.Since(began) != time.Minute {
 			t.Errorf("no word: late %v after %v; want late after Config.Wait (a minute)", late, time.Since(began))
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		began = time.Now()
-		if late := n.AwaitArrival(ctx, r, key, began); !late || time.Since(began) != 5*time.Second {
+		if late := n.awaitArrival(ctx, r, key, began); !late || time.Since(began) != 5*time.Second {
 			t.Errorf("no word, a 10s deadline: late %v after %v; want late after 5s, half of it", late, time.Since(began))
 		}
 		if got := testutil.ToFloat64(n.metrics.waits.WithLabelValues("still_late")); got != 2 {
@@ -352,16 +352,16 @@ func TestAwaitArrivalWaitsForTheLateWord(t *testing.T) {
 
 		began = time.Now()
 		returned := make(chan bool, 1)
-		go func() { returned <- n.AwaitArrival(t.Context(), r, key, began) }()
+		go func() { returned <- n.awaitArrival(t.Context(), r, key, began) }()
 		synctest.Wait()
 		if len(returned) != 0 {
-			t.Fatal("AwaitArrival returned before the word")
+			t.Fatal("awaitArrival returned before the word")
 		}
 		time.Sleep(time.Second)
 		n.HandOffDone("a", r.ID()) // another member's word
 		synctest.Wait()
 		if len(returned) != 0 {
-			t.Fatal("AwaitArrival returned on another member's word")
+			t.Fatal("awaitArrival returned on another member's word")
 		}
 		n.HandOffDone("b", r.ID())
 		if late := <-returned; late || time.Since(began) != time.Second {
@@ -370,14 +370,14 @@ func TestAwaitArrivalWaitsForTheLateWord(t *testing.T) {
 		if got := testutil.ToFloat64(n.metrics.waits.WithLabelValues("arrived_late")); got != 1 {
 			t.Errorf("waits arrived_late = %v, want 1", got)
 		}
-		if late := n.AwaitArrival(t.Context(), r, key, time.Now()); late {
+		if late := n.awaitArrival(t.Context(), r, key, time.Now()); late {
 			t.Error("a key is late after its previous owner's word")
 		}
 	})
 }
 
 // A key gained from a member gone from the ring has nothing on its way:
-// AwaitArrival does not wait for it. A check waiting when a newer ring
+// awaitArrival does not wait for it. A check waiting when a newer ring
 // comes looks again at what that ring waits for.
 func TestAwaitArrivalOfAGoneMemberAndANewerRing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -395,7 +395,7 @@ func TestAwaitArrivalOfAGoneMemberAndANewerRing(t *testing.T) {
 		fromB := keyOf(t, first, "c", first.Without("c"), "b")
 		n.Await(t.Context(), first, fromA) // the wait expires
 		returned := make(chan bool, 1)
-		go func() { returned <- n.AwaitArrival(t.Context(), first, fromA, time.Now()) }()
+		go func() { returned <- n.awaitArrival(t.Context(), first, fromA, time.Now()) }()
 		synctest.Wait()
 
 		second := m.set("b", "c") // a has gone
@@ -404,12 +404,12 @@ func TestAwaitArrivalOfAGoneMemberAndANewerRing(t *testing.T) {
 		if late := <-returned; !late || time.Since(start) != 0 {
 			t.Errorf("a check waiting for a, which has gone from the ring: late %v after %v; want late at once", late, time.Since(start))
 		}
-		if late := n.AwaitArrival(t.Context(), second, fromA, start); !late || time.Since(start) != 0 {
+		if late := n.awaitArrival(t.Context(), second, fromA, start); !late || time.Since(start) != 0 {
 			t.Errorf("a key of a member gone from the ring: late %v after %v; want late at once", late, time.Since(start))
 		}
 		if o, _ := second.Owner(fromB); o.Name == "c" {
 			n.HandOffDone("b", second.ID())
-			if late := n.AwaitArrival(t.Context(), second, fromB, time.Now()); late {
+			if late := n.awaitArrival(t.Context(), second, fromB, time.Now()); late {
 				t.Error("a key whose previous owner said it was done under the newer ring is late")
 			}
 		}

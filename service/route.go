@@ -236,7 +236,6 @@ func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes 
 	if len(ks) == 0 {
 		return nil
 	}
-	began := time.Now()
 	for _, k := range ks {
 		r := &c.reqs[ps[k].j]
 		if c.behavior(ps[k].j) == pb.Behavior_LOCAL {
@@ -246,7 +245,7 @@ func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes 
 			s.replica.PromoteKey(r) // relayed here as the key's heir: its owner cannot be reached (see replan)
 			r.StandIn = s.noteStandIn(c, ps[k].j)
 		}
-		if s.handoff.Await(ctx, c.ring, r.Key) && s.awaitLate(ctx, c.ring, r.Key, began) { // its counter may be on its way here
+		if s.handoff.AwaitCounter(ctx, c.ring, r.Key, s.mayAnswer) { // its counter may be on its way here
 			r.StandIn = true
 		}
 	}
@@ -284,24 +283,18 @@ func goneResult(ctx context.Context) *pb.CheckResult {
 	return errorResult(fmt.Errorf("%w: %w", checks.ErrUnavailable, ctx.Err()))
 }
 
-// awaitLate waits, for a check of key to decide here whose counter is
-// late (its previous owner's hand-off wait expired, and that member has
-// not said it is done since), for the member's word after all, unless
-// this node suspects it (it would not come): the check gets here only once
-// the member has answered a pull that it does not hold the counter, or
-// was relayed here, so the counter has left it, or may have, or once a
-// counter for key is here (arrived, or begun by a check decided here
-// while it was late, which the counter on its way does not hold). The
-// wait is bounded by --handoff-wait from began, when the check began to
-// wait, and by half of what is left of ctx's deadline
-// (handoff.Node.AwaitArrival). It reports whether the counter is late
-// still: the check is then decided as a stand-in's.
-func (s *Service) awaitLate(ctx context.Context, r *ring.Ring, key string, began time.Time) bool {
-	if from, ok := s.handoff.Pending(r, key); ok && s.suspects.suspect(from.PeerAddr) {
-		return true
-	}
-	return s.handoff.AwaitArrival(ctx, r, key, began)
-}
+// mayAnswer reports whether a key's previous owner, from, whose counter
+// is late, may yet say it has handed it over: not while this node
+// suspects it. A check decided here whose counter is late waits for that
+// word again (handoff.Node.AwaitCounter): it gets here once from has
+// answered a pull that it does not hold the counter, or relayed here, so
+// the counter has left it, or may have, or once a counter for its key is
+// here (arrived, or begun by a check decided here while it was late,
+// which the counter on its way does not hold). That second wait ends,
+// at the latest, --handoff-wait after the check began to wait, or halfway
+// to its deadline; a check whose counter is late still is decided as a
+// stand-in's.
+func (s *Service) mayAnswer(from ring.Member) bool { return !s.suspects.suspect(from.PeerAddr) }
 
 // splitBorrowing splits c.reqs[js] into those without a ceiling and those
 // with one, in place.
