@@ -33,13 +33,29 @@ func newMembers(self string, names ...string) *members {
 }
 
 func (m *members) set(names ...string) *ring.Ring {
+	r := ringOf(names...)
+	m.ring.Store(r)
+	return r
+}
+
+// ringOf returns the ring of members names, each at the peer address of
+// its name.
+func ringOf(names ...string) *ring.Ring {
 	var ms []ring.Member
 	for _, n := range names {
 		ms = append(ms, ring.Member{Name: n, PeerAddr: n})
 	}
-	r := ring.New(ms...)
-	m.ring.Store(r)
-	return r
+	return ring.New(ms...)
+}
+
+// joiningNode returns a Node for member c, waiting at most a minute, that
+// has started and not joined the cluster yet: its ring holds only itself.
+func joiningNode() (*Node, *members) {
+	m := newMembers("c", "c")
+	m.joining.Store(true)
+	n := New(Config{Store: limiter.New(limiter.Config{}), Cluster: m, Peers: &peers{}, MaxClockSkew: time.Second,
+		Wait: time.Minute})
+	return n, m
 }
 
 func (m *members) Ring() *ring.Ring         { return m.ring.Load() }
@@ -272,7 +288,7 @@ func TestAwaitKeepsWordsAheadOfTheRing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n, m, _ := awaitNode("c", "c")
 		n.Await(t.Context(), m.Ring(), "any") // alone: nothing to wait for
-		joined := ring.New(ring.Member{Name: "a", PeerAddr: "a"}, ring.Member{Name: "c", PeerAddr: "c"})
+		joined := ringOf("a", "c")
 		n.HandOffDone("a", joined.ID()) // a saw c join first
 		m.ring.Store(joined)
 		n.Await(t.Context(), joined, keyOf(t, joined, "c", joined.Without("c"), "a")) // at once, or the test times out
@@ -383,7 +399,7 @@ func TestAwaitArrivalOfAGoneMemberAndANewerRing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n, m, _ := awaitNode("c", "a", "b", "c")
 		first := m.Ring()
-		without := ring.New(ring.Member{Name: "b", PeerAddr: "b"}, ring.Member{Name: "c", PeerAddr: "c"})
+		without := ringOf("b", "c")
 		fromA := "" // c's in first and without a, a's before c joined
 		for i := 0; fromA == ""; i++ {
 			key := fmt.Sprint("k", i)
@@ -424,12 +440,9 @@ func TestAwaitArrivalOfAGoneMemberAndANewerRing(t *testing.T) {
 // node admitted a key's 299th and 298th hits a second time so).
 func TestANodeNotJoinedYetWaitsForTheRing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := newMembers("c", "c")
-		m.joining.Store(true)
-		n := New(Config{Store: limiter.New(limiter.Config{}), Cluster: m, Peers: &peers{}, MaxClockSkew: time.Second,
-			Wait: time.Minute})
+		n, m := joiningNode()
 		alone := m.Ring()
-		full := ring.New(ring.Member{Name: "a", PeerAddr: "a"}, ring.Member{Name: "b", PeerAddr: "b"}, ring.Member{Name: "c", PeerAddr: "c"})
+		full := ringOf("a", "b", "c")
 		key := keyOf(t, full, "c", full.Without("c"), "b")
 		returned := awaiting(t.Context(), n, alone, key)
 		time.Sleep(time.Second)
@@ -440,10 +453,7 @@ func TestANodeNotJoinedYetWaitsForTheRing(t *testing.T) {
 		n.HandOffDone("b", full.ID())
 		returnedNow(t, returned, "b's word did not release the check")
 
-		m = newMembers("c", "c")
-		m.joining.Store(true)
-		n = New(Config{Store: limiter.New(limiter.Config{}), Cluster: m, Peers: &peers{}, MaxClockSkew: time.Second,
-			Wait: time.Minute})
+		n, m = joiningNode()
 		start := time.Now()
 		if late := n.Await(t.Context(), m.Ring(), key); !late || time.Since(start) != time.Minute {
 			t.Errorf("no ring came: late %v after %v; want late after Config.Wait", late, time.Since(start))
@@ -465,8 +475,7 @@ func TestALateKeyWaitsAgainUnderANewerRing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n, m, _ := awaitNode("c", "a", "b", "c")
 		first := m.Ring()
-		withD := ring.New(ring.Member{Name: "a", PeerAddr: "a"}, ring.Member{Name: "b", PeerAddr: "b"},
-			ring.Member{Name: "c", PeerAddr: "c"}, ring.Member{Name: "d", PeerAddr: "d"})
+		withD := ringOf("a", "b", "c", "d")
 		key := ""
 		for i := 0; key == ""; i++ {
 			k := fmt.Sprint("k", i)
@@ -503,13 +512,10 @@ func TestALateKeyWaitsAgainUnderANewerRing(t *testing.T) {
 // test).
 func TestAJoiningNodeWaitsForTheHoldersOfTheRingItJoins(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := newMembers("c", "c")
-		m.joining.Store(true)
-		n := New(Config{Store: limiter.New(limiter.Config{}), Cluster: m, Peers: &peers{}, MaxClockSkew: time.Second,
-			Wait: time.Minute})
+		n, m := joiningNode()
 		partial := m.set("a", "c") // gossip has told c of a only
 		n.RingChanged()
-		full := ring.New(ring.Member{Name: "a", PeerAddr: "a"}, ring.Member{Name: "b", PeerAddr: "b"}, ring.Member{Name: "c", PeerAddr: "c"})
+		full := ringOf("a", "b", "c")
 		key := "" // c's in the partial ring and in the full one, b's before c joined
 		for i := 0; key == ""; i++ {
 			k := fmt.Sprint("k", i)
@@ -687,15 +693,10 @@ func TestKeysOfAGoneMemberAreLate(t *testing.T) {
 // this node comes to own meanwhile (this node's ring was behind) stays.
 func TestStrayCountersGoOnToTheirOwner(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := limiter.New(limiter.Config{})
-		m := newMembers("a", "a", "b", "c")
-		p := &peers{}
-		n := New(Config{Store: store, Cluster: m, Peers: p, MaxClockSkew: time.Second})
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error)
-		go func() { done <- n.Run(ctx) }()
+		n, store, m, p, stop := runningNode(t)
+		defer stop()
 		r := m.Ring()
-		withoutC := ring.New(ring.Member{Name: "a", PeerAddr: "a"}, ring.Member{Name: "b", PeerAddr: "b"})
+		withoutC := ringOf("a", "b")
 		key := keyOf(t, r, "c", withoutC, "a") // the sender, without c in its ring, gave it to a
 		if refused := n.Receive("b", []*peerpb.CounterState{counterRecord(t, key)}); len(refused) != 0 {
 			t.Fatalf("refused %v", refused)
@@ -721,10 +722,6 @@ func TestStrayCountersGoOnToTheirOwner(t *testing.T) {
 		if store.Len() != 1 || p.taken("b") != 0 {
 			t.Errorf("a counter of a key this node came to own: %d held here, %d sent to b; want 1 and 0", store.Len(), p.taken("b"))
 		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run = %v", err)
-		}
 	})
 }
 
@@ -736,15 +733,10 @@ func TestStrayCountersGoOnToTheirOwner(t *testing.T) {
 // later, and a key of a node leaving a cluster of 32 admitted 600 on 300.
 func TestACounterFromALeavingOwnerStays(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := limiter.New(limiter.Config{})
-		m := newMembers("a", "a", "b", "c")
-		p := &peers{}
-		n := New(Config{Store: store, Cluster: m, Peers: p, MaxClockSkew: time.Second})
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error)
-		go func() { done <- n.Run(ctx) }()
+		n, store, m, p, stop := runningNode(t)
+		defer stop()
 		r := m.Ring()
-		withoutC := ring.New(ring.Member{Name: "a", PeerAddr: "a"}, ring.Member{Name: "b", PeerAddr: "b"})
+		withoutC := ringOf("a", "b")
 		key := keyOf(t, r, "c", withoutC, "a") // c, leaving, routes by its ring without itself
 		if refused := n.Receive("c", []*peerpb.CounterState{counterRecord(t, key)}); len(refused) != 0 {
 			t.Fatalf("refused %v", refused)
@@ -761,11 +753,25 @@ func TestACounterFromALeavingOwnerStays(t *testing.T) {
 		if store.Len() != 1 {
 			t.Errorf("once c has gone from the ring: %d held here, want 1 (this node owns the key)", store.Len())
 		}
+	})
+}
+
+// runningNode returns a Node of member a, in the ring of a, b and c, whose
+// Run runs until stop, and its store, members and peers.
+func runningNode(t *testing.T) (n *Node, store *limiter.Store, m *members, p *peers, stop func()) {
+	store = limiter.New(limiter.Config{})
+	m = newMembers("a", "a", "b", "c")
+	p = &peers{}
+	n = New(Config{Store: store, Cluster: m, Peers: p, MaxClockSkew: time.Second})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- n.Run(ctx) }()
+	return n, store, m, p, func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run = %v", err)
 		}
-	})
+	}
 }
 
 // counterRecord returns the hand-off record of a counter of key, charged
@@ -793,13 +799,8 @@ func counterRecord(t *testing.T, key string) *peerpb.CounterState {
 // for such a key is refused, is not kept and starts no round.
 func TestStrayFloodAndForgery(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := limiter.New(limiter.Config{})
-		m := newMembers("a", "a", "b", "c")
-		p := &peers{}
-		n := New(Config{Store: store, Cluster: m, Peers: p, MaxClockSkew: time.Second})
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error)
-		go func() { done <- n.Run(ctx) }()
+		n, store, m, p, stop := runningNode(t)
+		defer stop()
 		r := m.Ring()
 		rounds := func() int { // each round tells b and c it is done
 			p.mu.Lock()
@@ -845,10 +846,6 @@ func TestStrayFloodAndForgery(t *testing.T) {
 		}
 		if store.Len() != 0 || p.taken("c") != len(records) {
 			t.Errorf("after the round: %d held here, %d sent to c, their owner; want 0 and %d", store.Len(), p.taken("c"), len(records))
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run = %v", err)
 		}
 	})
 }
