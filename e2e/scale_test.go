@@ -378,7 +378,15 @@ type exactLoad struct {
 	// once, so a value answered twice marks two checks decided on the
 	// same state, and names the nodes asked (see over).
 	remaining []map[int64][]string
+	// slow lists the checks answered after slowCheck, or not at all: a
+	// forward that runs out its deadline fails over, and may be charged
+	// twice or decided on a heir's replica.
+	slow []string
 }
+
+// slowCheck is the time past which an exact check is listed as slow: half
+// the forward deadline.
+const slowCheck = time.Second
 
 // startExact starts the checks; finish stops them.
 func startExact(t *testing.T, phase string, nodes []*node, keys []string) *exactLoad {
@@ -410,11 +418,20 @@ func startExact(t *testing.T, phase string, nodes []*node, keys []string) *exact
 func (l *exactLoad) add(k int, n *node, sent time.Time) (*pb.CheckResult, error) {
 	r, err := check(n, l.item(k))
 	l.tl[k].add(r, err)
-	if err == nil && r.Status == pb.Status_UNDER_LIMIT {
-		l.mu.Lock()
-		l.remaining[k][r.Remaining] = append(l.remaining[k][r.Remaining], fmt.Sprintf("%s at %s, %v, decided_by %q",
-			n.name, sent.Format("15:04:05.000"), time.Since(sent).Round(time.Millisecond), r.Metadata["decided_by"]))
-		l.mu.Unlock()
+	took := time.Since(sent)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	what := fmt.Sprintf("%s at %s, %v", n.name, sent.Format("15:04:05.000"), took.Round(time.Millisecond))
+	if err != nil {
+		l.slow = append(l.slow, fmt.Sprintf("key %s: %s: %v", l.keys[k], what, err))
+		return r, err
+	}
+	what += fmt.Sprintf(", decided_by %q", r.Metadata["decided_by"])
+	if took > slowCheck {
+		l.slow = append(l.slow, fmt.Sprintf("key %s: %s, %v, remaining %d", l.keys[k], what, r.Status, r.Remaining))
+	}
+	if r.Status == pb.Status_UNDER_LIMIT {
+		l.remaining[k][r.Remaining] = append(l.remaining[k][r.Remaining], what)
 	}
 	return r, err
 }
@@ -473,6 +490,11 @@ func (l *exactLoad) finish(t *testing.T, short int) string {
 	if missing > short {
 		t.Errorf("%s: the keys admitted %d fewer than their limits in all, want at most %d (exactly the limits but for checks charged twice)",
 			l.phase, missing, short)
+	}
+	if t.Failed() {
+		l.mu.Lock()
+		t.Logf("%s: checks answered after %v, or not at all:\n%s", l.phase, slowCheck, strings.Join(l.slow, "\n"))
+		l.mu.Unlock()
 	}
 	return strings.Join(admitted, ", ")
 }
