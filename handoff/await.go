@@ -29,10 +29,6 @@ import (
 // saw. A node that had seen only itself (it has just started, or was
 // alone) takes the ring without itself as the previous one: a node that
 // restarts under its name finds its keys with whoever held them meanwhile.
-// So does a node whose previous ring it saw before it had joined the
-// cluster (Membership.Ready): while it joins, gossip tells it of the
-// members a few at a time, and in such a partial ring it owns keys that
-// others hold, which the ring it joins gives to it again.
 // Rather than wait, the service relays a check whose counter has not
 // arrived to that member (see Pending), which decides it on the counter
 // it still holds if it has not seen the change yet.
@@ -70,8 +66,7 @@ type waits struct {
 	ring *ring.Ring
 	id   uint64
 	// joined says this node had joined the cluster (Membership.Ready)
-	// when it worked these waits out: its ring was the cluster's, not a
-	// partial view.
+	// when it worked these waits out (see awaitJoin).
 	joined bool
 	parts  []*source          // by partition: the member it waits for, or nil; nil when it waits for none
 	byName map[string]*source // the members it waits for
@@ -429,7 +424,7 @@ func (n *Node) newWaits(old *waits, r *ring.Ring) *waits {
 	}
 	w := &waits{ring: r, id: id, byName: map[string]*source{}, joined: n.cluster.Ready()}
 	prev := old.ring
-	if !old.joined || prev.Len() == 0 || (prev.Len() == 1 && prev.Has(self)) {
+	if prev.Len() == 0 || (prev.Len() == 1 && prev.Has(self)) {
 		prev = r.Without(self)
 	}
 	for p := range ring.PartitionCount {

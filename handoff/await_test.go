@@ -502,40 +502,6 @@ func TestALateKeyWaitsAgainUnderANewerRing(t *testing.T) {
 	})
 }
 
-// A node that joins sees the members a few at a time: in such a partial
-// ring it owns keys that other members hold, and the ring it joins may
-// give them to it again. Until it has joined, it takes the ring without
-// itself as the previous one, so it waits for a key's true holder, not
-// for none because it "owned" the key in its partial ring. Before, a join
-// of a 33rd node decided such keys at once on an empty counter once the
-// partial ring's waits had expired (303 on a limit of 300 in the scale
-// test).
-func TestAJoiningNodeWaitsForTheHoldersOfTheRingItJoins(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		n, m := joiningNode()
-		partial := m.set("a", "c") // gossip has told c of a only
-		n.RingChanged()
-		full := ringOf("a", "b", "c")
-		key := "" // c's in the partial ring and in the full one, b's before c joined
-		for i := 0; key == ""; i++ {
-			k := fmt.Sprint("k", i)
-			if owner(partial, k) == "c" && owner(full, k) == "c" && owner(full.Without("c"), k) == "b" {
-				key = k
-			}
-		}
-		n.Await(t.Context(), partial, key) // its wait, for a, expires: a never held it
-		m.joining.Store(false)
-		m.ring.Store(full)
-		n.RingChanged()
-		returned := awaiting(t.Context(), n, full, key)
-		stillWaiting(t, returned, "a key the joined ring gives to c, which b held, does not wait for b")
-		n.HandOffDone("a", full.ID())
-		stillWaiting(t, returned, "a key b held was released by a's word")
-		n.HandOffDone("b", full.ID())
-		returnedNow(t, returned, "b's word did not release the key b held")
-	})
-}
-
 func TestAwaitWithoutWait(t *testing.T) {
 	m := newMembers("c", "a", "b", "c")
 	n := New(Config{Store: limiter.New(limiter.Config{}), Cluster: m, MaxClockSkew: time.Second})

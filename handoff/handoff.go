@@ -53,9 +53,9 @@ type Store interface {
 type Membership interface {
 	Ring() *ring.Ring
 	LocalMember() ring.Member
-	// Ready reports whether this node has joined the cluster: its rings
-	// before are partial views, built as gossip tells it of members one
-	// by one (see the comment on waits).
+	// Ready reports whether this node has joined the cluster: before, a
+	// ring that holds only itself is no sign that it owns every key (see
+	// Node.Await).
 	Ready() bool
 }
 
