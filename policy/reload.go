@@ -135,8 +135,8 @@ func (r *Reloader) publish(set *Set) {
 func (r *Reloader) Reload() error {
 	set, err := Load(r.path)
 	if err != nil {
-		r.errors.Inc()
 		r.log.Error("policy reload rejected; the previous policies stay in force", "path", r.path, "err", err)
+		r.errors.Inc() // after the log: whoever sees the count finds the line
 		return err
 	}
 	r.publish(set)
