@@ -376,19 +376,6 @@ func (n *Node) HandOffDone(from string, id uint64) {
 	}
 }
 
-// owed returns the member w waits for to hand over partition p's counters,
-// or whose wait for them expired before it said it was done: nil if the
-// counters are here, as far as this node can tell.
-func (w *waits) owed(p int) *source {
-	if w.parts == nil || w.parts[p] == nil {
-		return nil
-	}
-	if s := w.parts[p]; !s.released() || s.isLate() {
-		return s
-	}
-	return nil
-}
-
 // waitsFor returns the waits of ring r, working them out if r is the
 // cluster's current ring and they are not known yet.
 func (n *Node) waitsFor(r *ring.Ring) *waits {
@@ -438,8 +425,6 @@ func (n *Node) newWaits(old *waits, r *ring.Ring) *waits {
 		case !ok:
 		case held.Name != self && !r.Has(held.Name):
 			gone = held.Name // gained from a member gone from the ring
-		case held.Name == self && old.owed(p) != nil && !r.Has(old.owed(p).name):
-			gone = old.owed(p).name // gained before, and the member went before its counter came
 		case held.Name == self && !r.Has(old.orphans[p]):
 			gone = old.orphans[p] // gained so before, and the member is still gone
 		}
@@ -451,8 +436,8 @@ func (n *Node) newWaits(old *waits, r *ring.Ring) *waits {
 		}
 		if ok && held.Name != self && r.Has(held.Name) {
 			from = held.Name
-		} else if s := old.owed(p); s != nil && r.Has(s.name) {
-			from = s.name // still on its way under the ring before, or late
+		} else if old.parts != nil && old.parts[p] != nil && !old.parts[p].released() && r.Has(old.parts[p].name) {
+			from = old.parts[p].name // still on its way under the ring before
 		}
 		if from == "" || n.done[from] == id {
 			continue
