@@ -115,12 +115,6 @@ func keyOf(t *testing.T, r *ring.Ring, owner string, prev *ring.Ring, prevOwner 
 	return ""
 }
 
-// owner returns the name of key's owner in r.
-func owner(r *ring.Ring, key string) string {
-	o, _ := r.Owner(key)
-	return o.Name
-}
-
 // awaitNode returns a Node for member self, waiting at most a minute, that
 // started alone and has just joined the ring of names.
 func awaitNode(self string, names ...string) (*Node, *members, *prometheus.Registry) {
