@@ -173,6 +173,16 @@ func recv(t *testing.T, st rlqspb.RateLimitQuotaService_StreamRateLimitQuotasCli
 	return resp
 }
 
+// sendToRefused sends a report on a stream the server may already have
+// refused: gRPC's Send then says io.EOF and Recv has the status, so the
+// caller's Recv is what the test judges.
+func sendToRefused(t *testing.T, st rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient, domain string, us ...*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) {
+	t.Helper()
+	if err := st.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: domain, BucketQuotaUsages: us}); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatalf("send: %v, want it sent or io.EOF", err)
+	}
+}
+
 func only(t *testing.T, resp *rlqspb.RateLimitQuotaResponse) *rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction {
 	t.Helper()
 	if len(resp.GetBucketAction()) != 1 || resp.GetBucketAction()[0].GetQuotaAssignmentAction() == nil {
@@ -364,7 +374,7 @@ func TestBounds(t *testing.T) {
 	send(t, b, "edge", usage(1, 0, "tenant", "1", "path", "/api"))
 	recv(t, b)
 	third := open(t, c)
-	send(t, third, "edge", usage(1, 0, "k", "v"))
+	sendToRefused(t, third, "edge", usage(1, 0, "k", "v"))
 	if _, err := third.Recv(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--rlqs-max-streams") {
 		t.Fatalf("third stream: %v, want RESOURCE_EXHAUSTED naming --rlqs-max-streams", err)
 	}
@@ -408,11 +418,7 @@ func TestDrainZeroTTL(t *testing.T) {
 	}
 	<-done
 	next := open(t, c)
-	// The server may have refused the stream before the report is sent:
-	// Send then says io.EOF, and Recv has the status (gRPC's rule).
-	if err := next.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(1, 0, "k", "v")}}); err != nil && !errors.Is(err, io.EOF) {
-		t.Fatalf("a report on a stream after Drain: %v, want it sent or io.EOF", err)
-	}
+	sendToRefused(t, next, "edge", usage(1, 0, "k", "v"))
 	if _, err := next.Recv(); status.Code(err) != codes.Unavailable {
 		t.Fatalf("a stream after Drain: %v, want UNAVAILABLE", err)
 	}
@@ -445,7 +451,7 @@ func TestBoundsChecked(t *testing.T) {
 	}
 	defer cc.Close()
 	st := open(t, rlqspb.NewRateLimitQuotaServiceClient(cc))
-	st.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "edge"}) // io.EOF once the server refused the stream
+	sendToRefused(t, st, "edge")
 	if _, err := st.Recv(); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "--lease-ttl") {
 		t.Fatalf("lease TTL 1s, assignment TTL 1s: %v, want FAILED_PRECONDITION naming --lease-ttl", err)
 	}
