@@ -29,6 +29,10 @@ const (
 	rpcTimeout      = 5 * time.Second  // one check RPC or HTTP request
 	pollInterval    = 50 * time.Millisecond
 	hour            = int64(3_600_000) // duration_ms of every limit
+	// year is the duration_ms of a fixed window that must not roll over
+	// during a test: a window of the clock hour would at every hour, and a
+	// test run across it would find its counters back to full.
+	year = int64(365 * 24 * 3_600_000)
 )
 
 // node is one rlnode process this test started.

@@ -137,7 +137,7 @@ func TestLeaseOwnerKilled(t *testing.T) {
 	c := startCluster(t, 3)
 	victim, survivors := c.nodes[2], c.nodes[:2]
 	key := keyOf(ringOf(c.nodes[0].name, c.nodes[1].name, c.nodes[2].name), victim.name, "")
-	item := &pb.CheckItem{Name: "api", Key: key, Limit: limit, DurationMs: hour, Algorithm: pb.Algorithm_FIXED_WINDOW}
+	item := &pb.CheckItem{Name: "api", Key: key, Limit: limit, DurationMs: year, Algorithm: pb.Algorithm_FIXED_WINDOW}
 	l := newRawLessee(t, survivors[0], item) // relayed to the owner
 	g, err := l.report(1)
 	if err != nil || g.GetDecided().GetStatus() != pb.Status_UNDER_LIMIT {

@@ -256,14 +256,9 @@ func TestScale(t *testing.T) {
 
 func scaleKey(i int) string { return "scale:" + strconv.Itoa(i) }
 
-// scaleItem is one hit on key i, in a fixed window of an hour: a counter
+// scaleItem is one hit on key i, in a fixed window of a year: a counter
 // that stays until the window ends (a token bucket back to full would be
 // dropped, carrying nothing, long before the hand-offs).
-// year is the longest duration_ms: a fixed window of a year rolls over at
-// most once a year (the clock hour's would at every hour, and a test run
-// across it would find its counters back to full).
-const year = int64(365 * 24 * 3_600_000)
-
 func scaleItem(i int) *pb.CheckItem {
 	return &pb.CheckItem{Name: "scale", Key: scaleKey(i), Limit: 1000, DurationMs: year, Algorithm: pb.Algorithm_FIXED_WINDOW}
 }
