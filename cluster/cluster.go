@@ -549,7 +549,7 @@ func (c *Cluster) create(ctx context.Context) (*memberlist.Memberlist, error) {
 		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	}
 	mc.Delegate = c.delegate
-	mc.Events = c.events
+	mc.Events, mc.Merge = c.events, c.events
 	mc.Conflict = c.conflicts
 	// One logger for memberlist and its transport.
 	mc.LogOutput = nil
@@ -615,7 +615,7 @@ func (c *Cluster) create(ctx context.Context) (*memberlist.Memberlist, error) {
 // goroutine calls it.
 func (c *Cluster) rebuild(ctx context.Context) {
 	now := time.Now()
-	nodes := c.events.snapshot(now, keepGone)
+	nodes, merging := c.events.snapshot(now, keepGone)
 	old := c.view.Load()
 	members := make([]ring.Member, 0, len(nodes))
 	infos := make([]MemberInfo, 0, len(nodes))
@@ -657,7 +657,9 @@ func (c *Cluster) rebuild(ctx context.Context) {
 	c.metrics.unadmitted.Set(float64(len(want)))
 
 	r := old.ring
-	changed := !slices.Equal(r.Members(), members) // both sorted by name
+	// A join's merge in progress holds the ring back (events.NotifyMerge),
+	// but not as this node leaves (ctx nil): its last ring is without it.
+	changed := !slices.Equal(r.Members(), members) && (!merging || ctx == nil) // both sorted by name
 	if changed {
 		r = ring.New(members...)
 	}

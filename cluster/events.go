@@ -36,7 +36,23 @@ type events struct {
 
 	mu    sync.Mutex
 	nodes map[string]node
+	// merging are the nodes a join's state brings as alive that are not
+	// recorded alive yet, since mergeAt (see NotifyMerge); nil when none.
+	merging map[string]bool
+	mergeAt time.Time
 }
+
+// mergeHold bounds how long a join's merge holds the ring back (see
+// NotifyMerge): memberlist merges a state in microseconds, so a node it
+// brings that is not recorded by then never will be from that merge (this
+// node knows it as dead with a newer incarnation, say). It also bounds
+// what a forged join can delay the ring by.
+const mergeHold = 500 * time.Millisecond
+
+// maxMergeNames bounds the nodes one merge may hold the ring for: a state
+// listing more does not hold it (memberlist bounds a state's bytes, not its
+// nodes).
+const maxMergeNames = 4096
 
 func newEvents() *events {
 	return &events{changed: make(chan struct{}, 1), nodes: make(map[string]node)}
@@ -64,20 +80,65 @@ func (e *events) record(n *memberlist.Node, alive bool) {
 		c.change = time.Now()
 	}
 	e.nodes[c.name] = c
+	if alive && e.merging != nil {
+		delete(e.merging, c.name)
+	}
 	e.mu.Unlock()
+	e.signal()
+}
 
+// signal tells the Run loop that something changed, without waiting.
+func (e *events) signal() {
 	select {
 	case e.changed <- struct{}{}:
 	default:
 	}
 }
 
-// snapshot returns the known nodes sorted by name. It forgets nodes that
-// have been gone for longer than keepGone, so that churn of uniquely named
-// nodes does not grow the map forever.
-func (e *events) snapshot(now time.Time, keepGone time.Duration) []node {
+// NotifyMerge is the memberlist MergeDelegate, called when a join's
+// push/pull (this node's, or another's to this one) is about to merge the
+// other side's state, with every node that side knows. memberlist then
+// reports them one call at a time, and the Run loop, rebuilding the ring
+// between two calls, would publish a ring of some of them: a node joining
+// a cluster of 32 saw a ring of 14 members first, owned many keys in it,
+// and took its own keys in the full ring for ones it already held, so it
+// waited for none of their counters (package handoff takes the ring
+// before as where counters are). So the nodes the state brings as alive
+// that are not recorded alive yet hold the ring back until they are, or
+// mergeHold has passed since the first of them (see snapshot). It never
+// refuses a merge.
+func (e *events) NotifyMerge(peers []*memberlist.Node) error {
+	if len(peers) > maxMergeNames {
+		return nil
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	for _, p := range peers {
+		if p.State != memberlist.StateAlive {
+			continue // merged as suspect or dead: never a new member of the ring
+		}
+		if n, ok := e.nodes[p.Name]; ok && n.alive {
+			continue
+		}
+		if e.merging == nil {
+			e.merging, e.mergeAt = map[string]bool{}, time.Now()
+			time.AfterFunc(mergeHold, e.signal) // a rebuild then publishes what is held, whatever came
+		}
+		e.merging[p.Name] = true
+	}
+	return nil
+}
+
+// snapshot returns the known nodes sorted by name, and whether a join's
+// merge holds the ring back (see NotifyMerge) at now. It forgets nodes
+// that have been gone for longer than keepGone, so that churn of uniquely
+// named nodes does not grow the map forever.
+func (e *events) snapshot(now time.Time, keepGone time.Duration) (_ []node, merging bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.merging) == 0 || now.Sub(e.mergeAt) >= mergeHold {
+		e.merging = nil
+	}
 	out := make([]node, 0, len(e.nodes))
 	for name, n := range e.nodes {
 		if !n.alive && now.Sub(n.change) > keepGone {
@@ -87,7 +148,7 @@ func (e *events) snapshot(now time.Time, keepGone time.Duration) []node {
 		out = append(out, n)
 	}
 	slices.SortFunc(out, func(a, b node) int { return strings.Compare(a.name, b.name) })
-	return out
+	return out, e.merging != nil
 }
 
 // get returns the node called name, if known.
