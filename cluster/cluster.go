@@ -469,6 +469,11 @@ func (c *Cluster) Run(ctx context.Context) error {
 
 		case err := <-joined:
 			joining = false
+			// Whatever the join's merge brought is recorded by now: the
+			// ring it held back goes out before the node says it is ready
+			// (a check a node not ready decides waits for its ring; see
+			// package handoff).
+			c.events.merged()
 			if err != nil {
 				c.log.Warn("join cluster", "join", c.conf.Join, "err", err, "retry_in", backoff)
 				rearm()

@@ -129,6 +129,15 @@ func (e *events) NotifyMerge(peers []*memberlist.Node) error {
 	return nil
 }
 
+// merged ends the hold of this node's join's merge: the join has
+// returned, so memberlist has reported every node the join brought that
+// it took (see NotifyMerge).
+func (e *events) merged() {
+	e.mu.Lock()
+	e.merging = nil
+	e.mu.Unlock()
+}
+
 // snapshot returns the known nodes sorted by name, and whether a join's
 // merge holds the ring back (see NotifyMerge) at now. It forgets nodes
 // that have been gone for longer than keepGone, so that churn of uniquely

@@ -25,7 +25,8 @@ func gossiped(name string, port uint16) *memberlist.Node {
 // a time, and a rebuild between two reports publishes no ring of some of
 // them: the ring changes once, with all of them. Nodes the state gives as
 // suspect or dead hold nothing, and a node that never comes (memberlist
-// refused it) holds the ring no longer than mergeHold.
+// refused it) holds the ring no longer than mergeHold, or until this
+// node's join returns.
 func TestAMergeHoldsTheRingUntilItIsWhole(t *testing.T) {
 	c, err := New(Config{NodeName: "n", BindAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:1",
 		Memberlist: memberlist.DefaultLocalConfig(), Logger: slog.New(slog.DiscardHandler)})
@@ -79,6 +80,19 @@ func TestAMergeHoldsTheRingUntilItIsWhole(t *testing.T) {
 	c.rebuild(ctx)
 	if len(rings) != 1 || !slices.Contains(ringNames(rings[0]), "x") {
 		t.Fatalf("after mergeHold: %d rings published, want one with x", len(rings))
+	}
+
+	// This node's own join returns: what its merge brought is all in.
+	rings = nil
+	if err := c.events.NotifyMerge([]*memberlist.Node{gossiped("refused", 300), gossiped("y", 302)}); err != nil {
+		t.Fatal(err)
+	}
+	c.events.NotifyJoin(gossiped("y", 302))
+	c.rebuild(ctx)
+	c.events.merged()
+	c.rebuild(ctx)
+	if len(rings) != 1 || !slices.Contains(ringNames(rings[0]), "y") {
+		t.Fatalf("after the join returned: %d rings published, want one with y", len(rings))
 	}
 
 	// A state listing more nodes than maxMergeNames holds nothing.
