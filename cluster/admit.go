@@ -92,6 +92,17 @@ func (c *Cluster) startAdmission(ctx context.Context, want map[string]string, kn
 	}
 }
 
+// firstPending reports whether a member is being checked, or waits to be,
+// that has not failed a check yet (see Cluster.finishJoin).
+func (a *admission) firstPending() bool {
+	for _, s := range a.states {
+		if !s.ok && s.failures == 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // takeVerdict records v, and reports whether it changed who is admitted.
 func (c *Cluster) takeVerdict(v verdict, now time.Time) bool {
 	a := c.admission

@@ -3,8 +3,11 @@ package cluster
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
+
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // TestAdmission: a member gossip announces enters the ring of a node with
@@ -43,5 +46,69 @@ func TestAdmission(t *testing.T) {
 	waitFor(t, func() bool { return a.Ring().Len() == 2 }, "a admits b once the check passes")
 	if !a.Member("b") || metric(t, a.reg, "ringlimit_cluster_members_unadmitted") != 0 {
 		t.Errorf("after admission: Member(b) = %v, unadmitted = %v", a.Member("b"), metric(t, a.reg, "ringlimit_cluster_members_unadmitted"))
+	}
+}
+
+// TestAJoinWaitsForItsFirstAdmissions: a node with Config.Admit that joins
+// is ready, and publishes a ring other than itself alone, only once the
+// first check of every member its join brought has ended: members
+// admitted one check at a time would otherwise give it rings of some of
+// them, in which it takes keys it holds in the whole ring for ones it
+// held already (see finishJoin). A member that fails its check holds
+// nothing.
+func TestAJoinWaitsForItsFirstAdmissions(t *testing.T) {
+	a := start(t, "a", "")
+	for _, name := range []string{"b", "c", "d"} {
+		start(t, name, "", a.GossipAddr())
+	}
+	waitFor(t, func() bool { return a.Ring().Len() == 4 }, "a sees 4; has %v", ringNames(a.Ring()))
+
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var checked []string
+	var sizes []int
+	admit := func(ctx context.Context, name, _ string) error {
+		mu.Lock()
+		checked = append(checked, name)
+		mu.Unlock()
+		switch name {
+		case "b":
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		case "d":
+			return errors.New("certificate names someone else")
+		}
+		return nil
+	}
+	z := startWith(t, "z", "", func(c *Config) {
+		c.Admit = admit
+		c.OnChange = func(_, r *ring.Ring) {
+			mu.Lock()
+			defer mu.Unlock()
+			sizes = append(sizes, r.Len())
+		}
+	}, a.GossipAddr())
+	waitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(checked) >= 4 && metric(t, z.reg, "ringlimit_cluster_admission_failures_total") >= 1
+	}, "z checks a, b, c and d, and d fails")
+	if z.Ready() || z.Ring().Len() != 1 {
+		t.Fatalf("with b's check in flight: ready %v, ring %v; want not ready, z alone", z.Ready(), ringNames(z.Ring()))
+	}
+	close(release)
+	waitFor(t, z.Ready, "z ready once b's check ends")
+	if got, want := ringNames(z.Ring()), []string{"a", "b", "c", "z"}; !slices.Equal(got, want) {
+		t.Fatalf("z's ring when ready: %v, want %v", got, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, n := range sizes {
+		if n != 1 && n != 4 {
+			t.Fatalf("z published rings of %v members, want only itself and all 4 admitted", sizes)
+		}
 	}
 }

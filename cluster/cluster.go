@@ -171,6 +171,10 @@ type Cluster struct {
 	delegate  *delegate
 	conflicts *conflicts
 	admission *admission // owned by the Run goroutine
+	// admitBy is, from the end of a node's first join until it is ready,
+	// when it stops waiting for the first checks of the members the join
+	// brought (see finishJoin); zero otherwise. Owned by the Run goroutine.
+	admitBy time.Time
 
 	view    atomic.Pointer[view]
 	ready   atomic.Bool
@@ -443,9 +447,11 @@ func (c *Cluster) Run(ctx context.Context) error {
 			if c.takeVerdict(v, time.Now()) {
 				c.rebuild(ctx)
 			}
+			c.finishJoin(ctx)
 
 		case <-tick.C:
 			c.rebuild(ctx)
+			c.finishJoin(ctx)
 
 		case <-c.events.changed:
 			c.rebuild(ctx)
@@ -489,10 +495,11 @@ func (c *Cluster) Run(ctx context.Context) error {
 					return err
 				}
 			}
-			c.rebuild(ctx) // the join's events may still be waiting in c.events.changed
-			if !c.ready.Swap(true) {
-				c.log.Info("joined cluster", "members", c.Ring().Len())
+			if !c.ready.Load() && c.conf.Admit != nil {
+				c.admitBy = time.Now().Add(admitTimeout)
 			}
+			c.rebuild(ctx) // the join's events may still be waiting in c.events.changed
+			c.finishJoin(ctx)
 			switch {
 			case c.alone():
 				// Joined only ourselves, e.g. the first pod behind a
@@ -506,6 +513,28 @@ func (c *Cluster) Run(ctx context.Context) error {
 				backoff = c.conf.JoinRetry
 			}
 		}
+	}
+}
+
+// finishJoin says the node is ready once it has joined and, with
+// Config.Admit, once the first check of every member the join brought has
+// ended or admitTimeout has passed since (admitBy). Until then the ring is
+// held back (see rebuild): members are admitted one check at a time, and a
+// ring of some of them would make the node take keys it holds in the
+// whole ring for ones it held already, and wait for none of their
+// counters (package handoff). A node not ready holds the checks sent to it
+// until it has its ring, as one that has not joined does. It does nothing
+// before the first join ends, nor once the node is ready.
+func (c *Cluster) finishJoin(ctx context.Context) {
+	if !c.admitBy.IsZero() {
+		if c.admission.firstPending() && time.Now().Before(c.admitBy) {
+			return
+		}
+		c.admitBy = time.Time{}
+		c.rebuild(ctx)
+	}
+	if c.admitBy.IsZero() && !c.ready.Swap(true) {
+		c.log.Info("joined cluster", "members", c.Ring().Len())
 	}
 }
 
@@ -663,8 +692,10 @@ func (c *Cluster) rebuild(ctx context.Context) {
 
 	r := old.ring
 	// A join's merge in progress holds the ring back (events.NotifyMerge),
-	// but not as this node leaves (ctx nil): its last ring is without it.
-	changed := !slices.Equal(r.Members(), members) && (!merging || ctx == nil) // both sorted by name
+	// as do the first admission checks after a join (finishJoin), but not
+	// as this node leaves (ctx nil): its last ring is without it.
+	held := (merging || !c.admitBy.IsZero()) && ctx != nil
+	changed := !held && !slices.Equal(r.Members(), members) // both sorted by name
 	if changed {
 		r = ring.New(members...)
 	}

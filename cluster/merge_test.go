@@ -118,18 +118,19 @@ func TestAMergeHoldsTheRingUntilItIsWhole(t *testing.T) {
 // reports, so this test passes without the hold too (the one above does
 // not); it shows the hold leaves a real join whole and prompt.
 func TestAJoiningNodeSeesTheWholeRingAtOnce(t *testing.T) {
-	seed := start(t, "a00", "")
-	names := []string{"a00"}
+	// Probes that end sooner than the default second, so that those in
+	// flight as the nodes stop end before goleak looks (TestMain).
+	quick := func(c *Config) { c.Memberlist.ProbeInterval = 300 * time.Millisecond }
+	seed := startWith(t, "a00", "", quick)
 	for i := 1; i < 12; i++ {
-		name := fmt.Sprintf("a%02d", i)
-		start(t, name, "", seed.GossipAddr())
-		names = append(names, name)
+		startWith(t, fmt.Sprintf("a%02d", i), "", quick, seed.GossipAddr())
 	}
 	waitFor(t, func() bool { return seed.Ring().Len() == 12 }, "the seed sees 12; has %v", ringNames(seed.Ring()))
 
 	var mu sync.Mutex
 	var sizes []int // OnChange runs on the Run goroutine
 	joiner := startWith(t, "z", "", func(c *Config) {
+		quick(c)
 		c.OnChange = func(_, r *ring.Ring) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -229,7 +229,7 @@ func BenchmarkOwner(b *testing.B) {
 }
 
 func BenchmarkNew(b *testing.B) {
-	for _, n := range []int{3, 10, 50} {
+	for _, n := range []int{3, 10, 33, 50} {
 		ms := nodes(n)
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			for b.Loop() {
