@@ -259,20 +259,6 @@ func (n *Node) Hold(ctx context.Context) (release func()) {
 	return n.moving.RUnlock
 }
 
-// TryHold is Hold without waiting: it reports false, holding nothing, when
-// a round is in flight (or about to start), which may be taking counters
-// out of the store. A previous owner that decides a pulled check holds it
-// from before it looks whether the counter is here until the check is
-// decided (see service.Owner.Pulled), so that no round takes the counter
-// out between the two: a check decided after that would start a counter
-// afresh beside the one on its way.
-func (n *Node) TryHold() (release func(), ok bool) {
-	if !n.moving.TryRLock() {
-		return nil, false
-	}
-	return n.moving.RUnlock, true
-}
-
 // HandOffAll is a step of shutdown, once this node routes by the ring
 // without itself (service.Service.Leave), so that every counter it holds
 // belongs to another node: it hands off until

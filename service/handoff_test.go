@@ -3,7 +3,6 @@ package service
 import (
 	"context"
 	"encoding"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -11,11 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringlimit/ringlimit/algorithms"
-	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
-	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
-	"github.com/ringlimit/ringlimit/peer"
 )
 
 // keysOwnedBy returns n keys that the ring gives to node i.
@@ -178,51 +174,5 @@ func TestHandOffBatchesPerOwner(t *testing.T) {
 	}
 	if calls != 4 { // 1000+500 and 1000+200
 		t.Errorf("%d hand-off RPCs, want 4", calls)
-	}
-}
-
-// TestPullDuringAHandOffRoundDecidesNothing: a previous owner asked to
-// decide a pulled check while a round of hand-off is in flight answers
-// that it does not hold the counter (peer.ErrNotHere), and decides
-// nothing, even for a counter still in its store: a round takes counters
-// out as it goes, and a check decided on one taken out between the look
-// and the decision would start it afresh beside the one on its way, which
-// the new owner then merges as the more charged of the two (a scale run's
-// join admitted 301 on 300 so). Once the round is done, a pull of a
-// counter still here is decided here, on it.
-func TestPullDuringAHandOffRoundDecidesNothing(t *testing.T) {
-	c, svcs := newFakeCluster(2)
-	prev := svcs[1]
-	item := func(key string) *pb.CheckItem {
-		return &pb.CheckItem{Name: "api", Key: key, Limit: 10, DurationMs: 60_000}
-	}
-	stays, leaves := c.keyOwnedBy(1), c.keyOwnedBy(0)
-	for _, key := range []string{stays, leaves} { // one hit each, in the store of node-1
-		r, err := checks.Request(item(key), t0, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		prev.store.Decide(&r)
-	}
-	entered, release := make(chan struct{}), make(chan struct{})
-	c.onHandOff = func([]*peerpb.CounterState) { close(entered); <-release }
-	sent := make(chan int)
-	go func() { sent <- prev.HandOff(t.Context()) }()
-	<-entered
-
-	pull := []*pb.CheckRequest{{Requests: []*pb.CheckItem{item(stays)}}}
-	if resps, err := prev.Owner().Pulled(t.Context(), pull); !errors.Is(err, peer.ErrNotHere) {
-		t.Fatalf("a pull while a round is in flight: %v, %v; want peer.ErrNotHere", resps, err)
-	}
-	close(release)
-	if n := <-sent; n != 1 {
-		t.Fatalf("the round handed off %d counters, want 1", n)
-	}
-	resps, err := prev.Owner().Pulled(t.Context(), pull)
-	if err != nil {
-		t.Fatalf("a pull once the round is done: %v", err)
-	}
-	if got := resps[0].GetResponses()[0]; got.GetStatus() != pb.Status_UNDER_LIMIT || got.GetRemaining() != 8 {
-		t.Fatalf("the pull after the round: %v, want under the limit with 8 left (the refused pull charged nothing)", got)
 	}
 }

@@ -29,25 +29,14 @@ func (s *Service) Owner() Owner { return Owner{s} }
 // the others. See settle, which decides which is which at a moment
 // when no counter is on its way.
 func (o Owner) Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
-	return o.s.decideForwarded(ctx, reqs, true, false)
+	return o.s.forwarded(ctx, reqs, true)
 }
 
 // Pulled decides requests a key's new owner sent here, to this node as
 // their previous owner (see plan): as their owner if this node
 // holds the counter of every check of every request, never passing them
-// on; otherwise it decides nothing and returns peer.ErrNotHere. It looks
-// and decides under handoff.Node.TryHold, so that no round of hand-off
-// takes a counter out in between (a check decided then would start the
-// counter afresh here, and the new owner would merge the two as the more
-// charged: in a scale run a key admitted 301 on 300 so); while a round is
-// in flight it answers peer.ErrNotHere at once, and the new owner waits
-// for this node's word that the round is done instead.
+// on; otherwise it decides nothing and returns peer.ErrNotHere.
 func (o Owner) Pulled(ctx context.Context, reqs []*pb.CheckRequest) ([]*pb.CheckResponse, error) {
-	release, ok := o.s.handoff.TryHold()
-	if !ok {
-		return nil, peer.ErrNotHere
-	}
-	defer release()
 	for _, req := range reqs {
 		c, err := o.s.prepare(req)
 		if err != nil {
@@ -59,20 +48,19 @@ func (o Owner) Pulled(ctx context.Context, reqs []*pb.CheckRequest) ([]*pb.Check
 			}
 		}
 	}
-	return o.s.decideForwarded(ctx, reqs, false, true), nil
+	return o.s.forwarded(ctx, reqs, false), nil
 }
 
 // Relayed decides requests another node relayed here (see Forwarded): as
 // their owner, never relaying them again, even if this node is leaving
 // too or its ring disagrees.
 func (o Owner) Relayed(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
-	return o.s.decideForwarded(ctx, reqs, false, false)
+	return o.s.forwarded(ctx, reqs, false)
 }
 
-// decideForwarded decides requests forwarded here, as their owner or, if
-// mayRelay, by relaying those whose counter is elsewhere (see Forwarded);
-// held says the caller holds handoff.Node's Hold throughout (Pulled).
-func (s *Service) decideForwarded(ctx context.Context, reqs []*pb.CheckRequest, mayRelay, held bool) []*pb.CheckResponse {
+// forwarded decides requests forwarded here, as their owner or, if
+// mayRelay, by relaying those whose counter is elsewhere (see Forwarded).
+func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, mayRelay bool) []*pb.CheckResponse {
 	out := make([]*pb.CheckResponse, len(reqs))
 	self := s.cluster.LocalMember()
 	r := s.ring()
@@ -85,7 +73,7 @@ func (s *Service) decideForwarded(ctx context.Context, reqs []*pb.CheckRequest, 
 			}
 			continue
 		}
-		c.ring, c.held = r, held
+		c.ring = r
 		ps := c.pendings()
 		for j := range ps {
 			ps[j] = pending{j: j, to: self, recheck: mayRelay} // settle relays what is elsewhere

@@ -256,7 +256,7 @@ func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes 
 		return nil
 	}
 	release := func() {}
-	if s.leaving.Load() != nil && !c.held {
+	if s.leaving.Load() != nil {
 		release = s.handoff.Hold(ctx)
 	}
 	v := s.look(ctx) // under the Hold: where each counter is now

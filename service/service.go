@@ -298,13 +298,8 @@ type call struct {
 	ring  *ring.Ring // the ring the checks' owners were looked up in
 	items []*pb.CheckItem
 	all   bool
-	// held says the caller holds handoff.Node's Hold while c is decided
-	// (a pulled request: see Owner.Pulled), so decideHere does not take
-	// it again: a second read lock would wait behind a round waiting for
-	// the first.
-	held bool
-	reqs []limiter.Request
-	pos  []int // pos[j] is the item index of reqs[j]
+	reqs  []limiter.Request
+	pos   []int // pos[j] is the item index of reqs[j]
 	// borrows[j] is how reqs[j] borrows beyond its limit (see borrow.go),
 	// nil if it has no ceiling; borrows is nil when no request has one.
 	borrows []*borrowing
