@@ -487,6 +487,15 @@ func (s *Store) Holds(r *Request) bool {
 	sh := s.shard(r.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	return sh.holdsOneOf(r)
+}
+
+// holdsOneOf reports whether sh, r's shard, whose lock is held, holds one
+// of the counters a check of r is decided on (see Holds).
+func (sh *shard) holdsOneOf(r *Request) bool {
+	if !r.Algorithm.Valid() {
+		return false
+	}
 	for _, c := range r.decidedOn() {
 		if c.Name != "" && sh.holds(c) {
 			return true

@@ -386,3 +386,32 @@ func TestTakeOut(t *testing.T) {
 		t.Errorf("the counter taken out, elsewhere: %+v; want its 4 hits kept, 6 more admitted to 0 remaining", d)
 	}
 }
+
+// TestHeldDecidesOnlyOnACounterHere: a request that may be decided only
+// on a counter the store holds (Held) decides nothing when it holds none,
+// by Try, TryAll and Reserve alike (ErrNotHeld, and no counter made), and
+// is decided as any other when it holds one.
+func TestHeldDecidesOnlyOnACounterHere(t *testing.T) {
+	s := New(Config{})
+	minute := algorithms.Limit{Count: 10, Period: time.Minute}
+	absent := Request{Name: "api", Key: "gone", Algorithm: TokenBucket, Limit: minute, Hits: 1, Now: t0, Held: true}
+	if _, err := s.Try(&absent); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Try without the counter: %v, want ErrNotHeld", err)
+	}
+	out := make([]algorithms.Decision, 2)
+	if err := s.TryAll([]Request{absent, absent}, out); !errors.Is(err, ErrNotHeld) || out[0].Allowed {
+		t.Errorf("TryAll without the counter: %v, %+v; want ErrNotHeld, nothing admitted", err, out)
+	}
+	if _, _, err := s.Reserve(&absent, time.Minute); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Reserve without the counter: %v, want ErrNotHeld", err)
+	}
+	if n := s.Len(); n != 0 {
+		t.Fatalf("the store holds %d counters after checks that decided nothing, want 0", n)
+	}
+	here := absent
+	here.Held = false
+	s.Decide(&here)
+	if d, err := s.Try(&absent); err != nil || !d.Allowed || d.Remaining != 8 {
+		t.Errorf("Try with the counter here: %+v, %v; want admitted, 8 left", d, err)
+	}
+}

@@ -329,6 +329,9 @@ func (s *Store) Reserve(r *Request, ttl time.Duration) (algorithms.Decision, Res
 	sh, res := &s.shards[i], &rs.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if r.Held && !sh.holdsOneOf(r) {
+		return algorithms.Decision{}, none, ErrNotHeld
+	}
 	now := r.Now.UnixNano()
 	s.expire(res, now)
 	bind := rs.bindHash(r.Name, r.Key)

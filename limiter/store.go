@@ -47,6 +47,10 @@ const DefaultMaxKeys = 1_000_000
 var ErrFull = errors.New("no room for a new counter: the node holds its most counters (--max-keys, --max-log-entries, --memory-limit) " +
 	"and every one it could evict still holds spent hits; retry when they refill")
 
+// ErrNotHeld is the error of a check that may be decided only on a counter
+// the store holds (Request.Held) when it holds none: nothing is decided.
+var ErrNotHeld = errors.New("the key's counter is not held here")
+
 // Config configures a Store. The zero value is usable: DefaultMaxKeys
 // counters, no metrics.
 type Config struct {
@@ -114,6 +118,14 @@ type Request struct {
 	// more charged of the two: both sides admitted from one starting state,
 	// and only their sum is what they admitted (see Store.Merge).
 	StandIn bool
+	// Held says the check is decided only on a counter the store holds
+	// already (see Holds), looked for under the lock that decides it:
+	// without one it decides nothing, and Try, TryAll and Reserve return
+	// ErrNotHeld. A key's previous owner decides a pulled check so, as a
+	// hand-off round may take the counter out between its look and the
+	// decision: a check decided then would start a counter afresh beside
+	// the one on its way (see service.Owner.Pulled).
+	Held bool
 }
 
 // Store holds counters. It is safe for concurrent use.
@@ -218,6 +230,9 @@ func (s *Store) Try(r *Request) (algorithms.Decision, error) {
 	sh := s.shard(r.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if r.Held && !sh.holdsOneOf(r) {
+		return algorithms.Decision{}, ErrNotHeld
+	}
 	if r.spaced() {
 		return s.decideSpaced(sh, r, true)
 	}
@@ -256,6 +271,12 @@ func (s *Store) TryAll(rs []Request, out []algorithms.Decision) error {
 	sh := s.shard(rs[0].Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	for i := range rs {
+		if rs[i].Held && !sh.holdsOneOf(&rs[i]) {
+			clear(out)
+			return ErrNotHeld
+		}
+	}
 	if all, spacing := spaceAll(rs); all != nil {
 		ds := make([]algorithms.Decision, len(all))
 		err := s.decideAll(sh, all, ds, true)

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -93,7 +94,10 @@ func (s *Service) borrow(ctx context.Context, c *call, r *limiter.Request, b *bo
 	pair := [2]limiter.Request{own, ceiling}
 	pair[1].MinInterval = 0 // the spacing goes with the own counter
 	var ds [2]algorithms.Decision
-	s.store.DecideAll(pair[:], ds[:])
+	if err := s.store.TryAll(pair[:], ds[:]); errors.Is(err, limiter.ErrNotHeld) {
+		c.notHeld = true // pulled, and its counter has left: decided nothing, the parent is not asked
+		return ds[0], false
+	}
 	d = ds[0]
 	if d.Allowed {
 		s.global.Force(&b.parent, parentOwner.Name)

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"encoding"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -10,8 +11,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringlimit/ringlimit/algorithms"
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
 	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/policy"
 )
 
 // keysOwnedBy returns n keys that the ring gives to node i.
@@ -174,5 +179,65 @@ func TestHandOffBatchesPerOwner(t *testing.T) {
 	}
 	if calls != 4 { // 1000+500 and 1000+200
 		t.Errorf("%d hand-off RPCs, want 4", calls)
+	}
+}
+
+// roundBetweenLookAndDecision is Policies that resolves every policy to 10
+// hits a minute and, on its second call, runs round: Pulled resolves a
+// request's policy once to look for its counters and again to decide
+// them, so round runs between the look and the decision, as a round of
+// hand-off in flight can.
+type roundBetweenLookAndDecision struct {
+	calls int
+	round func()
+}
+
+func (p *roundBetweenLookAndDecision) Resolve(string) (*policy.Limit, error) {
+	if p.calls++; p.calls == 2 {
+		p.round()
+	}
+	return &policy.Limit{RequestsPerUnit: 10, Unit: policy.Minute, UnitMultiplier: 1, Algorithm: limiter.FixedWindow}, nil
+}
+
+// TestPulledCheckDecidesOnlyOnACounterStillHere: the previous owner of a
+// key, asked to decide a pulled check, holds its counter when it looks,
+// and a round of hand-off takes it out before the check is decided: the
+// check decides nothing (Pulled says the counter is not here), and the
+// counter reaches the new owner with its hits, nothing left behind. Before,
+// the check was decided on a counter started afresh, which a later round
+// handed over too, and the new owner kept the more charged of the two: a
+// scale run's key admitted 301 on 300 so.
+func TestPulledCheckDecidesOnlyOnACounterStillHere(t *testing.T) {
+	var svcs []*Service
+	p := &roundBetweenLookAndDecision{round: func() {
+		if n := svcs[1].HandOff(t.Context()); n != 1 {
+			t.Errorf("the round handed off %d counters, want 1", n)
+		}
+	}}
+	c, svcs := newFakeClusterWith(2, func(int) Config { return Config{Policies: p} })
+	key := c.keyOwnedBy(0)
+	item := &pb.CheckItem{Name: "api", Key: key, Policy: "p"}
+	resolved, err := svcs[1].withPolicy(item)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := checks.Request(resolved, t0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // node-1, the key's previous owner, holds its counter: 3 hits
+		svcs[1].store.Decide(&r)
+	}
+	p.calls = 0
+
+	resps, err := svcs[1].Owner().Pulled(t.Context(), []*pb.CheckRequest{{Requests: []*pb.CheckItem{item}}})
+	if !errors.Is(err, peer.ErrNotHere) {
+		t.Fatalf("a pull whose counter left before its decision: %v, %v; want peer.ErrNotHere", resps, err)
+	}
+	if svcs[1].store.Holds(&r) {
+		t.Error("the previous owner holds a counter for the key after the pull: it started one afresh")
+	}
+	if got := check(t, svcs[0], item); got.GetRemaining() != 6 {
+		t.Errorf("the new owner's next check: %v, want 6 left (3 hits handed over, and this one)", got)
 	}
 }

@@ -29,13 +29,22 @@ func (s *Service) Owner() Owner { return Owner{s} }
 // the others. See settle, which decides which is which at a moment
 // when no counter is on its way.
 func (o Owner) Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
-	return o.s.forwarded(ctx, reqs, true)
+	out, _ := o.s.forwarded(ctx, reqs, true, false)
+	return out
 }
 
 // Pulled decides requests a key's new owner sent here, to this node as
 // their previous owner (see plan): as their owner if this node
 // holds the counter of every check of every request, never passing them
-// on; otherwise it decides nothing and returns peer.ErrNotHere.
+// on; otherwise it decides nothing and returns peer.ErrNotHere. Each
+// check is decided only on a counter still here (limiter.Request.Held),
+// looked for again under the lock that decides it: a round of hand-off
+// can take the counter out after the first look, and a check decided then
+// would start it afresh beside the one on its way, which the new owner
+// would merge as the more charged of the two. If one is not here by
+// then, Pulled returns peer.ErrNotHere too, and the new owner decides the
+// requests, waiting for the counter; the checks decided here before it
+// are charged twice, the safe side.
 func (o Owner) Pulled(ctx context.Context, reqs []*pb.CheckRequest) ([]*pb.CheckResponse, error) {
 	for _, req := range reqs {
 		c, err := o.s.prepare(req)
@@ -48,20 +57,27 @@ func (o Owner) Pulled(ctx context.Context, reqs []*pb.CheckRequest) ([]*pb.Check
 			}
 		}
 	}
-	return o.s.forwarded(ctx, reqs, false), nil
+	out, notHeld := o.s.forwarded(ctx, reqs, false, true)
+	if notHeld {
+		return nil, peer.ErrNotHere
+	}
+	return out, nil
 }
 
 // Relayed decides requests another node relayed here (see Forwarded): as
 // their owner, never relaying them again, even if this node is leaving
 // too or its ring disagrees.
 func (o Owner) Relayed(ctx context.Context, reqs []*pb.CheckRequest) []*pb.CheckResponse {
-	return o.s.forwarded(ctx, reqs, false)
+	out, _ := o.s.forwarded(ctx, reqs, false, false)
+	return out
 }
 
 // forwarded decides requests forwarded here, as their owner or, if
 // mayRelay, by relaying those whose counter is elsewhere (see Forwarded).
-func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, mayRelay bool) []*pb.CheckResponse {
-	out := make([]*pb.CheckResponse, len(reqs))
+// held says each check is decided only on a counter held here (see
+// Pulled); notHeld reports that one was not.
+func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, mayRelay, held bool) (out []*pb.CheckResponse, notHeld bool) {
+	out = make([]*pb.CheckResponse, len(reqs))
 	self := s.cluster.LocalMember()
 	r := s.ring()
 	for i, req := range reqs {
@@ -74,6 +90,9 @@ func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, mayRel
 			continue
 		}
 		c.ring = r
+		if held {
+			c.onlyHeld()
+		}
 		ps := c.pendings()
 		for j := range ps {
 			ps[j] = pending{j: j, to: self, recheck: mayRelay} // settle relays what is elsewhere
@@ -83,8 +102,9 @@ func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, mayRel
 		}
 		s.decide(ctx, c, ps)
 		out[i] = &pb.CheckResponse{Responses: c.results}
+		notHeld = notHeld || c.notHeld
 	}
-	return out
+	return out, notHeld
 }
 
 // AddGlobalHits takes node from's reports of GLOBAL counters this node

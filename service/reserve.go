@@ -44,7 +44,10 @@ func (s *Service) reserve(c *call, j int, ttl time.Duration, route routeKind) {
 		return
 	}
 	d, id, err := s.store.Reserve(&c.reqs[j], ttl)
-	if err != nil { // --max-reservations (counted by the store); the rest checks.Request refused already
+	if errors.Is(err, limiter.ErrNotHeld) {
+		c.notHeld = true
+	}
+	if err != nil { // --max-reservations (counted by the store), or not held (a pulled check); the rest checks.Request refused already
 		c.results[i] = errorResult(err)
 		return
 	}

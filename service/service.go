@@ -9,6 +9,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -298,8 +299,11 @@ type call struct {
 	ring  *ring.Ring // the ring the checks' owners were looked up in
 	items []*pb.CheckItem
 	all   bool
-	reqs  []limiter.Request
-	pos   []int // pos[j] is the item index of reqs[j]
+	// notHeld says a check of c, to be decided only on a counter held
+	// here (onlyHeld), found none, and was not decided (limiter.ErrNotHeld).
+	notHeld bool
+	reqs    []limiter.Request
+	pos     []int // pos[j] is the item index of reqs[j]
 	// borrows[j] is how reqs[j] borrows beyond its limit (see borrow.go),
 	// nil if it has no ceiling; borrows is nil when no request has one.
 	borrows []*borrowing
@@ -329,6 +333,17 @@ func newCall(items []*pb.CheckItem, all bool) *call {
 	c.reqs, c.pos = make([]limiter.Request, 0, len(items)), make([]int, 0, len(items))
 	c.results, c.decided = make([]*pb.CheckResult, len(items)), make([]pb.CheckResult, len(items))
 	return c
+}
+
+// onlyHeld makes every check of c, and the ceiling of each that borrows,
+// decided only on a counter the store holds (limiter.Request.Held).
+func (c *call) onlyHeld() {
+	for j := range c.reqs {
+		c.reqs[j].Held = true
+		if b := c.borrowing(j); b != nil {
+			b.ceiling.Held = true
+		}
+	}
 }
 
 // pendings returns a pending check for each of c.reqs, zero.
@@ -465,6 +480,9 @@ func (s *Service) decideLocal(ctx context.Context, c *call, js []int, route rout
 // (limiter.ErrFull), that error, as the item's (checks.Code: resource
 // exhausted), so that the client learns why it was refused.
 func (s *Service) setDecided(c *call, j int, d algorithms.Decision, err error, route routeKind) {
+	if errors.Is(err, limiter.ErrNotHeld) {
+		c.notHeld = true
+	}
 	if err != nil {
 		res := errorResult(err)
 		res.RetryAfterMs = d.RetryAfter.Milliseconds()
