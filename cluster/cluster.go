@@ -533,7 +533,7 @@ func (c *Cluster) finishJoin(ctx context.Context) {
 		c.admitBy = time.Time{}
 		c.rebuild(ctx)
 	}
-	if c.admitBy.IsZero() && !c.ready.Swap(true) {
+	if !c.ready.Swap(true) {
 		c.log.Info("joined cluster", "members", c.Ring().Len())
 	}
 }

@@ -481,14 +481,15 @@ func spent[S any, P state[S]](st P, now int64, l algorithms.Limit) int64 {
 // to another uses it to tell whether the counter is here (see
 // service.Owner.Forwarded).
 func (s *Store) Holds(r *Request) bool {
-	if !r.Algorithm.Valid() {
-		return false
-	}
 	sh := s.shard(r.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return sh.holdsOneOf(r)
 }
+
+// lacks reports whether r may be decided only on a counter held here
+// (Request.Held) and sh, r's shard, whose lock is held, holds none.
+func (sh *shard) lacks(r *Request) bool { return r.Held && !sh.holdsOneOf(r) }
 
 // holdsOneOf reports whether sh, r's shard, whose lock is held, holds one
 // of the counters a check of r is decided on (see Holds).

@@ -329,7 +329,7 @@ func (s *Store) Reserve(r *Request, ttl time.Duration) (algorithms.Decision, Res
 	sh, res := &s.shards[i], &rs.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if r.Held && !sh.holdsOneOf(r) {
+	if sh.lacks(r) {
 		return algorithms.Decision{}, none, ErrNotHeld
 	}
 	now := r.Now.UnixNano()

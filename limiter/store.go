@@ -230,7 +230,7 @@ func (s *Store) Try(r *Request) (algorithms.Decision, error) {
 	sh := s.shard(r.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if r.Held && !sh.holdsOneOf(r) {
+	if sh.lacks(r) {
 		return algorithms.Decision{}, ErrNotHeld
 	}
 	if r.spaced() {
@@ -272,7 +272,7 @@ func (s *Store) TryAll(rs []Request, out []algorithms.Decision) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for i := range rs {
-		if rs[i].Held && !sh.holdsOneOf(&rs[i]) {
+		if sh.lacks(&rs[i]) {
 			clear(out)
 			return ErrNotHeld
 		}
