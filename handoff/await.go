@@ -2,6 +2,7 @@ package handoff
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -376,6 +377,27 @@ func (n *Node) HandOffDone(from string, id uint64) {
 	}
 }
 
+// hadRings are the IDs of the last rings a node has left. A member's
+// word said of a ring this node has not had yet is kept through the rings
+// between until this node gets there (the member says it once, after its
+// round under that ring, and members see a change in turn: under mutual
+// TLS each admits the others one check at a time); one said of a ring it
+// has left is dropped at the next change. A ring left longer ago than
+// the last len(hadRings) counts as not had yet: its word is kept until
+// the member says another, which it does after every ring change of its
+// own.
+type hadRings struct {
+	ids  [16]uint64
+	next int
+}
+
+func (h *hadRings) add(id uint64) {
+	h.ids[h.next] = id
+	h.next = (h.next + 1) % len(h.ids)
+}
+
+func (h *hadRings) has(id uint64) bool { return slices.Contains(h.ids[:], id) }
+
 // waitsFor returns the waits of ring r, working them out if r is the
 // cluster's current ring and they are not known yet.
 func (n *Node) waitsFor(r *ring.Ring) *waits {
@@ -404,9 +426,10 @@ func (n *Node) waitsFor(r *ring.Ring) *waits {
 func (n *Node) newWaits(old *waits, r *ring.Ring) *waits {
 	self := n.cluster.LocalMember().Name
 	id := r.ID()
+	n.had.add(old.id)
 	for name, got := range n.done {
-		if got != id {
-			delete(n.done, name) // said of another ring: should this node's ring return to that one, it must be said again
+		if got != id && n.had.has(got) {
+			delete(n.done, name) // said of a ring this node has left: should it return to that one, it must be said again
 		}
 	}
 	w := &waits{ring: r, id: id, byName: map[string]*source{}, joined: n.cluster.Ready()}

@@ -521,6 +521,49 @@ func TestRunRetriesWhatWasKept(t *testing.T) {
 	})
 }
 
+// Run tells a member it is done again, without waiting for the next ring
+// change, when the member could not be told: b refuses the word at first
+// (under mutual TLS it has not admitted this node yet), then hears it.
+// Before, b waited out Config.Wait and then held every key it gained from
+// this node late. Once every member has heard it, rounds stop.
+func TestRunRetriesAWordNotHeard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, _, m, p, stop := runningNode(t)
+		defer stop()
+		p.mu.Lock()
+		p.down = map[string]bool{"b": true}
+		p.mu.Unlock()
+		r := m.set("a", "b", "c", "d")
+		told := func(addr string) int {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return slices.Index(p.done, fmt.Sprintf("%s:%d", addr, r.ID()))
+		}
+		n.RingChanged()
+		synctest.Wait()
+		if told("b") >= 0 || told("c") < 0 {
+			t.Fatalf("said done %v; want c told, b not (down)", p.done)
+		}
+		p.mu.Lock()
+		p.down["b"] = false
+		p.mu.Unlock()
+		time.Sleep(retryMin)
+		synctest.Wait()
+		if told("b") < 0 {
+			t.Fatalf("b never told it is done once it could hear it: said %v", p.done)
+		}
+		p.mu.Lock()
+		words := len(p.done)
+		p.mu.Unlock()
+		time.Sleep(10 * retryMax)
+		synctest.Wait()
+		if p.mu.Lock(); len(p.done) != words {
+			t.Errorf("rounds went on after every member heard the word: %d words, then %d", words, len(p.done))
+		}
+		p.mu.Unlock()
+	})
+}
+
 // A member that joins has no counters: the members already there do not
 // wait for it, whichever ring they compare with.
 func TestAwaitDoesNotWaitForANewMember(t *testing.T) {
@@ -762,5 +805,49 @@ func TestStrayFloodAndForgery(t *testing.T) {
 		if store.Len() != 0 || p.taken("c") != len(records) {
 			t.Errorf("after the round: %d held here, %d sent to c, their owner; want 0 and %d", store.Len(), p.taken("c"), len(records))
 		}
+	})
+}
+
+// A member's word said of a ring this node has not reached yet is kept
+// through the rings between: the member says it once, after its round
+// under that ring. Before, the first ring between dropped it, and this
+// node waited out Config.Wait for the member once it got there, then
+// held every key gained from it late (a chaos cluster under mutual TLS,
+// whose members enter each other's rings one admission at a time, took
+// a second on such keys' first checks for seconds after it was ready).
+// A word said of a ring this node has had and left is not kept, as
+// before: should the ring come back, it must be said again.
+func TestAWordAheadOfThisNodesRingIsKept(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, m, _ := awaitNode("c", "a", "c") // c waits for a: a held every key before
+		ahead := ringOf("a", "b", "c", "d")
+		key := ""
+		for i := 0; key == ""; i++ {
+			k := fmt.Sprint("k", i)
+			if o, _ := ahead.Owner(k); o.Name == "c" {
+				if o, _ := ringOf("a", "b", "c").Owner(k); o.Name == "c" {
+					key = k
+				}
+			}
+		}
+		n.HandOffDone("a", ahead.ID()) // a is at the newest ring already
+		m.set("a", "b", "c")
+		n.RingChanged()
+		m.set("a", "b", "c", "d")
+		n.RingChanged()
+		n.HandOffDone("b", ahead.ID())
+		start := time.Now()
+		if late := n.Await(t.Context(), ahead, key); late || time.Since(start) != 0 {
+			t.Errorf("a's word for the ring ahead, said before c got there: late %v after %v; want at once", late, time.Since(start))
+		}
+
+		m.set("c") // a, b and d go: c is alone
+		n.RingChanged()
+		m.set("a", "b", "c", "d") // they come back: c, alone before, waits for them again
+		n.RingChanged()
+		returned := awaiting(t.Context(), n, ahead, keyOf(t, ahead, "c", ahead.Without("c"), "a"))
+		stillWaiting(t, returned, "a's word of a ring this node has had and left released a wait when the ring came back")
+		n.HandOffDone("a", ahead.ID())
+		returnedNow(t, returned, "a's new word did not release its key")
 	})
 }

@@ -126,6 +126,7 @@ type Node struct {
 	waits  atomic.Pointer[waits] // of the newest ring seen
 	waitMu sync.Mutex            // guards the making of waits, and done
 	done   map[string]uint64     // member -> ID of the ring it last said it is done under
+	had    hadRings              // the rings this node has left, guarded by waitMu
 }
 
 // New returns a Node. It starts nothing.
@@ -171,11 +172,14 @@ const (
 // Run hands off after every ring change until ctx ends. While a round
 // leaves counters here that their owner did not take (it could not be
 // reached, or refused them for now: a node that has just joined refuses
-// members its gossip has not told it of yet), it tries again, waiting a
-// little longer each time (retryMin doubling to retryMax), rather than
-// until the next ring change: the owner, which waits for the counters
-// only --handoff-wait, would decide their keys on empty counters
-// meanwhile.
+// members its gossip has not told it of yet), or could not tell a member
+// it is done (refused so too), it tries again, waiting a little longer
+// each time (retryMin doubling to retryMax), rather than until the next
+// ring change: the owner, which waits for the counters only
+// --handoff-wait, would decide their keys on empty counters meanwhile,
+// and a member not told holds the keys it gained from this node late
+// after its wait (see Await), each key's first check waiting
+// --handoff-wait again.
 func (n *Node) Run(ctx context.Context) error {
 	retry := time.NewTimer(retryMax)
 	retry.Stop()
@@ -189,7 +193,7 @@ func (n *Node) Run(ctx context.Context) error {
 			wait = retryMin
 		case <-retry.C:
 		}
-		if t := n.handOff(ctx); t.kept > 0 || t.unavailable > 0 {
+		if t := n.handOff(ctx); t.kept > 0 || t.unavailable > 0 || t.untold > 0 {
 			retry.Reset(wait)
 			wait = min(2*wait, retryMax)
 		}
@@ -200,6 +204,7 @@ func (n *Node) Run(ctx context.Context) error {
 type tally struct {
 	sent, refused, kept int
 	unavailable         int // of refused: the owner could not take them now
+	untold              int // members the round could not tell it is done
 }
 
 // round is one round of hand-off in progress.
@@ -367,17 +372,19 @@ func (n *Node) handOff(ctx context.Context) tally {
 	if t.tally != (tally{}) {
 		n.log.Info("handed off counters", "sent", t.sent, "refused", t.refused, "kept", t.kept, "took", time.Since(start))
 	}
-	n.sayDone(ctx, r, t.incomplete)
+	t.untold = n.sayDone(ctx, r, t.incomplete)
 	return t.tally
 }
 
 // sayDone tells every other member of r that this node has handed it all
 // it holds for it under r, but those in incomplete, concurrently, so that
-// the keys they gained wait no longer than they must (see Await). A member
-// that does not hear it waits out Config.Wait.
-func (n *Node) sayDone(ctx context.Context, r *ring.Ring, incomplete map[string]bool) {
+// the keys they gained wait no longer than they must (see Await), and
+// returns how many it could not tell. A member that does not hear it
+// waits out Config.Wait.
+func (n *Node) sayDone(ctx context.Context, r *ring.Ring, incomplete map[string]bool) (untold int) {
 	self := n.cluster.LocalMember().Name
 	id := r.ID()
+	var failed atomic.Int32
 	var wg sync.WaitGroup
 	for _, m := range r.Members() {
 		if m.Name == self || incomplete[m.Name] {
@@ -385,11 +392,13 @@ func (n *Node) sayDone(ctx context.Context, r *ring.Ring, incomplete map[string]
 		}
 		wg.Go(func() {
 			if err := n.peers.HandOffDone(ctx, m.PeerAddr, self, id); err != nil {
+				failed.Add(1)
 				n.log.Debug("hand-off: telling a member this round is done", "member", m.Name, "err", err)
 			}
 		})
 	}
 	wg.Wait()
+	return int(failed.Load())
 }
 
 // send sends b to its owner and puts back into the store whatever the
