@@ -511,6 +511,29 @@ func (c *chaosCluster) stop(n *chaosNode) time.Duration {
 	return took
 }
 
+// noLateKeys fails the test if a node of the cluster, formed and under
+// load, has had a hand-off wait expire or a check wait for a late counter
+// (ringlimit_handoff_waits_total): once it is ready, every previous
+// owner's word that it is done has reached the members that wait for it,
+// and no key's check waits for one. A word dropped, or refused by a
+// member that had not admitted its sender yet, left the keys late: each
+// one's first check waited --handoff-wait, and the client's batches with
+// it (the load's first seconds answered a few dozen checks).
+func (c *chaosCluster) noLateKeys() {
+	t := c.t
+	for _, n := range c.running() {
+		for _, outcome := range []string{"expired", "still_late"} {
+			v, err := metric(n.node, "ringlimit_handoff_waits_total", fmt.Sprintf("outcome=%q", outcome))
+			switch {
+			case err != nil:
+				errorf(t, "%s: %v", n.name, err)
+			case v != 0:
+				errorf(t, "%s: %v checks' hand-off waits ended %s before the fault, want none once the cluster has formed", n.name, v, outcome)
+			}
+		}
+	}
+}
+
 // fault runs a fault of length d under l, in l's phases: 3 s of load
 // before, the fault from begin to end, and 5 s of load after the cluster
 // has converged again (within 15 s of end); with a fourth phase, the third
@@ -520,6 +543,7 @@ func (c *chaosCluster) stop(n *chaosNode) time.Duration {
 func (c *chaosCluster) fault(l *chaosLoad, d time.Duration, begin, end func()) (time.Time, time.Duration) {
 	c.t.Helper()
 	time.Sleep(3 * time.Second) // load before the fault
+	c.noLateKeys()
 	l.next()
 	begin()
 	time.Sleep(d) // the fault itself
