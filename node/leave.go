@@ -101,9 +101,14 @@ const restBudget = 2 * time.Second
 // handOffRest is the last hand-off of shutdown: it hands off every counter
 // this node still holds (those others handed it while it left) and
 // reports, as an error, those it could not, which are lost when it exits.
-// If no member took any counter within restBudget, the others are gone or
-// going (a whole cluster stopping at once, as helm uninstall does): the
-// counters are lost as the last node's are, logged, and not an error.
+// It goes on for as long as members take counters, restBudget at a time:
+// once no member took any within restBudget, the owners of those left are
+// gone or going (a whole cluster stopping at once, as helm uninstall
+// does; their last hand-offs reach the members still up, which then hold
+// counters for owners that have exited), and the counters are lost as the
+// last node's are, logged, and not an error. Before, a node that some
+// member answered went on until its shutdown timeout, trying owners that
+// had exited, and exited with an error (a chaos run's stop of all five).
 // With a snapshot, the counters are kept in it, to be loaded if this node
 // starts again, and the log says so; the cluster running on has lost them
 // all the same.
@@ -112,20 +117,22 @@ func handOffRest(ctx context.Context, svc *service.Service, log *slog.Logger, sn
 	if snapshot {
 		lost = "they are kept only in this node's final snapshot"
 	}
-	budget, cancel := context.WithTimeout(ctx, restBudget)
-	defer cancel()
-	sent, left := svc.HandOffAll(budget)
-	if left > 0 && sent > 0 { // some member answers: go on until ctx ends
-		more, rest := svc.HandOffAll(ctx)
-		sent, left = sent+more, rest
+	window := func() (sent, left int) {
+		budget, cancel := context.WithTimeout(ctx, restBudget)
+		defer cancel()
+		return svc.HandOffAll(budget)
+	}
+	sent, left := window()
+	for took := sent; left > 0 && took > 0 && ctx.Err() == nil; sent += took {
+		took, left = window() // some member answers: go on while one takes any
 	}
 	switch {
 	case left == 0:
 		log.Info("handed off counters", "counters", sent, "left", left)
 		return nil
-	case sent == 0 && ctx.Err() == nil:
+	case ctx.Err() == nil:
 		log.Error("no member took the counters this node still holds: the cluster is stopping; "+lost,
-			"left", left, "waited", restBudget)
+			"left", left, "handed_off", sent, "waited", restBudget)
 		return nil
 	default:
 		log.Error("counters not handed off; "+lost, "left", left, "handed_off", sent)
