@@ -3,9 +3,11 @@ package cluster
 import (
 	"context"
 	"errors"
+	"net"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -110,5 +112,30 @@ func TestAJoinWaitsForItsFirstAdmissions(t *testing.T) {
 		if n != 1 && n != 4 {
 			t.Fatalf("z published rings of %v members, want only itself and all 4 admitted", sizes)
 		}
+	}
+}
+
+// TestANodeWithAdmissionIsNotReadyBeforeItJoins: admission's verdicts and
+// its retry tick end a joined node's wait for its first checks, and must
+// not make ready a node whose join has not succeeded: before, the first
+// tick made a node that could reach no one ready (and a verdict that came
+// in while the join was in flight made one ready with a ring of some
+// members: TestAJoinWaitsForItsFirstAdmissions failed so in CI).
+func TestANodeWithAdmissionIsNotReadyBeforeItJoins(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody := l.Addr().String()
+	l.Close() // no one listens there now
+	z := startWith(t, "z", "", func(c *Config) {
+		c.Admit = func(context.Context, string, string) error { return nil }
+	}, nobody)
+	end := time.Now().Add(3 * admitRetry) // bounded: three of admission's ticks
+	for time.Now().Before(end) {
+		if z.Ready() {
+			t.Fatal("a node whose join reaches no one is ready")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

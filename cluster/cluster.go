@@ -175,6 +175,10 @@ type Cluster struct {
 	// when it stops waiting for the first checks of the members the join
 	// brought (see finishJoin); zero otherwise. Owned by the Run goroutine.
 	admitBy time.Time
+	// joined says the node's first join has succeeded: finishJoin, also
+	// called as admission verdicts come in and on admission's tick, does
+	// nothing before. Owned by the Run goroutine.
+	joined bool
 
 	view    atomic.Pointer[view]
 	ready   atomic.Bool
@@ -498,6 +502,7 @@ func (c *Cluster) Run(ctx context.Context) error {
 			if !c.ready.Load() && c.conf.Admit != nil {
 				c.admitBy = time.Now().Add(admitTimeout)
 			}
+			c.joined = true
 			c.rebuild(ctx) // the join's events may still be waiting in c.events.changed
 			c.finishJoin(ctx)
 			switch {
@@ -526,6 +531,9 @@ func (c *Cluster) Run(ctx context.Context) error {
 // until it has its ring, as one that has not joined does. It does nothing
 // before the first join ends, nor once the node is ready.
 func (c *Cluster) finishJoin(ctx context.Context) {
+	if !c.joined {
+		return // a verdict or a tick while the first join is in flight, or has failed
+	}
 	if !c.admitBy.IsZero() {
 		if c.admission.firstPending() && time.Now().Before(c.admitBy) {
 			return
