@@ -36,6 +36,31 @@ func benchCheck(b *testing.B, conf func() Config) {
 	}
 }
 
+// BenchmarkCheckParallel is BenchmarkCheck's request of one check from
+// concurrent callers, each with keys of its own, as a node serves many
+// clients at once: what the decisions share (locks, counters of the
+// service) shows here, not in BenchmarkCheck.
+func BenchmarkCheckParallel(b *testing.B) {
+	s := New(Config{})
+	ctx := context.Background()
+	var callers atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(p *testing.PB) {
+		caller := callers.Add(1)
+		reqs := make([]*pb.CheckRequest, 64)
+		for i := range reqs {
+			reqs[i] = &pb.CheckRequest{Requests: []*pb.CheckItem{{Name: "api", Key: fmt.Sprint("user:", caller, ":", i), Limit: 1_000_000_000, DurationMs: 1000}}}
+		}
+		for i := 0; p.Next(); i++ {
+			if _, err := s.Check(ctx, reqs[i%len(reqs)]); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+}
+
 // BenchmarkGlobal measures GLOBAL checks from concurrent callers: at a
 // node answering from the grants it holds for 1,000 hot keys another node
 // owns (grant), and at that owner (owner), while sync rounds run beside

@@ -41,6 +41,9 @@ type fakeCluster struct {
 	onHandOff func(counters []*peerpb.CounterState)
 	// onUpdate, if set, sees every GLOBAL broadcast in flight.
 	onUpdate func(from string, states []*peerpb.GlobalState)
+	// onRing, if set, is called as node name reads its ring: a test can
+	// hold a call of it there, mid-way through what it is doing.
+	onRing func(name string)
 }
 
 type fakeMember struct {
@@ -49,6 +52,9 @@ type fakeMember struct {
 }
 
 func (m fakeMember) Ring() *ring.Ring {
+	if m.c.onRing != nil {
+		m.c.onRing(m.self.Name)
+	}
 	if r, ok := m.c.views.Load(m.self.Name); ok {
 		return r.(*ring.Ring)
 	}

@@ -227,7 +227,9 @@ func (s *Service) carry(ctx context.Context, c *call, ps []pending, routes []rou
 // charged on its behalf. On a node that is leaving, which hands every
 // counter off, counters stay where they are (no hand-off round takes them
 // out) from settle until the checks that settle leaves here are decided,
-// but for those that borrow, which may wait on a parent's owner. Other
+// but for those that borrow, which may wait on a parent's owner; checks
+// that reached settle before the node began to leave are decided before
+// Leave returns, and so before its first hand-off (Service.deciding). Other
 // nodes do not wait for their rounds, which can take a forward deadline
 // each when an owner is unreachable: for them a check routed just before
 // a ring change may still find its counter on its way (docs/cluster.md,
@@ -255,9 +257,11 @@ func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes 
 		}
 		return nil
 	}
-	release := func() {}
+	s.deciding.RLock() // Leave waits for these decisions, or they see it
+	release := s.deciding.RUnlock
 	if s.leaving.Load() != nil {
-		release = s.handoff.Hold(ctx)
+		unhold := s.handoff.Hold(ctx)
+		release = func() { unhold(); s.deciding.RUnlock() }
 	}
 	v := s.look(ctx) // under the Hold: where each counter is now
 	owners := settle(c, ps, routes, ks, &v)

@@ -160,6 +160,15 @@ type Service struct {
 	// cluster's without this node (see ring).
 	leaving atomic.Pointer[leavingRing]
 	leaveMu sync.Mutex // serializes the building of leaving rings
+	// deciding is read-held by each decision on the store, from the
+	// instant it reads whether this node is leaving until the store has
+	// decided (see decideHere); Leave write-holds it to begin leaving.
+	// Without it, a decision that began before Leave could reach the store
+	// after the hand-off that follows took its counter, and start the
+	// counter afresh, with the whole limit, beside the one handed off: the
+	// checks after it found that fresh counter here and were decided on it
+	// too, until the hand-off after leaving gossip took it.
+	deciding sync.RWMutex
 	// without caches, for failover, rings without one member.
 	without ring.Heirs
 	// strict is strict mode, off unless Config.StrictQuorum is set.
@@ -281,7 +290,15 @@ func (v routing) Ready() bool              { return v.s.cluster.Ready() }
 // So no key is ever decided on an empty counter while its counter is on
 // its way: the others' rings drop this node only once its counters are
 // with their owners.
+// Leave returns once the decisions on the store under way when it was
+// called are made (see deciding), so that the hand-off after it finds
+// their counters charged.
 func (s *Service) Leave() {
+	if s.leaving.Load() != nil {
+		return
+	}
+	s.deciding.Lock()
+	defer s.deciding.Unlock()
 	s.leaveMu.Lock()
 	defer s.leaveMu.Unlock()
 	if s.leaving.Load() == nil {
