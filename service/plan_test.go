@@ -272,7 +272,8 @@ func TestReplan(t *testing.T) {
 
 // TestSettle: of the checks bound for this node's store, those that may
 // have moved and whose counter is elsewhere are relayed to their owner
-// now; an all-or-nothing request's checks go together.
+// now, and those whose counter is here are kept, decided only on it;
+// an all-or-nothing request's checks go together.
 func TestSettle(t *testing.T) {
 	pr := newPlanRings()
 	cases := []struct {
@@ -283,6 +284,7 @@ func TestSettle(t *testing.T) {
 		ring   *ring.Ring // the call's ring; pr.all if nil
 		held   fakeStore
 		want   []ring.Member // nil: every check stays
+		keep   []ring.Member // nil: none is kept only while its counter is here
 	}{
 		{name: "routed by the current ring, not forwarded: stays",
 			items:  []*pb.CheckItem{planItem(pr.ofB, pb.Behavior_BATCHED)},
@@ -293,7 +295,8 @@ func TestSettle(t *testing.T) {
 			want:   []ring.Member{nodeB}},
 		{name: "forwarded here, the counter here: stays, and the hand-off carries it on",
 			items:  []*pb.CheckItem{planItem(pr.ofB, pb.Behavior_BATCHED)},
-			routes: []route{{kind: routeLocal, recheck: true}}, held: fakeStore{pr.ofB: true}},
+			routes: []route{{kind: routeLocal, recheck: true}}, held: fakeStore{pr.ofB: true},
+			keep: []ring.Member{nodeB}},
 		{name: "routed by an older ring, the counter elsewhere: relayed",
 			items:  []*pb.CheckItem{planItem(pr.ofB, pb.Behavior_BATCHED)},
 			routes: []route{{kind: routeLocal}}, ring: pr.withoutC,
@@ -318,7 +321,13 @@ func TestSettle(t *testing.T) {
 			items:  []*pb.CheckItem{planItem(pr.ofB, pb.Behavior_BATCHED), planItem(pr.ofCToB, pb.Behavior_BATCHED)},
 			routes: []route{{kind: routeLocal, recheck: true}, {kind: routeLocal, recheck: true}},
 			held:   fakeStore{pr.ofCToB: true},
-			want:   []ring.Member{nodeB, {}}},
+			want:   []ring.Member{nodeB, {}},
+			keep:   []ring.Member{{}, nodeC}},
+		{name: "all-or-nothing, every counter here: stays whole, none kept apart",
+			items:  []*pb.CheckItem{planItem(pr.ofB, pb.Behavior_BATCHED), planItem(pr.ofA, pb.Behavior_BATCHED)},
+			all:    true,
+			routes: []route{{kind: routeLocal, recheck: true}, {kind: routeLocal, recheck: true}},
+			held:   fakeStore{pr.ofB: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -336,8 +345,9 @@ func TestSettle(t *testing.T) {
 			for j := range ps {
 				ps[j].j, ks[j] = j, j
 			}
-			if got := settle(c, ps, tc.routes, ks, v); !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("settle = %v, want %v", got, tc.want)
+			relay, keep := settle(c, ps, tc.routes, ks, v)
+			if !reflect.DeepEqual(relay, tc.want) || !reflect.DeepEqual(keep, tc.keep) {
+				t.Errorf("settle = relay %v, keep %v; want %v, %v", relay, keep, tc.want, tc.keep)
 			}
 		})
 	}

@@ -45,9 +45,10 @@ func (s *Service) reserve(c *call, j int, ttl time.Duration, route routeKind) {
 	}
 	d, id, err := s.store.Reserve(&c.reqs[j], ttl)
 	if errors.Is(err, limiter.ErrNotHeld) {
-		c.notHeld = true
+		c.notHeld = true // nothing decided (see setDecided)
+		return
 	}
-	if err != nil { // --max-reservations (counted by the store), or not held (a pulled check); the rest checks.Request refused already
+	if err != nil { // --max-reservations (counted by the store); the rest checks.Request refused already
 		c.results[i] = errorResult(err)
 		return
 	}

@@ -14,6 +14,7 @@ import (
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
+	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -370,11 +371,11 @@ func TestRelayedChecksAreNotRelayedAgain(t *testing.T) {
 	}
 }
 
-// TestForwardedToAFormerOwnerIsRelayed: a node whose ring lags forwards a
-// key to its former owner, which has handed the counter to the new owner
-// already: the former owner relays the check there instead of deciding it
-// on an empty counter.
-func TestForwardedToAFormerOwnerIsRelayed(t *testing.T) {
+// formerOwner returns a 3-node fake cluster that node-2 has just joined,
+// node-0's ring lagging, and a key that node-2 took from node-1 (prev),
+// with a limit of 5 of which spent checks were admitted before the join.
+func formerOwner(t *testing.T, spent int) (svcs []*Service, item *pb.CheckItem, prev int) {
+	t.Helper()
 	c, svcs := newFakeCluster(3)
 	full := c.ring
 	c.ring = full.Without("node-2")
@@ -386,13 +387,24 @@ func TestForwardedToAFormerOwnerIsRelayed(t *testing.T) {
 			key = fmt.Sprint("key-", k)
 		}
 	}
-	const prev = 1
-	item := &pb.CheckItem{Name: "api", Key: key, Limit: 5, DurationMs: 3_600_000}
-	spendAll(t, svcs[0], item)
-
+	item = &pb.CheckItem{Name: "api", Key: key, Limit: 5, DurationMs: 3_600_000}
+	for i := range spent {
+		if r := check(t, svcs[0], item); r.Status != pb.Status_UNDER_LIMIT {
+			t.Fatalf("hit %d of %d refused: %v", i+1, spent, r)
+		}
+	}
 	for _, name := range []string{"node-1", "node-2"} {
 		c.views.Store(name, full) // node-2 joined; node-0 has not heard yet
 	}
+	return svcs, item, 1
+}
+
+// TestForwardedToAFormerOwnerIsRelayed: a node whose ring lags forwards a
+// key to its former owner, which has handed the counter to the new owner
+// already: the former owner relays the check there instead of deciding it
+// on an empty counter.
+func TestForwardedToAFormerOwnerIsRelayed(t *testing.T) {
+	svcs, item, prev := formerOwner(t, 5)
 	if sent := svcs[prev].HandOff(t.Context()); sent != 1 {
 		t.Fatalf("node-%d handed off %d counters, want 1", prev, sent)
 	}
@@ -402,6 +414,54 @@ func TestForwardedToAFormerOwnerIsRelayed(t *testing.T) {
 	if n := svcs[prev].store.Len(); n != 0 {
 		t.Errorf("the former owner holds %d counters after relaying, want 0", n)
 	}
+}
+
+// TestACounterTakenAsACheckIsDecidedIsNotBegunAfresh: a former owner,
+// not leaving, keeps a check forwarded to it by a lagging ring while it
+// still holds the key's counter; should its hand-off round take the
+// counter between that look and the store's decision, the check is
+// relayed to the new owner, which has the counter. Before, it was decided
+// on a counter begun afresh beside the one handed off (the 5th check
+// admitted with 4 remaining), which then took every check still sent to
+// the former owner and was forgotten at the new owner's merge.
+func TestACounterTakenAsACheckIsDecidedIsNotBegunAfresh(t *testing.T) {
+	for _, reserve := range []bool{false, true} {
+		t.Run(fmt.Sprint("reservation: ", reserve), func(t *testing.T) {
+			svcs, item, prev := formerOwner(t, 4)
+			if reserve {
+				item = proto.CloneOf(item)
+				item.ReserveTtlMs = proto.Int64(60_000)
+			}
+			var once sync.Once
+			svcs[prev].holds = watchedHolds{svcs[prev].store, func() {
+				if calledFrom("settle") {
+					once.Do(func() { svcs[prev].HandOff(t.Context()) }) // the round runs as the check is about to be decided
+				}
+			}}
+			r := check(t, svcs[0], item)
+			if r.Status != pb.Status_UNDER_LIMIT || r.Remaining != 0 || reserve && r.ReservationId == "" {
+				t.Errorf("forwarded by a lagging ring to the former owner as it hands the counter off: %v, want the 5th of 5 admitted, 0 remaining", r)
+			}
+			if n := svcs[prev].store.Len(); n != 0 {
+				t.Errorf("the former owner holds %d counters, want 0", n)
+			}
+			if r := check(t, svcs[0], item); r.Status != pb.Status_OVER_LIMIT {
+				t.Errorf("a 6th check: %v, want OVER_LIMIT", r.Status)
+			}
+		})
+	}
+}
+
+// watchedHolds is a store whose Holds calls look first.
+type watchedHolds struct {
+	holder
+	look func()
+}
+
+func (w watchedHolds) Holds(r *limiter.Request) bool {
+	held := w.holder.Holds(r)
+	w.look()
+	return held
 }
 
 // TestPullOfACounterNotThereIsDecidedByTheNewOwner: a previous owner that

@@ -66,7 +66,7 @@ func (s *Service) decide(ctx context.Context, c *call, ps []pending) {
 // look returns the node's view now (see view).
 func (s *Service) look(ctx context.Context) view {
 	return view{self: s.cluster.LocalMember(), ring: s.ring(), leaving: s.leaving.Load() != nil, gone: ctx.Err(),
-		handOff: s.handoff, store: s.store, heirs: &s.without, suspect: s.suspects.suspect, strict: s.strict.on()}
+		handOff: s.handoff, store: s.holds, heirs: &s.without, suspect: s.suspects.suspect, strict: s.strict.on()}
 }
 
 // replanFailed re-plans the checks of ps whose send failed, those of one
@@ -231,9 +231,10 @@ func (s *Service) carry(ctx context.Context, c *call, ps []pending, routes []rou
 // that reached settle before the node began to leave are decided before
 // Leave returns, and so before its first hand-off (Service.deciding). Other
 // nodes do not wait for their rounds, which can take a forward deadline
-// each when an owner is unreachable: for them a check routed just before
-// a ring change may still find its counter on its way (docs/cluster.md,
-// "What is left").
+// each when an owner is unreachable: a check they keep because its counter
+// is here, though its key is another node's now, is decided only on that
+// counter, and relayed to the owner should a round take it first (see
+// keptHere).
 func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes []route, ks []int) (relayed []int) {
 	if len(ks) == 0 {
 		return nil
@@ -264,7 +265,8 @@ func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes 
 		release = func() { unhold(); s.deciding.RUnlock() }
 	}
 	v := s.look(ctx) // under the Hold: where each counter is now
-	owners := settle(c, ps, routes, ks, &v)
+	owners, keep := settle(c, ps, routes, ks, &v)
+	var kept []keptHere
 	js := ks[:0] // the checks decided here, as indexes into c.reqs, in place: js never passes the check being read
 	for i, k := range ks {
 		if owners != nil && owners[i].Name != "" {
@@ -272,13 +274,41 @@ func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes 
 			relayed = append(relayed, k)
 			continue
 		}
-		js = append(js, ps[k].j)
+		j := ps[k].j
+		if keep != nil && keep[i].Name != "" && c.borrowing(j) == nil { // one that borrows is decided apart, below
+			c.reqs[j].Held = true
+			kept = append(kept, keptHere{k: k, owner: &keep[i]})
+		}
+		js = append(js, j)
 	}
 	js, borrowing := splitBorrowing(c, js)
 	s.decideLocal(ctx, c, js, routeLocal)
 	release()
 	s.decideLocal(ctx, c, borrowing, routeLocal)
+	for i := range kept {
+		h := &kept[i]
+		j := ps[h.k].j
+		c.reqs[j].Held = false
+		if c.results[c.pos[j]] == nil { // its counter left before the store decided: nothing was
+			routes[h.k] = route{kind: routeRelay, to: h.owner}
+			relayed = append(relayed, h.k)
+		}
+	}
 	return relayed
+}
+
+// keptHere is a check that settle kept here only because its counter is
+// here, its key being another node's now (see away): the store decides it
+// only on that counter (limiter.Request.Held). A node that is not leaving
+// does not hold its hand-off rounds off while it decides, so one may take
+// the counter between settle's look and the store's decision; the check
+// would then begin the key afresh here, and that counter would take the
+// checks still sent here until the next round, and be forgotten at the
+// owner's merge. Such a check is relayed to the owner instead, which has
+// the counter, or waits for it.
+type keptHere struct {
+	k     int          // index into the pending checks
+	owner *ring.Member // its key's owner
 }
 
 // goneResult is the result of a check whose client has gone before it was

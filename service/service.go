@@ -133,7 +133,10 @@ type Config struct {
 // without it, except that GLOBAL hits then stay on this node and no
 // counter is replicated.
 type Service struct {
-	store   *limiter.Store
+	store *limiter.Store
+	// holds is what the plan reads of the store (view.store): store, but
+	// for a test that watches where the plan looks.
+	holds   holder
 	cluster Membership
 	peers   Peers
 	skew    time.Duration
@@ -184,6 +187,7 @@ func New(conf Config) *Service {
 	if s.store == nil {
 		s.store = limiter.New(limiter.Config{})
 	}
+	s.holds = s.store
 	if s.cluster == nil {
 		s.cluster = newAlone()
 	}
@@ -495,10 +499,14 @@ func (s *Service) decideLocal(ctx context.Context, c *call, js []int, route rout
 // setDecided records what the store answered for c.reqs[j]: its
 // decision, or, when the store had no room for its counter
 // (limiter.ErrFull), that error, as the item's (checks.Code: resource
-// exhausted), so that the client learns why it was refused.
+// exhausted), so that the client learns why it was refused. A check to
+// be decided only on a counter held here that found none
+// (limiter.ErrNotHeld) gets no result, as nothing was decided: its caller
+// sends it where the counter is (see keptHere and Owner.Pulled).
 func (s *Service) setDecided(c *call, j int, d algorithms.Decision, err error, route routeKind) {
 	if errors.Is(err, limiter.ErrNotHeld) {
-		c.notHeld = true
+		c.notHeld = true // nothing decided: no result, and nothing counted
+		return
 	}
 	if err != nil {
 		res := errorResult(err)
