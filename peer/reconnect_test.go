@@ -5,6 +5,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/connectivity"
 )
 
 // TestReconnectsSoonAfterThePeerReturns: a peer that refused connections
@@ -60,6 +62,15 @@ func TestResetDialsAfresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	first, _ := p.peer(addr)
+	// gRPC lets calls through a new connection (its picker) a moment before
+	// it reports the connection ready: Reset acts on the report.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	for s := first.cc.GetState(); s != connectivity.Ready; s = first.cc.GetState() {
+		if !first.cc.WaitForStateChange(ctx, s) {
+			t.Fatalf("the connection a call went through is %v, not ready, after 5s", s)
+		}
+	}
 	if !p.Reset(addr) {
 		t.Fatal("Reset of a ready connection did not reset it")
 	}
