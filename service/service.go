@@ -294,6 +294,7 @@ func (v routing) Ready() bool              { return v.s.cluster.Ready() }
 // So no key is ever decided on an empty counter while its counter is on
 // its way: the others' rings drop this node only once its counters are
 // with their owners.
+//
 // Leave returns once the decisions on the store under way when it was
 // called are made (see deciding), so that the hand-off after it finds
 // their counters charged.
