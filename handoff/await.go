@@ -435,7 +435,7 @@ func (n *Node) newWaits(old *waits, r *ring.Ring) *waits {
 	w := &waits{ring: r, id: id, byName: map[string]*source{}, joined: n.cluster.Ready()}
 	prev := old.ring
 	if prev.Len() == 0 || (prev.Len() == 1 && prev.Has(self)) {
-		prev = r.Without(self)
+		prev = n.heirs.Without(r, self)
 	}
 	for p := range ring.PartitionCount {
 		if owner, _ := r.PartitionOwner(p); owner.Name != self {

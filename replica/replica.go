@@ -106,6 +106,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the replication metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Heirs, if not nil, builds the ring without this node, shared with
+	// whoever else builds it for the same ring (see handoff.Config.Heirs).
+	Heirs *ring.Heirs
 }
 
 // Node is one node's side of replication: sending its changed counters to
@@ -128,8 +131,10 @@ type Node struct {
 	promoted  atomic.Pointer[rings] // the ring whose replicas were promoted last, and the one before
 	promoteMu sync.Mutex            // one promotion at a time
 
-	heirs  heirs        // of the ring of the last round; used by Replicate only
-	synced atomic.Int64 // Unix ns at which the last round that delivered every batch began
+	heirs heirs // of the ring of the last round; used by Replicate only
+	// without builds heirs' rings (Config.Heirs).
+	without *ring.Heirs
+	synced  atomic.Int64 // Unix ns at which the last round that delivered every batch began
 }
 
 // rings are the ring of the last promotion and the ring before it, whose
@@ -148,7 +153,11 @@ type heirs struct {
 // New returns a Node. It starts nothing.
 func New(conf Config) *Node {
 	n := &Node{store: conf.Store, replicas: conf.Replicas, cluster: conf.Cluster, peers: conf.Peers,
-		interval: conf.Interval, intake: conf.Intake, now: conf.Now, log: conf.Logger, changed: make(chan struct{}, 1)}
+		interval: conf.Interval, intake: conf.Intake, now: conf.Now, log: conf.Logger, changed: make(chan struct{}, 1),
+		without: conf.Heirs}
+	if n.without == nil {
+		n.without = &ring.Heirs{}
+	}
 	if n.now == nil {
 		n.now = time.Now
 	}
@@ -266,7 +275,7 @@ func (n *Node) follow(r *ring.Ring, self string) {
 		return
 	}
 	old := n.heirs
-	n.heirs = heirs{of: r, without: r.Without(self)}
+	n.heirs = heirs{of: r, without: n.without.Without(r, self)}
 	moved := make([]bool, ring.PartitionCount)
 	for p := range moved {
 		was, _ := old.without.PartitionOwner(p)

@@ -172,7 +172,9 @@ type Service struct {
 	// checks after it found that fresh counter here and were decided on it
 	// too, until the hand-off after leaving gossip took it.
 	deciding sync.RWMutex
-	// without caches, for failover, rings without one member.
+	// without caches rings without one member, or a few: failover's, and
+	// those hand-off and replication build for the same ring
+	// (handoff.Config.Heirs), so that a ring change builds each once.
 	without ring.Heirs
 	// strict is strict mode, off unless Config.StrictQuorum is set.
 	strict strictMode
@@ -214,7 +216,7 @@ func New(conf Config) *Service {
 	})
 	s.handoff = handoff.New(handoff.Config{
 		Store: s.store, Cluster: routing{s}, Peers: conf.Peers, MaxClockSkew: s.skew, Wait: conf.HandOffWait,
-		Now: s.now, HandedOff: conf.HandedOff, Logger: s.log, Registerer: conf.Registerer,
+		Now: s.now, HandedOff: conf.HandedOff, Logger: s.log, Registerer: conf.Registerer, Heirs: &s.without,
 	})
 	s.replicas = conf.Replicas
 	if s.replicas == nil {
@@ -223,7 +225,7 @@ func New(conf Config) *Service {
 	s.replica = replica.New(replica.Config{
 		Store: s.store, Replicas: s.replicas, Cluster: routing{s}, Peers: conf.Peers, Interval: conf.ReplicateInterval,
 		Intake: s.Intake(), Now: s.now, Logger: s.log,
-		Registerer: conf.Registerer,
+		Registerer: conf.Registerer, Heirs: &s.without,
 	})
 	return s
 }
