@@ -21,7 +21,8 @@ import (
 // node that gains keys from a member still in the ring decides their
 // checks only once that member has said it is done (HandOffDone with the
 // new ring's ID, sent after each of its rounds of hand-off), or Config.Wait
-// has passed, whichever comes first. Keys gained from a member that has
+// has passed, whichever comes first; a check waits no later than halfway
+// to its deadline besides (see waitUntil). Keys gained from a member that has
 // gone are not waited for: a member that leaves gracefully hands its
 // counters over before it leaves (see cmd/rlnode's shutdown), and a
 // crashed one has nothing to send.
@@ -136,18 +137,20 @@ const maxDoneSenders = 4096
 // Await returns once key's counter is here, as far as this node can tell:
 // at once unless, in ring r, this node owns key and waits for the member
 // that held it (see the comment on waits), then when that member is done,
-// Config.Wait has passed, or ctx ends. r is the ring the caller routed key
+// the wait has expired, or ctx ends. r is the ring the caller routed key
 // by; a ring older than the cluster's current one waits as the current one
 // does. It reports whether key's counter is late: the wait for it expired
-// and its member has not said it is done since.
+// and its member has not said it is done since. One check waits at most
+// until waitUntil says, however many rings it waits through.
 func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) (late bool) {
-	return n.await(ctx, r, key, nil)
+	var began time.Time
+	return n.await(ctx, r, key, &began)
 }
 
 // AwaitCounter is Await, then, for a counter Await reports late, waits for
 // the member it is late from to say it is done after all (awaitArrival),
 // unless keepWaiting says that member would not (the service suspects
-// it); the second wait ends, at the latest, Config.Wait after the check
+// it); the second wait ends, as the first, by waitUntil from when the check
 // began to wait. It reports whether key's counter is late still.
 func (n *Node) AwaitCounter(ctx context.Context, r *ring.Ring, key string, keepWaiting func(from ring.Member) bool) (late bool) {
 	var began time.Time
@@ -160,23 +163,55 @@ func (n *Node) AwaitCounter(ctx context.Context, r *ring.Ring, key string, keepW
 	return n.awaitArrival(ctx, r, key, began)
 }
 
-// await is Await; if began is not nil, it sets *began to when it began to
-// wait, unless it returned at once.
+// waitUntil is when a check that began to wait for its counter at began
+// stops waiting: Config.Wait after, or halfway from began to ctx's
+// deadline if that comes first. The other half is for deciding the check
+// and for the answer's way back: a forwarded check carries its sender's
+// deadline, and a sender that gives up on an owner that is only slow (a
+// node that has just joined, on a busy machine, works out its waits, pulls
+// and takes its counters all at once) suspects it and has the check
+// decided again by the key's heir, which holds no counter for a key that
+// is changing hands. A check whose wait ends so is decided as one whose
+// wait expired: late.
+func (n *Node) waitUntil(ctx context.Context, began time.Time) time.Time {
+	until := began.Add(n.wait)
+	if deadline, ok := ctx.Deadline(); ok {
+		if half := began.Add(deadline.Sub(began) / 2); half.Before(until) {
+			until = half
+		}
+	}
+	return until
+}
+
+// await is Await. It sets *began to when the check began to wait, if it
+// was zero and there may be something to wait for.
 func (n *Node) await(ctx context.Context, r *ring.Ring, key string, began *time.Time) (late bool) {
 	if n.wait <= 0 {
 		return false
 	}
 	p := -1
+	var expire *time.Timer // the check's own bound (waitUntil), set on its first wait
+	defer func() {
+		if expire != nil {
+			expire.Stop()
+		}
+	}()
+	expiry := func() <-chan time.Time {
+		if expire == nil {
+			expire = time.NewTimer(time.Until(n.waitUntil(ctx, *began)))
+		}
+		return expire.C
+	}
 	for {
 		w := n.waits.Load()
 		if w.ring != r {
 			w = n.waitsFor(r)
 		}
-		if began != nil && began.IsZero() && (!w.joined || w.open.Load() != 0 || w.late.Load() != 0 || w.orphans != nil) {
+		if began.IsZero() && (!w.joined || w.open.Load() != 0 || w.late.Load() != 0 || w.orphans != nil) {
 			*began = time.Now() // time is read only when there may be something to wait for
 		}
 		if !w.joined && w.ring.Len() <= 1 { // see awaitJoin
-			switch n.awaitJoin(ctx, w.ring) {
+			switch n.awaitJoin(ctx, w.ring, expiry()) {
 			case joinedRing:
 				if r = n.cluster.Ring(); r == w.ring {
 					return false // it has joined only itself: alone in truth
@@ -208,6 +243,9 @@ func (n *Node) await(ctx context.Context, r *ring.Ring, key string, began *time.
 		}
 		select { // watches ctx: a stream's next requests need not wait for this one (mux.Serve)
 		case <-s.done:
+		case <-expiry():
+			n.metrics.waits.WithLabelValues("expired").Inc()
+			return true // this check's own wait has expired: it is decided as late
 		case <-ctx.Done():
 			n.metrics.waits.WithLabelValues("canceled").Inc()
 			return false // the check is not decided: its client has gone
@@ -237,23 +275,21 @@ const joinPoll = 10 * time.Millisecond
 
 // awaitJoin waits, for a check decided here while this node has not
 // joined the cluster and its ring holds only itself, until the cluster's
-// ring is another than alone (gossip has told it of the others), at most
-// Config.Wait, or ctx ends. Such a node owns every key, but the others
+// ring is another than alone (gossip has told it of the others), expire
+// fires (the check's wait has expired: see waitUntil), or ctx ends. Such a node owns every key, but the others
 // hold their counters; they see it join, and forward checks to it, a
 // moment before it has their ring. A check decided on that ring would
 // start from an empty counter; decided on the ring it joins, it waits for
 // the counter's true holder as any other (see the comment on waits).
 // The ring is polled: a node learns of its first members at start-up
 // only, before it answers anyone, so the polling lasts that moment.
-func (n *Node) awaitJoin(ctx context.Context, alone *ring.Ring) int {
-	expire := time.NewTimer(n.wait)
-	defer expire.Stop()
+func (n *Node) awaitJoin(ctx context.Context, alone *ring.Ring, expire <-chan time.Time) int {
 	poll := time.NewTicker(joinPoll)
 	defer poll.Stop()
 	for n.cluster.Ring() == alone && !n.cluster.Ready() {
 		select {
 		case <-poll.C:
-		case <-expire.C:
+		case <-expire:
 			return joinExpired
 		case <-ctx.Done():
 			return joinGaveUp
@@ -291,10 +327,9 @@ func (n *Node) Pending(r *ring.Ring, key string) (ring.Member, bool) {
 // awaitArrival waits, for a key whose counter Await has just reported
 // late, until the member it is late from says it is done after all (the
 // counter, sent before the word, is then here), or ctx ends, or the wait
-// reaches its bound: Config.Wait after began, when the check began to
-// wait for the counter (a check that has waited out Config.Wait in Await
-// does not wait again), or halfway from now to ctx's deadline, which
-// leaves the rest for the answer's way back, whichever comes first. It
+// reaches its bound, waitUntil from began, when the check began to wait
+// for the counter: a check that has waited out its bound in Await does
+// not wait again. It
 // reports whether the counter is late still. The service calls it when it
 // knows the counter has left that member, or may have: the member
 // answered a pull that it does not hold the counter, or a check was
@@ -307,10 +342,7 @@ func (n *Node) awaitArrival(ctx context.Context, r *ring.Ring, key string, began
 	if n.wait <= 0 {
 		return false
 	}
-	d := time.Until(began.Add(n.wait))
-	if deadline, ok := ctx.Deadline(); ok {
-		d = min(d, time.Until(deadline)/2)
-	}
+	d := time.Until(n.waitUntil(ctx, began))
 	var expire <-chan time.Time // nil: no time left to wait
 	if d > 0 {
 		timer := time.NewTimer(d)

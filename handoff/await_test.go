@@ -263,15 +263,61 @@ func TestAwaitReturnsWhenTheCallerGivesUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n, m, _ := awaitNode("c", "a", "b", "c")
 		r := m.Ring()
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		defer cancel()
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(time.Second, cancel)
 		start := time.Now()
-		n.Await(ctx, r, keyOf(t, r, "c", r.Without("c"), "a"))
+		if late := n.Await(ctx, r, keyOf(t, r, "c", r.Without("c"), "a")); late {
+			t.Error("a check whose caller gave up is reported late")
+		}
 		if time.Since(start) != time.Second {
 			t.Errorf("returned after %v, want when the caller's context ended (1s)", time.Since(start))
 		}
 		if got := testutil.ToFloat64(n.metrics.waits.WithLabelValues("canceled")); got != 1 {
 			t.Errorf("waits canceled = %v, want 1", got)
+		}
+	})
+}
+
+// A check waits for its counter at most halfway to its deadline, however
+// many waits it goes through (the ring it joins, then the key's previous
+// owner, then that member's word after all), so that it is decided, as
+// late, while its sender still waits for the answer. Before, a check
+// forwarded to a node that had just joined waited out its sender's
+// deadline (2s) on a busy machine; the sender then suspected the node and
+// had the check decided again by the key's heir, on no counter (a scale
+// run admitted a key's 300th hit twice so).
+func TestAWaitEndsHalfwayToItsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, m, _ := awaitNode("c", "a", "b", "c")
+		r := m.Ring()
+		key := keyOf(t, r, "c", r.Without("c"), "b")
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		start := time.Now()
+		if late := n.AwaitCounter(ctx, r, key, func(ring.Member) bool { return true }); !late || time.Since(start) != 500*time.Millisecond {
+			t.Errorf("a 1s deadline, no word from b: late %v after %v; want late after 500ms", late, time.Since(start))
+		}
+		if got := testutil.ToFloat64(n.metrics.waits.WithLabelValues("expired")); got != 1 {
+			t.Errorf("waits expired = %v, want 1", got)
+		}
+		if got := testutil.ToFloat64(n.metrics.waits.WithLabelValues("canceled")); got != 0 {
+			t.Errorf("waits canceled = %v, want 0: the check's own bound ended it", got)
+		}
+		returned := awaiting(t.Context(), n, r, key)
+		stillWaiting(t, returned, "one check's bound ended the wait of the checks after it; only the node's wait (a minute) does")
+		n.HandOffDone("b", r.ID())
+		returnedNow(t, returned, "b's word did not release the check after it")
+
+		n, m = joiningNode()
+		alone := m.Ring()
+		full := ringOf("a", "b", "c")
+		key = keyOf(t, full, "c", full.Without("c"), "b")
+		ctx, cancel = context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		time.AfterFunc(3*time.Second, func() { m.ring.Store(full) }) // it joins after 3s; b says nothing
+		start = time.Now()
+		if late := n.AwaitCounter(ctx, alone, key, func(ring.Member) bool { return true }); !late || time.Since(start) != 5*time.Second {
+			t.Errorf("joined after 3s, a 10s deadline, no word from b: late %v after %v; want late after 5s in all", late, time.Since(start))
 		}
 	})
 }
