@@ -263,6 +263,34 @@ func (n *Node) await(ctx context.Context, r *ring.Ring, key string, began *time.
 	}
 }
 
+// AwaitJoin returns once this node has joined the cluster, for a check
+// that comes before it has (see awaitJoin), and at once otherwise, so that
+// the caller routes the check by the ring it joins: there, a check whose
+// counter another member holds is pulled from it (see package service's
+// plan), where one routed by the ring of this node alone would wait for
+// that member's word without a pull, and be decided on no counter should
+// the word be slow. It waits at most until waitUntil says from now, or
+// until ctx ends.
+func (n *Node) AwaitJoin(ctx context.Context) {
+	if n.wait <= 0 {
+		return
+	}
+	r := n.cluster.Ring()
+	if r.Len() > 1 {
+		return
+	}
+	w := n.waits.Load()
+	if w.ring != r {
+		w = n.waitsFor(r)
+	}
+	if w.joined {
+		return
+	}
+	expire := time.NewTimer(time.Until(n.waitUntil(ctx, time.Now())))
+	defer expire.Stop()
+	n.awaitJoin(ctx, r, expire.C)
+}
+
 // How awaitJoin ended.
 const (
 	joinedRing  = iota // the cluster's ring has changed

@@ -497,6 +497,36 @@ func TestANodeNotJoinedYetWaitsForTheRing(t *testing.T) {
 	})
 }
 
+// AwaitJoin holds a check that comes before the node has joined until it
+// has, so that the check is routed by the ring it joins; at once on a node
+// that has joined, and at most halfway to the check's deadline.
+func TestAwaitJoin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, m := joiningNode()
+		full := ringOf("a", "b", "c")
+		time.AfterFunc(time.Second-joinPoll/2, func() { m.ring.Store(full) }) // seen at the next poll, at 1s
+		start := time.Now()
+		n.AwaitJoin(t.Context())
+		if time.Since(start) != time.Second {
+			t.Errorf("returned after %v, want once the node had the ring it joins (1s)", time.Since(start))
+		}
+		m.joining.Store(false)
+		start = time.Now()
+		if n.AwaitJoin(t.Context()); time.Since(start) != 0 {
+			t.Errorf("a node that has joined held a check %v, want not at all", time.Since(start))
+		}
+
+		n, _ = joiningNode()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		start = time.Now()
+		n.AwaitJoin(ctx)
+		if time.Since(start) != 5*time.Second {
+			t.Errorf("no ring came, a 10s deadline: returned after %v, want 5s", time.Since(start))
+		}
+	})
+}
+
 func TestAwaitWithoutWait(t *testing.T) {
 	m := newMembers("c", "a", "b", "c")
 	n := New(Config{Store: limiter.New(limiter.Config{}), Cluster: m, MaxClockSkew: time.Second})

@@ -44,6 +44,9 @@ type fakeCluster struct {
 	// onRing, if set, is called as node name reads its ring: a test can
 	// hold a call of it there, mid-way through what it is doing.
 	onRing func(name string)
+	// joining holds the names (keys; any value) of nodes that have not
+	// joined yet: their Ready reports false.
+	joining sync.Map
 }
 
 type fakeMember struct {
@@ -61,7 +64,10 @@ func (m fakeMember) Ring() *ring.Ring {
 	return m.c.ring
 }
 func (m fakeMember) LocalMember() ring.Member { return m.self }
-func (fakeMember) Ready() bool                { return true }
+func (m fakeMember) Ready() bool {
+	_, joining := m.c.joining.Load(m.self.Name)
+	return !joining
+}
 
 // fakeForwardDeadline is the fake's forward deadline, peer.Pool's default.
 const fakeForwardDeadline = 2 * time.Second

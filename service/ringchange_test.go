@@ -620,6 +620,42 @@ func TestJoinedOwnerAnswersWithinItsSendersDeadline(t *testing.T) {
 	})
 }
 
+// TestACheckBeforeTheJoinIsPulledOnceJoined: a check forwarded to a node
+// that has not joined yet (the others see it join a moment before it has
+// their ring) waits for the ring it joins and is routed by it: pulled from
+// the key's previous owner, which still holds the counter, spent. Before,
+// it was routed by the ring of the node alone, in which it waited for that
+// member's word without a pull, and was decided on no counter once its
+// wait ended (UNDER_LIMIT on a spent key).
+func TestACheckBeforeTheJoinIsPulledOnceJoined(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, svcs := newFakeClusterWith(3, func(int) Config { return Config{HandOffWait: time.Minute} })
+		full := c.ring
+		c.ring = full.Without("node-2")
+		key, _ := keyMovingTo(t, full, c.ring, "node-2")
+		item := &pb.CheckItem{Name: "api", Key: key, Limit: 5, DurationMs: 3_600_000}
+		spendAll(t, svcs[0], item)
+		c.joining.Store("node-2", true)
+		startAlone(c, svcs[2], 2)
+		c.views.Store("node-2", ring.New(ring.Member{Name: "node-2", PeerAddr: "peer-2"})) // alone, until gossip brings the ring
+		c.ring = full                                                                      // the others see node-2 join
+
+		time.AfterFunc(95*time.Millisecond, func() { // node-2 gets their ring, and sees it at its next look (every 10ms), at 100ms
+			c.views.Delete("node-2")
+			c.joining.Delete("node-2")
+			svcs[2].RingChanged()
+		})
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		r := svcs[2].Owner().Forwarded(ctx, []*pb.CheckRequest{{Requests: []*pb.CheckItem{item}}})[0].Responses[0]
+		if r.Status != pb.Status_OVER_LIMIT || time.Since(start) != 100*time.Millisecond {
+			t.Errorf("a check of a spent key that came before the join: %v %q after %v; want OVER_LIMIT once joined, after 100ms",
+				r.Status, r.Error, time.Since(start))
+		}
+	})
+}
+
 // TestJoinedOwnerDoesNotPullFromASuspect: a new owner pulls a key's
 // checks from its previous owner, after its wait has expired too, but not
 // while it suspects that member (a pull found it frozen): a pull, as any

@@ -398,6 +398,7 @@ func (s *Service) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckRes
 	if err != nil {
 		return nil, err
 	}
+	s.handoff.AwaitJoin(ctx) // a node that has not joined yet routes by the ring it joins
 	c.ring = s.ring()
 	ps := c.pendings()
 	for j := range ps {
