@@ -22,8 +22,8 @@ import (
 // checks only once that member has said it is done (HandOffDone with the
 // new ring's ID, sent after each of its rounds of hand-off), or Config.Wait
 // has passed, whichever comes first; a check waits no later than halfway
-// to its deadline besides (see waitUntil). Keys gained from a member that has
-// gone are not waited for: a member that leaves gracefully hands its
+// to its deadline besides (see waitUntil). Keys gained from a member that
+// has gone are not waited for: a member that leaves gracefully hands its
 // counters over before it leaves (see cmd/rlnode's shutdown), and a
 // crashed one has nothing to send.
 //
@@ -304,9 +304,9 @@ const joinPoll = 10 * time.Millisecond
 // awaitJoin waits, for a check decided here while this node has not
 // joined the cluster and its ring holds only itself, until the cluster's
 // ring is another than alone (gossip has told it of the others), expire
-// fires (the check's wait has expired: see waitUntil), or ctx ends. Such a node owns every key, but the others
-// hold their counters; they see it join, and forward checks to it, a
-// moment before it has their ring. A check decided on that ring would
+// fires (the check's wait has expired: see waitUntil), or ctx ends. Such
+// a node owns every key, but the others hold their counters; they see it
+// join, and forward checks to it, a moment before it has their ring. A check decided on that ring would
 // start from an empty counter; decided on the ring it joins, it waits for
 // the counter's true holder as any other (see the comment on waits).
 // The ring is polled: a node learns of its first members at start-up
@@ -357,8 +357,7 @@ func (n *Node) Pending(r *ring.Ring, key string) (ring.Member, bool) {
 // counter, sent before the word, is then here), or ctx ends, or the wait
 // reaches its bound, waitUntil from began, when the check began to wait
 // for the counter: a check that has waited out its bound in Await does
-// not wait again. It
-// reports whether the counter is late still. The service calls it when it
+// not wait again. It reports whether the counter is late still. The service calls it when it
 // knows the counter has left that member, or may have: the member
 // answered a pull that it does not hold the counter, or a check was
 // relayed here (see package service's decideHere); a check decided then,
