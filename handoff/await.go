@@ -151,14 +151,14 @@ func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) (late bool) 
 // the member it is late from to say it is done after all (awaitArrival),
 // unless keepWaiting says that member would not (the service suspects
 // it); the second wait ends, as the first, by waitUntil from when the check
-// began to wait. It reports whether key's counter is late still.
-func (n *Node) AwaitCounter(ctx context.Context, r *ring.Ring, key string, keepWaiting func(from ring.Member) bool) (late bool) {
-	var began time.Time
+// began to wait: began, if it waited already (AwaitJoin), else when it
+// begins here. It reports whether key's counter is late still.
+func (n *Node) AwaitCounter(ctx context.Context, r *ring.Ring, key string, began time.Time, keepWaiting func(from ring.Member) bool) (late bool) {
 	if !n.await(ctx, r, key, &began) {
 		return false
 	}
-	if from, ok := n.Pending(r, key); ok && !keepWaiting(from) {
-		return true
+	if from, ok := n.Pending(r, key); !ok || !keepWaiting(from) {
+		return true // no member to hear from (the key was gained from a member that has gone, or this node has not joined), or one not to wait for
 	}
 	return n.awaitArrival(ctx, r, key, began)
 }
@@ -270,25 +270,28 @@ func (n *Node) await(ctx context.Context, r *ring.Ring, key string, began *time.
 // plan), where one routed by the ring of this node alone would wait for
 // that member's word without a pull, and be decided on no counter should
 // the word be slow. It waits at most until waitUntil says from now, or
-// until ctx ends.
-func (n *Node) AwaitJoin(ctx context.Context) {
+// until ctx ends, and returns when it began to wait (zero if it did not),
+// for AwaitCounter: the check's waits share one bound.
+func (n *Node) AwaitJoin(ctx context.Context) (began time.Time) {
 	if n.wait <= 0 {
-		return
+		return time.Time{}
 	}
 	r := n.cluster.Ring()
 	if r.Len() > 1 {
-		return
+		return time.Time{}
 	}
 	w := n.waits.Load()
 	if w.ring != r {
 		w = n.waitsFor(r)
 	}
 	if w.joined {
-		return
+		return time.Time{}
 	}
-	expire := time.NewTimer(time.Until(n.waitUntil(ctx, time.Now())))
+	began = time.Now()
+	expire := time.NewTimer(time.Until(n.waitUntil(ctx, began)))
 	defer expire.Stop()
 	n.awaitJoin(ctx, r, expire.C)
+	return began
 }
 
 // How awaitJoin ended.

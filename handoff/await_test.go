@@ -294,7 +294,7 @@ func TestAWaitEndsHalfwayToItsDeadline(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		start := time.Now()
-		if late := n.AwaitCounter(ctx, r, key, func(ring.Member) bool { return true }); !late || time.Since(start) != 500*time.Millisecond {
+		if late := n.AwaitCounter(ctx, r, key, time.Time{}, func(ring.Member) bool { return true }); !late || time.Since(start) != 500*time.Millisecond {
 			t.Errorf("a 1s deadline, no word from b: late %v after %v; want late after 500ms", late, time.Since(start))
 		}
 		if got := testutil.ToFloat64(n.metrics.waits.WithLabelValues("expired")); got != 1 {
@@ -316,7 +316,7 @@ func TestAWaitEndsHalfwayToItsDeadline(t *testing.T) {
 		defer cancel()
 		time.AfterFunc(3*time.Second, func() { m.ring.Store(full) }) // it joins after 3s; b says nothing
 		start = time.Now()
-		if late := n.AwaitCounter(ctx, alone, key, func(ring.Member) bool { return true }); !late || time.Since(start) != 5*time.Second {
+		if late := n.AwaitCounter(ctx, alone, key, time.Time{}, func(ring.Member) bool { return true }); !late || time.Since(start) != 5*time.Second {
 			t.Errorf("joined after 3s, a 10s deadline, no word from b: late %v after %v; want late after 5s in all", late, time.Since(start))
 		}
 	})
@@ -516,13 +516,17 @@ func TestAwaitJoin(t *testing.T) {
 			t.Errorf("a node that has joined held a check %v, want not at all", time.Since(start))
 		}
 
-		n, _ = joiningNode()
+		n, m = joiningNode()
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		start = time.Now()
-		n.AwaitJoin(ctx)
-		if time.Since(start) != 5*time.Second {
-			t.Errorf("no ring came, a 10s deadline: returned after %v, want 5s", time.Since(start))
+		began := n.AwaitJoin(ctx)
+		if time.Since(start) != 5*time.Second || !began.Equal(start) {
+			t.Errorf("no ring came, a 10s deadline: returned after %v, began %v; want 5s, began at once", time.Since(start), began.Sub(start))
+		}
+		key := keyOf(t, full, "c", full.Without("c"), "b")
+		if late := n.AwaitCounter(ctx, m.Ring(), key, began, func(ring.Member) bool { return true }); !late || time.Since(start) != 5*time.Second {
+			t.Errorf("the counter's wait after the join's ran out: late %v after %v in all; want late, no second wait", late, time.Since(start))
 		}
 	})
 }

@@ -79,7 +79,7 @@ func (o Owner) Relayed(ctx context.Context, reqs []*pb.CheckRequest) []*pb.Check
 func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, mayRelay, held bool) (out []*pb.CheckResponse, notHeld bool) {
 	out = make([]*pb.CheckResponse, len(reqs))
 	self := s.cluster.LocalMember()
-	s.handoff.AwaitJoin(ctx) // a node that has not joined yet routes by the ring it joins
+	began := s.handoff.AwaitJoin(ctx) // a node that has not joined yet routes by the ring it joins
 	r := s.ring()
 	for i, req := range reqs {
 		c, err := s.prepare(req)
@@ -90,7 +90,7 @@ func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, mayRel
 			}
 			continue
 		}
-		c.ring = r
+		c.ring, c.began = r, began
 		if held {
 			c.onlyHeld()
 		}

@@ -248,7 +248,7 @@ func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes 
 			s.replica.PromoteKey(r) // relayed here as the key's heir: its owner cannot be reached (see replan)
 			r.StandIn = s.noteStandIn(c, ps[k].j)
 		}
-		if s.handoff.AwaitCounter(ctx, c.ring, r.Key, s.mayAnswer) { // its counter may be on its way here
+		if s.handoff.AwaitCounter(ctx, c.ring, r.Key, c.began, s.mayAnswer) { // its counter may be on its way here
 			r.StandIn = true
 		}
 	}

@@ -321,6 +321,10 @@ func (s *Service) Leave() {
 // requests (see send).
 type call struct {
 	ring  *ring.Ring // the ring the checks' owners were looked up in
+	// began is when its checks began to wait for this node to join
+	// (handoff.Node.AwaitJoin), or zero: their waits for their counters
+	// end by the same bound.
+	began time.Time
 	items []*pb.CheckItem
 	all   bool
 	// notHeld says a check of c, to be decided only on a counter held
@@ -398,7 +402,7 @@ func (s *Service) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckRes
 	if err != nil {
 		return nil, err
 	}
-	s.handoff.AwaitJoin(ctx) // a node that has not joined yet routes by the ring it joins
+	c.began = s.handoff.AwaitJoin(ctx) // a node that has not joined yet routes by the ring it joins
 	c.ring = s.ring()
 	ps := c.pendings()
 	for j := range ps {
