@@ -320,7 +320,7 @@ func (s *Service) Leave() {
 // goroutines that send its checks to other nodes read only their own
 // requests (see send).
 type call struct {
-	ring  *ring.Ring // the ring the checks' owners were looked up in
+	ring *ring.Ring // the ring the checks' owners were looked up in
 	// began is when its checks began to wait for this node to join
 	// (handoff.Node.AwaitJoin), or zero: their waits for their counters
 	// end by the same bound.
