@@ -2,6 +2,7 @@ package handoff
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -142,25 +143,38 @@ const maxDoneSenders = 4096
 // does. It reports whether key's counter is late: the wait for it expired
 // and its member has not said it is done since. One check waits at most
 // until waitUntil says, however many rings it waits through.
+//
+// A wait that reaches halfway to the check's deadline (see waitUntil)
+// reports the counter late here: Await's callers (a lease's reports, a
+// reservation's settlement) take it as they take an expired wait.
 func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) (late bool) {
 	var began time.Time
-	return n.await(ctx, r, key, &began)
+	late, err := n.await(ctx, r, key, &began)
+	return late || err != nil
 }
+
+// ErrNoTime is AwaitCounter's answer for a check whose wait for its
+// counter reached halfway to its deadline (see waitUntil) while the
+// counter's previous owner had not said it was done: the check is not
+// decided, and nothing is charged for it.
+var ErrNoTime = errors.New("its wait for the key's counter, still on its way from the key's previous owner, reached halfway to its deadline: not decided")
 
 // AwaitCounter is Await, then, for a counter Await reports late, waits for
 // the member it is late from to say it is done after all (awaitArrival),
 // unless keepWaiting says that member would not (the service suspects
 // it); the second wait ends, as the first, by waitUntil from when the check
 // began to wait: began, if it waited already (AwaitJoin), else when it
-// begins here. It reports whether key's counter is late still.
-func (n *Node) AwaitCounter(ctx context.Context, r *ring.Ring, key string, began time.Time, keepWaiting func(from ring.Member) bool) (late bool) {
-	if !n.await(ctx, r, key, &began) {
-		return false
+// begins here. It reports whether key's counter is late still, or
+// ErrNoTime for a check whose first wait reached halfway to its deadline.
+func (n *Node) AwaitCounter(ctx context.Context, r *ring.Ring, key string, began time.Time, keepWaiting func(from ring.Member) bool) (late bool, err error) {
+	late, err = n.await(ctx, r, key, &began)
+	if !late || err != nil {
+		return false, err
 	}
-	if from, ok := n.Pending(r, key); !ok || !keepWaiting(from) {
-		return true // no member to hear from (the key was gained from a member that has gone, or this node has not joined), or one not to wait for
+	if from, ok := n.Pending(r, key); ok && !keepWaiting(from) {
+		return true, nil
 	}
-	return n.awaitArrival(ctx, r, key, began)
+	return n.awaitArrival(ctx, r, key, began), nil
 }
 
 // waitUntil is when a check that began to wait for its counter at began
@@ -171,26 +185,31 @@ func (n *Node) AwaitCounter(ctx context.Context, r *ring.Ring, key string, began
 // node that has just joined, on a busy machine, works out its waits, pulls
 // and takes its counters all at once) suspects it and has the check
 // decided again by the key's heir, which holds no counter for a key that
-// is changing hands. A check whose wait ends so is decided as one whose
-// wait expired: late.
-func (n *Node) waitUntil(ctx context.Context, began time.Time) time.Time {
-	until := began.Add(n.wait)
+// is changing hands. byDeadline says the deadline set the bound: a check
+// whose first wait ends so is answered ErrNoTime (AwaitCounter), not
+// decided on a counter without what is on its way; one whose wait for
+// the word again ends so is decided as late (awaitArrival).
+func (n *Node) waitUntil(ctx context.Context, began time.Time) (until time.Time, byDeadline bool) {
+	until = began.Add(n.wait)
 	if deadline, ok := ctx.Deadline(); ok {
 		if half := began.Add(deadline.Sub(began) / 2); half.Before(until) {
-			until = half
+			return half, true
 		}
 	}
-	return until
+	return until, false
 }
 
-// await is Await. It sets *began to when the check began to wait, if it
-// was zero and there may be something to wait for.
-func (n *Node) await(ctx context.Context, r *ring.Ring, key string, began *time.Time) (late bool) {
+// await is Await, but for a check whose own bound (waitUntil) ends its
+// wait by its deadline, for which it returns ErrNoTime. It sets *began to
+// when the check began to wait, if it was zero and there may be something
+// to wait for.
+func (n *Node) await(ctx context.Context, r *ring.Ring, key string, began *time.Time) (late bool, err error) {
 	if n.wait <= 0 {
-		return false
+		return false, nil
 	}
 	p := -1
 	var expire *time.Timer // the check's own bound (waitUntil), set on its first wait
+	var byDeadline bool
 	defer func() {
 		if expire != nil {
 			expire.Stop()
@@ -198,9 +217,18 @@ func (n *Node) await(ctx context.Context, r *ring.Ring, key string, began *time.
 	}()
 	expiry := func() <-chan time.Time {
 		if expire == nil {
-			expire = time.NewTimer(time.Until(n.waitUntil(ctx, *began)))
+			var until time.Time
+			until, byDeadline = n.waitUntil(ctx, *began)
+			expire = time.NewTimer(time.Until(until))
 		}
 		return expire.C
+	}
+	expired := func() (bool, error) {
+		n.metrics.waits.WithLabelValues("expired").Inc()
+		if byDeadline {
+			return false, ErrNoTime
+		}
+		return true, nil
 	}
 	for {
 		w := n.waits.Load()
@@ -214,41 +242,39 @@ func (n *Node) await(ctx context.Context, r *ring.Ring, key string, began *time.
 			switch n.awaitJoin(ctx, w.ring, expiry()) {
 			case joinedRing:
 				if r = n.cluster.Ring(); r == w.ring {
-					return false // it has joined only itself: alone in truth
+					return false, nil // it has joined only itself: alone in truth
 				}
 				continue
 			case joinExpired:
-				n.metrics.waits.WithLabelValues("expired").Inc()
-				return true
+				return expired()
 			default:
 				n.metrics.waits.WithLabelValues("canceled").Inc()
-				return false
+				return false, nil
 			}
 		}
 		if w.open.Load() == 0 && w.late.Load() == 0 && w.orphans == nil {
-			return false
+			return false, nil
 		}
 		if p < 0 {
 			p = ring.Partition(key)
 		}
 		if _, orphan := w.orphans[p]; orphan {
-			return true
+			return true, nil
 		}
 		if w.parts == nil || w.parts[p] == nil {
-			return false
+			return false, nil
 		}
 		s := w.parts[p]
 		if s.released() {
-			return s.isLate()
+			return s.isLate(), nil
 		}
 		select { // watches ctx: a stream's next requests need not wait for this one (mux.Serve)
 		case <-s.done:
 		case <-expiry():
-			n.metrics.waits.WithLabelValues("expired").Inc()
-			return true // this check's own wait has expired: it is decided as late
+			return expired() // this check's own wait has ended
 		case <-ctx.Done():
 			n.metrics.waits.WithLabelValues("canceled").Inc()
-			return false // the check is not decided: its client has gone
+			return false, nil // the check is not decided: its client has gone
 		}
 		if next := n.waits.Load(); next != w {
 			r = next.ring // a newer ring released the wait: wait as it says
@@ -259,7 +285,7 @@ func (n *Node) await(ctx context.Context, r *ring.Ring, key string, began *time.
 		} else {
 			n.metrics.waits.WithLabelValues("done").Inc()
 		}
-		return s.isLate()
+		return s.isLate(), nil
 	}
 }
 
@@ -288,7 +314,8 @@ func (n *Node) AwaitJoin(ctx context.Context) (began time.Time) {
 		return time.Time{}
 	}
 	began = time.Now()
-	expire := time.NewTimer(time.Until(n.waitUntil(ctx, began)))
+	until, _ := n.waitUntil(ctx, began)
+	expire := time.NewTimer(time.Until(until))
 	defer expire.Stop()
 	n.awaitJoin(ctx, r, expire.C)
 	return began
@@ -372,7 +399,8 @@ func (n *Node) awaitArrival(ctx context.Context, r *ring.Ring, key string, began
 	if n.wait <= 0 {
 		return false
 	}
-	d := time.Until(n.waitUntil(ctx, began))
+	until, _ := n.waitUntil(ctx, began)
+	d := time.Until(until)
 	var expire <-chan time.Time // nil: no time left to wait
 	if d > 0 {
 		timer := time.NewTimer(d)

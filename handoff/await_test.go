@@ -2,6 +2,7 @@ package handoff
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -280,8 +281,9 @@ func TestAwaitReturnsWhenTheCallerGivesUp(t *testing.T) {
 
 // A check waits for its counter at most halfway to its deadline, however
 // many waits it goes through (the ring it joins, then the key's previous
-// owner, then that member's word after all), so that it is decided, as
-// late, while its sender still waits for the answer. Before, a check
+// owner), and is then answered ErrNoTime, not decided, while its sender
+// still waits for the answer: deciding it on a counter without what is on
+// its way could admit over the limit. Before, a check
 // forwarded to a node that had just joined waited out its sender's
 // deadline (2s) on a busy machine; the sender then suspected the node and
 // had the check decided again by the key's heir, on no counter (a scale
@@ -294,8 +296,8 @@ func TestAWaitEndsHalfwayToItsDeadline(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		start := time.Now()
-		if late := n.AwaitCounter(ctx, r, key, time.Time{}, func(ring.Member) bool { return true }); !late || time.Since(start) != 500*time.Millisecond {
-			t.Errorf("a 1s deadline, no word from b: late %v after %v; want late after 500ms", late, time.Since(start))
+		if late, err := n.AwaitCounter(ctx, r, key, time.Time{}, func(ring.Member) bool { return true }); late || !errors.Is(err, ErrNoTime) || time.Since(start) != 500*time.Millisecond {
+			t.Errorf("a 1s deadline, no word from b: late %v, %v after %v; want ErrNoTime after 500ms", late, err, time.Since(start))
 		}
 		if got := testutil.ToFloat64(n.metrics.waits.WithLabelValues("expired")); got != 1 {
 			t.Errorf("waits expired = %v, want 1", got)
@@ -316,8 +318,14 @@ func TestAWaitEndsHalfwayToItsDeadline(t *testing.T) {
 		defer cancel()
 		time.AfterFunc(3*time.Second, func() { m.ring.Store(full) }) // it joins after 3s; b says nothing
 		start = time.Now()
-		if late := n.AwaitCounter(ctx, alone, key, time.Time{}, func(ring.Member) bool { return true }); !late || time.Since(start) != 5*time.Second {
-			t.Errorf("joined after 3s, a 10s deadline, no word from b: late %v after %v; want late after 5s in all", late, time.Since(start))
+		if late, err := n.AwaitCounter(ctx, alone, key, time.Time{}, func(ring.Member) bool { return true }); late || !errors.Is(err, ErrNoTime) || time.Since(start) != 5*time.Second {
+			t.Errorf("joined after 3s, a 10s deadline, no word from b: late %v, %v after %v; want ErrNoTime after 5s in all", late, err, time.Since(start))
+		}
+
+		n, _, _ = awaitNode("c", "a", "b", "c") // no deadline: the node's wait, a minute, and then late
+		start = time.Now()
+		if late, err := n.AwaitCounter(t.Context(), r, key, time.Time{}, func(ring.Member) bool { return true }); !late || err != nil || time.Since(start) != time.Minute {
+			t.Errorf("no deadline, no word from b: late %v, %v after %v; want late after a minute", late, err, time.Since(start))
 		}
 	})
 }
@@ -525,8 +533,8 @@ func TestAwaitJoin(t *testing.T) {
 			t.Errorf("no ring came, a 10s deadline: returned after %v, began %v; want 5s, began at once", time.Since(start), began.Sub(start))
 		}
 		key := keyOf(t, full, "c", full.Without("c"), "b")
-		if late := n.AwaitCounter(ctx, m.Ring(), key, began, func(ring.Member) bool { return true }); !late || time.Since(start) != 5*time.Second {
-			t.Errorf("the counter's wait after the join's ran out: late %v after %v in all; want late, no second wait", late, time.Since(start))
+		if _, err := n.AwaitCounter(ctx, m.Ring(), key, began, func(ring.Member) bool { return true }); !errors.Is(err, ErrNoTime) || time.Since(start) != 5*time.Second {
+			t.Errorf("the counter's wait after the join's ran out: %v after %v in all; want ErrNoTime, no second wait", err, time.Since(start))
 		}
 	})
 }

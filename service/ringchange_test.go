@@ -600,22 +600,29 @@ func TestJoinedOwnerChargesNothingForAGoneSender(t *testing.T) {
 
 // TestJoinedOwnerAnswersWithinItsSendersDeadline: a forwarded check that
 // waits at the new owner for its counter waits at most halfway to its
-// sender's deadline, and is then decided, as a stand-in's, so that its
-// answer reaches the sender in time: a sender that gives up on an owner
-// only slow suspects it, and has the check decided again by the key's
-// heir, which holds no counter for a key changing hands (a scale run
-// admitted a key's 300th hit twice so). Before, it waited out the
-// deadline and was answered unavailable.
+// sender's deadline, and is then answered unavailable, charging nothing,
+// so that the answer reaches the sender in time: a sender that gives up
+// on an owner only slow suspects it, and has the check decided again by
+// the key's heir, which holds no counter for a key changing hands (a
+// scale run admitted a key's 300th hit twice so). Deciding it there, on
+// a counter without what is on its way, could admit over the limit.
+// Before, it waited out the deadline.
 func TestJoinedOwnerAnswersWithinItsSendersDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		_, svcs, item, _ := joined(t, 2*time.Second)
-		other := &pb.CheckItem{Name: "other", Key: item.Key, Limit: item.Limit, DurationMs: item.DurationMs} // not held by node-<prev>: it answers a pull "not here"
+		_, svcs, item, prev := joined(t, 2*time.Second)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		start := time.Now()
-		r := svcs[2].Owner().Forwarded(ctx, []*pb.CheckRequest{{Requests: []*pb.CheckItem{other}}})[0].Responses[0]
-		if r.Error != "" || r.Status != pb.Status_UNDER_LIMIT || time.Since(start) != 500*time.Millisecond {
-			t.Errorf("a check with a 1s deadline, its counter late: %v %q after %v; want UNDER_LIMIT after 500ms", r.Status, r.Error, time.Since(start))
+		r := svcs[2].Owner().Relayed(ctx, []*pb.CheckRequest{{Requests: []*pb.CheckItem{item}}})[0].Responses[0] // relayed: it waits, no pull
+		if !strings.Contains(r.Error, "unavailable") || time.Since(start) != 500*time.Millisecond {
+			t.Errorf("a check with a 1s deadline, its counter on its way: %v %q after %v; want unavailable after 500ms", r.Status, r.Error, time.Since(start))
+		}
+		if n := svcs[2].store.Len(); n != 0 {
+			t.Errorf("node-2 holds %d counters, want none: nothing charged for the check", n)
+		}
+		svcs[prev].HandOff(t.Context())
+		if r := check(t, svcs[0], item); r.Status != pb.Status_OVER_LIMIT {
+			t.Errorf("the key spent before the join, after the hand-off: %v, want OVER_LIMIT", r.Status)
 		}
 	})
 }

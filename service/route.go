@@ -239,23 +239,41 @@ func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes 
 	if len(ks) == 0 {
 		return nil
 	}
+	waited := ks[:0] // those still to decide, in place: waited never passes the check being read
+	var noTime error
 	for _, k := range ks {
 		r := &c.reqs[ps[k].j]
 		if c.behavior(ps[k].j) == pb.Behavior_LOCAL {
+			waited = append(waited, k)
 			continue
 		}
 		if routes[k].landed {
 			s.replica.PromoteKey(r) // relayed here as the key's heir: its owner cannot be reached (see replan)
 			r.StandIn = s.noteStandIn(c, ps[k].j)
 		}
-		if s.handoff.AwaitCounter(ctx, c.ring, r.Key, c.began, s.mayAnswer) { // its counter may be on its way here
-			r.StandIn = true
+		late, err := s.handoff.AwaitCounter(ctx, c.ring, r.Key, c.began, s.mayAnswer) // its counter may be on its way here
+		if err != nil { // no time left to wait for it: answered, not decided
+			noTime = fmt.Errorf("%w: %w", checks.ErrUnavailable, err)
+			c.results[c.pos[ps[k].j]] = errorResult(noTime)
+			continue
 		}
+		r.StandIn = r.StandIn || late
+		waited = append(waited, k)
+	}
+	ks = waited
+	if noTime != nil && c.all { // an all-or-nothing request is never split
+		for _, k := range ks {
+			c.results[c.pos[ps[k].j]] = errorResult(noTime)
+		}
+		return nil
 	}
 	if ctx.Err() != nil { // its sender gave up while they waited, and may have had them decided elsewhere
 		for _, k := range ks {
 			c.results[c.pos[ps[k].j]] = goneResult(ctx)
 		}
+		return nil
+	}
+	if len(ks) == 0 {
 		return nil
 	}
 	s.deciding.RLock() // Leave waits for these decisions, or they see it
