@@ -252,7 +252,7 @@ func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes 
 			r.StandIn = s.noteStandIn(c, ps[k].j)
 		}
 		late, err := s.handoff.AwaitCounter(ctx, c.ring, r.Key, c.began, s.mayAnswer) // its counter may be on its way here
-		if err != nil { // no time left to wait for it: answered, not decided
+		if err != nil {                                                               // no time left to wait for it: answered, not decided
 			noTime = fmt.Errorf("%w: %w", checks.ErrUnavailable, err)
 			c.results[c.pos[ps[k].j]] = errorResult(noTime)
 			continue
