@@ -251,8 +251,10 @@ func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes 
 			s.replica.PromoteKey(r) // relayed here as the key's heir: its owner cannot be reached (see replan)
 			r.StandIn = s.noteStandIn(c, ps[k].j)
 		}
-		late, err := s.handoff.AwaitCounter(ctx, c.ring, r.Key, c.began, s.mayAnswer) // its counter may be on its way here
-		if err != nil {                                                               // no time left to wait for it: answered, not decided
+		// Its counter may be on its way here; with no time left to wait
+		// for it, it is answered, not decided.
+		late, err := s.handoff.AwaitCounter(ctx, c.ring, r.Key, c.began, s.mayAnswer)
+		if err != nil {
 			noTime = fmt.Errorf("%w: %w", checks.ErrUnavailable, err)
 			c.results[c.pos[ps[k].j]] = errorResult(noTime)
 			continue
