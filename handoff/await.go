@@ -336,9 +336,10 @@ const joinPoll = 10 * time.Millisecond
 // ring is another than alone (gossip has told it of the others), expire
 // fires (the check's wait has expired: see waitUntil), or ctx ends. Such
 // a node owns every key, but the others hold their counters; they see it
-// join, and forward checks to it, a moment before it has their ring. A check decided on that ring would
-// start from an empty counter; decided on the ring it joins, it waits for
-// the counter's true holder as any other (see the comment on waits).
+// join, and forward checks to it, a moment before it has their ring. A
+// check decided on that ring would start from an empty counter; decided
+// on the ring it joins, it waits for the counter's true holder as any
+// other (see the comment on waits).
 // The ring is polled: a node learns of its first members at start-up
 // only, before it answers anyone, so the polling lasts that moment.
 func (n *Node) awaitJoin(ctx context.Context, alone *ring.Ring, expire <-chan time.Time) int {
@@ -387,12 +388,12 @@ func (n *Node) Pending(r *ring.Ring, key string) (ring.Member, bool) {
 // counter, sent before the word, is then here), or ctx ends, or the wait
 // reaches its bound, waitUntil from began, when the check began to wait
 // for the counter: a check that has waited out its bound in Await does
-// not wait again. It reports whether the counter is late still. The service calls it when it
-// knows the counter has left that member, or may have: the member
-// answered a pull that it does not hold the counter, or a check was
-// relayed here (see package service's decideHere); a check decided then,
-// on the part of the counter that has arrived, could admit what the
-// part on its way has already spent. A key gained from a member gone from
+// not wait again. It reports whether the counter is late still. The
+// service calls it when it knows the counter has left that member, or may
+// have: the member answered a pull that it does not hold the counter, or a
+// check was relayed here (see package service's decideHere); a check
+// decided then, on the part of the counter that has arrived, could admit
+// what the part on its way has already spent. A key gained from a member gone from
 // the ring is late at once: nothing is on its way from a member that
 // crashed, and one beyond a partition sends nothing until the heal.
 func (n *Node) awaitArrival(ctx context.Context, r *ring.Ring, key string, began time.Time) (late bool) {

@@ -132,9 +132,9 @@ type Node struct {
 	promoteMu sync.Mutex            // one promotion at a time
 
 	heirs heirs // of the ring of the last round; used by Replicate only
-	// without builds heirs' rings (Config.Heirs).
-	without *ring.Heirs
-	synced  atomic.Int64 // Unix ns at which the last round that delivered every batch began
+	// ringCache builds heirs' rings (Config.Heirs).
+	ringCache *ring.Heirs
+	synced    atomic.Int64 // Unix ns at which the last round that delivered every batch began
 }
 
 // rings are the ring of the last promotion and the ring before it, whose
@@ -154,9 +154,9 @@ type heirs struct {
 func New(conf Config) *Node {
 	n := &Node{store: conf.Store, replicas: conf.Replicas, cluster: conf.Cluster, peers: conf.Peers,
 		interval: conf.Interval, intake: conf.Intake, now: conf.Now, log: conf.Logger, changed: make(chan struct{}, 1),
-		without: conf.Heirs}
-	if n.without == nil {
-		n.without = &ring.Heirs{}
+		ringCache: conf.Heirs}
+	if n.ringCache == nil {
+		n.ringCache = &ring.Heirs{}
 	}
 	if n.now == nil {
 		n.now = time.Now
@@ -275,7 +275,7 @@ func (n *Node) follow(r *ring.Ring, self string) {
 		return
 	}
 	old := n.heirs
-	n.heirs = heirs{of: r, without: n.without.Without(r, self)}
+	n.heirs = heirs{of: r, without: n.ringCache.Without(r, self)}
 	moved := make([]bool, ring.PartitionCount)
 	for p := range moved {
 		was, _ := old.without.PartitionOwner(p)
