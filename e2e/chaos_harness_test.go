@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -177,6 +178,12 @@ func (c *chaosCluster) add() *chaosNode {
 	clientIP := fmt.Sprintf("%s%d", c.cprefix, 10+i)
 	cn.node = &node{name: short + "." + c.headless, http: clientIP + ":8080", grpc: clientIP + ":8081"}
 	t.Cleanup(func() {
+		if d := os.Getenv("RINGLIMIT_CHAOS_LOGS"); d != "" {
+			all, _ := exec.Command("docker", "logs", cn.container).CombinedOutput()
+			if err := os.WriteFile(filepath.Join(d, cn.container+".log"), all, 0o644); err != nil {
+				t.Logf("keeping the log of %s: %v", cn.container, err)
+			}
+		}
 		if t.Failed() {
 			logs, _ := exec.Command("docker", "logs", "--tail", "30", cn.container).CombinedOutput()
 			t.Logf("docker logs %s:\n%s", cn.container, logs)
@@ -284,14 +291,14 @@ type admission struct {
 	decidedBy   string
 }
 
-// over returns the keys that admitted more than chaosLimit, each with its
+// over returns the keys that admitted more than bound, each with its
 // admissions.
-func (l *chaosLoad) over() []string {
+func (l *chaosLoad) over(bound int) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []string
 	for k, n := range l.byKey {
-		if n.admitted > chaosLimit {
+		if n.admitted > bound {
 			lines := make([]string, len(l.admissions[k]))
 			for i, a := range l.admissions[k] {
 				lines[i] = fmt.Sprintf("%d at %s (%s), sent to %s, decided_by %q", i+1, a.at.UTC().Format("15:04:05.000"), a.phase, a.node, a.decidedBy)
@@ -434,14 +441,14 @@ func (l *chaosLoad) minAnswered(t *testing.T, i int, share float64) {
 // most a key admitted.
 func (l *chaosLoad) perSide(t *testing.T, sides int) int {
 	t.Helper()
+	if over := l.over(sides * chaosLimit); len(over) > 0 {
+		errorf(t, "more than the limit %d once for each of %d sides:\n\t%s", chaosLimit, sides, strings.Join(over, "\n\t"))
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	most := 0
-	for k, n := range l.byKey {
+	for _, n := range l.byKey {
 		most = max(most, n.admitted)
-		if n.admitted > sides*chaosLimit {
-			errorf(t, "key %d admitted %d, more than its limit %d once for each of %d sides", k, n.admitted, chaosLimit, sides)
-		}
 	}
 	return most
 }

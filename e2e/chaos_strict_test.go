@@ -39,6 +39,6 @@ func (l *chaosLoad) strict(t *testing.T) {
 	t.Logf("strict mode: %d over the exact limit summed over keys (bound 0); %d checks refused from escrow; admitted %d of an exact %d (%+.2f%%)",
 		over, escrow, got, exact, 100*float64(got-exact)/float64(max(exact, 1)))
 	if over != 0 {
-		errorf(t, "strict mode admitted %d over the exact limit, want 0:\n\t%s", over, strings.Join(l.over(), "\n\t"))
+		errorf(t, "strict mode admitted %d over the exact limit, want 0:\n\t%s", over, strings.Join(l.over(chaosLimit), "\n\t"))
 	}
 }

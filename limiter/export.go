@@ -381,8 +381,13 @@ const (
 // none). A counter both sides hold adds the hits a stand-in charged at
 // most up to what the stand-in's state still holds charged at now (hits
 // whose effect has passed there are not charged again), and at most to
-// empty (a counter holds no debt); they are charged as if at now, which
-// errs towards refusing. The states then merge as above, so a merge never
+// empty (a counter holds no debt) under the limit the merged counter
+// keeps, the later evaluation's: a stand-in decides on a share of the
+// limit while it still sees the owner (the service's fallback) and on the
+// whole limit once its ring drops the owner, so the counter a check made
+// meanwhile may be under the whole limit and the other used up under the
+// share, which would leave no room under it for the meanwhile hits. They
+// are charged as if at now, which errs towards refusing. The states then merge as above, so a merge never
 // refills a counter.
 func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter, now int64, room bool, mode mergeMode) error {
 	var s S
@@ -445,19 +450,23 @@ func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter, now int64, room
 // stand-in hits), is the key's counter here.
 func (t *table[S, P]) meet(idx int32, s *S, c *Counter, now int64, mode mergeMode) {
 	e := &t.entries[idx]
+	kept := t.limit(e) // the limit the merged counter keeps (see merge)
+	if c.Last >= e.last {
+		kept = c.Limit
+	}
 	mine, standingIn := t.standIns[idx]
 	switch {
 	case c.StandInHits > 0 && mode == mergeMeet:
 		at := max(now, c.Last, e.last)
-		n := min(c.StandInHits, spent[S, P](s, at, c.Limit), P(&e.state).Check(time.Unix(0, at), t.limit(e), 0).Remaining)
+		n := min(c.StandInHits, spent[S, P](s, at, c.Limit), P(&e.state).Check(time.Unix(0, at), kept, 0).Remaining)
 		if n > 0 {
-			t.take(idx, false, at, t.limit(e), n, false)
+			t.take(idx, false, at, kept, n, false)
 		}
 	case standingIn:
 		at := max(now, c.Last, e.last)
-		n := min(mine, spent[S, P](&e.state, at, t.limit(e)), P(s).Check(time.Unix(0, at), c.Limit, 0).Remaining)
+		n := min(mine, spent[S, P](&e.state, at, t.limit(e)), P(s).Check(time.Unix(0, at), kept, 0).Remaining)
 		if n > 0 {
-			P(s).Take(time.Unix(0, at), c.Limit, n)
+			P(s).Take(time.Unix(0, at), kept, n)
 		}
 		if mode == mergeMeet || mode == mergeBack && c.StandInHits == 0 {
 			delete(t.standIns, idx)

@@ -260,3 +260,58 @@ func collect(seq func(func(Counter) bool)) []Counter {
 	}
 	return out
 }
+
+// TestStandInHitsUnderTheLaterLimit: a stand-in decides a key first on
+// its share of the limit (the service's fallback: limit / members) and,
+// once its ring drops the owner, on the whole limit, on the same counter.
+// Two counters of the key that meet under two such limits, one charged
+// under the share and one later under the whole, add their hits under the
+// limit the merged counter keeps (the later one), not under the share the
+// other was charged by, which the share's hits had used up: a counter put
+// back after a hand-off round failed (Restore), beside one made under the
+// whole limit while it was away, lost the hits made meanwhile, and so did
+// a stand-in's counter arriving at another stand-in's (mergeMeet). After
+// the merge the key admits no more than one counter that decided every hit
+// in order would (for a sliding log or a window, exactly the limit less
+// all of them; a bucket charged full under the share is empty under the
+// whole limit too).
+func TestStandInHitsUnderTheLaterLimit(t *testing.T) {
+	share := algorithms.Limit{Count: 10, Period: time.Hour}
+	whole := algorithms.Limit{Count: 40, Period: time.Hour}
+	decide := func(s *Store, a Algorithm, l algorithms.Limit, hits int, at time.Duration) {
+		for range hits {
+			s.Decide(&Request{Name: "llm", Key: "k", Algorithm: a, Limit: l, Hits: 1, Now: t0.Add(at), StandIn: true})
+		}
+	}
+	left := func(s *Store, a Algorithm) int64 {
+		return s.Check(&Request{Name: "llm", Key: "k", Algorithm: a, Limit: whole, Now: t0.Add(time.Second)}).Remaining
+	}
+	for _, a := range summed {
+		t.Run(a.String(), func(t *testing.T) {
+			one := New(Config{}) // one counter deciding every hit in order
+			decide(one, a, share, 10, 0)
+			decide(one, a, whole, 5, time.Millisecond)
+			want := left(one, a)
+			if a == SlidingLog && want != 40-15 {
+				t.Fatalf("one counter: %d left, want %d", want, 40-15)
+			}
+
+			back := New(Config{})
+			decide(back, a, share, 10, 0)
+			away := collect(back.Extract(func(string) bool { return true }))
+			decide(back, a, whole, 5, time.Millisecond) // while its counter was away
+			back.Restore(away)
+			if got := left(back, a); got > want {
+				t.Errorf("restored beside a counter made meanwhile under the whole limit: %d left, want at most %d", got, want)
+			}
+
+			here, arriving := New(Config{}), New(Config{})
+			decide(here, a, share, 10, 0)
+			decide(arriving, a, whole, 5, time.Millisecond)
+			move(t, arriving, here, "k", t0.Add(time.Second))
+			if got := left(here, a); got > want {
+				t.Errorf("a stand-in's counter under the whole limit met one under the share: %d left, want at most %d", got, want)
+			}
+		})
+	}
+}
