@@ -72,6 +72,25 @@ const keepGone = 5 * time.Minute
 // its last GLOBAL report, which must not be refused.
 const LeftGrace = 2 * time.Minute
 
+// FailGrace is how long a member that gossip declares dead, or that
+// left, stays in the ring: a ring change is taken back only by another,
+// and each moves keys. A network heal brings such declarations that
+// gossip takes back within a fraction of a second: a member that was
+// suspect through a partition is declared dead once its suspicion times
+// out, though it answers again (it had not heard it was suspect, and so
+// had not refuted it), and refutes as soon as it hears. Dropped from the
+// ring meanwhile, it took its keys from this node's ring for that
+// moment: this node decided them on counters it no longer held, having
+// handed them to that member, and admitted them afresh (the chaos
+// partition scenario: one to three checks over a key's bound). A member
+// that is really gone loses its keys FailGrace later; until then the
+// checks sent to it fail over to their heirs, as they do while gossip
+// has not yet declared it dead. A member that leaves is kept as long: it
+// relays what reaches it meanwhile to the keys' new owners until it
+// closes its peer port, and once it has, its keys fail over to their
+// heirs, the new owners, which hold the counters it handed them.
+const FailGrace = time.Second
+
 // Config configures a Cluster. Only NodeName and PeerAddr are required.
 type Config struct {
 	// NodeName is this node's unique name in the cluster.
@@ -677,6 +696,12 @@ func (c *Cluster) rebuild(ctx context.Context) {
 			info.PeerAddr = withHost(m.Peer, n.ip)
 			info.GRPCAddr = withHost(m.GRPC, n.ip)
 			info.HTTPAddr = withHost(m.HTTP, n.ip)
+		}
+		if info.State != Alive && err == nil && ctx != nil && now.Sub(n.change) < FailGrace && old.ring.Has(n.name) {
+			// Declared dead only just now: kept in the ring for FailGrace
+			// (the others see it dead all the same, and check it as any
+			// member they cannot reach).
+			members = append(members, ring.Member{Name: n.name, PeerAddr: info.PeerAddr, GRPCAddr: info.GRPCAddr})
 		}
 		if info.State == Alive {
 			switch {

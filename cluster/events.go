@@ -74,10 +74,14 @@ func (e *events) record(n *memberlist.Node, alive bool) {
 		alive: alive,
 	}
 	e.mu.Lock()
-	if old, ok := e.nodes[c.name]; ok && old.alive == c.alive {
+	old, known := e.nodes[c.name]
+	if known && old.alive == c.alive {
 		c.change = old.change
 	} else {
 		c.change = time.Now()
+	}
+	if known && old.alive && !alive {
+		time.AfterFunc(FailGrace, e.signal) // a rebuild then drops it from the ring (see FailGrace)
 	}
 	e.nodes[c.name] = c
 	if alive && e.merging != nil {

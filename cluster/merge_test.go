@@ -106,3 +106,67 @@ func TestAMergeHoldsTheRingUntilItIsWhole(t *testing.T) {
 		t.Fatal("a state of more than maxMergeNames nodes holds the ring")
 	}
 }
+
+// TestADeathTakenBackWithinTheGraceMovesNoKeys: a member gossip declares
+// dead stays in the ring for FailGrace, so that one that refutes it (a
+// heal's stale suspicion) moves no key; one still dead after FailGrace
+// leaves the ring then; one never in the ring is not brought into it by
+// being declared dead; and a node leaving (rebuild with no ctx) keeps
+// none.
+func TestADeathTakenBackWithinTheGraceMovesNoKeys(t *testing.T) {
+	c, err := New(Config{NodeName: "n", BindAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:1",
+		Memberlist: memberlist.DefaultLocalConfig(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rings []*ring.Ring
+	c.conf.OnChange = func(_, r *ring.Ring) { rings = append(rings, r) }
+	ctx := t.Context()
+	for i, name := range []string{"n", "a", "b"} {
+		c.events.NotifyJoin(gossiped(name, uint16(1+i)))
+	}
+	c.rebuild(ctx)
+	rings = nil
+
+	c.events.NotifyLeave(gossiped("a", 2))
+	c.rebuild(ctx)
+	c.events.NotifyJoin(gossiped("a", 2)) // it refuted its death
+	c.rebuild(ctx)
+	if len(rings) != 0 || !c.Ring().Has("a") {
+		t.Fatalf("declared dead and alive again within FailGrace: %d rings published, the ring %v; want none, a kept", len(rings), ringNames(c.Ring()))
+	}
+	if !c.Member("a") {
+		t.Fatal("a is no member after its refutation")
+	}
+
+	c.events.NotifyLeave(gossiped("b", 3))
+	c.rebuild(ctx)
+	if len(rings) != 0 {
+		t.Fatalf("a ring of %v published as b was declared dead, before FailGrace", ringNames(rings[0]))
+	}
+	if infos := c.Members(); !slices.ContainsFunc(infos, func(m MemberInfo) bool { return m.Name == "b" && m.State == Dead }) {
+		t.Errorf("members %v: want b reported dead during its grace", infos)
+	}
+	c.events.mu.Lock()
+	b := c.events.nodes["b"]
+	b.change = time.Now().Add(-FailGrace) // as if FailGrace had passed
+	c.events.nodes["b"] = b
+	c.events.mu.Unlock()
+	c.rebuild(ctx)
+	if want := []string{"a", "n"}; len(rings) != 1 || !slices.Equal(ringNames(rings[0]), want) {
+		t.Fatalf("after FailGrace: %d rings, the ring %v; want one, of %v", len(rings), ringNames(c.Ring()), want)
+	}
+
+	rings = nil
+	c.events.NotifyLeave(gossiped("stranger", 4)) // known only as dead
+	c.rebuild(ctx)
+	if len(rings) != 0 || c.Ring().Has("stranger") {
+		t.Fatalf("a node never in the ring, declared dead, made the ring %v", ringNames(c.Ring()))
+	}
+
+	c.events.NotifyLeave(gossiped("a", 2))
+	c.rebuild(nil) // this node leaving: its last ring is without it, and keeps no one in grace
+	if c.Ring().Has("a") {
+		t.Fatalf("leaving, the ring %v keeps a member declared dead", ringNames(c.Ring()))
+	}
+}
