@@ -40,11 +40,14 @@ func members(n *node) ([]member, error) {
 	return resp.Members, nil
 }
 
-// aliveNames returns the sorted names of the alive members.
+// aliveNames returns the sorted names of the alive members, and of those
+// declared dead that the node still routes to: a member stays in the ring
+// for cluster.FailGrace after gossip declares it dead (its share then
+// is not 0), so a membership has converged once the ring has dropped it.
 func aliveNames(ms []member) []string {
 	var names []string
 	for _, m := range ms {
-		if m.State == "alive" {
+		if m.State == "alive" || m.Share > 0 {
 			names = append(names, m.Name)
 		}
 	}
