@@ -106,19 +106,27 @@ func TestQuotaStreamsFreeTheirSlots(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if idle {
-					// The stream holds its slot once its first report is
-					// answered; the client reads on, and sends nothing more.
-					if err := s.Send(quotaReport(1)); err != nil {
-						t.Fatal(err)
-					}
-					if _, err := s.Recv(); err != nil {
-						t.Fatalf("an idle stream's first report: %v", err)
-					}
-				} else if err := s.Send(quotaReport(1000)); err != nil {
+				// The stream holds its slot once its first report is
+				// answered.
+				if err := s.Send(quotaReport(1)); err != nil {
 					t.Fatal(err)
 				}
+				if _, err := s.Recv(); err != nil {
+					t.Fatalf("stream %d's first report: %v", len(streams), err)
+				}
 				streams = append(streams, s)
+			}
+			// Only once all four hold their slots does any stop reading: a
+			// stream opened after the first was ended would find its
+			// connection closed and be retried by gRPC on a new one, where
+			// the slots not yet given back refuse it.
+			for _, s := range streams {
+				if idle {
+					continue // it reads on, and sends nothing more
+				}
+				if err := s.Send(quotaReport(1000)); err != nil {
+					t.Fatal(err)
+				}
 			}
 			quotaStreamsAccepted(t, grpcAddr, 4)
 			for i, s := range streams {
