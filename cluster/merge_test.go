@@ -19,6 +19,19 @@ func gossiped(name string, port uint16) *memberlist.Node {
 	return &memberlist.Node{Name: name, Addr: net.IPv4(127, 0, 0, 1), Port: port, Meta: m, State: memberlist.StateAlive}
 }
 
+// watched returns a cluster of node "n", not run, that appends each ring
+// it publishes to rings.
+func watched(t *testing.T, rings *[]*ring.Ring) *Cluster {
+	t.Helper()
+	c, err := New(Config{NodeName: "n", BindAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:1",
+		Memberlist: memberlist.DefaultLocalConfig(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.conf.OnChange = func(_, r *ring.Ring) { *rings = append(*rings, r) }
+	return c
+}
+
 // TestAMergeHoldsTheRingUntilItIsWhole: a join's state names every node
 // the other side knows (NotifyMerge); memberlist then reports them one at
 // a time, and a rebuild between two reports publishes no ring of some of
@@ -27,13 +40,8 @@ func gossiped(name string, port uint16) *memberlist.Node {
 // refused it) holds the ring no longer than mergeHold, or until this
 // node's join returns.
 func TestAMergeHoldsTheRingUntilItIsWhole(t *testing.T) {
-	c, err := New(Config{NodeName: "n", BindAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:1",
-		Memberlist: memberlist.DefaultLocalConfig(), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rings []*ring.Ring
-	c.conf.OnChange = func(_, r *ring.Ring) { rings = append(rings, r) }
+	c := watched(t, &rings)
 	ctx := t.Context()
 	self := gossiped("n", 1)
 	c.events.NotifyJoin(self)
@@ -114,13 +122,8 @@ func TestAMergeHoldsTheRingUntilItIsWhole(t *testing.T) {
 // being declared dead; and a node leaving (rebuild with no ctx) keeps
 // none.
 func TestADeathTakenBackWithinTheGraceMovesNoKeys(t *testing.T) {
-	c, err := New(Config{NodeName: "n", BindAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:1",
-		Memberlist: memberlist.DefaultLocalConfig(), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rings []*ring.Ring
-	c.conf.OnChange = func(_, r *ring.Ring) { rings = append(rings, r) }
+	c := watched(t, &rings)
 	ctx := t.Context()
 	for i, name := range []string{"n", "a", "b"} {
 		c.events.NotifyJoin(gossiped(name, uint16(1+i)))
