@@ -85,10 +85,10 @@ const LeftGrace = 2 * time.Minute
 // partition scenario: one to three checks over a key's bound). A member
 // that is really gone loses its keys FailGrace later; until then the
 // checks sent to it fail over to their heirs, as they do while gossip
-// has not yet declared it dead. A member that leaves is kept as long: it
-// relays what reaches it meanwhile to the keys' new owners until it
-// closes its peer port, and once it has, its keys fail over to their
-// heirs, the new owners, which hold the counters it handed them.
+// has not yet declared it dead. A member that leaves is kept as long
+// (memberlist does not tell its delegates a leave from a death): it keeps
+// its peer port open until the others have dropped it (package node's
+// shutdown), relaying what reaches it meanwhile to the keys' new owners.
 const FailGrace = time.Second
 
 // Config configures a Cluster. Only NodeName and PeerAddr are required.

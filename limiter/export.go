@@ -387,8 +387,8 @@ const (
 // whole limit once its ring drops the owner, so the counter a check made
 // meanwhile may be under the whole limit and the other used up under the
 // share, which would leave no room under it for the meanwhile hits. They
-// are charged as if at now, which errs towards refusing. The states then merge as above, so a merge never
-// refills a counter.
+// are charged as if at now, which errs towards refusing. The states then
+// merge as above, so a merge never refills a counter.
 func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter, now int64, room bool, mode mergeMode) error {
 	var s S
 	if err := P(&s).UnmarshalBinary(c.State); err != nil {
