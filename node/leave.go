@@ -69,6 +69,21 @@ func (n *Node) leave(ctx context.Context, parts loops) error {
 			leftAt = time.Now()
 			return err
 		}},
+		// The others keep a member that left in their rings for
+		// cluster.FailGrace after gossip tells them, and forward its keys
+		// here meanwhile: this node relays those to the keys' new owners
+		// while its peer port is open; closed, the others would fail them
+		// over to the heirs instead (the new owners, so exact, but each
+		// after a failed dial, and decided_by failover: a rolling restart
+		// of five showed 2,350 so). They may hand it counters meanwhile
+		// too (a round's strays, a stand-in's give-back), which the next
+		// step passes on, once no member routes here any more.
+		{"wait for the others to drop it", func(ctx context.Context) error {
+			if others {
+				waitUntil(ctx, leftAt.Add(cluster.FailGrace+leaveSpread))
+			}
+			return nil
+		}},
 		{"hand off counters that arrived meanwhile", func(ctx context.Context) error {
 			return handOffRest(ctx, n.svc, n.log, n.snaps != nil) // from others' hand-offs, before they saw this node leave
 		}},
@@ -81,19 +96,6 @@ func (n *Node) leave(ctx context.Context, parts loops) error {
 		// node still holds (refused, not delivered, or handed here by
 		// others as they stopped) join those handed off.
 		finishSnapshot,
-		// The others keep a member that left in their rings for
-		// cluster.FailGrace after gossip tells them, and forward its keys
-		// here meanwhile: this node relays those to the keys' new owners
-		// while its peer port is open; closed, the others would fail them
-		// over to the heirs instead (the new owners, so exact, but each
-		// after a failed dial, and decided_by failover: a rolling restart
-		// of five showed 2,350 so).
-		{"wait for the others to drop it", func(ctx context.Context) error {
-			if others {
-				waitUntil(ctx, leftAt.Add(cluster.FailGrace+leaveSpread))
-			}
-			return nil
-		}},
 		{"close the peer port", func(ctx context.Context) error {
 			n.peerFace.Drain()
 			stopGRPC(ctx, n.peerSrv)
