@@ -360,8 +360,9 @@ const (
 
 // merge folds c's state into its counter in t, part of shard sh of store,
 // inserting it if new; the counter keeps the more charged state, the later
-// Last and the limit of the later evaluation. When the two were evaluated
-// under different limits, the merged state is then clamped to the limit
+// Last and the limit of the later evaluation (but a stand-in's never
+// replaces the key's own counter's: see keptLimit). When the two were
+// evaluated under different limits, the merged state is then clamped to the limit
 // kept, as the next check with it would, so that a state charged under
 // another limit (a year-long one, say) cannot outlast it by arriving in a
 // hand-off. A state that does not decode changes nothing. With room, a
@@ -382,7 +383,7 @@ const (
 // most up to what the stand-in's state still holds charged at now (hits
 // whose effect has passed there are not charged again), and at most to
 // empty (a counter holds no debt) under the limit the merged counter
-// keeps, the later evaluation's: a stand-in decides on a share of the
+// keeps (keptLimit), not the other's: a stand-in decides on a share of the
 // limit while it still sees the owner (the service's fallback) and on the
 // whole limit once its ring drops the owner, so the counter a check made
 // meanwhile may be under the whole limit and the other used up under the
@@ -413,17 +414,19 @@ func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter, now int64, room
 	}
 	e := &t.entries[idx]
 	before := t.footprint(idx)
+	kept := c.Limit
+	if held {
+		kept = t.keptLimit(idx, c, mode)
+	}
+	twoLimits := t.limit(e) != kept || c.Limit != kept
 	if held && mode != mergeCopy {
-		t.meet(idx, &s, c, now, mode)
+		t.meet(idx, &s, c, now, mode, kept)
 	}
-	twoLimits := t.limit(e) != c.Limit
 	P(&e.state).Merge(s)
-	if c.Last >= e.last {
-		t.setLimit(e, c.Limit)
-	}
+	t.setLimit(e, kept)
 	e.last = max(e.last, c.Last)
 	if twoLimits {
-		P(&e.state).Clamp(time.Unix(0, e.last), t.limit(e))
+		P(&e.state).Clamp(time.Unix(0, e.last), kept)
 	}
 	if hits, ok := t.standIns[idx]; c.StandInHits > 0 && (!held || mode != mergeMeet || ok) {
 		// Counted apart here unless they were added to the key's own
@@ -448,12 +451,8 @@ func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter, now int64, room
 // (t.standIns) to s, arriving's decoded state, which then, if it is the
 // key's own (mergeMeet, or mergeBack of a counter that counts no
 // stand-in hits), is the key's counter here.
-func (t *table[S, P]) meet(idx int32, s *S, c *Counter, now int64, mode mergeMode) {
+func (t *table[S, P]) meet(idx int32, s *S, c *Counter, now int64, mode mergeMode, kept algorithms.Limit) {
 	e := &t.entries[idx]
-	kept := t.limit(e) // the limit the merged counter keeps (see merge)
-	if c.Last >= e.last {
-		kept = c.Limit
-	}
 	mine, standingIn := t.standIns[idx]
 	switch {
 	case c.StandInHits > 0 && mode == mergeMeet:
@@ -472,6 +471,33 @@ func (t *table[S, P]) meet(idx int32, s *S, c *Counter, now int64, mode mergeMod
 			delete(t.standIns, idx)
 		}
 	}
+}
+
+// keptLimit returns the limit the counter at idx keeps as c merges into
+// it: that of the later evaluation, but that a stand-in's limit (of a
+// counter that counts stand-in hits) never replaces the limit of the
+// key's own counter, in a merge that is not of copies. A stand-in's may
+// be a share of the key's (the service's fallback decides with limit /
+// members): the owner's counter, clamped to a share that came later,
+// forgot what it had admitted and admitted it again (the chaos partition
+// scenario: 125 on a bound of 120, after the heal). The key's next check
+// brings its limit, and a counter evaluated under another is clamped to
+// it then (see follow).
+func (t *table[S, P]) keptLimit(idx int32, c *Counter, mode mergeMode) algorithms.Limit {
+	e := &t.entries[idx]
+	if mode != mergeCopy {
+		_, standingIn := t.standIns[idx]
+		switch {
+		case c.StandInHits > 0 && !standingIn:
+			return t.limit(e)
+		case standingIn && c.StandInHits == 0:
+			return c.Limit
+		}
+	}
+	if c.Last >= e.last {
+		return c.Limit
+	}
+	return t.limit(e)
 }
 
 // spent returns the hits st holds charged at now (Unix ns) under l: how

@@ -274,7 +274,9 @@ func collect(seq func(func(Counter) bool)) []Counter {
 // the merge the key admits no more than one counter that decided every hit
 // in order would (for a sliding log or a window, exactly the limit less
 // all of them; a bucket charged full under the share is empty under the
-// whole limit too).
+// whole limit too). And the key's own counter meeting a stand-in's
+// charged later under the share keeps the whole limit: clamped to the
+// share, it had admitted again what it had admitted (keptLimit).
 func TestStandInHitsUnderTheLaterLimit(t *testing.T) {
 	share := algorithms.Limit{Count: 10, Period: time.Hour}
 	whole := algorithms.Limit{Count: 40, Period: time.Hour}
@@ -311,6 +313,19 @@ func TestStandInHitsUnderTheLaterLimit(t *testing.T) {
 			move(t, arriving, here, "k", t0.Add(time.Second))
 			if got := left(here, a); got > want {
 				t.Errorf("a stand-in's counter under the whole limit met one under the share: %d left, want at most %d", got, want)
+			}
+
+			// The key's own counter, 25 admitted under the whole limit,
+			// meets a stand-in's charged 6 under the share later: it keeps
+			// the whole limit, not the share it would be clamped to.
+			owner, standIn := New(Config{}), New(Config{})
+			for range 25 {
+				owner.Decide(&Request{Name: "llm", Key: "k", Algorithm: a, Limit: whole, Hits: 1, Now: t0})
+			}
+			decide(standIn, a, share, 6, time.Millisecond)
+			move(t, standIn, owner, "k", t0.Add(time.Second))
+			if got := left(owner, a); got > 40-25-6 {
+				t.Errorf("the owner's counter met a stand-in's under the share: %d left, want at most %d", got, 40-25-6)
 			}
 		})
 	}
