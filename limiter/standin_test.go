@@ -330,3 +330,24 @@ func TestStandInHitsUnderTheLaterLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestForgedStandInLimitKeepsTheOwners: a peer's record that claims
+// stand-in hits under another limit (one hit an hour), evaluated later
+// than the owner's counter, does not bring that limit onto the owner's
+// counter: clamped to it, the owner's counter would forget what it had
+// admitted, and the key admit it again.
+func TestForgedStandInLimitKeepsTheOwners(t *testing.T) {
+	l := algorithms.Limit{Count: 10, Period: time.Hour}
+	tiny := algorithms.Limit{Count: 1, Period: time.Hour}
+	for _, a := range summed {
+		t.Run(a.String(), func(t *testing.T) {
+			owner, forger := New(Config{}), New(Config{})
+			owner.Decide(&Request{Name: "llm", Key: "k", Algorithm: a, Limit: l, Hits: 8, Now: t0})
+			forger.Decide(&Request{Name: "llm", Key: "k", Algorithm: a, Limit: tiny, Hits: 1, Now: t0.Add(time.Second), StandIn: true})
+			move(t, forger, owner, "k", t0.Add(2*time.Second))
+			if got := owner.Check(&Request{Name: "llm", Key: "k", Algorithm: a, Limit: l, Now: t0.Add(3 * time.Second)}).Remaining; got > 2 {
+				t.Errorf("remaining %d after the forged record, want at most 2: the owner's 8 forgotten", got)
+			}
+		})
+	}
+}
