@@ -63,6 +63,9 @@ func (o *rawOp) read(fd uintptr) bool {
 		case syscall.EAGAIN:
 			return false
 		}
+		if errno != 0 {
+			n = 0 // read(2) returns -1 with its errno: no bytes, not a count
+		}
 		o.done, o.errno = int(n), errno
 		return true
 	}

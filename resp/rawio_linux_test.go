@@ -93,3 +93,35 @@ func TestRawConn(t *testing.T) {
 		t.Fatalf("Write after Close: %v, want net.ErrClosed", err)
 	}
 }
+
+// TestRawConnReset: a peer's reset (a close with SO_LINGER 0) is an error
+// of the next Read and Write, with no bytes counted: read(2) and write(2)
+// return -1 then, which was once handed to bufio as a count and panicked
+// the node ("bufio: reader returned negative count from Read").
+func TestRawConnReset(t *testing.T) {
+	server, client := tcpPair(t)
+	if _, err := client.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	if n, err := server.Read(buf); err != nil || n == 0 {
+		t.Fatalf("Read = %d, %v", n, err)
+	}
+	if _, err := server.Write([]byte("+PONG\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	client.(*net.TCPConn).SetLinger(0)
+	client.Close() // a reset, with the answer unread
+	for i := 0; i < 3; i++ {
+		n, err := server.Read(buf)
+		if n != 0 || err == nil {
+			t.Fatalf("Read after a reset = %d, %v; want 0 and an error", n, err)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		n, err := server.Write(buf)
+		if n < 0 || n > len(buf) || (err == nil && i > 0) {
+			t.Fatalf("Write after a reset = %d, %v", n, err)
+		}
+	}
+}

@@ -517,3 +517,33 @@ func TestShutdownClosesConnections(t *testing.T) {
 		t.Fatalf("after Shutdown: %d bytes, %v; want the connection closed", n, err)
 	}
 }
+
+// TestResetConnectionsLeaveTheServerServing: clients that reset their
+// connection (SO_LINGER 0) before a command, after one with its answer
+// unread, and in the middle of a command or a pipeline, end only their
+// own connection: the next client is served.
+func TestResetConnectionsLeaveTheServerServing(t *testing.T) {
+	s := startServer(t, newClock(), Config{})
+	for _, sent := range []string{
+		"",
+		"PING\r\n",
+		"*1\r\n$4\r\nPING\r\n",
+		"*5\r\n$11\r\nCL.THROTTLE\r\n$1\r\nk",
+		strings.Repeat("CL.THROTTLE r 5 10 60\r\n", 500),
+	} {
+		for range 20 {
+			conn := dial(t, s.addr)
+			conn.Write([]byte(sent))
+			conn.(*net.TCPConn).SetLinger(0)
+			conn.Close()
+		}
+		c := dial(t, s.addr)
+		c.Write([]byte("PING\r\n"))
+		got := make([]byte, 7)
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(c, got); err != nil || string(got) != "+PONG\r\n" {
+			t.Fatalf("after resets with %.20q sent: PING = %q, %v", sent, got, err)
+		}
+		c.Close()
+	}
+}
