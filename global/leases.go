@@ -26,6 +26,9 @@ type lease struct {
 	lessees map[Lessee]*lesseeAccount
 	rates   float64 // the sum of the lessees' demand, hits a second
 	debt    int64
+	// shares are the streams' rate shares (shares.go), made at sharesFrom.
+	shares     map[Lessee]*shareAccount
+	sharesFrom time.Time
 }
 
 // nodeLease is one node's account with the owner: what it was granted,
@@ -301,9 +304,10 @@ func (n *Node) Broadcast(ctx context.Context) {
 			if n.expire(sh, l, now) {
 				sh.dirty[k] = struct{}{} // the heir learns that the grants are freed
 			}
+			n.expireShares(sh, l, now)
 			_, busy := sh.dirty[k]
 			owner, ok := r.Owner(k.key)
-			if (ok && owner.Name != self) || (!busy && l.outstanding() == 0 && !l.wanted() && l.debt == 0) {
+			if (ok && owner.Name != self) || (!busy && l.outstanding() == 0 && !l.wanted() && l.debt == 0 && len(l.shares) == 0) {
 				sh.dropLease(k)
 			}
 		}

@@ -126,6 +126,11 @@ type LeaseReport struct {
 	// leaseRounds of the longer of the two, at most half the TTL, so that
 	// a lessee that reports seldom is not held to a sync round's demand.
 	Interval time.Duration
+	// Share asks for a rate share rather than a grant of hits (an Envoy
+	// stream: see shares.go); ShareRateMilli and ShareBurst are the share
+	// the lessee holds, as the owner last answered it.
+	Share                      bool
+	ShareRateMilli, ShareBurst int64
 }
 
 // LeaseGrant is the owner's answer to one LeaseReport: the account as it
@@ -149,6 +154,10 @@ type LeaseGrant struct {
 	// owner's decision of them.
 	Decided  bool
 	Decision algorithms.Decision
+	// Share answers a report with Share: the stream may admit ShareBurst
+	// at once and ShareRateMilli / 1000 hits a second after (shares.go).
+	Share                      bool
+	ShareRateMilli, ShareBurst int64
 }
 
 // lesseeAccount is one lessee's account of a counter this node owns.
@@ -188,7 +197,8 @@ func checkLeaseReport(rep *LeaseReport) error {
 	for _, f := range []struct {
 		name string
 		v    int64
-	}{{"epoch", rep.Epoch}, {"admitted", rep.Admitted}, {"acked", rep.Acked}, {"asked", rep.Asked}, {"granted", rep.Granted}, {"hits", rep.Request.Hits}} {
+	}{{"epoch", rep.Epoch}, {"admitted", rep.Admitted}, {"acked", rep.Acked}, {"asked", rep.Asked}, {"granted", rep.Granted}, {"hits", rep.Request.Hits},
+		{"share_rate_milli", rep.ShareRateMilli}, {"share_burst", rep.ShareBurst}} {
 		if err := field(f.name, f.v); err != nil {
 			return err
 		}
@@ -200,6 +210,10 @@ func checkLeaseReport(rep *LeaseReport) error {
 		return fmt.Errorf("asked: must be at least admitted (%d), got %d: %w", rep.Admitted, rep.Asked, ErrInvalidReport)
 	case rep.Request.Reset:
 		return fmt.Errorf("reset: not in a lease report: %w", ErrInvalidReport)
+	case rep.Share && rep.Request.Hits > 0:
+		return fmt.Errorf("hits: not with share: a share decides nothing at the owner: %w", ErrInvalidReport)
+	case !rep.Share && (rep.ShareRateMilli != 0 || rep.ShareBurst != 0):
+		return fmt.Errorf("share_rate_milli: only with share: %w", ErrInvalidReport)
 	case rep.Interval < 0:
 		return fmt.Errorf("interval: must not be negative, got %v: %w", rep.Interval, ErrInvalidReport)
 	}
@@ -255,6 +269,9 @@ func (n *Node) lend(lessee Lessee, rep *LeaseReport, now time.Time) LeaseGrant {
 	defer sh.mu.Unlock()
 	l := sh.lease(k, &r, now)
 	sh.dirty[k] = struct{}{}
+	if rep.Share {
+		return n.lendShare(sh, l, lessee, rep, now)
+	}
 	peek := l.req
 	peek.Now = r.Now
 	a, fresh, unused, err := n.account(sh, l, lessee, rep, now)
@@ -439,6 +456,9 @@ func (n *Node) expire(sh *shard, l *lease, now time.Time) bool {
 func (sh *shard) dropLease(k key) {
 	if l := sh.leases[k]; l != nil {
 		for lessee := range l.lessees {
+			sh.book.close(lessee)
+		}
+		for lessee := range l.shares {
 			sh.book.close(lessee)
 		}
 	}

@@ -199,7 +199,8 @@ func (n *Node) prepare(reports []*pb.LeaseReport) *call {
 			continue
 		}
 		c.reqs[i] = global.LeaseReport{Request: r, Epoch: rep.GetEpoch(), Admitted: rep.GetAdmitted(), Acked: rep.GetAcked(),
-			Asked: rep.GetAsked(), Granted: rep.GetGranted(), Release: rep.GetRelease(), Interval: time.Duration(rep.GetIntervalMs()) * time.Millisecond}
+			Asked: rep.GetAsked(), Granted: rep.GetGranted(), Release: rep.GetRelease(), Interval: time.Duration(rep.GetIntervalMs()) * time.Millisecond,
+			Share: rep.GetShare(), ShareRateMilli: rep.GetShareRateMilli(), ShareBurst: rep.GetShareBurst()}
 	}
 	return c
 }
@@ -291,7 +292,8 @@ func (n *Node) grant(r *limiter.Request, g global.LeaseGrant) *pb.LeaseGrant {
 	case g.Err != nil:
 		return refused(pb.ErrorCode_INTERNAL, g.Err)
 	}
-	out := &pb.LeaseGrant{Epoch: g.Epoch, Granted: g.Granted, Acked: g.Acked, TtlMs: g.TTL.Milliseconds(), State: &pb.CheckResult{}}
+	out := &pb.LeaseGrant{Epoch: g.Epoch, Granted: g.Granted, Acked: g.Acked, TtlMs: g.TTL.Milliseconds(), State: &pb.CheckResult{},
+		ShareRateMilli: g.ShareRateMilli, ShareBurst: g.ShareBurst}
 	peek := *r
 	peek.Hits = 0
 	n.conf.Result(out.State, &peek, algorithms.Decision{Allowed: true, Remaining: g.Remaining, ResetAfter: g.ResetAfter, RetryAfter: g.RetryAfter})

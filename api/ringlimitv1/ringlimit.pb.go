@@ -1295,9 +1295,18 @@ type LeaseReport struct {
 	// than the owner's --global-sync (an Envoy stream reports every
 	// reporting_interval): the owner tops the grant up to cover two of
 	// them, up to half the time-to-live. 0 means every --global-sync.
-	IntervalMs    int64 `protobuf:"varint,9,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	IntervalMs int64 `protobuf:"varint,9,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	// share: the lessee asks for a rate share of the limit rather than a
+	// grant of hits (an Envoy stream: docs/envoy.md); it admits at most
+	// share_burst at once and share_rate_milli / 1000 a second after. The
+	// two fields then say the share it holds, as the owner last answered,
+	// which an owner that did not answer it (a ring change) reserves as far
+	// as the limit allows. admitted and asked are counted as for a grant.
+	Share          bool  `protobuf:"varint,10,opt,name=share,proto3" json:"share,omitempty"`
+	ShareRateMilli int64 `protobuf:"varint,11,opt,name=share_rate_milli,json=shareRateMilli,proto3" json:"share_rate_milli,omitempty"`
+	ShareBurst     int64 `protobuf:"varint,12,opt,name=share_burst,json=shareBurst,proto3" json:"share_burst,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *LeaseReport) Reset() {
@@ -1393,6 +1402,27 @@ func (x *LeaseReport) GetIntervalMs() int64 {
 	return 0
 }
 
+func (x *LeaseReport) GetShare() bool {
+	if x != nil {
+		return x.Share
+	}
+	return false
+}
+
+func (x *LeaseReport) GetShareRateMilli() int64 {
+	if x != nil {
+		return x.ShareRateMilli
+	}
+	return 0
+}
+
+func (x *LeaseReport) GetShareBurst() int64 {
+	if x != nil {
+		return x.ShareBurst
+	}
+	return 0
+}
+
 type LeaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// grants answer the reports, in order.
@@ -1463,10 +1493,14 @@ type LeaseGrant struct {
 	// why (INVALID_ARGUMENT, naming the field; UNAVAILABLE when the node
 	// does not own the key, its owner cannot be reached, or a bound is
 	// full), and the other fields are unset.
-	Error         string    `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
-	ErrorCode     ErrorCode `protobuf:"varint,8,opt,name=error_code,json=errorCode,proto3,enum=ringlimit.v1.ErrorCode" json:"error_code,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Error     string    `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	ErrorCode ErrorCode `protobuf:"varint,8,opt,name=error_code,json=errorCode,proto3,enum=ringlimit.v1.ErrorCode" json:"error_code,omitempty"`
+	// share_rate_milli and share_burst answer a report with share: the
+	// stream's rate share, in thousandths of a hit a second, and its burst.
+	ShareRateMilli int64 `protobuf:"varint,9,opt,name=share_rate_milli,json=shareRateMilli,proto3" json:"share_rate_milli,omitempty"`
+	ShareBurst     int64 `protobuf:"varint,10,opt,name=share_burst,json=shareBurst,proto3" json:"share_burst,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *LeaseGrant) Reset() {
@@ -1555,6 +1589,20 @@ func (x *LeaseGrant) GetErrorCode() ErrorCode {
 	return ErrorCode_OK
 }
 
+func (x *LeaseGrant) GetShareRateMilli() int64 {
+	if x != nil {
+		return x.ShareRateMilli
+	}
+	return 0
+}
+
+func (x *LeaseGrant) GetShareBurst() int64 {
+	if x != nil {
+		return x.ShareBurst
+	}
+	return 0
+}
+
 var File_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_proto_rawDesc = "" +
@@ -1641,7 +1689,7 @@ const file_ringlimit_proto_rawDesc = "" +
 	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\"[\n" +
 	"\fLeaseRequest\x12\x16\n" +
 	"\x06lessee\x18\x01 \x01(\fR\x06lessee\x123\n" +
-	"\areports\x18\x02 \x03(\v2\x19.ringlimit.v1.LeaseReportR\areports\"\x81\x02\n" +
+	"\areports\x18\x02 \x03(\v2\x19.ringlimit.v1.LeaseReportR\areports\"\xe2\x02\n" +
 	"\vLeaseReport\x12+\n" +
 	"\x04item\x18\x01 \x01(\v2\x17.ringlimit.v1.CheckItemR\x04item\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x1a\n" +
@@ -1652,9 +1700,14 @@ const file_ringlimit_proto_rawDesc = "" +
 	"\arelease\x18\a \x01(\bR\arelease\x12\x12\n" +
 	"\x04hits\x18\b \x01(\x03R\x04hits\x12\x1f\n" +
 	"\vinterval_ms\x18\t \x01(\x03R\n" +
-	"intervalMs\"A\n" +
+	"intervalMs\x12\x14\n" +
+	"\x05share\x18\n" +
+	" \x01(\bR\x05share\x12(\n" +
+	"\x10share_rate_milli\x18\v \x01(\x03R\x0eshareRateMilli\x12\x1f\n" +
+	"\vshare_burst\x18\f \x01(\x03R\n" +
+	"shareBurst\"A\n" +
 	"\rLeaseResponse\x120\n" +
-	"\x06grants\x18\x01 \x03(\v2\x18.ringlimit.v1.LeaseGrantR\x06grants\"\x9d\x02\n" +
+	"\x06grants\x18\x01 \x03(\v2\x18.ringlimit.v1.LeaseGrantR\x06grants\"\xe8\x02\n" +
 	"\n" +
 	"LeaseGrant\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x18\n" +
@@ -1665,7 +1718,11 @@ const file_ringlimit_proto_rawDesc = "" +
 	"\adecided\x18\x06 \x01(\v2\x19.ringlimit.v1.CheckResultR\adecided\x12\x14\n" +
 	"\x05error\x18\a \x01(\tR\x05error\x126\n" +
 	"\n" +
-	"error_code\x18\b \x01(\x0e2\x17.ringlimit.v1.ErrorCodeR\terrorCode*\x7f\n" +
+	"error_code\x18\b \x01(\x0e2\x17.ringlimit.v1.ErrorCodeR\terrorCode\x12(\n" +
+	"\x10share_rate_milli\x18\t \x01(\x03R\x0eshareRateMilli\x12\x1f\n" +
+	"\vshare_burst\x18\n" +
+	" \x01(\x03R\n" +
+	"shareBurst*\x7f\n" +
 	"\tAlgorithm\x12\x10\n" +
 	"\fTOKEN_BUCKET\x10\x00\x12\b\n" +
 	"\x04GCRA\x10\x01\x12\x10\n" +
