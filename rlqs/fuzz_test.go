@@ -27,12 +27,17 @@ func FuzzValidate(f *testing.F) {
 		if proto.Unmarshal(data, &m) != nil {
 			return
 		}
-		got, us, err := validate(domain, &m)
-		if err != nil {
-			if !strings.Contains(err.Error(), ":") {
-				t.Fatalf("error %q names no field", err)
+		got, us, bad, err := validate(domain, &m)
+		for _, e := range append(bad, err) {
+			if e != nil && !strings.Contains(e.Error(), ":") {
+				t.Fatalf("error %q names no field", e)
 			}
+		}
+		if err != nil {
 			return
+		}
+		if len(us)+len(bad) != len(m.GetBucketQuotaUsages()) {
+			t.Fatalf("%d usages and %d ignored of %d", len(us), len(bad), len(m.GetBucketQuotaUsages()))
 		}
 		if got == "" || domain != "" && got != domain || len(us) > MaxUsagesPerMessage {
 			t.Fatalf("validate(%q) = %q, %d usages", domain, got, len(us))

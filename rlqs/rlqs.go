@@ -141,6 +141,15 @@ type Config struct {
 	// the send (by closing the connection) or the Envoy reads.
 	StreamSendTimeout, StreamIdleTimeout time.Duration
 	StreamEnded                          func(ctx context.Context, reason error)
+	// MaxBytes bounds the memory the streams hold (their buckets' ids and
+	// state, about streamBytes a stream): the node's share of
+	// --memory-limit. A bucket beyond it is abandoned, and counted
+	// (ringlimit_rlqs_refused_total{reason="memory"}); a stream beyond it
+	// is refused RESOURCE_EXHAUSTED. Zero means no bound but the counts.
+	MaxBytes int64
+	// UnknownDomain, if not nil, is told of each stream refused for a
+	// domain no policy file has (policy.Unknown.Saw).
+	UnknownDomain func(domain string)
 }
 
 // Server serves StreamRateLimitQuotas. It is safe for concurrent use and
@@ -155,6 +164,35 @@ type Server struct {
 	mu       sync.Mutex
 	streams  map[*stream]struct{}
 	draining bool
+	// bytes is what the streams hold, as Config.MaxBytes counts it.
+	bytes atomic.Int64
+}
+
+// What Config.MaxBytes counts: a stream's own state (its goroutines'
+// stacks and buffers), and each bucket's id (twice: the id, and its key on
+// the stream) with its entries' and the bucket's overhead.
+const (
+	streamBytes      = 16 << 10
+	bucketBytes      = 512
+	bucketEntryBytes = 64
+)
+
+// take counts n bytes of the streams' memory, or reports that they would
+// pass Config.MaxBytes.
+func (s *Server) take(n int64) bool {
+	if s.conf.MaxBytes <= 0 {
+		s.bytes.Add(n)
+		return true
+	}
+	for {
+		cur := s.bytes.Load()
+		if cur+n > s.conf.MaxBytes {
+			return false
+		}
+		if s.bytes.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
 }
 
 // New returns a Server, or the error of Bounds.Check.
@@ -185,12 +223,12 @@ func New(conf Config) (*Server, error) {
 		conf.Now = time.Now
 	}
 	s := &Server{conf: conf, metrics: newMetrics(conf.Registerer), streams: map[*stream]struct{}{}}
-	if conf.AssignmentTTL+deliveryMargin > conf.LeaseTTL {
+	if conf.AssignmentTTL+global.ShareDelivery > conf.LeaseTTL {
 		// An assignment must end, on Envoy's clock, before its owner frees
 		// the grant behind it, with a second for its delivery. A node
 		// whose leases are shorter still serves everything else.
 		s.refuse = fmt.Sprintf("--rlqs-assignment-ttl (%v) must be at most --lease-ttl (%v) less %v, so that Envoy stops using a grant before its owner frees it",
-			conf.AssignmentTTL, conf.LeaseTTL, deliveryMargin)
+			conf.AssignmentTTL, conf.LeaseTTL, global.ShareDelivery)
 	}
 	return s, nil
 }
@@ -239,6 +277,9 @@ func (s *Server) open() (*stream, error) {
 	case len(s.streams) >= s.conf.MaxStreams:
 		s.metrics.refused.WithLabelValues("streams").Inc()
 		return nil, status.Errorf(codes.ResourceExhausted, "streams: --rlqs-max-streams %d reached on this node", s.conf.MaxStreams)
+	case !s.take(streamBytes):
+		s.metrics.refused.WithLabelValues("memory").Inc()
+		return nil, status.Errorf(codes.ResourceExhausted, "memory: the quota streams' share of --memory-limit (%d bytes) is full on this node", s.conf.MaxBytes)
 	}
 	secret := make([]byte, lease.SecretLen)
 	rand.Read(secret) // never fails (crypto/rand)
@@ -257,6 +298,11 @@ func (s *Server) close(st *stream) {
 	delete(s.streams, st)
 	s.metrics.streams.Dec()
 	s.metrics.buckets.Sub(float64(len(st.buckets)))
+	var n int64 = streamBytes
+	for _, b := range st.buckets {
+		n += b.bytes()
+	}
+	s.bytes.Add(-n)
 }
 
 // StreamRateLimitQuotas serves one Envoy's stream: each message of
@@ -410,18 +456,26 @@ type stream struct {
 }
 
 // take answers a message of usage reports, or returns the status that
-// ends the stream.
+// ends the stream: only an error of the message itself does (see
+// validate); a usage that breaks a rule is ignored and counted.
 func (st *stream) take(ctx context.Context, m *rlqspb.RateLimitQuotaUsageReports) (*rlqspb.RateLimitQuotaResponse, error) {
 	first := st.domain == ""
-	domain, usages, err := validate(st.domain, m)
+	domain, usages, bad, err := validate(st.domain, m)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if len(bad) > 0 {
+		st.srv.metrics.refused.WithLabelValues("invalid_bucket").Add(float64(len(bad)))
+		st.srv.conf.Logger.Debug("rlqs: usages ignored", "usages", len(bad), "first", bad[0])
 	}
 	set := st.srv.conf.Policies.Policies()
 	switch {
 	case set == nil:
 		return nil, status.Error(codes.FailedPrecondition, "no policies: start rlnode with --policy-file")
 	case first && !set.HasDomain(domain):
+		if st.srv.conf.UnknownDomain != nil {
+			st.srv.conf.UnknownDomain(domain)
+		}
 		return nil, status.Errorf(codes.NotFound, "domain: %q is not a domain of the policy files", domain)
 	}
 	st.domain = domain
@@ -434,19 +488,17 @@ func (st *stream) take(ctx context.Context, m *rlqspb.RateLimitQuotaUsageReports
 	for _, u := range usages {
 		b := st.buckets[u.key]
 		if b == nil {
-			if len(st.buckets) >= st.srv.conf.MaxBucketsPerStream {
-				st.srv.metrics.refused.WithLabelValues("buckets_per_stream").Inc()
+			if b = st.subscribe(set, u); b == nil {
+				// Beyond a bound: abandoned, so that Envoy forgets it
+				// (and its next request subscribes it again).
+				resp.BucketAction = append(resp.BucketAction, st.abandon(u.id))
 				continue
 			}
-			b = st.subscribe(set, u)
 		}
 		b.report(u, now)
 		if b.idle >= st.srv.conf.AbandonAfter {
-			resp.BucketAction = append(resp.BucketAction, &rlqspb.RateLimitQuotaResponse_BucketAction{BucketId: b.id,
-				BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction{}}})
-			st.srv.metrics.assignments.WithLabelValues("abandon").Inc()
-			delete(st.buckets, u.key)
-			st.srv.metrics.buckets.Dec()
+			resp.BucketAction = append(resp.BucketAction, st.abandon(b.id))
+			st.forget(b)
 			continue
 		}
 		due = append(due, b)
@@ -455,12 +507,29 @@ func (st *stream) take(ctx context.Context, m *rlqspb.RateLimitQuotaUsageReports
 	return resp, nil
 }
 
+// abandon is the AbandonAction of the bucket id, counted.
+func (st *stream) abandon(id *rlqspb.BucketId) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	st.srv.metrics.assignments.WithLabelValues("abandon").Inc()
+	return &rlqspb.RateLimitQuotaResponse_BucketAction{BucketId: id,
+		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}
+}
+
 // subscribe starts the stream's bucket of u: a report of a bucket the
 // stream has not seen (or has abandoned) subscribes to it, as Envoy's
-// first report does.
+// first report does. It returns nil, counted, for a bucket beyond
+// --rlqs-max-buckets-per-stream or the streams' share of memory.
 func (st *stream) subscribe(set *policy.Set, u usage) *bucket {
+	b := &bucket{id: u.id, key: u.key}
+	switch {
+	case len(st.buckets) >= st.srv.conf.MaxBucketsPerStream:
+		st.srv.metrics.refused.WithLabelValues("buckets_per_stream").Inc()
+		return nil
+	case !st.srv.take(b.bytes()):
+		st.srv.metrics.refused.WithLabelValues("memory").Inc()
+		return nil
+	}
 	st.epoch++
-	b := &bucket{id: u.id, epoch: st.epoch}
+	b.epoch = st.epoch
 	b.kind, b.item = Match(set, st.domain, u.entries)
 	st.set = set
 	if b.kind == unsupported {
@@ -471,27 +540,39 @@ func (st *stream) subscribe(set *policy.Set, u usage) *bucket {
 	return b
 }
 
+// forget drops b from the stream.
+func (st *stream) forget(b *bucket) {
+	delete(st.buckets, b.key)
+	st.srv.metrics.buckets.Dec()
+	st.srv.bytes.Add(-b.bytes())
+}
+
+// bytes is what b counts of Config.MaxBytes.
+func (b *bucket) bytes() int64 {
+	return bucketBytes + 2*int64(len(b.key)) + bucketEntryBytes*int64(len(b.id.GetBucket()))
+}
+
 // rematch matches the stream's buckets against set, the policies now in
 // force: a bucket whose limit changed starts a new account (a new epoch)
-// of its new counter, which claims what the Envoy may still admit under
-// the assignments it holds.
+// of its new counter, which claims the share the Envoy holds.
 func (st *stream) rematch(set *policy.Set) {
 	st.set = set
 	for _, b := range st.buckets {
 		k, item := Match(set, st.domain, entriesOf(b.id))
 		if k != b.kind || !proto.Equal(item, b.item) {
 			st.epoch++
-			b.kind, b.item, b.epoch, b.granted, b.acked = k, item, st.epoch, 0, 0
+			b.kind, b.item, b.epoch = k, item, st.epoch
 		}
 	}
 }
 
-// renew renews the assignments sent half a time-to-live ago or more.
+// renew renews the assignments that have half their time-to-live left or
+// less.
 func (st *stream) renew(ctx context.Context) *rlqspb.RateLimitQuotaResponse {
 	now := st.srv.conf.Now()
 	var due []*bucket
 	for _, b := range st.buckets {
-		if b.sent && now.Sub(b.cur.until) >= -st.srv.conf.AssignmentTTL/2 {
+		if b.sent() && now.Sub(b.until) >= -st.srv.conf.AssignmentTTL/2 {
 			due = append(due, b)
 		}
 	}
@@ -504,46 +585,63 @@ func (st *stream) renew(ctx context.Context) *rlqspb.RateLimitQuotaResponse {
 // are, the leased ones from one lease call for all of them. A leased
 // bucket whose report the owner did not take gets nothing: its
 // assignment runs out by its time-to-live, before the owner frees the
-// grant behind it.
+// share behind it.
 func (st *stream) assign(ctx context.Context, buckets []*bucket, now time.Time, resp *rlqspb.RateLimitQuotaResponse) {
 	ttl := st.srv.conf.AssignmentTTL
 	var lent []*bucket
-	req := &pb.LeaseRequest{Lessee: st.secret}
 	for _, b := range buckets {
 		switch b.kind {
 		case allowAll:
-			resp.BucketAction = append(resp.BucketAction, st.action(b, blanket(typepb.RateLimitStrategy_ALLOW_ALL), ttl))
-			b.sent, b.cur.until = true, now.Add(ttl)
+			b.cur, b.until = blanket(typepb.RateLimitStrategy_ALLOW_ALL), now.Add(ttl)
+			resp.BucketAction = append(resp.BucketAction, st.action(b, b.cur, ttl))
 		case denyAll:
-			resp.BucketAction = append(resp.BucketAction, st.action(b, blanket(typepb.RateLimitStrategy_DENY_ALL), ttl))
-			b.sent, b.cur.until = true, now.Add(ttl)
+			b.cur, b.until = blanket(typepb.RateLimitStrategy_DENY_ALL), now.Add(ttl)
+			resp.BucketAction = append(resp.BucketAction, st.action(b, b.cur, ttl))
 		case leased:
 			lent = append(lent, b)
-			req.Reports = append(req.Reports, b.leaseReport(now))
 		}
 	}
-	if len(lent) == 0 {
-		return
+	grants := st.lease(ctx, lent, false)
+	for i, g := range grants {
+		if g != nil {
+			resp.BucketAction = append(resp.BucketAction, st.action(lent[i], lent[i].assign(g, now, ttl), ttl))
+		}
+	}
+}
+
+// lease sends the accounts of buckets (all leased) to their owners in one
+// call, with release if set, and returns the answers taken, in order (nil
+// for a report not taken).
+func (st *stream) lease(ctx context.Context, buckets []*bucket, release bool) []*pb.LeaseGrant {
+	if len(buckets) == 0 {
+		return nil
+	}
+	req := &pb.LeaseRequest{Lessee: st.secret}
+	for _, b := range buckets {
+		rep := b.leaseReport(release)
+		if release {
+			rep.Epoch++
+		}
+		req.Reports = append(req.Reports, rep)
 	}
 	out, err := st.srv.conf.Leaser.Lease(ctx, req)
-	if err == nil && len(out.GetGrants()) != len(lent) {
-		err = fmt.Errorf("%d grants for %d reports", len(out.GetGrants()), len(lent))
+	if err == nil && len(out.GetGrants()) != len(buckets) {
+		err = fmt.Errorf("%d grants for %d reports", len(out.GetGrants()), len(buckets))
 	}
 	if err != nil {
-		st.srv.metrics.refused.WithLabelValues("lease").Add(float64(len(lent)))
-		st.srv.conf.Logger.Warn("rlqs: lease call failed; assignments not renewed", "buckets", len(lent), "err", err)
-		return
+		st.srv.metrics.refused.WithLabelValues("lease").Add(float64(len(buckets)))
+		st.srv.conf.Logger.Warn("rlqs: lease call failed; assignments not renewed", "buckets", len(buckets), "err", err)
+		return make([]*pb.LeaseGrant, len(buckets))
 	}
-	for i, g := range out.GetGrants() {
-		b := lent[i]
-		if g.GetError() != "" || g.GetEpoch() != b.epoch {
+	grants := out.GetGrants()
+	for i, g := range grants {
+		if g.GetError() != "" || g.GetEpoch() != req.Reports[i].GetEpoch() {
 			st.srv.metrics.refused.WithLabelValues("lease").Inc()
-			st.srv.conf.Logger.Debug("rlqs: lease report not taken", "bucket", b.id.GetBucket(), "err", g.GetError())
-			continue
+			st.srv.conf.Logger.Debug("rlqs: lease report not taken", "bucket", buckets[i].id.GetBucket(), "err", g.GetError())
+			grants[i] = nil
 		}
-		b.leasedAt = now
-		resp.BucketAction = append(resp.BucketAction, st.action(b, b.assign(g.GetGranted(), g.GetAcked(), now, ttl), ttl))
 	}
+	return grants
 }
 
 // action is the assignment of strategy to b for ttl, counted.
@@ -582,7 +680,7 @@ func (st *stream) drainStream(ctx context.Context, gs rlqspb.RateLimitQuotaServi
 	for _, b := range st.buckets {
 		interval = max(interval, b.interval)
 	}
-	wait := time.NewTimer(min(max(interval, st.srv.conf.AssignmentTTL), maxDrainWait) + 2*deliveryMargin)
+	wait := time.NewTimer(min(max(interval, st.srv.conf.AssignmentTTL), maxDrainWait) + 2*global.ShareDelivery)
 	defer wait.Stop()
 	select {
 	case m := <-msgs:
@@ -591,6 +689,16 @@ func (st *stream) drainStream(ctx context.Context, gs rlqspb.RateLimitQuotaServi
 	case <-wait.C:
 	case <-ctx.Done():
 	}
+	// The Envoy stopped using its shares when the zero time-to-live
+	// arrived: give them back, so that its next stream, on another node,
+	// gets them at once rather than after the lease time-to-live.
+	var lent []*bucket
+	for _, b := range st.buckets {
+		if b.kind == leased {
+			lent = append(lent, b)
+		}
+	}
+	st.lease(context.WithoutCancel(ctx), lent, true)
 	return status.Error(codes.Unavailable, "node draining: every assignment expired, open the stream on another node")
 }
 
@@ -600,17 +708,9 @@ func (st *stream) drainStream(ctx context.Context, gs rlqspb.RateLimitQuotaServi
 func (st *stream) zeroTTL() *rlqspb.RateLimitQuotaResponse {
 	resp := &rlqspb.RateLimitQuotaResponse{}
 	for _, b := range st.buckets {
-		if !b.sent {
-			continue
+		if b.sent() {
+			resp.BucketAction = append(resp.BucketAction, st.action(b, b.cur, 0))
 		}
-		strategy := b.strategy()
-		switch b.kind {
-		case allowAll:
-			strategy = blanket(typepb.RateLimitStrategy_ALLOW_ALL)
-		case denyAll:
-			strategy = blanket(typepb.RateLimitStrategy_DENY_ALL)
-		}
-		resp.BucketAction = append(resp.BucketAction, st.action(b, strategy, 0))
 	}
 	return resp
 }

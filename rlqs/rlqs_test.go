@@ -3,6 +3,7 @@ package rlqs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -14,6 +15,8 @@ import (
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -70,8 +73,9 @@ func loadPolicies(t *testing.T) fixedPolicies {
 	return fixedPolicies{set}
 }
 
-// leaser is an owner that lends each report lend hits beyond what it
-// reported admitted, and remembers the reports.
+// leaser is an owner that lends each stream a share of lend hits a
+// second and a tenth of that in burst (at least one), and remembers the
+// reports.
 type leaser struct {
 	mu      sync.Mutex
 	lend    int64
@@ -93,7 +97,11 @@ func (l *leaser) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.LeaseResp
 	out := &pb.LeaseResponse{}
 	for _, r := range req.GetReports() {
 		l.reports = append(l.reports, proto.Clone(r).(*pb.LeaseReport))
-		out.Grants = append(out.Grants, &pb.LeaseGrant{Epoch: r.GetEpoch(), Granted: max(r.GetGranted(), r.GetAdmitted()+l.lend), Acked: r.GetAdmitted(), TtlMs: 2000})
+		g := &pb.LeaseGrant{Epoch: r.GetEpoch(), Granted: r.GetAdmitted(), Acked: r.GetAdmitted(), TtlMs: 2000}
+		if l.lend > 0 {
+			g.ShareRateMilli, g.ShareBurst = l.lend*1000, max(1, l.lend/10)
+		}
+		out.Grants = append(out.Grants, g)
 	}
 	return out, nil
 }
@@ -121,6 +129,33 @@ func serve(t *testing.T, l *leaser, b rlqs.Bounds) (*rlqs.Server, rlqspb.RateLim
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, serveOn(t, s)
+}
+
+// rlqsRefused is ringlimit_rlqs_refused_total{reason} of reg.
+func rlqsRefused(t *testing.T, reg *prometheus.Registry, reason string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+	for _, mf := range mfs {
+		if mf.GetName() != "ringlimit_rlqs_refused_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == reason {
+				c.Add(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return c
+}
+
+// serveOn runs s on loopback and returns a client of it.
+func serveOn(t *testing.T, s *rlqs.Server) rlqspb.RateLimitQuotaServiceClient {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +169,7 @@ func serve(t *testing.T, l *leaser, b rlqs.Bounds) (*rlqs.Server, rlqspb.RateLim
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return s, rlqspb.NewRateLimitQuotaServiceClient(cc)
+	return rlqspb.NewRateLimitQuotaServiceClient(cc)
 }
 
 func open(t *testing.T, c rlqspb.RateLimitQuotaServiceClient) rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient {
@@ -192,11 +227,12 @@ func only(t *testing.T, resp *rlqspb.RateLimitQuotaResponse) *rlqspb.RateLimitQu
 }
 
 // TestSubscribeAssignRenew: the first report of a bucket subscribes it,
-// as a lease report of the policy's counter that claims what the Envoy
-// admitted already; the answer is a token bucket within the grant, for
-// the time-to-live, renewed unchanged while it is not spent (by the
-// Envoy's reports and, between them, every half time-to-live); once
-// spent, a new instance (another fill_interval) comes within the grant.
+// as a share report of the policy's counter with what the Envoy admitted
+// already; the answer is the share as a token bucket (max_tokens the
+// burst, tokens_per_fill the rate per the fixed fill interval), for the
+// time-to-live, renewed unchanged while the share is (by the Envoy's
+// reports and, between them, every half time-to-live); a changed share
+// is a changed token bucket, and the next report claims it.
 func TestSubscribeAssignRenew(t *testing.T) {
 	l := &leaser{lend: 100}
 	_, c := serve(t, l, rlqs.Bounds{})
@@ -205,35 +241,28 @@ func TestSubscribeAssignRenew(t *testing.T) {
 	a := only(t, recv(t, st))
 	rep := l.last()
 	if rep.GetItem().GetName() != "rlqs/SECOND" || rep.GetItem().GetKey() != "edge_path_/api_tenant_a_" || rep.GetItem().GetLimit() != 1000 ||
-		rep.GetAdmitted() != 3 || rep.GetAsked() != 3 || rep.GetGranted() != 3 || rep.GetEpoch() != 1 {
-		t.Fatalf("lease report %v: want the policy's counter, entries in key order, admitted 3 claimed", rep)
+		!rep.GetShare() || rep.GetAdmitted() != 3 || rep.GetAsked() != 3 || rep.GetShareRateMilli() != 0 || rep.GetEpoch() != 1 {
+		t.Fatalf("lease report %v: want a share report of the policy's counter, entries in key order, admitted 3", rep)
 	}
 	tb := a.GetRateLimitStrategy().GetTokenBucket()
-	if a.GetAssignmentTimeToLive().AsDuration() != time.Second || tb == nil || tb.GetMaxTokens() == 0 || tb.GetMaxTokens() > 100 ||
-		tb.GetTokensPerFill().GetValue() != tb.GetMaxTokens() {
-		t.Fatalf("assignment %v: want a token bucket of at most the 100 lent, for 1s", a)
+	if a.GetAssignmentTimeToLive().AsDuration() != time.Second || tb.GetMaxTokens() != 10 || tb.GetTokensPerFill().GetValue() != 6000 ||
+		tb.GetFillInterval().AsDuration() != time.Minute {
+		t.Fatalf("assignment %v: want a token bucket of 10, refilled 100 a second (6000 a minute), for 1s", a)
 	}
 	// Between reports: renewed unchanged before it runs out.
 	r := only(t, recv(t, st))
 	if !proto.Equal(r.GetRateLimitStrategy(), a.GetRateLimitStrategy()) || r.GetAssignmentTimeToLive().AsDuration() != time.Second {
 		t.Fatalf("renewal %v: want %v again", r, a)
 	}
-	// A report that spends half: renewed unchanged.
-	send(t, st, "", usage(uint64(tb.GetMaxTokens()/2), 0, "path", "/api", "tenant", "a"))
-	if r := only(t, recv(t, st)); !proto.Equal(r.GetRateLimitStrategy(), a.GetRateLimitStrategy()) {
-		t.Fatalf("after half spent: %v, want %v renewed", r, a)
-	}
-	// The rest spent, and the owner lends more: a new instance, within
-	// what is lent beyond what was admitted and what the spent one may
-	// still admit until it is dead.
+	// The owner changes the share: a changed token bucket.
 	l.set(300, false)
-	send(t, st, "", usage(uint64(tb.GetMaxTokens()-tb.GetMaxTokens()/2), 7, "path", "/api", "tenant", "a"))
+	send(t, st, "", usage(40, 7, "path", "/api", "tenant", "a"))
 	n := only(t, recv(t, st)).GetRateLimitStrategy().GetTokenBucket()
-	if n == nil || n.GetFillInterval().GetNanos() == tb.GetFillInterval().GetNanos() || n.GetMaxTokens() > 300-tb.GetMaxTokens() {
-		t.Fatalf("after spent: %v, want a new instance (fill_interval other than %v) of at most 300 less %d", n, tb.GetFillInterval(), tb.GetMaxTokens())
+	if n.GetMaxTokens() != 30 || n.GetTokensPerFill().GetValue() != 18000 {
+		t.Fatalf("after the share changed: %v, want a token bucket of 30, refilled 300 a second", n)
 	}
-	if rep := l.last(); rep.GetAdmitted() != 3+int64(tb.GetMaxTokens()) || rep.GetAsked() != rep.GetAdmitted()+7 {
-		t.Fatalf("lease report %v: want running totals", rep)
+	if rep := l.last(); rep.GetAdmitted() != 43 || rep.GetAsked() != 50 || rep.GetShareRateMilli() != 100_000 || rep.GetShareBurst() != 10 {
+		t.Fatalf("lease report %v: want running totals, and the share held claimed", rep)
 	}
 }
 
@@ -307,14 +336,13 @@ func TestAbandon(t *testing.T) {
 	}
 }
 
-// TestBadInput: each message ends its stream with a status naming the
-// field; nothing is lent for it.
+// TestBadInput: a message whose domain or size breaks a rule ends its
+// stream with a status naming the field; nothing is lent for it.
 func TestBadInput(t *testing.T) {
 	big := make([]*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, rlqs.MaxUsagesPerMessage+1)
 	for i := range big {
 		big[i] = usage(1, 0, "tenant", strings.Repeat("x", i+1))
 	}
-	long := strings.Repeat("v", rlqs.MaxEntryLen+1)
 	for _, tc := range []struct {
 		name   string
 		first  *rlqspb.RateLimitQuotaUsageReports // nil: a good one first
@@ -325,14 +353,6 @@ func TestBadInput(t *testing.T) {
 		{"no domain", nil, &rlqspb.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(1, 0, "a", "b")}}, codes.InvalidArgument, "domain: must not be empty"},
 		{"unknown domain", nil, &rlqspb.RateLimitQuotaUsageReports{Domain: "nope"}, codes.NotFound, `domain: "nope"`},
 		{"domain changed", &rlqspb.RateLimitQuotaUsageReports{Domain: "edge"}, &rlqspb.RateLimitQuotaUsageReports{Domain: "other"}, codes.InvalidArgument, "domain: \"other\", but the stream's is \"edge\""},
-		{"no bucket_id", nil, &rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{{NumRequestsAllowed: 1}}}, codes.InvalidArgument, "bucket_quota_usages[0].bucket_id: missing"},
-		{"empty bucket", nil, &rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(1, 0)}}, codes.InvalidArgument, "bucket_quota_usages[0].bucket_id.bucket: must not be empty"},
-		{"empty key", nil, &rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(1, 0, "", "v")}}, codes.InvalidArgument, "a key must not be empty"},
-		{"empty value", nil, &rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(1, 0, "k", "")}}, codes.InvalidArgument, `bucket_id.bucket["k"]: the value must not be empty`},
-		{"long value", nil, &rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(1, 0, "k", long)}}, codes.InvalidArgument, "at most 256 allowed"},
-		{"negative time_elapsed", nil, &rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{{BucketId: &rlqspb.BucketId{Bucket: map[string]string{"k": "v"}}, TimeElapsed: durationpb.New(-time.Second)}}}, codes.InvalidArgument, "bucket_quota_usages[0].time_elapsed"},
-		{"over-reporting", nil, &rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(rlqs.MaxRequestsPerReport+1, 0, "k", "v")}}, codes.InvalidArgument, "bucket_quota_usages[0].num_requests_allowed"},
-		{"same bucket twice", nil, &rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(1, 0, "k", "v"), usage(1, 0, "k", "v")}}, codes.InvalidArgument, "bucket_quota_usages[1].bucket_id: the same bucket"},
 		{"too many usages", nil, &rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: big}, codes.InvalidArgument, "bucket_quota_usages: 1001, at most 1000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -358,18 +378,79 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestBadBucketKeepsStream is the bad bucket of issue 35: a usage that
+// breaks a rule (a bucket_id value of 300 bytes, an empty one, too many
+// entries, a bad time_elapsed or count, a bucket twice) is ignored and
+// counted, and the stream and its other buckets are served, again at each
+// of the Envoy's reports, which carry the bad bucket every time.
+func TestBadBucketKeepsStream(t *testing.T) {
+	many := map[string]string{}
+	for i := range rlqs.MaxEntries + 1 {
+		many[fmt.Sprint("k", i)] = "v"
+	}
+	for _, tc := range []struct {
+		name   string
+		bad    *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage
+		reason string
+	}{
+		{"a value of 300 bytes", usage(1, 0, "tenant", strings.Repeat("v", 300), "path", "/api"), "at most 256 allowed"},
+		{"no bucket_id", &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{NumRequestsAllowed: 1}, "bucket_id: missing"},
+		{"an empty bucket", usage(1, 0), "bucket: must not be empty"},
+		{"an empty key", usage(1, 0, "", "v"), "a key must not be empty"},
+		{"an empty value", usage(1, 0, "k", ""), "the value must not be empty"},
+		{"too many entries", &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{BucketId: &rlqspb.BucketId{Bucket: many}}, "entries, at most"},
+		{"a negative time_elapsed", &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{BucketId: &rlqspb.BucketId{Bucket: map[string]string{"k": "v"}}, TimeElapsed: durationpb.New(-time.Second)}, "time_elapsed"},
+		{"over-reporting", usage(rlqs.MaxRequestsPerReport+1, 0, "k", "v"), "num_requests_allowed"},
+		{"the good bucket twice", usage(1, 0, "tenant", "a", "path", "/api"), "the same bucket"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &leaser{lend: 10}
+			reg := prometheus.NewRegistry()
+			s, err := rlqs.New(rlqs.Config{Leaser: l, Policies: loadPolicies(t), Registerer: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := serveOn(t, s)
+			st := open(t, c)
+			for round := range 3 { // the first report, and the Envoy's re-reports
+				domain := ""
+				if round == 0 {
+					domain = "edge"
+				}
+				send(t, st, domain, usage(1, 0, "tenant", "a", "path", "/api"), tc.bad)
+				a := only(t, recv(t, st))
+				if a.GetRateLimitStrategy().GetTokenBucket() == nil {
+					t.Fatalf("report %d: the good bucket got %v, want its token bucket", round, a)
+				}
+			}
+			if got := testutil.ToFloat64(rlqsRefused(t, reg, "invalid_bucket")); got != 3 {
+				t.Errorf("ringlimit_rlqs_refused_total{reason=\"invalid_bucket\"} = %v, want 3", got)
+			}
+		})
+	}
+}
+
 // TestBounds: streams beyond MaxStreams are refused RESOURCE_EXHAUSTED;
-// buckets beyond MaxBucketsPerStream are ignored (no assignment, no
-// account), the others served; thousands of them in one message cost
-// one lease call.
+// buckets beyond MaxBucketsPerStream are abandoned (so that Envoy forgets
+// them; no account), the others served; thousands of them in one message
+// cost one lease call.
 func TestBounds(t *testing.T) {
 	l := &leaser{lend: 10}
 	_, c := serve(t, l, rlqs.Bounds{MaxStreams: 2, MaxBucketsPerStream: 3})
 	a, b := open(t, c), open(t, c)
 	send(t, a, "edge", usage(1, 0, "tenant", "1", "path", "/api"), usage(1, 0, "tenant", "2", "path", "/api"),
 		usage(1, 0, "tenant", "3", "path", "/api"), usage(1, 0, "tenant", "4", "path", "/api"), usage(1, 0, "tenant", "5", "path", "/api"))
-	if n := len(recv(t, a).GetBucketAction()); n != 3 {
-		t.Fatalf("5 buckets, at most 3 a stream: %d assignments", n)
+	assigned, abandoned := 0, 0
+	for _, act := range recv(t, a).GetBucketAction() {
+		switch {
+		case act.GetQuotaAssignmentAction() != nil:
+			assigned++
+		case act.GetAbandonAction() != nil:
+			abandoned++
+		}
+	}
+	if assigned != 3 || abandoned != 2 {
+		t.Fatalf("5 buckets, at most 3 a stream: %d assignments and %d abandoned, want 3 and 2", assigned, abandoned)
 	}
 	send(t, b, "edge", usage(1, 0, "tenant", "1", "path", "/api"))
 	recv(t, b)

@@ -8,7 +8,6 @@ import (
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
-	"github.com/ringlimit/ringlimit/global"
 	"github.com/ringlimit/ringlimit/policy"
 )
 
@@ -42,54 +41,72 @@ type usage struct {
 
 // validate checks a message of a stream whose domain is domain (empty
 // before the first message), and returns the stream's domain and the
-// usages in the message's order. An error names the field; the stream
-// ends with INVALID_ARGUMENT. time_elapsed missing or zero is accepted:
-// Envoy's filter sends whole seconds only (0 under a second, and in every
-// first report), and the server measures demand on its own clock.
-func validate(domain string, m *rlqspb.RateLimitQuotaUsageReports) (string, []usage, error) {
+// valid usages in the message's order. A usage that breaks a rule (its
+// bucket_id, time_elapsed or counts) is left out, and its error is in bad:
+// Envoy re-reports a bucket every interval, so ending the stream for one
+// would switch the quota service off for every other bucket of the Envoy
+// (the stream is opened again only at the next report, and ended again).
+// An error of the message itself (its domain, its size) ends the stream
+// with INVALID_ARGUMENT, naming the field. time_elapsed missing or zero
+// is accepted: Envoy's filter sends whole seconds only (0 under a second,
+// and in every first report), and the server measures demand on its own
+// clock.
+func validate(domain string, m *rlqspb.RateLimitQuotaUsageReports) (string, []usage, []error, error) {
 	switch d := m.GetDomain(); {
 	case domain == "" && d == "":
-		return "", nil, fmt.Errorf("domain: must not be empty in a stream's first report")
+		return "", nil, nil, fmt.Errorf("domain: must not be empty in a stream's first report")
 	case domain == "":
 		domain = d
 	case d != "" && d != domain:
-		return "", nil, fmt.Errorf("domain: %q, but the stream's is %q: a domain is fixed for a stream's life, open a new stream", d, domain)
+		return "", nil, nil, fmt.Errorf("domain: %q, but the stream's is %q: a domain is fixed for a stream's life, open a new stream", d, domain)
 	}
 	us := m.GetBucketQuotaUsages()
 	if len(us) > MaxUsagesPerMessage {
-		return "", nil, fmt.Errorf("bucket_quota_usages: %d, at most %d allowed", len(us), MaxUsagesPerMessage)
+		return "", nil, nil, fmt.Errorf("bucket_quota_usages: %d, at most %d allowed", len(us), MaxUsagesPerMessage)
 	}
 	out := make([]usage, 0, len(us))
+	var bad []error
 	seen := make(map[string]bool, len(us))
 	for i, u := range us {
-		field := fmt.Sprintf("bucket_quota_usages[%d]", i)
-		entries, err := checkBucketID(u.GetBucketId())
+		v, err := checkUsage(u, seen)
 		if err != nil {
-			return "", nil, fmt.Errorf("%s.bucket_id%w", field, err)
+			bad = append(bad, fmt.Errorf("bucket_quota_usages[%d]%w", i, err))
+			continue
 		}
-		key := bucketKey(entries)
-		if seen[key] {
-			return "", nil, fmt.Errorf("%s.bucket_id: the same bucket as an earlier usage of the message", field)
-		}
-		seen[key] = true
-		if te := u.GetTimeElapsed(); te != nil {
-			if err := te.CheckValid(); err != nil {
-				return "", nil, fmt.Errorf("%s.time_elapsed: %v", field, err)
-			}
-			if d := te.AsDuration(); d < 0 || d > MaxTimeElapsed {
-				return "", nil, fmt.Errorf("%s.time_elapsed: %v, must be between 0 and %v", field, d, MaxTimeElapsed)
-			}
-		}
-		allowed, denied := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
-		switch {
-		case allowed > MaxRequestsPerReport:
-			return "", nil, fmt.Errorf("%s.num_requests_allowed: %d, at most %d allowed", field, allowed, uint64(MaxRequestsPerReport))
-		case denied > MaxRequestsPerReport:
-			return "", nil, fmt.Errorf("%s.num_requests_denied: %d, at most %d allowed", field, denied, uint64(MaxRequestsPerReport))
-		}
-		out = append(out, usage{id: u.GetBucketId(), key: key, entries: entries, allowed: int64(allowed), denied: int64(denied)})
+		out = append(out, v)
 	}
-	return domain, out, nil
+	return domain, out, bad, nil
+}
+
+// checkUsage checks one usage of a message, whose buckets so far are
+// seen, or returns an error naming the field below the usage (it begins
+// with '.').
+func checkUsage(u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, seen map[string]bool) (usage, error) {
+	entries, err := checkBucketID(u.GetBucketId())
+	if err != nil {
+		return usage{}, fmt.Errorf(".bucket_id%w", err)
+	}
+	key := bucketKey(entries)
+	if seen[key] {
+		return usage{}, fmt.Errorf(".bucket_id: the same bucket as an earlier usage of the message")
+	}
+	seen[key] = true
+	if te := u.GetTimeElapsed(); te != nil {
+		if err := te.CheckValid(); err != nil {
+			return usage{}, fmt.Errorf(".time_elapsed: %v", err)
+		}
+		if d := te.AsDuration(); d < 0 || d > MaxTimeElapsed {
+			return usage{}, fmt.Errorf(".time_elapsed: %v, must be between 0 and %v", d, MaxTimeElapsed)
+		}
+	}
+	allowed, denied := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
+	switch {
+	case allowed > MaxRequestsPerReport:
+		return usage{}, fmt.Errorf(".num_requests_allowed: %d, at most %d allowed", allowed, uint64(MaxRequestsPerReport))
+	case denied > MaxRequestsPerReport:
+		return usage{}, fmt.Errorf(".num_requests_denied: %d, at most %d allowed", denied, uint64(MaxRequestsPerReport))
+	}
+	return usage{id: u.GetBucketId(), key: key, entries: entries, allowed: int64(allowed), denied: int64(denied)}, nil
 }
 
 // checkBucketID returns id's entries sorted by key, or an error naming
@@ -131,12 +148,6 @@ func bucketKey(entries []policy.Entry) string {
 	}
 	return b.String()
 }
-
-// Running totals stay within the lease protocol's bound: a stream adds at
-// most MaxRequestsPerReport a report, and stops counting at
-// global.MaxLeaseTotal (a bucket that lived that long is far past any
-// limit's window).
-func addTotal(total, n int64) int64 { return min(total+n, global.MaxLeaseTotal) }
 
 // entriesOf is a checked bucket_id's entries, sorted by key.
 func entriesOf(id *rlqspb.BucketId) []policy.Entry {

@@ -1,23 +1,25 @@
-// Package envoysim is a client of the rate limit quota service that
-// behaves as Envoy's rate_limit_quota filter does (docs/envoy.md lists
-// the behaviours), for tests and load runs: it decides each request from
-// its bucket's assignment, in the process, and reports the usage every
-// reporting interval on one stream.
+// Package envoysim is a client of the rate limit quota service that does
+// what Envoy's rate_limit_quota filter does, as its source reads
+// (source/extensions/filters/http/rate_limit_quota/ and
+// source/common/common/token_bucket_impl.cc, mid-2026), for tests and
+// load runs. Bucket is one bucket's decisions; Envoy is the filter's
+// global client: one stream, the reports, the assignments.
 //
-//   - A bucket's first request is decided by the no-assignment behaviour,
-//     and sends at once a report of that bucket alone: the subscription.
-//   - Every interval, one message reports every bucket: the requests
-//     allowed and denied since the last report, and time_elapsed in whole
-//     seconds, as the filter sends it.
-//   - A token bucket assignment that differs from the one in force (by
-//     max_tokens, tokens_per_fill or fill_interval's nanoseconds) starts a
-//     new, full bucket refilled at tokens_per_fill per whole seconds of
-//     fill_interval; the same one keeps its bucket and extends its
-//     time-to-live, which counts whole seconds from its arrival. A blanket
-//     rule allows or denies all. AbandonAction forgets the bucket.
-//   - An expired assignment (a zero time-to-live expires at once) falls
-//     back to the expired behaviour, here the no-assignment one.
-//   - A stream that ends is opened again at the next report.
+//   - Reports every 5 s, whatever reporting_interval says
+//     (filter_persistence.cc); Config.Interval changes it only for what
+//     Envoy cannot do.
+//   - A bucket's first request is decided by no_assignment_behavior
+//     (ALLOW_ALL when unset) and goes out at once in a report of that
+//     bucket alone; the first bucket opens the stream and starts the
+//     report timer (global_client_impl.cc, createBucketImpl).
+//   - Each report carries every bucket, with the requests allowed and
+//     denied since its last report and time_elapsed in whole seconds
+//     (getUsageFromBucket), and the domain.
+//   - Assignments, expiry, fallbacks and token buckets as Bucket says.
+//   - A stream the server ends is dropped, and opened again at the next
+//     report timer; a report that finds no stream, and cannot open one,
+//     is dropped, and so is a first report sent while the stream is down
+//     (onRemoteClose, onSendReportsTimer, sendUsageReportImpl).
 package envoysim
 
 import (
@@ -29,24 +31,25 @@ import (
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
+
+// ReportInterval is the filter's report interval, fixed in its source.
+const ReportInterval = 5 * time.Second
 
 // Config configures an Envoy.
 type Config struct {
 	// Conn is the connection to the quota service (a node's gRPC port,
-	// or a balancer over several).
+	// or Endpoints over several).
 	Conn grpc.ClientConnInterface
 	// Domain is the filter's domain.
 	Domain string
-	// Interval is the filter's reporting_interval.
+	// Interval is the report interval; zero means ReportInterval, what
+	// Envoy does.
 	Interval time.Duration
-	// AllowWithout: without an assignment (none yet, or expired) allow
-	// every request; false denies them (no_assignment_behavior).
-	AllowWithout bool
+	// Settings are every bucket's.
+	Settings Settings
 	// Now is the filter's clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -54,29 +57,23 @@ type Config struct {
 // Envoy is one simulated Envoy: Allow decides, Run reports. It is safe
 // for concurrent use.
 type Envoy struct {
-	conf Config
+	conf  Config
+	first chan struct{} // closed by the first bucket: Run starts reporting
+	fresh chan struct{} // a first report is waiting
 
 	mu      sync.Mutex
 	buckets map[string]*bucket
-	new     []*bucket // subscribed and not reported yet
+	pending []*bucket // new buckets whose first report is not sent yet
 	stream  rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient
-	sent    bool // the stream carried a message: its domain
-	// Assignments counts the assignments applied, Zero those with a zero
-	// time-to-live, Abandoned the AbandonActions, Streams the streams
-	// opened.
-	assignments, zero, abandoned, streams int
+	started bool
+	stats   Stats
 }
 
 type bucket struct {
 	id              map[string]string
+	state           Bucket
 	allowed, denied uint64
 	lastReport      time.Time
-	// the assignment in force, nil when none
-	action  *typepb.RateLimitStrategy
-	expires time.Time
-	tokens  float64
-	rate    float64
-	filled  time.Time
 }
 
 // New returns an Envoy. It starts nothing: Run does.
@@ -84,7 +81,10 @@ func New(conf Config) *Envoy {
 	if conf.Now == nil {
 		conf.Now = time.Now
 	}
-	return &Envoy{conf: conf, buckets: map[string]*bucket{}}
+	if conf.Interval <= 0 {
+		conf.Interval = ReportInterval
+	}
+	return &Envoy{conf: conf, buckets: map[string]*bucket{}, first: make(chan struct{}), fresh: make(chan struct{}, 1)}
 }
 
 func keyOf(id map[string]string) string {
@@ -104,11 +104,26 @@ func (e *Envoy) Allow(id map[string]string) bool {
 	k := keyOf(id)
 	b := e.buckets[k]
 	if b == nil {
+		ok := e.conf.Settings.FirstAllowed()
 		b = &bucket{id: maps.Clone(id), lastReport: now}
+		if ok {
+			b.allowed++
+		} else {
+			b.denied++
+		}
 		e.buckets[k] = b
-		e.new = append(e.new, b)
+		e.pending = append(e.pending, b)
+		if !e.started {
+			e.started = true
+			close(e.first)
+		}
+		select {
+		case e.fresh <- struct{}{}:
+		default:
+		}
+		return ok
 	}
-	ok := b.decide(now, e.conf.AllowWithout)
+	ok := b.state.Decide(&e.conf.Settings, now)
 	if ok {
 		b.allowed++
 	} else {
@@ -117,103 +132,62 @@ func (e *Envoy) Allow(id map[string]string) bool {
 	return ok
 }
 
-func (b *bucket) decide(now time.Time, allowWithout bool) bool {
-	if b.action != nil && !now.Before(b.expires) {
-		b.action = nil
-	}
-	if b.action == nil {
-		return allowWithout
-	}
-	switch s := b.action.GetStrategy().(type) {
-	case *typepb.RateLimitStrategy_BlanketRule_:
-		return s.BlanketRule == typepb.RateLimitStrategy_ALLOW_ALL
-	case *typepb.RateLimitStrategy_TokenBucket:
-		max := float64(s.TokenBucket.GetMaxTokens())
-		b.tokens = min(max, b.tokens+b.rate*now.Sub(b.filled).Seconds())
-		b.filled = now
-		if b.tokens >= 1 {
-			b.tokens--
-			return true
-		}
-	}
-	return false
-}
-
-// apply takes one bucket action.
-func (e *Envoy) apply(a *rlqspb.RateLimitQuotaResponse_BucketAction, now time.Time) {
-	b := e.buckets[keyOf(a.GetBucketId().GetBucket())]
-	if b == nil {
-		return // an action for a bucket it does not have: ignored, as the filter does
-	}
-	if a.GetAbandonAction() != nil {
-		delete(e.buckets, keyOf(b.id))
-		e.abandoned++
-		return
-	}
-	q := a.GetQuotaAssignmentAction()
-	if q == nil {
-		return
-	}
-	if b.action != nil && !now.Before(b.expires) {
-		b.action = nil // expired: the next assignment is a new one, whatever it says
-	}
-	e.assignments++
-	s := q.GetRateLimitStrategy()
-	if tb := s.GetTokenBucket(); tb != nil {
-		old := b.action.GetTokenBucket()
-		if b.action == nil || old == nil || old.GetMaxTokens() != tb.GetMaxTokens() ||
-			old.GetTokensPerFill().GetValue() != tb.GetTokensPerFill().GetValue() || old.GetFillInterval().GetNanos() != tb.GetFillInterval().GetNanos() {
-			b.tokens, b.filled = float64(tb.GetMaxTokens()), now
-			if secs := tb.GetFillInterval().GetSeconds(); secs > 0 {
-				b.rate = float64(tb.GetTokensPerFill().GetValue()) / float64(secs)
-			} else {
-				b.rate = 0
-			}
-		}
-	}
-	b.action = proto.Clone(s).(*typepb.RateLimitStrategy)
-	ttl := time.Duration(q.GetAssignmentTimeToLive().GetSeconds()) * time.Second
-	if ttl == 0 {
-		e.zero++
-	}
-	b.expires = now.Add(ttl)
-}
-
-// Run opens the stream and reports every Interval until ctx ends,
-// opening the stream again after it ends.
+// Run reports until ctx ends: each new bucket at once, alone, and every
+// bucket every Interval from the first bucket on.
 func (e *Envoy) Run(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-e.first:
+	}
 	tick := time.NewTicker(e.conf.Interval)
 	defer tick.Stop()
-	sub := time.NewTicker(e.conf.Interval / 10) // subscriptions go out at once, as the filter's do
-	defer sub.Stop()
+	e.openStream(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-sub.C:
-			e.report(ctx, true)
+		case <-e.fresh:
+			e.mu.Lock()
+			bs := e.pending
+			e.pending = nil
+			e.mu.Unlock()
+			for _, b := range bs {
+				e.report(ctx, []*bucket{b}, false)
+			}
 		case <-tick.C:
-			e.report(ctx, false)
+			e.mu.Lock()
+			bs := slices.Collect(maps.Values(e.buckets))
+			e.pending = nil
+			e.mu.Unlock()
+			e.report(ctx, bs, true)
 		}
 	}
 }
 
-// report sends the new buckets' reports (onlyNew) or every bucket's.
-func (e *Envoy) report(ctx context.Context, onlyNew bool) {
-	now := e.conf.Now()
+// openStream opens the stream if none is open; it reports whether one is.
+func (e *Envoy) openStream(ctx context.Context) bool {
 	e.mu.Lock()
-	var bs []*bucket
-	if onlyNew {
-		bs, e.new = e.new, nil
-	} else {
-		bs = slices.Collect(maps.Values(e.buckets))
-		e.new = nil
+	defer e.mu.Unlock()
+	if e.stream != nil {
+		return true
 	}
-	if len(bs) == 0 {
-		e.mu.Unlock()
-		return
+	st, err := rlqspb.NewRateLimitQuotaServiceClient(e.conf.Conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		return false
 	}
-	m := &rlqspb.RateLimitQuotaUsageReports{}
+	e.stream = st
+	e.stats.Streams++
+	go e.receive(st)
+	return true
+}
+
+// report sends the usage of bs on the stream; reopen says the timer's
+// report opens the stream if it is down (a first report does not).
+func (e *Envoy) report(ctx context.Context, bs []*bucket, reopen bool) {
+	now := e.conf.Now()
+	m := &rlqspb.RateLimitQuotaUsageReports{Domain: e.conf.Domain}
+	e.mu.Lock()
 	for _, b := range bs {
 		m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
 			BucketId: &rlqspb.BucketId{Bucket: b.id}, TimeElapsed: &durationpb.Duration{Seconds: int64(now.Sub(b.lastReport) / time.Second)},
@@ -221,22 +195,18 @@ func (e *Envoy) report(ctx context.Context, onlyNew bool) {
 		b.allowed, b.denied, b.lastReport = 0, 0, now
 	}
 	st := e.stream
-	if st == nil {
-		var err error
-		st, err = rlqspb.NewRateLimitQuotaServiceClient(e.conf.Conn).StreamRateLimitQuotas(ctx)
-		if err != nil {
-			e.mu.Unlock()
-			return // the usage is dropped, as the filter drops it
-		}
-		e.stream, e.sent = st, false
-		e.streams++
-		go e.receive(st)
-	}
-	if !e.sent {
-		m.Domain = e.conf.Domain
-	}
-	e.sent = true
 	e.mu.Unlock()
+	if st == nil && reopen && e.openStream(ctx) {
+		e.mu.Lock()
+		st = e.stream
+		e.mu.Unlock()
+	}
+	if st == nil {
+		e.mu.Lock()
+		e.stats.Dropped++
+		e.mu.Unlock()
+		return // the usage is dropped, as the filter drops it
+	}
 	if err := st.Send(m); err != nil {
 		e.closed(st)
 	}
@@ -253,7 +223,21 @@ func (e *Envoy) receive(st rlqspb.RateLimitQuotaService_StreamRateLimitQuotasCli
 		now := e.conf.Now()
 		e.mu.Lock()
 		for _, a := range resp.GetBucketAction() {
-			e.apply(a, now)
+			k := keyOf(a.GetBucketId().GetBucket())
+			b := e.buckets[k]
+			if b == nil || len(a.GetBucketId().GetBucket()) == 0 {
+				continue // an action for a bucket it does not hold: ignored, as the filter does
+			}
+			if q := a.GetQuotaAssignmentAction(); q != nil {
+				e.stats.Assignments++
+				if q.GetAssignmentTimeToLive().GetSeconds() == 0 {
+					e.stats.ZeroTTL++
+				}
+			}
+			if b.state.Apply(&e.conf.Settings, a, now) {
+				delete(e.buckets, k)
+				e.stats.Abandoned++
+			}
 		}
 		e.mu.Unlock()
 	}
@@ -267,23 +251,19 @@ func (e *Envoy) closed(st rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClie
 	}
 }
 
-// Stats are counts of what an Envoy received.
+// Stats are counts of what an Envoy received and did.
 type Stats struct {
-	Assignments, ZeroTTL, Abandoned, Streams int
-	// Tokens is the size of the token bucket assignment in force of
-	// each bucket (0 without one).
-	Tokens map[string]uint32
+	// Assignments counts the quota assignments received, ZeroTTL those
+	// of a zero time-to-live, Abandoned the abandon actions, Streams the
+	// streams opened, Dropped the reports dropped for want of a stream.
+	Assignments, ZeroTTL, Abandoned, Streams, Dropped int
 }
 
 // Stats returns the counts so far.
 func (e *Envoy) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s := Stats{Assignments: e.assignments, ZeroTTL: e.zero, Abandoned: e.abandoned, Streams: e.streams, Tokens: map[string]uint32{}}
-	for k, b := range e.buckets {
-		s.Tokens[k] = b.action.GetTokenBucket().GetMaxTokens()
-	}
-	return s
+	return e.stats
 }
 
 // Endpoints is an Envoy cluster of several nodes, as the filter's
