@@ -46,7 +46,7 @@ const (
 // touches it.
 type bucket struct {
 	id   *rlqspb.BucketId
-	key  string        // its identity on the stream (bucketKey)
+	key  string // its identity on the stream (bucketKey)
 	kind kind
 	item *pb.CheckItem // the share's counter and limit, when leased
 

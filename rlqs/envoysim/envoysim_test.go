@@ -89,7 +89,7 @@ func TestBucketFollowsTheFilter(t *testing.T) {
 			[]step{{apply: assign(allowAll, 0)}, {n: 2, want: 0}}},
 		{"expiry runs expired_assignment_behavior for its timeout, then no_assignment_behavior", "global_client_impl.cc: onActionExpirationTimer, onFallbackExpirationTimer", expired,
 			[]step{{apply: assign(tokenBucket(10, 1, time.Hour), time.Second)}, {n: 9, want: 9},
-				{at: time.Second, tokens: 0}, // the fallback: a new token bucket at the old level, floor(4 × 1 / 10)
+				{at: time.Second, tokens: 0},         // the fallback: a new token bucket at the old level, floor(4 × 1 / 10)
 				{at: 3 * time.Second, n: 2, want: 2}, // refilled 1 a second: 2
 				{at: 4 * time.Second, n: 1, want: 0}, // the timeout's 3 whole seconds ran out: DENY_ALL
 				{at: 4 * time.Second, tokens: -1}}},
