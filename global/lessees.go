@@ -53,8 +53,12 @@ const (
 )
 
 // maxLeaseAccounts bounds the lessee accounts a node holds, whatever its
-// LeaseConfig (about 200 bytes each).
+// LeaseConfig (about AccountBytes each).
 const maxLeaseAccounts = 200_000
+
+// AccountBytes is what a lessee's account of a key holds in memory, as
+// LeaseConfig.MaxAccounts is counted from a share of the memory limit.
+const AccountBytes = 256
 
 // MaxLeaseTotal bounds a report's running totals: far above what any
 // lessee admits in its life, and far enough below the largest int64 that
@@ -76,6 +80,11 @@ type LeaseConfig struct {
 	// (--max-leases-per-key); MaxKeysPerLessee one lessee's accounts
 	// (--max-keys-per-lessee).
 	MaxLessees, MaxLeasesPerKey, MaxKeysPerLessee int
+	// MaxAccounts bounds the accounts this node holds as owner, all
+	// lessees together (a share of --memory-limit: AccountBytes each);
+	// zero, or more than maxLeaseAccounts, means maxLeaseAccounts. An
+	// account beyond it is refused (ringlimit_lease_refused_total{reason="total"}).
+	MaxAccounts int
 }
 
 func (c LeaseConfig) withDefaults() LeaseConfig {
@@ -90,6 +99,9 @@ func (c LeaseConfig) withDefaults() LeaseConfig {
 	}
 	if c.MaxKeysPerLessee <= 0 {
 		c.MaxKeysPerLessee = DefaultMaxKeysPerLessee
+	}
+	if c.MaxAccounts <= 0 || c.MaxAccounts > maxLeaseAccounts {
+		c.MaxAccounts = maxLeaseAccounts
 	}
 	return c
 }
@@ -521,8 +533,8 @@ func (b *book) open(lessee Lessee, perKey int) error {
 		return &boundError{"lessees", "--max-lessees", b.conf.MaxLessees}
 	case held >= b.conf.MaxKeysPerLessee:
 		return &boundError{"per_lessee", "--max-keys-per-lessee", b.conf.MaxKeysPerLessee}
-	case b.accounts >= maxLeaseAccounts:
-		return &boundError{"total", "", maxLeaseAccounts}
+	case b.accounts >= b.conf.MaxAccounts:
+		return &boundError{"total", "", b.conf.MaxAccounts}
 	}
 	b.keys[lessee]++
 	b.accounts++

@@ -2,11 +2,12 @@ package node
 
 import (
 	"github.com/ringlimit/ringlimit/algorithms"
+	"github.com/ringlimit/ringlimit/global"
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
 // The shares of Config.MemoryLimit, in percent, that bound what a node
-// holds. What they leave, 35%, is the runtime's headroom: garbage between
+// holds. What they leave, 31%, is the runtime's headroom: garbage between
 // collections (the limit is also the Go runtime's soft limit, so the
 // collector runs harder as the heap nears it), goroutine stacks,
 // connection and gossip buffers, peer messages in flight (forwards,
@@ -25,6 +26,11 @@ const (
 	// admit.RequestBytes of their body, gRPC calls and the requests of
 	// CheckStreams at admit.DefaultCallBytes each.
 	requestShare = 25
+	// leaseShare bounds the lessees' and Envoy streams' state: half of it
+	// the lessee accounts this node holds as owner
+	// (global.LeaseConfig.MaxAccounts), half the quota streams' buckets
+	// and reports (rlqs.Config.MaxBytes).
+	leaseShare = 4
 )
 
 // memory is what Config.MemoryLimit allows each part; zero fields mean
@@ -32,6 +38,8 @@ const (
 type memory struct {
 	counters, replicas limiter.Config // MaxBytes and MaxLogEntries
 	requests           int64          // admit.Config.MaxBytes
+	leaseAccounts      int            // global.LeaseConfig.MaxAccounts
+	quotas             int64          // rlqs.Config.MaxBytes
 }
 
 // splitMemory divides limit (0: none) into the shares above, each bound
@@ -52,5 +60,7 @@ func splitMemory(limit int64, conf Config) memory {
 		logs := min(int64(conf.MaxLogEntries), max(share/4/algorithms.LogEntryBytes, algorithms.MaxSlidingLogLimit))
 		return limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: int(logs), MaxBytes: share - logs*algorithms.LogEntryBytes}
 	}
-	return memory{counters: store(counterShare), replicas: store(replicaShare), requests: limit / 100 * requestShare}
+	lease := limit / 100 * leaseShare
+	return memory{counters: store(counterShare), replicas: store(replicaShare), requests: limit / 100 * requestShare,
+		leaseAccounts: int(max(1, lease/2/global.AccountBytes)), quotas: lease / 2}
 }

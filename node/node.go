@@ -227,6 +227,7 @@ type Node struct {
 	svc      *service.Service
 	faces    *api.Server
 	quotas   *rlqs.Server
+	unknown  *policy.UnknownDomains // domains Envoy asks for that no policy file has
 	health   *health.Server
 	grpcSrv  *grpc.Server
 	peerSrv  *grpc.Server
@@ -319,12 +320,15 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	}
 	n.top = top.New(conf.Top, time.Now())
 	n.changes = &status.Changes{}
+	n.unknown = policy.NewUnknownDomains(log, reg)
+	leases := conf.Leases
+	leases.MaxAccounts = mem.leaseAccounts
 	n.svc = service.New(service.Config{
 		Store: store, Replicas: replicas, Cluster: n.members, Peers: n.pool,
 		MaxClockSkew: conf.MaxClockSkew, GlobalSync: conf.GlobalSync, HandOffWait: conf.HandOffWait,
 		ReplicateInterval: conf.ReplicateInterval, HandedOff: n.snaps.handedOff(),
 		StrictQuorum: conf.StrictQuorum, StrictFence: conf.StrictFence,
-		Logger: log, Registerer: reg, Policies: n.policies, Leases: conf.Leases, Top: n.top,
+		Logger: log, Registerer: reg, Policies: n.policies, Leases: leases, Top: n.top,
 	})
 	// Every long-lived stream, on the client port and the peer port, is
 	// bounded by the same two timeouts (see SECURITY.md, "Connection and
@@ -358,10 +362,10 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	n.grpcSrv = grpc.NewServer(slices.Concat(api.ServerOptions(rlsBound, rlqsBound), tr.grpcServer(), conf.connOptions(),
 		[]grpc.ServerOption{workers, grpc.InTapHandle(tap.tap)})...)
 	n.health = n.faces.RegisterGRPC(n.grpcSrv)
-	rls.New(rls.Config{Checker: n.svc, Policies: n.policies}).Register(n.grpcSrv)
+	rls.New(rls.Config{Checker: n.svc, Policies: n.policies, UnknownDomain: n.unknown.Saw}).Register(n.grpcSrv)
 	if n.quotas, err = rlqs.New(rlqs.Config{Leaser: n.svc, Policies: n.policies, Bounds: conf.RLQS, LeaseTTL: conf.Leases.TTL,
 		Registerer: reg, Logger: log, StreamSendTimeout: conf.StreamSendTimeout, StreamIdleTimeout: conf.StreamIdleTimeout,
-		StreamEnded: ended.of("rlqs", grpcLis)}); err != nil {
+		StreamEnded: ended.of("rlqs", grpcLis), MaxBytes: mem.quotas, UnknownDomain: n.unknown.Saw}); err != nil {
 		return nil, err
 	}
 	n.quotas.Register(n.grpcSrv)

@@ -22,9 +22,10 @@ func (n *Node) httpHandler() http.Handler {
 		Ask: func(ctx context.Context, addr string, keys int) (top.Report, time.Duration, error) {
 			return n.pool.Top(ctx, addr, n.conf.NodeName, keys)
 		},
-		Changes:  n.changes,
-		HideKeys: n.conf.HideKeys,
-		Page:     n.conf.StatusPage,
+		Changes:        n.changes,
+		HideKeys:       n.conf.HideKeys,
+		Page:           n.conf.StatusPage,
+		UnknownDomains: n.unknown.Domains,
 	}).Register(mux)
 	return mux
 }

@@ -148,7 +148,7 @@ type Config struct {
 	// is refused RESOURCE_EXHAUSTED. Zero means no bound but the counts.
 	MaxBytes int64
 	// UnknownDomain, if not nil, is told of each stream refused for a
-	// domain no policy file has (policy.Unknown.Saw).
+	// domain no policy file has (policy.UnknownDomains.Saw).
 	UnknownDomain func(domain string)
 }
 

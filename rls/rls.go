@@ -86,6 +86,9 @@ const (
 type Config struct {
 	Checker  Checker
 	Policies Policies
+	// UnknownDomain, if not nil, is told of each request for a domain no
+	// policy file has (policy.UnknownDomains.Saw); the request is answered OK.
+	UnknownDomain func(domain string)
 	// Now is the clock of duration_until_reset; nil means time.Now.
 	Now func() time.Time
 }
@@ -96,11 +99,12 @@ type Server struct {
 	checker  Checker
 	policies Policies
 	now      func() time.Time
+	unknown  func(domain string)
 }
 
 // New returns a Server.
 func New(conf Config) *Server {
-	s := &Server{checker: conf.Checker, policies: conf.Policies, now: conf.Now}
+	s := &Server{checker: conf.Checker, policies: conf.Policies, now: conf.Now, unknown: conf.UnknownDomain}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -203,6 +207,9 @@ func (s *Server) force(ctx context.Context, as []applied, items []*pb.CheckItem,
 func (s *Server) limits(set *policy.Set, req *rlspb.RateLimitRequest) ([]applied, error) {
 	domain := req.GetDomain()
 	known := set.HasDomain(domain)
+	if !known && s.unknown != nil {
+		s.unknown(domain)
+	}
 	as := make([]applied, len(req.GetDescriptors()))
 	replaced := map[string]bool{}
 	for i, d := range req.GetDescriptors() {

@@ -40,13 +40,20 @@ func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 // a client built from go-control-plane's types.
 func startRLS(t testing.TB, path string, c *clock) rlspb.RateLimitServiceClient {
 	t.Helper()
+	return startRLSTelling(t, path, c, nil)
+}
+
+// startRLSTelling is startRLS, whose server tells unknown of each request
+// for a domain no policy file has.
+func startRLSTelling(t testing.TB, path string, c *clock, unknown func(string)) rlspb.RateLimitServiceClient {
+	t.Helper()
 	policies, err := policy.NewReloader(policy.ReloaderConfig{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
 	svc := service.New(service.Config{Now: c.now})
 	srv := grpc.NewServer()
-	rls.New(rls.Config{Checker: svc, Policies: policies, Now: c.now}).Register(srv)
+	rls.New(rls.Config{Checker: svc, Policies: policies, Now: c.now, UnknownDomain: unknown}).Register(srv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -284,10 +291,15 @@ func TestShouldRateLimit(t *testing.T) {
 	}
 }
 
+// TestShouldRateLimitOtherDomain: a domain no policy file has is
+// answered OK with no limit, as envoyproxy/ratelimit answers it, and the
+// server says so (policy.UnknownDomains: logged once, counted, listed on
+// /status).
 func TestShouldRateLimitOtherDomain(t *testing.T) {
 	c := &clock{}
 	c.ns.Store(t0.UnixNano())
-	client := startRLS(t, "testdata/envoy.yaml", c)
+	var told []string
+	client := startRLSTelling(t, "testdata/envoy.yaml", c, func(d string) { told = append(told, d) })
 	resp, err := client.ShouldRateLimit(t.Context(), &rlspb.RateLimitRequest{Domain: "other",
 		Descriptors: ds(desc("user", "alice"), override(desc("user", "alice"), 1, typepb.RateLimitUnit_SECOND))})
 	if err != nil {
@@ -296,6 +308,9 @@ func TestShouldRateLimitOtherDomain(t *testing.T) {
 	exp := &rlspb.RateLimitResponse{OverallCode: ok, Statuses: []*rlspb.RateLimitResponse_DescriptorStatus{{Code: ok}, {Code: ok}}}
 	if !proto.Equal(resp, exp) {
 		t.Errorf("unknown domain: %v", resp)
+	}
+	if len(told) != 1 || told[0] != "other" {
+		t.Errorf("the server was told of %q, want the unknown domain once", told)
 	}
 }
 

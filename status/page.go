@@ -158,6 +158,9 @@ td.key { font-family: ui-monospace, monospace; word-break: break-all; max-width:
 {{range .Refused}}<tr><td>{{.Limit}}</td><td class="key">{{.Key}}{{if .Truncated}}…{{end}}</td><td class="n refused">{{rate .RefusalsPerSecond}}</td><td class="n">{{rate .ChecksPerSecond}}</td></tr>
 {{end}}</table>{{else}}<p class="empty">No refusals in the last interval.</p>{{end}}
 
+{{if .UnknownDomains}}<h2>Domains no policy file has</h2>
+<p id="unknown-domains">Envoy asked this node for these domains, which no policy file has: their requests are not limited. Check the filters' <code>domain</code>: {{join .UnknownDomains}}</p>
+{{end}}
 <h2>Recent ring changes</h2>
 {{if .Changes}}<table id="changes">
 <tr><th>time</th><th>joined</th><th>left</th><th>members after</th></tr>

@@ -58,6 +58,9 @@ type Config struct {
 	Timeout time.Duration
 	// Now is the clock the page shows; nil means time.Now.
 	Now func() time.Time
+	// UnknownDomains lists the domains Envoy asked this node for that no
+	// policy file has (policy.UnknownDomains.Domains); nil lists none.
+	UnknownDomains func() []string
 }
 
 // DefaultTimeout is Config.Timeout's default.
@@ -127,6 +130,9 @@ type View struct {
 	top.Report
 	Nodes      []Node `json:"nodes"`
 	KeysHidden bool   `json:"keys_hidden,omitempty"`
+	// UnknownDomains are the domains Envoy asked this node for that no
+	// policy file has: requests it answers unlimited.
+	UnknownDomains []string `json:"unknown_domains,omitempty"`
 }
 
 // Gather asks every alive member (this node directly) for its counts, at
@@ -166,6 +172,9 @@ func (s *Status) Gather(ctx context.Context, keys int) View {
 		nodes[i].RefusalsPerSecond = reports[i].RefusalsPerSecond
 	}
 	v := View{Report: top.Merge(reports, keys), Nodes: nodes, KeysHidden: s.conf.HideKeys}
+	if s.conf.UnknownDomains != nil {
+		v.UnknownDomains = s.conf.UnknownDomains()
+	}
 	if s.conf.HideKeys {
 		v.Hide(s.secret)
 	}

@@ -136,6 +136,19 @@ func TestPage(t *testing.T) {
 	}
 }
 
+// TestUnknownDomainsListed: the domains Envoy asked for that no policy
+// file has are on the page (escaped) and in GET /v1/top.
+func TestUnknownDomainsListed(t *testing.T) {
+	srv, _ := fixture(t, Config{Page: true, UnknownDomains: func() []string { return []string{"<edgee>", "typo"} }})
+	_, _, body := get(t, srv.URL+"/status")
+	if !strings.Contains(body, `id="unknown-domains"`) || !strings.Contains(body, "&lt;edgee&gt;, typo") {
+		t.Errorf("page lacks the unknown domains:\n%s", body)
+	}
+	if _, _, js := get(t, srv.URL+"/v1/top"); !strings.Contains(js, `"unknown_domains":["\u003cedgee\u003e","typo"]`) {
+		t.Errorf("GET /v1/top lacks the unknown domains: %s", js)
+	}
+}
+
 func TestPageOptOut(t *testing.T) {
 	srv, _ := fixture(t, Config{Page: false})
 	if code, _, _ := get(t, srv.URL+"/status"); code != http.StatusNotFound {
