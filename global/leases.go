@@ -29,6 +29,9 @@ type lease struct {
 	// shares are the streams' rate shares (shares.go), made at sharesFrom.
 	shares     map[Lessee]*shareAccount
 	sharesFrom time.Time
+	// checkedAt is when this owner last decided a GLOBAL check of the
+	// counter itself (see Node.weight).
+	checkedAt time.Time
 }
 
 // nodeLease is one node's account with the owner: what it was granted,
@@ -103,6 +106,7 @@ func (n *Node) decideOwned(r *limiter.Request) algorithms.Decision {
 		out = sh.heirs[k].outstanding(r.Limit.Capacity(), now)
 	} else {
 		l = sh.lease(k, r, now)
+		l.checkedAt = now
 		out = l.outstanding()
 		sh.dirty[k] = struct{}{}
 	}

@@ -308,7 +308,7 @@ func (n *Node) lend(lessee Lessee, rep *LeaseReport, now time.Time) LeaseGrant {
 	one := peek
 	one.Hits = 1
 	g.Epoch, g.Granted, g.Acked, g.TTL = a.epoch, a.granted, a.received, n.leases.TTL
-	g.Remaining = l.lendable(a, counter.Remaining-l.debt)
+	g.Remaining = n.lendable(l, a, counter.Remaining-l.debt, now)
 	g.ResetAfter, g.RetryAfter = counter.ResetAfter, max(0, n.store.Check(&one).RetryAfter)
 	return g
 }
@@ -376,7 +376,7 @@ func (n *Node) take(l *lease, a *lesseeAccount, rep *LeaseReport, peek *limiter.
 		// worth is assumed between two reports that come closer, as the
 		// first calls of a busy lessee do, so that its grant grows at once
 		// rather than a hit or two at a time.
-		rate := float64(rep.Asked-a.asked) / max(dt, time.Millisecond).Seconds()
+		rate := min(float64(rep.Asked-a.asked)/max(dt, time.Millisecond).Seconds(), demandCap(l.req.Limit, max(n.interval, a.interval)))
 		l.rates += rate - a.rate
 		a.rate, a.asked, a.askedAt = rate, rep.Asked, now
 	}
@@ -399,16 +399,23 @@ func (n *Node) claim(l *lease, a *lesseeAccount, granted, unused int64, peek *li
 // owes), its share of what is not lent out, up to leaseRounds intervals of
 // its demand.
 //
-// Its share has two parts. Its credit: its part (l.weight) of what the
-// counter refills, accrued since its last top-up, at most leaseRounds
-// rounds of it, so that the refill is split by demand whatever the order
-// and frequency of the lessees' calls (a share of what is left at each
-// call would favour those that call most often, and leave the last of a
-// round a share of what the first left). And its part of what is not lent
-// out, for when more is there than the refill (a full bucket, a window's
-// start). sh.mu is held.
+// Its share has two parts. Its credit: its part (its weight, see split)
+// of what the counter refills, accrued since its last top-up, at most
+// leaseRounds rounds of it, so that the refill is split by demand whatever
+// the order and frequency of the lessees' calls (a share of what is left
+// at each call would favour those that call most often, and leave the last
+// of a round a share of what the first left). And its part of what is not
+// lent out, for when more is there than the refill (a full bucket, a
+// window's start). What the other lessees' credits hold, and the
+// cluster's own part while nodes check the key too, is not lent to it, and
+// it holds at most its part of the counter's capacity: so a lessee that
+// lies about its demand, or calls more often than the others, takes no
+// other lessee's floor, nor the GLOBAL checks' (docs/leases.md, "The
+// split").
+// sh.mu is held.
 func (n *Node) topUp(l *lease, a *lesseeAccount, r *limiter.Request, remaining int64, now time.Time) {
-	weight := l.weight(a)
+	p := n.parts(l, now)
+	weight := p.weights[a]
 	refill := float64(r.Limit.Count) / r.Limit.Period.Seconds() * weight // its part, hits a second
 	if !a.creditAt.IsZero() {
 		a.credit += refill * now.Sub(a.creditAt).Seconds()
@@ -416,26 +423,91 @@ func (n *Node) topUp(l *lease, a *lesseeAccount, r *limiter.Request, remaining i
 	round := max(n.interval, a.interval).Seconds()
 	a.credit = min(a.credit, refill*leaseRounds*round+1)
 	a.creditAt = now
-	need := int64(math.Ceil(a.rate*leaseRounds*round)) - a.outstanding()
-	avail := remaining - l.outstanding()
-	if need <= 0 || avail <= 0 {
+	need := n.need(a)
+	held := int64(math.Ceil(weight*float64(r.Limit.Capacity()))) - a.outstanding()
+	avail := p.avail(n, l, a, remaining)
+	if need <= 0 || avail <= 0 || held <= 0 {
 		return
 	}
-	give := min(need, avail, max(int64(a.credit), int64(float64(avail)*weight)))
+	give := min(need, avail, held, max(int64(a.credit), int64(float64(avail)*weight), p.floorHeld(n, a)))
 	a.granted += give
 	a.credit = max(0, a.credit-float64(give))
 }
 
-// weight is a's part of what l lends: its demand's part of its lessees',
-// but at least a quarter of an equal part, so that none starves. sh.mu is
-// held.
-func (l *lease) weight(a *lesseeAccount) float64 {
-	n := float64(max(1, len(l.lessees)))
-	w := 1 / n
-	if l.rates > 0 {
-		w = a.rate / l.rates
+// need is what a lacks of leaseRounds rounds of its demand.
+func (n *Node) need(a *lesseeAccount) int64 {
+	return int64(math.Ceil(a.rate*leaseRounds*max(n.interval, a.interval).Seconds())) - a.outstanding()
+}
+
+// parts are the lessees' parts of a lease (see split): each lessee's
+// weight, its demand's part of its lessees', but at least a quarter of an
+// equal part, 1 / (4 × lessees), so that none starves; and, while nodes
+// hold grants of the key or its owner decided a GLOBAL check of it within
+// a lease time-to-live, the cluster's own part, 1 / (4 × (lessees + 1)),
+// which no lessee is lent (reserve, in hits of the capacity).
+type parts struct {
+	weights  map[*lesseeAccount]float64
+	floor    float64
+	capacity int64
+	reserve  int64
+	window   bool // the limit's algorithm is a window's
+}
+
+// parts returns l's parts at now. sh.mu is held.
+func (n *Node) parts(l *lease, now time.Time) parts {
+	cluster := len(l.nodes) > 0 || !l.checkedAt.IsZero() && now.Sub(l.checkedAt) < n.leases.TTL
+	p := parts{weights: make(map[*lesseeAccount]float64, len(l.lessees)), floor: 1 / (4 * float64(max(1, len(l.lessees)))),
+		capacity: l.req.Limit.Capacity(), window: l.req.Algorithm == limiter.FixedWindow || l.req.Algorithm == limiter.SlidingWindow || l.req.Algorithm == limiter.SlidingLog}
+	ps := make([]party, 0, len(l.lessees)+1)
+	accounts := make([]*lesseeAccount, 0, len(l.lessees))
+	for _, o := range l.lessees {
+		ps = append(ps, party{demand: o.rate, floor: p.floor})
+		accounts = append(accounts, o)
 	}
-	return max(w, 1/(4*n))
+	if cluster {
+		part := 1 / (4 * float64(len(l.lessees)+1))
+		ps = append(ps, party{floor: part})
+		p.reserve = int64(math.Ceil(part * float64(p.capacity)))
+	}
+	for i, w := range split(ps)[:len(accounts)] {
+		p.weights[accounts[i]] = w
+	}
+	return p
+}
+
+// floored reports whether a is held at its floor.
+func (p parts) floored(a *lesseeAccount) bool { return p.weights[a] <= p.floor*(1+1e-9) }
+
+// floorHeld is what a lessee held at its floor may hold of its floor's
+// part of a window's capacity, up to its need: a window refills all at
+// once, at its start, so a lessee that asks little is lent that at once,
+// whatever the others took before it. Zero for a lessee above its floor,
+// and for a limit that refills continuously, where its credit is what it
+// is owed.
+func (p parts) floorHeld(n *Node, a *lesseeAccount) int64 {
+	return min(n.need(a), p.floorKept(a))
+}
+
+// floorKept is what of a window's capacity is kept for a, if it is held
+// at its floor: its floor's part, less what it holds.
+func (p parts) floorKept(a *lesseeAccount) int64 {
+	if !p.window || !p.floored(a) {
+		return 0
+	}
+	return int64(math.Ceil(p.floor*float64(p.capacity))) - a.outstanding()
+}
+
+// avail is what is not lent out of remaining, less the cluster's part and
+// what the lessees held at their floors other than a are owed (their
+// credits, or what is kept of a window for them). sh.mu is held.
+func (p parts) avail(n *Node, l *lease, a *lesseeAccount, remaining int64) int64 {
+	avail := remaining - l.outstanding() - p.reserve
+	for _, o := range l.lessees {
+		if o != a && p.floored(o) {
+			avail -= max(int64(o.credit), p.floorKept(o))
+		}
+	}
+	return avail
 }
 
 // lendable is what l would lend a now, of its counter's remaining hits:
@@ -443,9 +515,10 @@ func (l *lease) weight(a *lesseeAccount) float64 {
 // again within the round (step 2 of docs/leases.md) only when its share
 // is worth a call, and a lessee that calls often takes no more than it.
 // sh.mu is held.
-func (l *lease) lendable(a *lesseeAccount, remaining int64) int64 {
-	avail := max(0, remaining-l.outstanding())
-	return min(avail, max(int64(a.credit), int64(float64(avail)*l.weight(a))))
+func (n *Node) lendable(l *lease, a *lesseeAccount, remaining int64, now time.Time) int64 {
+	p := n.parts(l, now)
+	avail := max(0, p.avail(n, l, a, remaining))
+	return min(avail, max(int64(a.credit), int64(float64(avail)*p.weights[a]), p.floorHeld(n, a)))
 }
 
 // expire frees the accounts of l whose time-to-live ran out before now,

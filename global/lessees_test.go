@@ -773,3 +773,68 @@ func TestLendReportInterval(t *testing.T) {
 		t.Errorf("a negative interval: %v, want ErrInvalidReport naming it", g.Err)
 	}
 }
+
+// TestLeaseLiarKeepsHonestFloor is the lying Go lessee of issue 33: one
+// lessee's asked grows by 10^9 a round and it admits all it is lent,
+// beside an honest lessee asking 5 a round of a limit of 100 a second,
+// while another node checks the key as GLOBAL, 3 a round. The honest
+// lessee keeps its floor (a quarter of an equal part: 12.5 a second), the
+// GLOBAL checks are served, and nothing is admitted over the limit.
+func TestLeaseLiarKeepsHonestFloor(t *testing.T) {
+	tn := newTestNodes(t, LeaseConfig{}, "a", "b")
+	key := tn.keyOwnedBy("a", "")
+	r := limiter.Request{Name: "api", Key: key, Algorithm: limiter.FixedWindow, Limit: algorithms.Limit{Count: 100, Period: time.Second}, Now: tn.now}
+	liar, honest := newLessee(0), newLessee(1)
+	liar.lend(t, tn.nodes["a"], r, 1)
+	honest.lend(t, tn.nodes["a"], r, 1)
+	const rounds = 100
+	var byHonest, byLiar, byGlobal int64
+	perSecond := map[int64]int64{}
+	for range rounds {
+		second := int64(tn.now.Sub(t0) / time.Second)
+		// The liar spends all it holds, and claims a vast demand.
+		n := liar.granted - liar.admitted
+		liar.admitted += n
+		liar.asked += 1_000_000_000
+		got := n
+		for range 5 {
+			if honest.take(1) {
+				got++
+				byHonest++
+			}
+		}
+		byLiar += n
+		for range 3 {
+			check := r
+			check.Hits, check.Now = 1, tn.now
+			if d, forward := tn.nodes["b"].Decide(&check, "a"); forward {
+				if d, _ = tn.nodes["a"].Decide(&check, "a"); d.Allowed {
+					got++
+					byGlobal++
+				}
+			} else if d.Allowed {
+				got++
+				byGlobal++
+			}
+		}
+		perSecond[second] += got
+		tn.now = tn.now.Add(100 * time.Millisecond)
+		r.Now = tn.now
+		liar.lend(t, tn.nodes["a"], r, 0)
+		honest.lend(t, tn.nodes["a"], r, 0)
+		tn.nodes["b"].Report(context.Background())
+		tn.nodes["a"].Broadcast(context.Background())
+	}
+	t.Logf("in %d s: the liar admitted %d, the honest lessee %d, GLOBAL checks %d", rounds/10, byLiar, byHonest, byGlobal)
+	for s, n := range perSecond {
+		if n > 100 {
+			t.Errorf("second %d: %d admitted, over the limit of 100", s, n)
+		}
+	}
+	if floor := int64(rounds / 10 * 100 / 8); byHonest < floor*9/10 {
+		t.Errorf("the honest lessee admitted %d in %d s, want at least 90%% of its floor, %d", byHonest, rounds/10, floor)
+	}
+	if byGlobal < rounds/10*5 {
+		t.Errorf("GLOBAL checks: %d admitted in %d s, want them served (at least 5 a second)", byGlobal, rounds/10)
+	}
+}

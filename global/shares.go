@@ -122,7 +122,7 @@ func (n *Node) lendShare(sh *shard, l *lease, lessee Lessee, rep *LeaseReport, n
 		a.admitted = rep.Admitted
 	}
 	if dt := now.Sub(a.askedAt); rep.Asked > a.asked && dt >= n.interval {
-		a.demand = min(float64(rep.Asked-a.asked)/dt.Seconds(), demandCap(l.req.Limit.Count, l.req.Limit.Period.Seconds()))
+		a.demand = min(float64(rep.Asked-a.asked)/dt.Seconds(), demandCap(l.req.Limit, max(n.interval, rep.Interval)))
 		a.asked, a.askedAt = rep.Asked, now
 	}
 	a.expires = now.Add(n.leases.TTL)

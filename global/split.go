@@ -3,6 +3,9 @@ package global
 import (
 	"math"
 	"slices"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algorithms"
 )
 
 // How an owner splits a limit among the parties that hold parts of it
@@ -76,18 +79,20 @@ func split(ps []party) []float64 {
 	return w
 }
 
-// MaxDemandFactor bounds the demand a lessee's report counts: at most this
-// many times the limit's own rate (limit / duration), whatever its asked
-// total says. Demand is a lessee's word, and a lessee could claim any; the
-// floors of split hold whatever it claims, and the cap keeps a liar's part
-// from growing past what a demand many times the limit already gets. A
-// cap at the limit's rate itself would make every party asking beyond the
-// limit equal, and so give a party asking 70% of the demand no more than
-// one asking 10% of it (docs/leases.md, "The split").
+// MaxDemandFactor bounds the demand a lessee's report counts: at most
+// this many times the limit's own rate (limit / duration), or the limit's
+// whole capacity in one of the lessee's report intervals if that is more
+// (a burst of a long window), whatever its asked total says. Demand is a
+// lessee's word, and a lessee could claim any; the floors of split hold
+// whatever it claims, and the cap keeps a liar's part from growing past
+// what a demand many times the limit already gets. A cap at the limit's
+// rate itself would make every party asking beyond the limit equal, and so
+// give a party asking 70% of the demand no more than one asking 10% of it
+// (docs/leases.md, "The split").
 const MaxDemandFactor = 32
 
-// demandCap is the most demand counted for a limit of count hits per
-// seconds seconds, in hits a second.
-func demandCap(count int64, seconds float64) float64 {
-	return MaxDemandFactor * float64(count) / max(seconds, 1e-9)
+// demandCap is the most demand counted, in hits a second, for a limit l
+// of a lessee that reports every interval.
+func demandCap(l algorithms.Limit, interval time.Duration) float64 {
+	return max(MaxDemandFactor*float64(l.Count)/l.Period.Seconds(), float64(l.Capacity())/max(interval, time.Millisecond).Seconds())
 }
