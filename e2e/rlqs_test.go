@@ -255,8 +255,12 @@ func TestRLQSRingChange(t *testing.T) {
 	const joinAt, seconds = 15, 35
 	r := startRLQSRun(t, ctx, tenant, [][]*grpc.ClientConn{rotate(conns, 1), rotate(conns, 2)}, seconds)
 	time.Sleep(time.Until(r.start.Add(joinAt * time.Second)))
-	c.add()
+	joined := c.add()
 	c.waitConverged(4)
+	poll(t, 15*time.Second, "the new owner holds both streams' shares", func() (bool, string) {
+		n, err := metric(joined, "ringlimit_lease_accounts")
+		return err == nil && n == 2, fmt.Sprint(n, err)
+	})
 	r.wait(cancel)
 	r.log()
 	if use := r.use(seconds-10, seconds); use < 0.5 {
