@@ -5,17 +5,21 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ringlimit/ringlimit/policy"
+	"github.com/ringlimit/ringlimit/rlqs"
 	"github.com/ringlimit/ringlimit/rlqs/envoysim"
 	"github.com/ringlimit/ringlimit/rls"
 )
@@ -277,4 +281,72 @@ func rlqsPolicy(t *testing.T, limit int) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// TestRLQSMemoryFlood is the RLQS memory flood of issue 33: 400 streams,
+// each reporting 100 buckets whose ids are 16 KB (32 entries of 256-byte
+// keys and values), kept open, against a node of --memory-limit 1GiB. The
+// streams' state is held within the limit's share: the buckets beyond it
+// are abandoned and counted (ringlimit_rlqs_refused_total{reason="memory"}),
+// and the node's peak RSS stays within the limit and memoryMargin (before,
+// the flood held 2.2 GB).
+func TestRLQSMemoryFlood(t *testing.T) {
+	const limit = 1 << 30
+	c := startCluster(t, 1, "--memory-limit", "1GiB", "--policy-file", rlqsPolicy(t, rlqsLimit))
+	n := c.nodes[0]
+	if _, err := procStatusKB(n.cmd.Process.Pid, "VmHWM"); err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	// One message of 100 buckets of 16 KB ids, sent on every stream.
+	pad := func(s string) string { return s + strings.Repeat("x", rlqs.MaxEntryLen-len(s)) }
+	m := &rlqspb.RateLimitQuotaUsageReports{Domain: "edge"}
+	for b := range 100 {
+		id := map[string]string{}
+		for e := range rlqs.MaxEntries {
+			id[pad(fmt.Sprint("k", e))] = pad(fmt.Sprint("b", b, "e", e))
+		}
+		m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId: &rlqspb.BucketId{Bucket: id}, NumRequestsAllowed: 1})
+	}
+	t.Logf("a message of %d KB", proto.Size(m)>>10)
+	cc := dialAll(t, c.nodes)[0]
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var opened, answered atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	next := make(chan struct{}, 400)
+	for range 400 {
+		next <- struct{}{}
+	}
+	close(next)
+	for range 8 {
+		wg.Go(func() {
+			for range next {
+				st, err := rlqspb.NewRateLimitQuotaServiceClient(cc).StreamRateLimitQuotas(ctx)
+				if err != nil {
+					continue
+				}
+				opened.Add(1)
+				if st.Send(m) != nil {
+					continue
+				}
+				if _, err := st.Recv(); err == nil {
+					answered.Add(1)
+				} else {
+					firstErr.CompareAndSwap(nil, err.Error())
+				}
+			}
+		})
+	}
+	wg.Wait()
+	refused, err := metric(n, "ringlimit_rlqs_refused_total", "reason", "memory")
+	buckets, _ := metric(n, "ringlimit_rlqs_buckets")
+	t.Logf("%d streams opened, %d answered (the first refused: %v); %v buckets held, %v refused for memory", opened.Load(), answered.Load(), firstErr.Load(), buckets, refused)
+	if err != nil || refused == 0 {
+		t.Errorf("ringlimit_rlqs_refused_total{reason=\"memory\"} = %v (%v), want the flood's buckets beyond the share refused", refused, err)
+	}
+	if hwm := report(t, n, "with the 400 streams open"); hwm > limit+memoryMargin {
+		t.Errorf("peak RSS %d MiB, more than --memory-limit 1 GiB and the margin of %d MiB", hwm>>20, memoryMargin>>20)
+	}
 }
