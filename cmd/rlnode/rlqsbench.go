@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -18,7 +19,9 @@ import (
 )
 
 // runRLQSBench is `rlnode bench-rlqs`: simulated Envoys (rlqs/envoysim,
-// which does what Envoy's rate_limit_quota filter does) on one bucket of
+// which does what Envoy's rate_limit_quota filter does, reporting every
+// 5 s, with DENY_ALL as its no-assignment and expired-assignment
+// behaviour) on one bucket of
 // a cluster's quota service, asking far more than its limit, with one of
 // them asking most of the demand from --skew-after on; it prints what was
 // admitted each second, against the limit, and each Envoy's share.
@@ -40,7 +43,7 @@ node meanwhile (SIGTERM) to see its streams move.`)
 	bucketFlag := fs.String("bucket", "tenant=t0", "the bucket_id, comma-separated key=value")
 	limit := fs.Int64("limit", 0, "the bucket's policy limit, a second (for the figures only)")
 	envoys := fs.Int("envoys", 4, "simulated Envoys")
-	interval := fs.Duration("interval", time.Second, "the Envoys' reporting_interval")
+	interval := fs.Duration("interval", envoysim.ReportInterval, "the Envoys' report interval (Envoy's filter reports every 5 s, whatever reporting_interval says)")
 	duration := fs.Duration("duration", 3*time.Minute, "how long to run")
 	rate := fs.Int("rate", 1000, "requests a second each caller asks")
 	skewAfter := fs.Duration("skew-after", time.Minute, "when Envoy 0 starts asking with --skew-callers callers (0: never)")
@@ -82,13 +85,15 @@ node meanwhile (SIGTERM) to see its streams move.`)
 	start := time.Now().Truncate(time.Second).Add(time.Second)
 	end := start.Add(*duration)
 	seconds := int(*duration / time.Second)
+	deny := &typepb.RateLimitStrategy{Strategy: &typepb.RateLimitStrategy_BlanketRule_{BlanketRule: typepb.RateLimitStrategy_DENY_ALL}}
 	counts := make([][]atomic.Int64, *envoys)
 	sims := make([]*envoysim.Envoy, *envoys)
 	var wg sync.WaitGroup
 	for i := range sims {
 		counts[i] = make([]atomic.Int64, seconds)
 		order := append(append([]*grpc.ClientConn(nil), conns[i%len(conns):]...), conns[:i%len(conns)]...)
-		sims[i] = envoysim.New(envoysim.Config{Conn: envoysim.Endpoints(order), Domain: *domain, Interval: *interval})
+		sims[i] = envoysim.New(envoysim.Config{Conn: envoysim.Endpoints(order), Domain: *domain, Interval: *interval,
+			Settings: envoysim.Settings{NoAssignment: deny, Expired: deny, ExpiredTimeout: envoysim.ReportInterval}})
 		wg.Go(func() { sims[i].Run(ctx) })
 		callers := 1
 		for k := range callers + *skewCallers - 1 {
@@ -131,12 +136,27 @@ node meanwhile (SIGTERM) to see its streams move.`)
 		fmt.Fprintf(stdout, "second %3d: %6d admitted (limit %d), by Envoy %s\n", s, n, *limit, strings.Join(per, " "))
 	}
 	fmt.Fprintf(stdout, "highest second %d, mean %.1f a second (limit %d)\n", peak, float64(sum)/float64(seconds), *limit)
+	// Steady state: from two report intervals on (the shares settle at
+	// the second report) to the skew.
+	from, to := int(2**interval/time.Second), seconds
+	if *skewAfter > 0 {
+		to = min(to, int(*skewAfter/time.Second))
+	}
+	if *limit > 0 && from < to {
+		var steady int64
+		for s := from; s < to; s++ {
+			for i := range sims {
+				steady += counts[i][s].Load()
+			}
+		}
+		fmt.Fprintf(stdout, "steady state (seconds %d to %d): mean %.1f a second, %.1f%% of the limit\n", from, to, float64(steady)/float64(to-from), 100*float64(steady)/float64(int64(to-from)**limit))
+	}
 	if all > 0 {
 		fmt.Fprintf(stdout, "Envoy 0, from its second report after the skew: %.1f%% of the admissions\n", 100*float64(mine)/float64(all))
 	}
 	for i, e := range sims {
 		st := e.Stats()
-		fmt.Fprintf(stdout, "Envoy %d: %d assignments, %d with zero time-to-live, %d streams\n", i, st.Assignments, st.ZeroTTL, st.Streams)
+		fmt.Fprintf(stdout, "Envoy %d: %d assignments, %d with zero time-to-live, %d streams, %d reports dropped\n", i, st.Assignments, st.ZeroTTL, st.Streams, st.Dropped)
 	}
 	return nil
 }
