@@ -3,13 +3,13 @@
 # 4 simulated Envoys (rlnode bench-rlqs) on one bucket of 400 a second for
 # DURATION (3m), Envoy 0 asking 70% of the demand from SKEW (60s), and the
 # third node stopped with SIGTERM at DRAIN (120s), so that its Envoy's
-# stream moves; the Envoys report every INTERVAL (1s). Output: every second's admissions and the summary.
+# stream moves; the Envoys report every INTERVAL (5s, as Envoy's filter does). Output: every second's admissions and the summary.
 set -eu
 DURATION=${DURATION:-3m}
 SKEW=${SKEW:-60s}
 DRAIN=${DRAIN:-120}
 LIMIT=${LIMIT:-400}
-INTERVAL=${INTERVAL:-1s}
+INTERVAL=${INTERVAL:-5s}
 dir=$(mktemp -d)
 # The run's status is bench-rlqs's; stopping the nodes (one already
 # stopped) must not change it, under set -e.
