@@ -10,14 +10,13 @@
 // owner, which no other client can name. A bucket_id is matched against
 // the stream's domain in the policy files as an RLS descriptor with its
 // entries in key order (see Match); a bucket whose policy applies is the
-// policy's counter, and each Envoy report of it becomes a lease report
-// of running totals (admitted += allowed, asked += allowed + denied),
-// sent through the node's lessee side (lease.Node.Lease), which takes it
-// to the counter's owner, over the peer port when that is another node.
-// The owner splits the limit among the streams by their demand and
-// reserves each stream's grant against the counter; the grant becomes a
-// token bucket assignment (bucket.go), so the Envoys together admit at
-// most what the owner lent.
+// policy's counter, and each Envoy report of it becomes a share report of
+// running totals (admitted += allowed, asked += allowed + denied), sent
+// through the node's lessee side (lease.Node.Lease), which takes it to
+// the counter's owner, over the peer port when that is another node. The
+// owner splits the limit's rate among the streams by their demand
+// (global/shares.go); each share becomes a refilling token bucket
+// assignment (bucket.go), so the Envoys together admit at most the limit.
 package rlqs
 
 import (
