@@ -153,7 +153,6 @@ func TestTokenBucketNoAssignmentCrashes(t *testing.T) {
 type fakeConn struct {
 	mu      sync.Mutex
 	streams []*fakeStream
-	refuse  bool
 }
 
 func (c *fakeConn) Invoke(context.Context, string, any, any, ...grpc.CallOption) error {
@@ -163,12 +162,15 @@ func (c *fakeConn) Invoke(context.Context, string, any, any, ...grpc.CallOption)
 func (c *fakeConn) NewStream(ctx context.Context, _ *grpc.StreamDesc, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.refuse {
-		return nil, errors.New("unavailable")
-	}
 	st := &fakeStream{ctx: ctx, in: make(chan *rlqspb.RateLimitQuotaResponse, 8), end: make(chan struct{})}
 	c.streams = append(c.streams, st)
 	return st, nil
+}
+
+func (c *fakeConn) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.streams)
 }
 
 func (c *fakeConn) last() *fakeStream {
@@ -266,12 +268,12 @@ func TestEnvoyReports(t *testing.T) {
 		synctest.Wait()
 		e.Allow(map[string]string{"tenant": "c"}) // its first report finds no stream: dropped
 		synctest.Wait()
-		if n := len(conn.streams); n != 1 {
+		if n := conn.count(); n != 1 {
 			t.Fatalf("%d streams before the next report, want 1: Envoy reopens only at its report timer", n)
 		}
 		time.Sleep(5 * time.Second)
 		synctest.Wait()
-		if n := len(conn.streams); n != 2 {
+		if n := conn.count(); n != 2 {
 			t.Fatalf("%d streams after the next report, want 2", n)
 		}
 		if r := conn.last().reports(); len(r) != 1 || len(r[0].GetBucketQuotaUsages()) != 3 {
