@@ -48,8 +48,6 @@ more skewed).
 
 Progress goes to stderr: on a terminal, one line updated every second;
 otherwise a line every 10s. --json prints one JSON object (see docs/operations.md).
-
-Flags:
 `)
 	addr := fs.String("addr", "", "address of a node (default localhost:8081 for grpc, localhost:8080 for http)")
 	addrs := fs.String("addrs", "", "comma-separated node addresses; workers are spread over them round-robin (overrides --addr)")
@@ -74,11 +72,8 @@ Flags:
 	timeout := fs.Duration("timeout", 5*time.Second, "give up on one request, or one read of a node's metrics, after this long")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	tlsFlags := addClientTLS(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, 0); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
 	}
 	opts := loadgen.Options{
 		Protocol: *protocol, Client: *useClient, Route: *route, Lease: *lease, Items: *items, Concurrency: *concurrency, Duration: *duration,

@@ -55,8 +55,6 @@ Exit status: 0 allowed (UNDER_LIMIT) or settled, 1 refused (OVER_LIMIT), 2
 an error: bad usage, an invalid check (the message names the field), an
 unknown or expired reservation, or a node that cannot be reached within
 --timeout.
-
-Flags:
 `
 
 // runCheck is `rlnode check`: one check against a node over gRPC, printed
@@ -86,11 +84,8 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
 	tlsFlags := addClientTLS(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, 0); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("check: unexpected argument %q", fs.Arg(0))
 	}
 	if *settle != "" || *release != "" {
 		return runSettle(ctx, settleArgs{addr: *addr, name: *name, key: *key, settle: *settle, release: *release, cost: *cost,

@@ -30,25 +30,77 @@ type Config struct {
 	// that listen on loopback only because none was given and no security
 	// is configured (see protect).
 	loopback []string
+	// join and gossipKey are --join and --gossip-key as given, which
+	// parseConfig reads into Join and GossipKeys.
+	join, gossipKey string
 }
 
 // parseConfig reads flags from args, falling back to RLNODE_* variables via
-// getenv. It is the only reader of the environment.
+// getenv. It is the only reader of the environment. -h prints the usage
+// (writeUsage) to stderr.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	hostname, _ := os.Hostname()
-	d := node.DefaultConfig()
 	var c Config
-	var join, gossipKey string
-	fs := flag.NewFlagSet("rlnode", flag.ContinueOnError)
+	fs := c.flags(hostname)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { writeUsage(fs) }
+	fs.Usage = func() { writeUsage(fs.Output()) }
+	if err := parseFlags(fs, args, 0); err != nil {
+		return Config{}, err
+	}
+	// given holds the flags set on the command line or, failing that, by
+	// their variable.
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := envName(f.Name)
+		if v := getenv(env); v != "" && !given[f.Name] {
+			given[f.Name] = true
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, badValue(env, f.Value, v, err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	for _, j := range strings.Split(c.join, ",") {
+		if j = strings.TrimSpace(j); j != "" {
+			c.Join = append(c.Join, j)
+		}
+	}
+	if c.gossipKey != "" {
+		keys, err := parseGossipKeys(c.gossipKey)
+		if err != nil {
+			return Config{}, fmt.Errorf("--gossip-key: %w", err)
+		}
+		c.GossipKeys = keys
+	}
+	if err := c.validate(); err != nil {
+		return Config{}, err
+	}
+	return c, c.protect(given)
+}
+
+// envName is the environment variable of the serving flag name:
+// --http-addr is RLNODE_HTTP_ADDR.
+func envName(name string) string {
+	return "RLNODE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// flags returns the serving flags, each setting its field of c, with
+// hostname the default of --node-name. Where each is shown in the help
+// is flagPlaces'.
+func (c *Config) flags(hostname string) *flag.FlagSet {
+	d := node.DefaultConfig()
+	fs := flag.NewFlagSet("rlnode", flag.ContinueOnError)
 	fs.StringVar(&c.HTTPAddr, "http-addr", d.HTTPAddr, "HTTP listen address (POST /v1/check, /metrics, /healthz, /readyz, /v1/members)"+loopbackUsage)
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", d.GRPCAddr, "gRPC listen address (ringlimit.v1.RateLimiter, health, reflection)"+loopbackUsage)
 	fs.StringVar(&c.PeerAddr, "peer-addr", d.PeerAddr, "gRPC listen address for peer traffic only (forwards, hand-off, GLOBAL sync)"+loopbackUsage)
 	fs.StringVar(&c.RESPAddr, "resp-addr", "", "Redis protocol listen address (CL.THROTTLE as redis-cell answers it, docs/resp.md), with the TLS, connection bounds and timeouts of the HTTP port (none: off)")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", d.GossipAddr, "memberlist bind address, TCP and UDP"+loopbackUsage)
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "address other nodes use to reach this one (default: the IP --gossip-addr binds, 127.0.0.1 on loopback only; on all interfaces, the first private or else non-loopback IP)")
-	fs.StringVar(&join, "join", "", "comma-separated host:port or DNS names to join through (none: a one-node cluster)")
+	fs.StringVar(&c.join, "join", "", "comma-separated host:port or DNS names to join through (none: a one-node cluster)")
 	fs.StringVar(&c.NodeName, "node-name", hostname, "unique member name")
 	fs.IntVar(&c.MaxKeys, "max-keys", d.MaxKeys, "counters kept in memory; beyond it the least recently used are evicted")
 	fs.DurationVar(&c.BatchWait, "batch-wait", d.BatchWait, "longest a forwarded check gathered behind a batch in flight to its owner waits before its batch is sent (a check with none in flight is sent at once)")
@@ -97,46 +149,106 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&c.Top.Window, "top-window", d.Top.Window, "interval of the counts of who is being limited (GET /v1/top, rlnode top, the status page): each report covers the last one to two")
 	// Read as a string and parsed below, so that no error message repeats
 	// a key.
-	fs.StringVar(&gossipKey, "gossip-key", "", "base64 keys of 16, 24 or 32 bytes, comma-separated, for encrypted gossip; the first encrypts, all decrypt")
-	if err := fs.Parse(args); err != nil {
-		return Config{}, err
+	fs.StringVar(&c.gossipKey, "gossip-key", "", "base64 keys of 16, 24 or 32 bytes, comma-separated, for encrypted gossip; the first encrypts, all decrypt")
+	return fs
+}
+
+// flagGroup is a group of serving flags in rlnode help flags and
+// docs/flags.md, in the order of its value.
+type flagGroup int
+
+const (
+	groupOther flagGroup = iota // a flag not in flagPlaces: listed last
+	groupServing
+	groupCluster
+	groupSecurity
+	groupStorage
+	groupLimits
+)
+
+// title is the group's heading in the help.
+func (g flagGroup) title() string {
+	return [...]string{
+		groupOther:    "Other",
+		groupServing:  "Serving: the ports, and what a client may hold on them",
+		groupCluster:  "Cluster: membership, forwarding, replication",
+		groupSecurity: "Security: TLS, the gossip key, who may be a member",
+		groupStorage:  "Storage: counters in memory and on disk",
+		groupLimits:   "Limits: policies, strict mode, leases, Envoy's quota streams",
+	}[g]
+}
+
+// flagPlace is where the help shows a serving flag: its group, and, for
+// the flags a user sets first, the few words rlnode --help gives it
+// (empty: the flag is listed by rlnode help flags only).
+type flagPlace struct {
+	group flagGroup
+	front string
+}
+
+// flagPlaces places each serving flag in the help. A flag added to flags
+// and not here is still listed, under Other; give it its group here.
+func flagPlaces() map[string]flagPlace {
+	return map[string]flagPlace{
+		"http-addr":            {groupServing, "HTTP: POST /v1/check, /metrics, /status"},
+		"grpc-addr":            {groupServing, "gRPC: checks, Envoy's rate limit and quotas"},
+		"resp-addr":            {groupServing, "Redis protocol, CL.THROTTLE (none: off)"},
+		"log-level":            {groupServing, ""},
+		"status-page":          {groupServing, ""},
+		"status-hide-keys":     {groupServing, ""},
+		"top-window":           {groupServing, ""},
+		"shutdown-timeout":     {groupServing, ""},
+		"max-conns":            {groupServing, ""},
+		"max-conns-per-source": {groupServing, ""},
+		"handshake-timeout":    {groupServing, ""},
+		"idle-timeout":         {groupServing, ""},
+		"request-timeout":      {groupServing, ""},
+		"stream-send-timeout":  {groupServing, ""},
+		"stream-idle-timeout":  {groupServing, ""},
+		"max-inflight":         {groupServing, ""},
+		"max-streams":          {groupServing, ""},
+
+		"join":               {groupCluster, "gossip addresses of members to join through"},
+		"node-name":          {groupCluster, "unique member name (default: the host name)"},
+		"advertise-addr":     {groupCluster, "address other nodes reach this one at"},
+		"peer-addr":          {groupCluster, "gRPC between nodes only"},
+		"gossip-addr":        {groupCluster, "memberlist gossip, TCP and UDP"},
+		"batch-wait":         {groupCluster, ""},
+		"batch-limit":        {groupCluster, ""},
+		"global-sync":        {groupCluster, ""},
+		"handoff-wait":       {groupCluster, ""},
+		"replicate-interval": {groupCluster, ""},
+
+		"tls-cert":      {groupSecurity, "TLS on HTTP, gRPC and RESP, with --tls-key"},
+		"tls-key":       {groupSecurity, ""},
+		"tls-client-ca": {groupSecurity, ""},
+		"peer-tls-cert": {groupSecurity, "mutual TLS between nodes, with --peer-tls-key"},
+		"peer-tls-key":  {groupSecurity, ""},
+		"peer-tls-ca":   {groupSecurity, "the cluster CA that peers' certificates are from"},
+		"gossip-key":    {groupSecurity, "base64 keys that encrypt gossip"},
+		"member-names":  {groupSecurity, ""},
+
+		"memory-limit":             {groupStorage, "the node's memory bound, e.g. 512MiB"},
+		"snapshot-dir":             {groupStorage, "counters survive a stop of the whole cluster"},
+		"snapshot-interval":        {groupStorage, ""},
+		"max-keys":                 {groupStorage, ""},
+		"max-log-entries":          {groupStorage, ""},
+		"max-reservations":         {groupStorage, ""},
+		"max-reservations-per-key": {groupStorage, ""},
+
+		"policy-file":                 {groupLimits, "YAML policies, envoyproxy/ratelimit's format"},
+		"strict-quorum":               {groupLimits, "never over a limit: members a node must see"},
+		"strict-fence":                {groupLimits, ""},
+		"max-clock-skew":              {groupLimits, ""},
+		"lease-ttl":                   {groupLimits, ""},
+		"max-lessees":                 {groupLimits, ""},
+		"max-leases-per-key":          {groupLimits, ""},
+		"max-keys-per-lessee":         {groupLimits, ""},
+		"rlqs-max-streams":            {groupLimits, ""},
+		"rlqs-max-buckets-per-stream": {groupLimits, ""},
+		"rlqs-assignment-ttl":         {groupLimits, ""},
+		"rlqs-abandon-after":          {groupLimits, ""},
 	}
-	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	// given holds the flags set on the command line or, failing that, by
-	// their variable.
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		env := "RLNODE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(env); v != "" && !given[f.Name] {
-			given[f.Name] = true
-			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", env, err))
-			}
-		}
-	})
-	if err := errors.Join(errs...); err != nil {
-		return Config{}, err
-	}
-	for _, j := range strings.Split(join, ",") {
-		if j = strings.TrimSpace(j); j != "" {
-			c.Join = append(c.Join, j)
-		}
-	}
-	if gossipKey != "" {
-		keys, err := parseGossipKeys(gossipKey)
-		if err != nil {
-			return Config{}, fmt.Errorf("--gossip-key: %w", err)
-		}
-		c.GossipKeys = keys
-	}
-	if err := c.validate(); err != nil {
-		return Config{}, err
-	}
-	return c, c.protect(given)
 }
 
 func (c Config) validate() error {

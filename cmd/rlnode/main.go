@@ -3,9 +3,12 @@
 //	rlnode [flags]            serve (no flags: a one-node cluster on the default ports)
 //	rlnode check [flags]      ask a node whether a request may go ahead
 //	rlnode members [flags]    list a node's view of the cluster
+//	rlnode top [flags]        who is being limited, live
 //	rlnode bench [flags]      measure a node or cluster with a bounded load
+//	rlnode bench-rlqs [flags] simulated Envoys on one quota bucket
 //	rlnode policy check PATH  validate policy files offline
 //	rlnode help [command]     say how to use rlnode, or a command
+//	rlnode help flags         list every serving flag, by group
 //	rlnode version            print the build: module version, VCS revision, Go version
 //
 // Exit status: 0 on success, 1 when `rlnode check` was refused
@@ -25,6 +28,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 )
 
@@ -74,6 +78,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		case "help", "-h", "-help", "--help":
 			return runHelp(ctx, args[1:], getenv, stdout)
 		case "version", "-version", "--version":
+			if len(args) > 1 {
+				return fmt.Errorf("version: unexpected argument %q (rlnode version takes none)", args[1])
+			}
 			return writeVersion(stdout)
 		case "check":
 			return runCheck(ctx, args[1:], stdout, stderr)
@@ -87,6 +94,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return runRLQSBench(ctx, args[1:], stdout, stderr)
 		case "policy":
 			return runPolicy(args[1:], stdout, stderr)
+		}
+		if !strings.HasPrefix(args[0], "-") {
+			return unknownCommand(args[0])
 		}
 	}
 	conf, err := parseConfig(args, getenv, stderr)

@@ -26,13 +26,11 @@ the replicas of other nodes' counters each alive member holds, from its
 own GET /metrics (ringlimit_replicas; "-" when it cannot be read).
 --addr is the node's HTTP port (its --http-addr), where rlnode check
 takes its gRPC port.
-
-Flags:
 `)
 	addr := fs.String("addr", "localhost:8080", "HTTP address of a node (its --http-addr)")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
 	tlsFlags := addClientTLS(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, 0); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)

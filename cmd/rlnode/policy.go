@@ -37,11 +37,14 @@ func runPolicy(args []string, stdout, stderr io.Writer) error {
 	switch {
 	case len(args) > 0 && args[0] == "check":
 		args = args[1:]
-	case len(args) == 0 || args[0] != "-h" && args[0] != "-help" && args[0] != "--help":
+	case len(args) == 0 || !isHelpFlag(args[0]):
 		return errPolicyUsage
 	}
-	if err := fs.Parse(args); err != nil {
-		return err
+	if err := parseFlags(fs, args, 1); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w; %w", err, errPolicyUsage)
 	}
 	if fs.NArg() != 1 {
 		return errPolicyUsage

@@ -48,7 +48,7 @@ node meanwhile (SIGTERM) to see its streams move.`)
 	rate := fs.Int("rate", 1000, "requests a second each caller asks")
 	skewAfter := fs.Duration("skew-after", time.Minute, "when Envoy 0 starts asking with --skew-callers callers (0: never)")
 	skewCallers := fs.Int("skew-callers", 7, "Envoy 0's callers from --skew-after on")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, 0); err != nil {
 		return err
 	}
 	bucket := map[string]string{}

@@ -34,8 +34,6 @@ checks/s and refusals/s, and each member's totals, from a node's
 GET /v1/top, which asks every member. Redrawn every --interval until
 interrupted; --once prints once, without terminal codes, for scripts and
 tests. Counts are estimates with a bounded error (docs/operations.md).
-
-Flags:
 `)
 	addr := fs.String("addr", "localhost:8080", "HTTP address of a node (its --http-addr)")
 	once := fs.Bool("once", false, "print once and exit, without clearing the screen")
@@ -44,12 +42,10 @@ Flags:
 	sortBy := fs.String("sort", "checks", "order keys by checks or refusals (per second)")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up on one read of the node after this long")
 	tlsFlags := addClientTLS(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, 0); err != nil {
 		return err
 	}
 	switch {
-	case fs.NArg() > 0:
-		return fmt.Errorf("top: unexpected argument %q", fs.Arg(0))
 	case *rows < 1 || *rows > top.MaxKeys:
 		return fmt.Errorf("--keys: must be from 1 to %d, got %d", top.MaxKeys, *rows)
 	case *sortBy != "checks" && *sortBy != "refusals":
