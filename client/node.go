@@ -60,6 +60,7 @@ type node struct {
 	base   context.Context                                            // ends when the client closes: RPCs of batches
 	batch  *batch.Batcher[*part]                                      // nil: every part goes alone
 	router *router                                                    // nil when the client does not route
+	port   portProbe                                                  // says when addr is not a gRPC port
 }
 
 // nodeConfig is what the nodes of one client share.
@@ -80,7 +81,7 @@ func newNode(addr string, conf nodeConfig) (*node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	n := &node{addr: addr, conn: conn, rl: pb.NewRateLimiterClient(conn), base: conf.base, router: conf.router}
+	n := &node{addr: addr, conn: conn, rl: pb.NewRateLimiterClient(conn), base: conf.base, router: conf.router, port: portProbe{addr: addr}}
 	if conf.batching {
 		n.startBatching()
 	}
@@ -276,10 +277,10 @@ func (n *node) Settle(ctx context.Context, req *pb.SettleRequest) (*pb.SettleRes
 }
 
 // fail answers p with err, unless the client routes and sends p to
-// another node instead.
+// another node instead; an address that is not a gRPC port is said so.
 func (n *node) fail(p *part, err error) {
 	if n.router != nil && n.router.reroute(p, err) {
 		return
 	}
-	p.answer(nil, err)
+	p.answer(nil, n.port.explain(err))
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/ringlimit/ringlimit/global"
 	"github.com/ringlimit/ringlimit/internal/admit"
 	"github.com/ringlimit/ringlimit/internal/conns"
+	"github.com/ringlimit/ringlimit/internal/nodeport"
 	"github.com/ringlimit/ringlimit/internal/tlsfiles"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
@@ -181,8 +182,8 @@ type Config struct {
 // The flags' defaults come from it.
 func DefaultConfig() Config {
 	return Config{
-		HTTPAddr:          ":8080",
-		GRPCAddr:          ":8081",
+		HTTPAddr:          nodeport.DefaultHTTPAddr,
+		GRPCAddr:          nodeport.DefaultGRPCAddr,
 		PeerAddr:          ":8082",
 		GossipAddr:        cluster.DefaultBindAddr,
 		MaxKeys:           limiter.DefaultMaxKeys,

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+
+	"github.com/ringlimit/ringlimit/internal/nodeport"
 )
 
 // Limits bound what one connection may make the server hold. Every bound
@@ -178,6 +180,8 @@ func (r *Reader) readInline() error {
 		return &ProtocolError{fmt.Sprintf("inline command longer than %d bytes", min(r.lim.MaxInline, r.br.Size()))}
 	case err != nil:
 		return noEOF(err)
+	case isHTTP(line):
+		return &ProtocolError{errHTTP}
 	}
 	for _, w := range bytes.Fields(line) {
 		if len(r.ends) == r.lim.MaxArgs {
@@ -190,6 +194,30 @@ func (r *Reader) readInline() error {
 		r.ends = append(r.ends, len(r.arena))
 	}
 	return nil
+}
+
+// errHTTP is the reason of the error that answers an HTTP request (or
+// gRPC's HTTP/2 preface) before the connection is closed: a client given
+// this port instead of the HTTP or gRPC one learns which it reached, and
+// a web page that posts a form here runs nothing its body holds.
+const errHTTP = "this is the RESP (Redis protocol) port of a ringlimit node, not HTTP: " +
+	"HTTP is served on its --http-addr (default " + nodeport.DefaultHTTPAddr + "), gRPC on its --grpc-addr (default " + nodeport.DefaultGRPCAddr + ")"
+
+// isHTTP reports whether line, an inline command, is an HTTP request line:
+// a method in capitals, a target and a version, such as "POST /v1/check
+// HTTP/1.1", or "PRI * HTTP/2.0", the HTTP/2 preface a gRPC client
+// begins with. No Redis command has that shape.
+func isHTTP(line []byte) bool {
+	f := bytes.Fields(line)
+	if len(f) != 3 || !bytes.HasPrefix(f[2], []byte("HTTP/")) || len(f[0]) > 16 {
+		return false
+	}
+	for _, c := range f[0] {
+		if c < 'A' || c > 'Z' {
+			return false
+		}
+	}
+	return true
 }
 
 // header parses the length after kind in a header line: from 0 (or -1,

@@ -9,12 +9,10 @@ import (
 	"io"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/internal/nodeport"
 	"github.com/ringlimit/ringlimit/loadgen"
 )
 
@@ -127,11 +125,10 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else {
 		d, err = c.Take(ctx, l, *key, *hits)
 	}
-	if code := status.Code(err); (code == codes.Unavailable || code == codes.DeadlineExceeded) && answersHTTP(ctx, *addr, tlsFlags.config()) {
-		return fmt.Errorf("check %s: this is an HTTP port, not a gRPC one: rlnode check calls a node's gRPC port (its --grpc-addr, :8081 by default); "+
-			"rlnode members is the command that takes the HTTP port", *addr)
-	}
 	if err != nil {
+		if err := wrongPort(ctx, err, "rlnode check", *addr, nodeport.GRPC, tlsFlags.config()); errors.Is(err, nodeport.ErrWrongPort) {
+			return err
+		}
 		return fmt.Errorf("check %s: %w", *addr, err)
 	}
 	peek := *hits == 0

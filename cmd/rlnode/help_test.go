@@ -217,21 +217,37 @@ func TestCheckPeek(t *testing.T) {
 	}
 }
 
-// TestAddrOfTheOtherPort: rlnode check given a node's HTTP port, and
-// rlnode members given its gRPC port, say which port they were given and
-// which they take, rather than a protocol error.
+// TestAddrOfTheOtherPort: rlnode check, members and top, each given
+// every port of a node, say which port they reached and which they want,
+// rather than the other protocol's error (check given the RESP port hung
+// 5s; top given the gRPC port printed a malformed HTTP response). Their
+// --timeout is long, so that a hang shows as a timeout, not as the port.
 func TestAddrOfTheOtherPort(t *testing.T) {
-	httpAddr, grpcAddr, stop := startNode(t)
+	n, stop := startNamedNode(t, t.Name(), "--resp-addr", "127.0.0.1:0")
 	defer stop()
-	err := run(context.Background(), []string{"check", "--addr", httpAddr, "--key", "k", "--limit", "1"}, env(nil), io.Discard, io.Discard)
-	if code := exitCode(err, io.Discard); code != 2 || !strings.Contains(err.Error(), httpAddr+": this is an HTTP port, not a gRPC one") ||
-		!strings.Contains(err.Error(), "--grpc-addr") {
-		t.Errorf("check --addr <HTTP port>: exit %d, %v; want 2 and an error naming the ports", code, err)
-	}
-	err = run(context.Background(), []string{"members", "--addr", grpcAddr}, env(nil), io.Discard, io.Discard)
-	if code := exitCode(err, io.Discard); code != 2 || !strings.Contains(err.Error(), grpcAddr+" is a gRPC port, not an HTTP one") ||
-		!strings.Contains(err.Error(), "--http-addr") {
-		t.Errorf("members --addr <gRPC port>: exit %d, %v; want 2 and an error naming the ports", code, err)
+	ports := map[string]string{"HTTP": n.HTTPAddr(), "gRPC": n.GRPCAddr(), "RESP (Redis protocol)": n.RESPAddr()}
+	for _, tc := range []struct {
+		cmd  []string
+		want string // the port the command wants
+	}{
+		{[]string{"check", "--key", "k", "--limit", "1"}, "gRPC port (a node's --grpc-addr, default :8081)"},
+		{[]string{"members"}, "HTTP port (a node's --http-addr, default :8080)"},
+		{[]string{"top", "--once"}, "HTTP port (a node's --http-addr, default :8080)"},
+	} {
+		for port, addr := range ports {
+			if strings.HasPrefix(tc.want, port) {
+				continue
+			}
+			article := "a"
+			if port == "HTTP" {
+				article = "an"
+			}
+			err := run(context.Background(), append(tc.cmd, "--addr", addr, "--timeout", "30s"), env(nil), io.Discard, io.Discard)
+			want := fmt.Sprintf("%s: that is %s %s port; rlnode %s wants the %s", addr, article, port, tc.cmd[0], tc.want)
+			if code := exitCode(err, io.Discard); code != 2 || err.Error() != want {
+				t.Errorf("%s --addr <%s port>: exit %d, %v; want 2 and %q", tc.cmd[0], port, code, err, want)
+			}
+		}
 	}
 }
 

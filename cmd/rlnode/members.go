@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/cluster"
+	"github.com/ringlimit/ringlimit/internal/nodeport"
 	"github.com/ringlimit/ringlimit/loadgen"
 )
 
@@ -42,9 +44,8 @@ takes its gRPC port.
 	defer n.Close()
 	ms, err := n.Members(ctx)
 	if err != nil {
-		if answersGRPC(ctx, *addr, tlsFlags.config()) {
-			return fmt.Errorf("members: %s is a gRPC port, not an HTTP one: rlnode members reads a node's HTTP port (its --http-addr, :8080 by default); "+
-				"rlnode check is the command that takes the gRPC port", *addr)
+		if err := wrongPort(ctx, err, "rlnode members", *addr, nodeport.HTTP, tlsFlags.config()); errors.Is(err, nodeport.ErrWrongPort) {
+			return err
 		}
 		return fmt.Errorf("members: %w", err)
 	}

@@ -2,55 +2,59 @@ package main
 
 import (
 	"context"
-	"time"
+	"crypto/tls"
+	"errors"
+	"net"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/client"
-	"github.com/ringlimit/ringlimit/loadgen"
+	"github.com/ringlimit/ringlimit/internal/nodeport"
 )
 
-// A node has an HTTP port (rlnode members reads it) and a gRPC port
-// (rlnode check calls it), and either command given the other port fails
-// with an error of the wrong protocol ("http2: frame too large"). After
-// such a failure, the command asks the address in the other protocol,
-// within probeTimeout, so that its error can say which port it was.
-const probeTimeout = time.Second
+// A node has an HTTP port (rlnode members and top read it) and a gRPC
+// port (rlnode check calls it), and a RESP port when asked; a command
+// given the wrong one fails with the other protocol's error ("http2:
+// frame too large", a malformed HTTP response). wrongPort turns such a
+// failure into one that says which port the address is and which the
+// command wants.
 
-// answersHTTP reports whether addr answers GET /healthz, as a node's HTTP
-// port does.
-func answersHTTP(ctx context.Context, addr string, t *client.TLS) bool {
-	n, err := loadgen.NewNode(addr, t)
-	if err != nil {
-		return false
+// wrongPort returns err, or, if addr serves another of a node's ports
+// than want (so the Go client found, or a probe of addr within
+// nodeport.ProbeTimeout finds), an error saying so for cmd, such as
+// "rlnode top".
+func wrongPort(ctx context.Context, err error, cmd, addr string, want nodeport.Port, t *client.TLS) error {
+	var found *nodeport.Error
+	if errors.As(err, &found) {
+		said := *found
+		said.Client = cmd
+		return &said
 	}
-	defer n.Close()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
-	defer cancel()
-	return n.Healthy(ctx) == nil
+	if !mayBeWrongPort(err, want) {
+		return err
+	}
+	var conf *tls.Config
+	if t != nil {
+		var cerr error
+		if conf, cerr = t.Config(addr); cerr != nil {
+			return err
+		}
+	}
+	if found := nodeport.Check(context.WithoutCancel(ctx), addr, want, conf, cmd); found != nil {
+		return found
+	}
+	return err
 }
 
-// answersGRPC reports whether addr answers the gRPC health service, as a
-// node's gRPC port does.
-func answersGRPC(ctx context.Context, addr string, t *client.TLS) bool {
-	opts, err := loadgen.DialOptions(t, addr)
-	if err != nil {
-		return false
+// mayBeWrongPort reports whether err, of a client of want, is one that
+// the wrong protocol could cause: a gRPC call that found no server, an
+// HTTP request that had no well-formed answer.
+func mayBeWrongPort(err error, want nodeport.Port) bool {
+	if want == nodeport.GRPC {
+		code := status.Code(err)
+		return code == codes.Unavailable || code == codes.DeadlineExceeded
 	}
-	if opts == nil {
-		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	}
-	conn, err := grpc.NewClient(addr, opts...)
-	if err != nil {
-		return false
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
-	defer cancel()
-	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-	return err == nil || status.Code(err) == codes.Unimplemented
+	var op *net.OpError
+	return !errors.As(err, &op) || op.Op != "dial" // nothing listens: not a wrong port
 }

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ringlimit/ringlimit/internal/nodeport"
 	"github.com/ringlimit/ringlimit/loadgen"
 	"github.com/ringlimit/ringlimit/status"
 	"github.com/ringlimit/ringlimit/top"
@@ -61,14 +62,21 @@ tests. Counts are estimates with a bounded error (docs/operations.md).
 	read := func() (status.View, error) {
 		ctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
-		return n.Top(ctx, *rows)
+		v, err := n.Top(ctx, *rows)
+		if err != nil {
+			err = wrongPort(ctx, err, "rlnode top", *addr, nodeport.HTTP, tlsFlags.config())
+		}
+		return v, err
 	}
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
 	for {
 		v, err := read()
 		if *once {
-			if err != nil {
+			switch {
+			case errors.Is(err, nodeport.ErrWrongPort):
+				return err // it names rlnode top
+			case err != nil:
 				return fmt.Errorf("top: %w", err)
 			}
 			return writeTop(stdout, v, *sortBy, *rows)
