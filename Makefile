@@ -109,7 +109,7 @@ cluster: image
 	@echo "  gRPC  127.0.0.1:8181  127.0.0.1:8281  127.0.0.1:8381"
 	@echo
 	@echo "  curl -s 127.0.0.1:8180/v1/members"
-	@echo "  curl -s -X POST 127.0.0.1:8280/v1/check -d '{\"requests\":[{\"name\":\"api\",\"key\":\"user:42\",\"limit\":10,\"duration_ms\":60000}]}'"
+	@echo "  curl -s -X POST 127.0.0.1:8280/v1/check -H 'Content-Type: application/json' -d '{\"requests\":[{\"name\":\"api\",\"key\":\"user:42\",\"limit\":10,\"duration_ms\":60000}]}'"
 	@echo "  go run ./cmd/rlnode check --addr 127.0.0.1:8381 --name api --key user:42 --limit 10 --duration 1m"
 	@echo "  $(COMPOSE) -f $(COMPOSE_FILE) -p ringlimit logs -f    # logs;  make cluster-down  # stop"
 

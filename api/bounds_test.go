@@ -98,7 +98,9 @@ func TestHTTPManyEmptyItemsCostLittle(t *testing.T) {
 	body := []byte(`{"requests":[` + strings.Repeat(`{},`, items-1) + `{}]}`)
 	rec := httptest.NewRecorder()
 	n := allocated(func() {
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/check", bytes.NewReader(body)))
+		req := httptest.NewRequest(http.MethodPost, "/v1/check", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rec, req)
 	})
 	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "requests: more than 1000 items") {
 		t.Errorf("%d empty items: %d %s, want 400 naming requests", items, rec.Code, rec.Body)

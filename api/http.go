@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
 	"time"
@@ -28,20 +29,21 @@ const MaxBodyBytes = 5 << 19
 // Handler returns the HTTP interface: POST /v1/check, POST /v1/settle,
 // GET /v1/members,
 // GET /metrics, GET /healthz and GET /readyz. Errors of the /v1/ paths,
-// a wrong method included, are JSON: {"error":"..."}.
+// a wrong method included, are JSON: {"error":"..."}. The POSTs, which
+// change state, take only JSON bodies (see jsonOnly).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	var check http.Handler = http.HandlerFunc(s.handleCheck)
 	if s.conf.Admit != nil {
 		check = s.conf.Admit(check)
 	}
-	mux.Handle("POST /v1/check", check)
+	mux.Handle("POST /v1/check", jsonOnly(check))
 	mux.HandleFunc("/v1/check", methodNotAllowed("POST"))
 	var settle http.Handler = http.HandlerFunc(s.handleSettle)
 	if s.conf.Admit != nil {
 		settle = s.conf.Admit(settle)
 	}
-	mux.Handle("POST /v1/settle", settle)
+	mux.Handle("POST /v1/settle", jsonOnly(settle))
 	mux.HandleFunc("/v1/settle", methodNotAllowed("POST"))
 	mux.HandleFunc("GET /v1/members", s.handleMembers)
 	mux.HandleFunc("/v1/members", methodNotAllowed("GET, HEAD"))
@@ -112,6 +114,30 @@ func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	if s.conf.ReadyNote != "" {
 		io.WriteString(w, s.conf.ReadyNote+"\n")
 	}
+}
+
+// jsonOnly passes on a request whose Content-Type is application/json
+// (any case, parameters such as charset allowed), and refuses any other,
+// none included, with 415 and an error naming the header. A browser
+// sends a POST of text/plain, application/x-www-form-urlencoded or
+// multipart/form-data, or of no type at all, to another origin without
+// asking it first (a CORS "simple request"), so that without this any
+// web page a user of the API opens could spend and reset their counters;
+// a JSON body needs a preflight (OPTIONS), which this server refuses.
+func jsonOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ct := r.Header.Get("Content-Type")
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			got := "none"
+			if ct != "" {
+				got = strconv.Quote(ct)
+			}
+			writeError(w, http.StatusUnsupportedMediaType, fmt.Errorf("Content-Type: want application/json, got %s "+
+				"(curl -d sends application/x-www-form-urlencoded: add -H 'Content-Type: application/json')", got))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // methodNotAllowed answers a request to an API path with a method it does

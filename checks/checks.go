@@ -62,3 +62,11 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
 
 // Unwrap makes every FieldError match ErrInvalid.
 func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+// AdmitsOne reports whether a check of 1 would be admitted now, by the
+// answer to a peek (a check of 0 hits, which charges nothing): its
+// verdict, and the whole hits it found remaining. A peek is admitted
+// unless it is invalid; a counter spent, or spaced by a minimum interval
+// not yet over, has none remaining. The HTTP answer's admits_one and
+// rlnode check's PEEK say it.
+func AdmitsOne(admitted bool, remaining int64) bool { return admitted && remaining > 0 }

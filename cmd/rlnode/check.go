@@ -11,6 +11,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/internal/nodeport"
 	"github.com/ringlimit/ringlimit/loadgen"
@@ -204,9 +205,8 @@ func describePeek(d client.Decision, now time.Time) string {
 }
 
 // admitsOne reports whether a check of 1 would be admitted now, by the
-// answer d to a peek: whole hits remaining count those a check could
-// take now.
-func admitsOne(d client.Decision) bool { return d.Allowed && d.Remaining > 0 }
+// answer d to a peek.
+func admitsOne(d client.Decision) bool { return checks.AdmitsOne(d.Allowed, d.Remaining) }
 
 // describe says a verdict in a line a person reads at a glance.
 func describe(d client.Decision, now time.Time) string {

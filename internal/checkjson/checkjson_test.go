@@ -34,6 +34,7 @@ type checkResultJSON struct {
 	ResetTimeMs   int64             `json:"reset_time_ms"`
 	RetryAfterMs  int64             `json:"retry_after_ms"`
 	DelayMs       int64             `json:"delay_ms"`
+	AdmitsOne     *bool             `json:"admits_one,omitempty"`
 	Borrowed      bool              `json:"borrowed,omitempty"`
 	ReservationID string            `json:"reservation_id,omitempty"`
 	Error         string            `json:"error,omitempty"`
@@ -98,6 +99,10 @@ func referenceResponse(d Body, resp *pb.CheckResponse) checkResponseJSON {
 		}
 		if r.ErrorCode != pb.ErrorCode_OK {
 			res.ErrorCode = r.ErrorCode.String()
+		}
+		if items := d.Request.GetRequests(); j < len(items) && items[j].Hits != nil && *items[j].Hits == 0 && r.Error == "" {
+			admits := r.Status == pb.Status_UNDER_LIMIT && r.Remaining >= 1
+			res.AdmitsOne = &admits
 		}
 		out.Responses[d.pos[j]] = res
 	}
@@ -183,7 +188,7 @@ func TestAppendCheckResponseMatchesEncodingJSON(t *testing.T) {
 		return rng.Int64N(1 << (1 + rng.IntN(62)))
 	}
 	for range 2_000 {
-		var d Body
+		d := Body{Request: &pb.CheckRequest{}}
 		resp := &pb.CheckResponse{}
 		for p := range rng.IntN(20) {
 			if rng.IntN(4) == 0 {
@@ -209,6 +214,11 @@ func TestAppendCheckResponseMatchesEncodingJSON(t *testing.T) {
 				}
 			}
 			resp.Responses = append(resp.Responses, r)
+			item := &pb.CheckItem{}
+			if h := int64(rng.IntN(3)) - 1; h >= 0 { // absent, a peek or a check of 1
+				item.Hits = &h
+			}
+			d.Request.Requests = append(d.Request.Requests, item)
 		}
 		var want bytes.Buffer
 		if err := json.NewEncoder(&want).Encode(referenceResponse(d, resp)); err != nil {

@@ -53,6 +53,12 @@ func Decode(r io.Reader) (Body, error) {
 		}
 		return d.readItems(s)
 	})
+	var unknown *unknownFieldError
+	if errors.As(err, &unknown) && unknown.where.item < 0 &&
+		slices.ContainsFunc(itemFields, func(f string) bool { return strings.EqualFold(f, unknown.where.field) }) {
+		// A check sent alone, as an item is written.
+		return Body{}, fmt.Errorf(`%w: a check is an item of the list "requests"; wrap it: {"requests":[...]}`, err)
+	}
 	if err != nil {
 		return Body{}, err
 	}

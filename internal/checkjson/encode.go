@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/checks"
 )
 
 // The JSON answer of POST /v1/check: snake_case keys, JSON numbers, enums
@@ -16,17 +17,18 @@ import (
 // writes for the structs in checkjson_test.go, which pin the shape:
 //
 //	{"responses":[{"status":"UNDER_LIMIT","limit":10,"remaining":9,"reset_time_ms":1,
-//	  "retry_after_ms":0,"delay_ms":0,"borrowed":true,"reservation_id":"...","error":"...","error_code":"...","metadata":{...}}]}
+//	  "retry_after_ms":0,"delay_ms":0,"admits_one":true,"borrowed":true,"reservation_id":"...","error":"...","error_code":"...","metadata":{...}}]}
 //
 // with borrowed, reservation_id, error, error_code and metadata left out
-// when empty.
+// when empty, and admits_one written only for a peek (an item of hits 0)
+// that has no error: whether a check of 1 would be admitted now.
 
 // AppendResponse appends the answer to d to b: resp's results (one per
 // item of d.Request) back at their body positions, next to the items that
 // failed to parse, and a newline.
 func AppendResponse(b []byte, d Body, resp *pb.CheckResponse) []byte {
 	b = append(b, `{"responses":[`...)
-	results, errs := resp.GetResponses(), d.itemErr
+	results, errs, items := resp.GetResponses(), d.itemErr, d.Request.GetRequests()
 	for p := range len(d.pos) + len(d.itemErr) {
 		if p > 0 {
 			b = append(b, ',')
@@ -36,17 +38,25 @@ func AppendResponse(b []byte, d Body, resp *pb.CheckResponse) []byte {
 			errs = errs[1:]
 			continue
 		}
-		var r *pb.CheckResult
+		var (
+			r    *pb.CheckResult
+			peek bool
+		)
 		if len(results) > 0 {
 			r, results = results[0], results[1:]
 		}
-		b = appendResult(b, r)
+		if len(items) > 0 {
+			peek = items[0].Hits != nil && *items[0].Hits == 0
+			items = items[1:]
+		}
+		b = appendResult(b, r, peek)
 	}
 	return append(b, "]}\n"...)
 }
 
-// appendResult appends the JSON of one result (nil as the zero result).
-func appendResult(b []byte, r *pb.CheckResult) []byte {
+// appendResult appends the JSON of one result (nil as the zero result),
+// the answer to a peek if peek.
+func appendResult(b []byte, r *pb.CheckResult, peek bool) []byte {
 	b = append(b, `{"status":"`...)
 	b = append(b, r.GetStatus().String()...)
 	b = append(b, `","limit":`...)
@@ -59,6 +69,10 @@ func appendResult(b []byte, r *pb.CheckResult) []byte {
 	b = strconv.AppendInt(b, r.GetRetryAfterMs(), 10)
 	b = append(b, `,"delay_ms":`...)
 	b = strconv.AppendInt(b, r.GetDelayMs(), 10)
+	if peek && r.GetError() == "" {
+		b = append(b, `,"admits_one":`...)
+		b = strconv.AppendBool(b, checks.AdmitsOne(r.GetStatus() == pb.Status_UNDER_LIMIT, r.GetRemaining()))
+	}
 	if r.GetBorrowed() {
 		b = append(b, `,"borrowed":true`...)
 	}

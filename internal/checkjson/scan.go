@@ -258,11 +258,20 @@ func fieldIndex(known []string, name []byte) int {
 func unknownField(l loc, known []string) error {
 	for _, k := range known {
 		if strings.EqualFold(k, l.field) {
-			return fmt.Errorf("%s: unknown field (names are case-sensitive: %q)", l, k)
+			return &unknownFieldError{l, fmt.Sprintf("%s: unknown field (names are case-sensitive: %q)", l, k)}
 		}
 	}
-	return fmt.Errorf("%s: unknown field", l)
+	return &unknownFieldError{l, fmt.Sprintf("%s: unknown field", l)}
 }
+
+// unknownFieldError is the error of a field name that its object does
+// not have, at where.
+type unknownFieldError struct {
+	where loc
+	msg   string
+}
+
+func (e *unknownFieldError) Error() string { return e.msg }
 
 // array reads the array at l; elem reads its ith element, and is called
 // before anything of it is read.
