@@ -233,6 +233,7 @@ func TestAddrOfTheOtherPort(t *testing.T) {
 		{[]string{"check", "--key", "k", "--limit", "1"}, "gRPC port (a node's --grpc-addr, default :8081)"},
 		{[]string{"members"}, "HTTP port (a node's --http-addr, default :8080)"},
 		{[]string{"top", "--once"}, "HTTP port (a node's --http-addr, default :8080)"},
+		{[]string{"top"}, "HTTP port (a node's --http-addr, default :8080)"}, // live: it stops, as no redraw would mend it
 	} {
 		for port, addr := range ports {
 			if strings.HasPrefix(tc.want, port) {
@@ -242,7 +243,9 @@ func TestAddrOfTheOtherPort(t *testing.T) {
 			if port == "HTTP" {
 				article = "an"
 			}
-			err := run(context.Background(), append(tc.cmd, "--addr", addr, "--timeout", "30s"), env(nil), io.Discard, io.Discard)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // ends a live top that would go on
+			err := run(ctx, append(tc.cmd, "--addr", addr, "--timeout", "30s"), env(nil), io.Discard, io.Discard)
+			cancel()
 			want := fmt.Sprintf("%s: that is %s %s port; rlnode %s wants the %s", addr, article, port, tc.cmd[0], tc.want)
 			if code := exitCode(err, io.Discard); code != 2 || err.Error() != want {
 				t.Errorf("%s --addr <%s port>: exit %d, %v; want 2 and %q", tc.cmd[0], port, code, err, want)

@@ -72,11 +72,11 @@ tests. Counts are estimates with a bounded error (docs/operations.md).
 	defer tick.Stop()
 	for {
 		v, err := read()
+		if errors.Is(err, nodeport.ErrWrongPort) {
+			return err // it names rlnode top; no redraw would mend it
+		}
 		if *once {
-			switch {
-			case errors.Is(err, nodeport.ErrWrongPort):
-				return err // it names rlnode top
-			case err != nil:
+			if err != nil {
 				return fmt.Errorf("top: %w", err)
 			}
 			return writeTop(stdout, v, *sortBy, *rows)
