@@ -29,19 +29,20 @@ func TestChartLints(t *testing.T) {
 	}
 }
 
-// rlnodeFlags returns the flags rlnode accepts, from its -h output.
+// rlnodeFlags returns the flags rlnode accepts, from rlnode help flags
+// (rlnode -h shows only the flags set first).
 func rlnodeFlags(t *testing.T) map[string]bool {
 	t.Helper()
-	out, err := exec.Command(bin.rlnode, "-h").CombinedOutput()
+	out, err := exec.Command(bin.rlnode, "help", "flags").CombinedOutput()
 	if err != nil {
-		t.Fatalf("rlnode -h: %v\n%s", err, out)
+		t.Fatalf("rlnode help flags: %v\n%s", err, out)
 	}
 	fs := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^\s+-([a-z][a-z0-9-]*)`).FindAllStringSubmatch(string(out), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^  --([a-z][a-z0-9-]*)`).FindAllStringSubmatch(string(out), -1) {
 		fs[m[1]] = true
 	}
-	if !fs["http-addr"] || !fs["join"] {
-		t.Fatalf("rlnode -h lists no --http-addr or --join:\n%s", out)
+	if !fs["http-addr"] || !fs["join"] || !fs["max-log-entries"] {
+		t.Fatalf("rlnode help flags lists no --http-addr, --join or --max-log-entries:\n%s", out)
 	}
 	return fs
 }
