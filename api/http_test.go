@@ -28,13 +28,7 @@ func newTestServer(t *testing.T) *httptest.Server {
 
 func post(t *testing.T, srv *httptest.Server, body string) (int, string) {
 	t.Helper()
-	resp, err := http.Post(srv.URL+"/v1/check", "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return postAs(t, srv.URL+"/v1/check", "application/json", body)
 }
 
 func TestCheckJSON(t *testing.T) {
