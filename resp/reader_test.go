@@ -62,6 +62,8 @@ func FuzzReader(f *testing.F) {
 	f.Add([]byte("*2\r\n$4\r\nPING\r\n$536870912\r\n"), []byte("x"))
 	f.Add([]byte("*-1\r\n*1\r\n$0\r\n\r\n"), []byte("\r\n"))
 	f.Add([]byte(strings.Repeat("A", 300)+"\r\n"), []byte("\x00"))
+	f.Add([]byte("PING\r\nPOST /v1/check HTTP/1.1\r\nHost: x\r\n\r\n"), []byte("HTTP/1.1"))
+	f.Add([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"), []byte("*"))
 	lim := Limits{MaxArgs: 4, MaxBulk: 16, MaxCommand: 40, MaxInline: 64, Buffer: 64}
 	f.Fuzz(func(t *testing.T, in, arg []byte) {
 		r := NewReader(bytes.NewReader(in), lim)

@@ -97,3 +97,20 @@ func TestCheck(t *testing.T) {
 		t.Errorf("Check of the right port = %v, want nil", err)
 	}
 }
+
+// FuzzSniff: any first bytes a server sends are one port or Unknown,
+// never a panic, and a port is told only from what it begins with.
+func FuzzSniff(f *testing.F) {
+	for _, s := range []string{"HTTP/1.1 400", "\x00\x00\x0c\x04\x00", "-ERR x", "+OK", "", "\x16\x03"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got := nodeport.Sniff(b)
+		if got < nodeport.Unknown || got > nodeport.RESP {
+			t.Fatalf("Sniff(%q) = %d", b, got)
+		}
+		if got != nodeport.Unknown && nodeport.Sniff(append(b[:len(b):len(b)], "more"...)) != got {
+			t.Fatalf("Sniff(%q) = %v changes with more bytes", b, got)
+		}
+	})
+}
