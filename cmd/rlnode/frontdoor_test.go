@@ -124,6 +124,8 @@ func TestNewcomerMistakes(t *testing.T) {
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"; the commands are check,`},
 		{[]string{"help", "--help"}, 0, "Usage: rlnode help [COMMAND | flags"},
 		{[]string{"help", "-h"}, 0, "Usage: rlnode help [COMMAND | flags"},
+		{[]string{"version", "--help"}, 0, "Usage: rlnode version"},
+		{[]string{"policy", "--help"}, 0, "Usage: rlnode policy check PATH"},
 		{[]string{"check", "--duration", "60"}, 2, `check: --duration: want a duration with its unit, such as 500ms, 30s, 5m or 1h30m, got "60"`},
 		{[]string{"check", "--limit", "ten"}, 2, `check: --limit: want a whole number, got "ten"`},
 		{[]string{"check", "--json=maybe"}, 2, `check: --json: want true or false, got "maybe"`},

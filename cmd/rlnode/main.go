@@ -78,7 +78,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		case "help", "-h", "-help", "--help":
 			return runHelp(ctx, args[1:], getenv, stdout)
 		case "version", "-version", "--version":
-			if len(args) > 1 {
+			switch {
+			case len(args) == 2 && isHelpFlag(args[1]):
+				_, err := io.WriteString(stdout, "Usage: rlnode version\n\nPrints the build: module version, VCS revision and time, Go version.\n")
+				return err
+			case len(args) > 1:
 				return fmt.Errorf("version: unexpected argument %q (rlnode version takes none)", args[1])
 			}
 			return writeVersion(stdout)
