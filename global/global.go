@@ -128,6 +128,7 @@ type Node struct {
 	metrics  metrics
 	sampled  sampled    // the rejected items' log lines
 	members  members    // who was in the ring lately, for reports
+	tenure   tenure     // the rings seen lately, for new shares (tenure.go)
 	heirs    ring.Heirs // whose keys this node would inherit, for broadcasts
 	leases   LeaseConfig
 	book     book // the lessee accounts, counted for the bounds of leases

@@ -26,9 +26,10 @@ type lease struct {
 	lessees map[Lessee]*lesseeAccount
 	rates   float64 // the sum of the lessees' demand, hits a second
 	debt    int64
-	// shares are the streams' rate shares (shares.go), made at sharesFrom.
-	shares     map[Lessee]*shareAccount
-	sharesFrom time.Time
+	// shares are the streams' rate shares (shares.go), which may be raised
+	// above what their streams claim from raiseFrom on.
+	shares    map[Lessee]*shareAccount
+	raiseFrom time.Time
 	// checkedAt is when this owner last decided a GLOBAL check of the
 	// counter itself (see Node.weight).
 	checkedAt time.Time
@@ -280,6 +281,7 @@ func (n *Node) Broadcast(ctx context.Context) {
 	members := int64(max(1, r.Len()))
 	now := n.now()
 	n.members.observe(r, now)
+	n.tenure.observe(r, now, n.tenureWindow())
 	self := n.cluster.LocalMember().Name
 	inRing := map[string]bool{}
 	for _, m := range r.Members() {

@@ -24,12 +24,13 @@ import (
 // stays reserved at its old size for ShareDelivery after the owner's
 // answer, the time the answer takes to reach the Envoy; a share goes up
 // only by what the others' reservations leave, so never before the
-// decreases that pay for it have arrived. And a lease that has just been
-// made (this owner came to own the key, or saw it first) raises no share
-// above what its stream claims to hold until a lease time-to-live has
-// passed: the previous owner's shares are in force at the Envoys until
-// they expire or are replaced, and streams that have not reported yet
-// cannot claim them.
+// decreases that pay for it have arrived. And shares of a key this node
+// has just come to own (by a ring change, or its own restart: tenure.go)
+// are raised no higher than what their streams claim to hold until a
+// lease time-to-live has passed: the previous owner's shares are in force
+// at the Envoys until they expire or are replaced, and streams that have
+// not reported yet cannot claim them. A key this node has owned all along
+// lends a new bucket its share at once.
 //
 // Each stream's share is its part of the split (split.go) of its demand
 // (the growth of its asked total, at most MaxDemandFactor times the
@@ -94,7 +95,10 @@ func (l *lease) budget(n int) (rate, burst float64) {
 func (n *Node) lendShare(sh *shard, l *lease, lessee Lessee, rep *LeaseReport, now time.Time) LeaseGrant {
 	if l.shares == nil {
 		l.shares = make(map[Lessee]*shareAccount)
-		l.sharesFrom = now
+		l.raiseFrom = now.Add(n.leases.TTL)
+		if n.tenure.held(n.cluster.Ring(), n.cluster.LocalMember().Name, l.req.Key, now, n.tenureWindow()) {
+			l.raiseFrom = now // no other shares of the key can be in force
+		}
 	}
 	a := l.shares[lessee]
 	switch {
@@ -199,7 +203,7 @@ func (n *Node) resplit(l *lease, a *shareAccount, now time.Time) {
 	budgetRate, budgetBurst := l.budget(len(l.shares))
 	rate := w * budgetRate
 	burst := max(1, math.Floor(w*budgetBurst))
-	if now.Before(l.sharesFrom.Add(n.leases.TTL)) {
+	if now.Before(l.raiseFrom) {
 		rate, burst = min(rate, a.rate), min(burst, a.burst)
 	}
 	roomRate, roomBurst := n.shareRoom(l, a, now)
@@ -232,3 +236,9 @@ func (n *Node) expireShares(sh *shard, l *lease, now time.Time) bool {
 	}
 	return freed
 }
+
+// tenureWindow is how long a key must have been this node's for no other
+// node's shares of it to be in force: a lease time-to-live after the last
+// renewal another owner could have answered, the answer's delivery, and
+// the sync round in which this node may not yet have seen the change.
+func (n *Node) tenureWindow() time.Duration { return n.leases.TTL + ShareDelivery + n.interval }

@@ -2,6 +2,7 @@ package global
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -208,4 +209,47 @@ func TestShareLiarKeepsHonestFloor(t *testing.T) {
 		}
 	})
 	t.Logf("the honest stream holds %.2f a second, the liar %.2f", honest.rate, liar.rate)
+}
+
+// TestNewBucketIsLentAtOnce: a bucket first reported for a key this node
+// has owned in every ring it has seen for a lease time-to-live (and the
+// rest of tenureWindow) gets a share in its first answer; one whose key
+// has just come to this node, or that a node reports before it has
+// watched the ring that long (its own restart), gets only what its
+// stream claims until a time-to-live has passed: another owner's shares
+// may still be in force at the Envoys. Before tenure, every new bucket
+// waited a time-to-live, denied under DENY_ALL fallbacks.
+func TestNewBucketIsLentAtOnce(t *testing.T) {
+	tn := newTestNodes(t, LeaseConfig{}, "a", "b")
+	a := tn.nodes["a"]
+	moved := tn.keyOwnedBy("b", "a") // a's once b leaves
+	kept := tn.keyOwnedBy("a", "")
+	first := func(key string, i int) LeaseGrant { // each call a bucket of its own: a counter of its own name
+		t.Helper()
+		r := limiter.Request{Name: fmt.Sprint("rlqs/", i), Key: key, Algorithm: limiter.FixedWindow,
+			Limit: algorithms.Limit{Count: 400, Period: time.Second}, Now: tn.now}
+		s := &stream{lessee: newLessee(i), demand: 100}
+		return s.call(t, a, r, tn.now, rand.New(rand.NewPCG(1, 2)), true)
+	}
+
+	a.Broadcast(context.Background()) // a starts watching
+	tn.now = tn.now.Add(a.tenureWindow() / 2)
+	if g := first(kept, 0); g.ShareRateMilli != 0 {
+		t.Errorf("a bucket reported before the node watched its ring a window: share %d/1000, want its claim, 0", g.ShareRateMilli)
+	}
+
+	tn.now = tn.now.Add(a.tenureWindow())
+	tn.setRing("a")
+	a.Broadcast(context.Background())
+	if g := first(kept, 1); g.ShareRateMilli == 0 || g.ShareBurst == 0 {
+		t.Errorf("a new bucket of a key a owned all along: share %d/1000 burst %d, want a share at once", g.ShareRateMilli, g.ShareBurst)
+	}
+	if g := first(moved, 2); g.ShareRateMilli != 0 {
+		t.Errorf("a new bucket of a key a has just inherited: share %d/1000, want its claim, 0", g.ShareRateMilli)
+	}
+	tn.now = tn.now.Add(a.tenureWindow())
+	a.Broadcast(context.Background())
+	if g := first(moved, 3); g.ShareRateMilli == 0 {
+		t.Errorf("a window after the key moved: share %d/1000, want a share at once", g.ShareRateMilli)
+	}
 }
