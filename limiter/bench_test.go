@@ -154,3 +154,37 @@ func BenchmarkDecideSpaced(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStoreFlood measures a check of a new key in a store that holds
+// MaxKeys counters, every one still owing (a key flood, issue 33): each
+// evicts the least recently used and keeps its debt (debts.go). /restore
+// checks keys whose counters were evicted so, each restored from its debt.
+func BenchmarkStoreFlood(b *testing.B) {
+	const maxKeys = 100_000
+	l := algorithms.Limit{Count: 1, Period: time.Hour}
+	for _, restore := range []bool{false, true} {
+		name := "new"
+		if restore {
+			name = "restore"
+		}
+		b.Run(name, func(b *testing.B) {
+			s := New(Config{MaxKeys: maxKeys})
+			keys := benchKeyNames(4 * maxKeys)
+			for _, k := range keys[:maxKeys] {
+				s.Decide(&Request{Name: "api", Key: k, Hits: 1, Now: t0, Limit: l})
+			}
+			runtime.GC()
+			b.ReportAllocs()
+			r := Request{Name: "api", Hits: 1, Now: t0.Add(time.Second), Limit: l}
+			i := maxKeys
+			if restore {
+				i = 0
+			}
+			for b.Loop() {
+				r.Key = keys[i%len(keys)]
+				i++
+				s.Decide(&r)
+			}
+		})
+	}
+}

@@ -404,7 +404,7 @@ func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter, now int64, room
 	held := idx >= 0
 	if !held {
 		if room {
-			if err := store.makeRoom(sh, t, now, 1, t.cost(len(id))); err != nil {
+			if err := store.makeRoom(sh, t, now, 1, t.cost(len(id)), nil); err != nil {
 				return err
 			}
 		}

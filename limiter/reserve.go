@@ -414,7 +414,7 @@ func (s *Store) Settle(st *Settlement) (Settled, error) {
 	case cost > v.hits:
 		outcome = "forced"
 		out.Forced = cost - v.hits
-		r.Hits = min(out.Forced, sh.check(&r, 0).Remaining)
+		r.Hits = min(out.Forced, s.check(sh, &r, 0).Remaining)
 		// As Charge: with no room for the counter (it refilled and was
 		// evicted, and only debts are left), the excess is counted as
 		// refused (ErrFull), not by forgiving another's debt.
@@ -424,7 +424,7 @@ func (s *Store) Settle(st *Settlement) (Settled, error) {
 	if st.Release {
 		outcome = "released"
 	}
-	out.Decision = sh.check(&r, 0)
+	out.Decision = s.check(sh, &r, 0)
 	out.Decision.Allowed = true
 	v.settled, v.release, v.cost, v.outcome = true, st.Release, cost, out
 	// Replication carries the settlement with the counter, even one that

@@ -7,8 +7,8 @@
 // concurrent checks for different keys rarely contend. Each shard holds one
 // table per algorithm, so that a token bucket costs the bytes of a token
 // bucket rather than of the largest state. The store is bounded: beyond
-// Config.MaxKeys the least recently used counters are evicted, and beyond
-// Config.MaxLogEntries the least recently used sliding logs. A table keeps
+// Config.MaxKeys a counter back to full is evicted first, least recently
+// used first, and beyond Config.MaxLogEntries a sliding log back to full. A table keeps
 // each limit its counters hold once, and only while one holds it (see
 // limits), so its limits are bounded by its counters. Counters
 // that are back to full carry no information, so the store drops idle
@@ -16,15 +16,17 @@
 // without any background scan.
 //
 // Bounded does not mean forgiving. A counter that still holds spent hits
-// (a debt) is never dropped to make room: were it, a flood of new keys
-// would refill every spent user. The store makes room only by evicting
+// (a debt) is not simply dropped to make room: were it, a flood of new keys
+// would refill every spent user. The store makes room by evicting
 // counters that are back to full, which lose nothing, and when it finds
-// none it refuses the new counter (ErrFull) rather than forget an old one
-// (see makeRoom).
+// none it evicts the least recently used counter but keeps its debt, in a
+// few bytes, until the counter would be full again (see debts.go), so that
+// new keys are neither refused nor old debts forgiven (see makeRoom).
 package limiter
 
 import (
 	"errors"
+	"hash/maphash"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -55,9 +57,13 @@ var ErrNotHeld = errors.New("the key's counter is not held here")
 // counters, no metrics.
 type Config struct {
 	// MaxKeys bounds the counters held; beyond it counters back to full
-	// are evicted, and when none is, new ones are refused (ErrFull). Zero
-	// means DefaultMaxKeys.
+	// are evicted, and when none is, the least recently used, whose debt
+	// is kept (see MaxDebts). Zero means DefaultMaxKeys.
 	MaxKeys int
+	// MaxDebts bounds the debts of counters evicted while they held spent
+	// hits, DebtBytes each (see debts.go); beyond it the debt that is
+	// paid soonest is forgiven. Zero means DefaultDebtsPerKey × MaxKeys.
+	MaxDebts int
 	// MaxBytes bounds the bytes the counters are accounted at (see
 	// table.cost: entry, index slot and id), as MaxKeys bounds their
 	// number; zero means no bound but MaxKeys. Sliding-log entries are
@@ -144,6 +150,9 @@ type Store struct {
 	// reservations are the reservations held beside the counters, one
 	// table a shard, each guarded by its shard's lock (see reserve.go).
 	reservations reservations
+	// debtSeed seeds debtHash; debtsHeld counts the debts of all shards.
+	debtSeed  maphash.Seed
+	debtsHeld atomic.Int64
 }
 
 // shard is one lock's worth of counters.
@@ -151,6 +160,7 @@ type shard struct {
 	mu     sync.Mutex
 	tables [NumAlgorithms]counters
 	id     []byte // scratch for a counter's id (appendID); guarded by mu
+	debts  debts  // of counters evicted owing (see debts.go); guarded by mu
 	_      [64]byte
 }
 
@@ -173,7 +183,15 @@ func New(conf Config) *Store {
 		maxLog = DefaultMaxLogEntries
 	}
 	s.maxLogEntries = int64(maxLog)
+	maxDebts := conf.MaxDebts
+	if maxDebts <= 0 {
+		maxDebts = DefaultDebtsPerKey * maxKeys
+	}
+	// A shard's share of the slots, two buckets at least.
+	perShard := max(2*debtWays, (maxDebts/n+debtWays-1)/debtWays*debtWays)
+	s.debtSeed = maphash.MakeSeed()
 	for i := range s.shards {
+		s.shards[i].debts.max = perShard
 		logs := newTable[algorithms.SlidingLog](&s.bytes)
 		logs.logs = logBudget{used: &s.logEntries, max: int64(maxLog), evicted: s.evictedLogs}
 		s.shards[i].tables = [NumAlgorithms]counters{
@@ -186,7 +204,7 @@ func New(conf Config) *Store {
 			Spacing:       newTable[algorithms.Spacing](&s.bytes),
 		}
 	}
-	s.metrics = newMetrics(conf.Registerer, s.Len)
+	s.metrics = newMetrics(conf.Registerer, s.Len, s.debtsHeld.Load)
 	s.reservations.init(conf, n)
 	return s
 }
@@ -300,7 +318,7 @@ func (s *Store) decideAll(sh *shard, rs []Request, out []algorithms.Decision, ch
 	admitted := true
 	var retry time.Duration
 	for i := range rs {
-		out[i] = sh.check(&rs[i], sharedHits(rs, i))
+		out[i] = s.check(sh, &rs[i], sharedHits(rs, i))
 		if !out[i].Allowed {
 			admitted = false
 			retry = algorithms.LongerWait(retry, out[i].RetryAfter)
@@ -323,7 +341,7 @@ func (s *Store) decideAll(sh *shard, rs []Request, out []algorithms.Decision, ch
 	}
 	for i := range rs {
 		if out[i].Allowed {
-			out[i] = sh.check(&rs[i], 0)
+			out[i] = s.check(sh, &rs[i], 0)
 			out[i].Allowed = false
 			out[i].RetryAfter = retry
 		}
@@ -357,7 +375,7 @@ func (s *Store) reserve(sh *shard, rs []Request) error {
 	if n == 0 {
 		return nil
 	}
-	return s.makeRoom(sh, first, now, n, bytes)
+	return s.makeRoom(sh, first, now, n, bytes, rs)
 }
 
 // sharedHits returns the hits rs[i] is checked with in an all-or-nothing
@@ -400,28 +418,67 @@ func (s *Store) take(sh *shard, r *Request) (algorithms.Decision, error) {
 		return full, ErrFull
 	}
 	if idx < 0 {
-		if err := s.makeRoom(sh, t, now, 1, t.cost(len(id))); err != nil {
+		if err := s.makeRoom(sh, t, now, 1, t.cost(len(id)), nil); err != nil {
 			return full, err
 		}
 	}
-	return s.takeAt(t, r, id, hash, idx), nil
+	return s.takeAt(sh, t, r, id, hash, idx), nil
 }
+
+// owed returns the instant the counter of algorithm a and id, which sh
+// does not hold, is back to full, if the store keeps a debt for it that
+// is owed still at now (see debts.go). sh.mu is held.
+func (s *Store) owed(sh *shard, a Algorithm, id []byte, now int64) (until int64, ok bool) {
+	if sh.debts.held == 0 {
+		return 0, false
+	}
+	return sh.debts.owed(s.debtHash(a, id), now)
+}
+
+// repay takes the debt of the counter of algorithm a and id out of sh's
+// debts, once the counter is held again. sh.mu is held.
+func (s *Store) repay(sh *shard, a Algorithm, id []byte) {
+	held := sh.debts.held
+	sh.debts.forget(s.debtHash(a, id))
+	s.debtsHeld.Add(int64(sh.debts.held - held))
+}
+
+// debtHash is the hash a debt of the counter of algorithm a and id is
+// kept under: seeded, so that no one can aim at another's buckets, and
+// never 0, which marks a free slot.
+func (s *Store) debtHash(a Algorithm, id []byte) uint64 {
+	return debtMix(a, maphash.Bytes(s.debtSeed, id))
+}
+
+// debtHashString is debtHash of an id held as a string.
+func (s *Store) debtHashString(a Algorithm, id string) uint64 {
+	return debtMix(a, maphash.String(s.debtSeed, id))
+}
+
+// debtMix mixes the algorithm into h, a seeded hash of a counter's id,
+// and makes it odd, so never 0.
+func debtMix(a Algorithm, h uint64) uint64 { return (h ^ (uint64(a)+1)*0x9e3779b97f4a7c15) | 1 }
 
 // takeReserved is take for a request reserve has made room for: it
 // refuses nothing. sh.mu is held.
 func (s *Store) takeReserved(sh *shard, r *Request) algorithms.Decision {
 	t := sh.tables[r.Algorithm]
 	id, hash := sh.counterID(r)
-	return s.takeAt(t, r, id, hash, t.find(id, hash))
+	return s.takeAt(sh, t, r, id, hash, t.find(id, hash))
 }
 
-// takeAt decides r against the counter at idx of t, or, if idx is -1, a
-// new one for id, of hash hash. sh.mu is held, and there is room.
-func (s *Store) takeAt(t counters, r *Request, id []byte, hash uint32, idx int32) algorithms.Decision {
+// takeAt decides r against the counter at idx of t, in sh, or, if idx is
+// -1, a new one for id, of hash hash, restored from its debt if the store
+// keeps one (see debts.go). sh.mu is held, and there is room.
+func (s *Store) takeAt(sh *shard, t counters, r *Request, id []byte, hash uint32, idx int32) algorithms.Decision {
 	now := r.Now.UnixNano()
 	if idx < 0 {
 		idx = t.insert(id, hash, now)
 		s.held.Add(1)
+		if until, ok := s.owed(sh, r.Algorithm, id, now); ok {
+			t.restore(idx, until, r.Limit)
+			s.repay(sh, r.Algorithm, id)
+		}
 	}
 	d := t.take(idx, r.Reset, now, r.Limit, r.Hits, r.ChargeRefused)
 	if r.StandIn && r.Algorithm != Spacing { // a spacing's state is its last admission: the later of two is both sides'
@@ -436,35 +493,89 @@ func (s *Store) evictedLogs(n int) {
 	s.metrics.logEvictions.Add(float64(n))
 }
 
-// check reports what take would answer for n hits, charging nothing. A
-// limit other than the counter's last clamps it first, as take would.
-func (sh *shard) check(r *Request, n int64) algorithms.Decision {
+// check reports what take would answer for n hits of r, in sh, charging
+// nothing, of a counter restored from its debt too (see debts.go). A limit other than
+// the counter's last clamps it first, as take would.
+func (s *Store) check(sh *shard, r *Request, n int64) algorithms.Decision {
 	t := sh.tables[r.Algorithm]
 	id, hash := sh.counterID(r)
-	return t.check(t.find(id, hash), r.Reset, r.Now.UnixNano(), r.Limit, n)
+	idx := t.find(id, hash)
+	now := r.Now.UnixNano()
+	if idx < 0 && !r.Reset {
+		if until, ok := s.owed(sh, r.Algorithm, id, now); ok {
+			return t.checkOwing(until, now, r.Limit, n)
+		}
+	}
+	return t.check(idx, r.Reset, now, r.Limit, n)
 }
 
 // makeRoom drops idle counters at the cold end of t, then makes room for
 // n more counters accounted at bytes (table.cost) within MaxKeys and
-// MaxBytes, evicting only counters back to full at now, which lose
-// nothing (see evictFull). When it finds none it evicts nothing and
-// returns ErrFull: a new key is refused rather than an old debt forgiven.
-// Eviction stays within sh: keys spread evenly over shards, so a shard
-// holds its share of the counters, and no global lock is needed. (A store
-// whose keys all hash to other shards may exceed MaxKeys by at most one
-// counter a shard.) sh.mu is held.
-func (s *Store) makeRoom(sh *shard, t counters, now int64, n, bytes int64) error {
+// MaxBytes, evicting counters back to full at now first, which lose
+// nothing (see evictFull), and when it finds none the least recently used
+// counter, whose debt it keeps (evictOwing): a new key is neither refused
+// nor an old debt forgiven. Counters of the group rs (nil for none) are
+// not evicted. Eviction stays within sh: keys spread evenly over shards,
+// so a shard holds its share of the counters, and no global lock is
+// needed. Only a shard that holds no counter to evict (a store whose keys
+// all hash to other shards, which may exceed MaxKeys by at most one
+// counter a shard) returns ErrFull. sh.mu is held.
+func (s *Store) makeRoom(sh *shard, t counters, now int64, n, bytes int64, rs []Request) error {
 	if dropped := t.dropIdle(now, 2); dropped > 0 {
 		s.held.Add(-int64(dropped))
 		s.metrics.idleDropped.Add(float64(dropped))
 	}
 	for s.held.Load()+n > s.maxKeys || (s.maxBytes > 0 && s.bytes.Load()+bytes > s.maxBytes) {
-		if !s.evictFull(sh, now) {
+		if !s.evictFull(sh, now) && !s.evictOwing(sh, now, rs) {
 			s.metrics.refused.Inc()
 			return ErrFull
 		}
 	}
 	return nil
+}
+
+// evictOwing evicts the least recently used counter of one of sh's
+// tables, but none of the group rs, keeping its debt until it would be
+// full again (see debts.go), and reports whether it found one. sh.mu is
+// held.
+func (s *Store) evictOwing(sh *shard, now int64, rs []Request) bool {
+	for a, t := range sh.tables {
+		for range len(rs) + 1 { // pass over the group's counters, moving them to the recent end
+			idx, id := t.tailID()
+			if idx < 0 {
+				break
+			}
+			if inGroup(rs, Algorithm(a), id) {
+				t.touch(idx)
+				continue
+			}
+			until := t.evictAt(idx)
+			s.held.Add(-1)
+			s.metrics.evictedOwing.Inc()
+			held := sh.debts.held
+			if sh.debts.add(s.debtHashString(Algorithm(a), id), until, now) {
+				s.metrics.debtsForgiven.Inc()
+			}
+			s.debtsHeld.Add(int64(sh.debts.held - held))
+			return true
+		}
+	}
+	return false
+}
+
+// inGroup reports whether id, of algorithm a, is the counter of a request
+// of rs.
+func inGroup(rs []Request, a Algorithm, id string) bool {
+	if len(rs) == 0 {
+		return false
+	}
+	role, name, key := splitID(id)
+	for i := range rs {
+		if r := &rs[i]; r.Algorithm == a && r.Role == role && r.Name == name && r.Key == key {
+			return true
+		}
+	}
+	return false
 }
 
 // evictScan is how many counters evictFull examines at the cold end of
@@ -513,6 +624,11 @@ type counters interface {
 	check(idx int32, reset bool, now int64, l algorithms.Limit, n int64) algorithms.Decision
 	dropIdle(now int64, most int) int
 	evictFull(now int64, most int, except int32) bool
+	tailID() (int32, string)
+	touch(idx int32)
+	evictAt(idx int32) (until int64)
+	restore(idx int32, until int64, l algorithms.Limit)
+	checkOwing(until, now int64, l algorithms.Limit, n int64) algorithms.Decision
 	cost(idLen int) int64
 	logRoom(idx int32, now int64) bool
 	snapshot(a Algorithm, out []Counter) []Counter
@@ -625,6 +741,23 @@ func (t *table[S, P]) evictFull(now int64, most int, except int32) bool {
 	return false
 }
 
+// tailID returns the index and id of the least recently used counter of
+// t, or -1.
+func (t *table[S, P]) tailID() (int32, string) {
+	if t.tail < 0 {
+		return -1, ""
+	}
+	return t.tail, t.entries[t.tail].id
+}
+
+// evictAt removes the counter at idx and returns the Unix ns it would have
+// been full again at (see Store.evictOwing).
+func (t *table[S, P]) evictAt(idx int32) int64 {
+	until := t.fullAt(idx)
+	t.remove(idx, fold(xxhash.Sum64String(t.entries[idx].id)))
+	return until
+}
+
 // addClamped returns ns + d, saturating instead of overflowing.
 func addClamped(ns int64, d time.Duration) int64 {
 	if d > 0 && ns > math.MaxInt64-int64(d) {
@@ -645,7 +778,7 @@ func (s *Store) Charge(r *Request) algorithms.Decision {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	capped := *r
-	capped.Hits = min(r.Hits, sh.check(r, 0).Remaining)
+	capped.Hits = min(r.Hits, s.check(sh, r, 0).Remaining)
 	d, _ := s.take(sh, &capped)
 	return d
 }
@@ -662,5 +795,5 @@ func (s *Store) Check(r *Request) algorithms.Decision {
 		d, _ := s.decideSpaced(sh, r, false) // without charge, nothing is refused for room
 		return d
 	}
-	return sh.check(r, r.Hits)
+	return s.check(sh, r, r.Hits)
 }
