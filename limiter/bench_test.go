@@ -188,3 +188,32 @@ func BenchmarkStoreFlood(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMemoryPerReservation reports the heap 100,000 reservations of
+// distinct keys take beyond their counters, as bytes/reservation: what
+// ReservationMemory accounts one at.
+func BenchmarkMemoryPerReservation(b *testing.B) {
+	const n = 100_000
+	keys := benchKeyNames(n)
+	l := algorithms.Limit{Count: 1000, Period: time.Hour}
+	var per float64
+	for b.Loop() {
+		s := New(Config{MaxKeys: n, MaxReservations: n})
+		for _, k := range keys {
+			s.Decide(&Request{Name: "api", Key: k, Hits: 1, Now: t0, Limit: l})
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for _, k := range keys {
+			if _, _, err := s.Reserve(&Request{Name: "api", Key: k, Hits: 1, Now: t0, Limit: l}, time.Hour); err != nil {
+				b.Fatal(err)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		per = float64(after.HeapAlloc-before.HeapAlloc) / n
+		runtime.KeepAlive(s)
+	}
+	b.ReportMetric(per, "bytes/reservation")
+}

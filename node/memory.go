@@ -16,7 +16,9 @@ import (
 // the limit) and snapshots being written, none of which is counted.
 const (
 	// counterShare bounds this node's own counters: a quarter of it their
-	// sliding-log entries, the rest the counters (limiter.Config.MaxBytes).
+	// sliding-log entries, an eighth the debts of counters evicted owing
+	// (limiter.Config.MaxDebts), an eighth their reservations
+	// (MaxReservations), the rest the counters (MaxBytes).
 	counterShare = 30
 	// replicaShare bounds the replicas this node keeps of other owners'
 	// counters (the store that hand-off and replication fill), split as
@@ -44,21 +46,22 @@ type memory struct {
 
 // splitMemory divides limit (0: none) into the shares above, each bound
 // no looser than what conf's counts already allow: a share never raises
-// --max-keys or --max-log-entries, and a store's logs always have room
-// for one full log.
+// --max-keys, --max-log-entries or --max-reservations, a store's logs
+// always have room for one full log, and its reservations for one.
 func splitMemory(limit int64, conf Config) memory {
 	if limit <= 0 {
-		return memory{
-			counters: limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries},
-			replicas: limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries},
-		}
+		counts := limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: conf.MaxLogEntries, MaxReservations: conf.MaxReservations}
+		return memory{counters: counts, replicas: counts}
 	}
 	// A sliding-log entry takes in memory what it takes encoded: two
 	// int64s.
 	store := func(percent int64) limiter.Config {
 		share := limit / 100 * percent
 		logs := min(int64(conf.MaxLogEntries), max(share/4/algorithms.LogEntryBytes, algorithms.MaxSlidingLogLimit))
-		return limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: int(logs), MaxBytes: share - logs*algorithms.LogEntryBytes}
+		debts := min(int64(limiter.DefaultDebtsPerKey*conf.MaxKeys), share/8/limiter.DebtBytes)
+		reservations := max(min(int64(conf.MaxReservations), share/8/limiter.ReservationMemory), 1)
+		return limiter.Config{MaxKeys: conf.MaxKeys, MaxLogEntries: int(logs), MaxDebts: int(debts), MaxReservations: int(reservations),
+			MaxBytes: share - logs*algorithms.LogEntryBytes - debts*limiter.DebtBytes - reservations*limiter.ReservationMemory}
 	}
 	lease := limit / 100 * leaseShare
 	return memory{counters: store(counterShare), replicas: store(replicaShare), requests: limit / 100 * requestShare,

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/ringlimit/ringlimit/algorithms"
+	"github.com/ringlimit/ringlimit/limiter"
 )
 
 // TestSplitMemory: --memory-limit is divided into its stated shares, no
@@ -18,8 +19,8 @@ func TestSplitMemory(t *testing.T) {
 		percent int64
 		got     int64
 	}{
-		{"counters", counterShare, m.counters.MaxBytes + int64(m.counters.MaxLogEntries)*algorithms.LogEntryBytes},
-		{"replicas", replicaShare, m.replicas.MaxBytes + int64(m.replicas.MaxLogEntries)*algorithms.LogEntryBytes},
+		{"counters", counterShare, storeBytes(m.counters)},
+		{"replicas", replicaShare, storeBytes(m.replicas)},
 		{"requests", requestShare, m.requests},
 	} {
 		if want := int64(limit) / 100 * c.percent; c.got != want {
@@ -32,7 +33,17 @@ func TestSplitMemory(t *testing.T) {
 	if counterShare+replicaShare+requestShare > 70 {
 		t.Errorf("the shares add up to %d%%, leaving the runtime less than 30%%", counterShare+replicaShare+requestShare)
 	}
+	if m.counters.MaxReservations > conf.MaxReservations || m.counters.MaxReservations < 1 || m.counters.MaxDebts < 1 {
+		t.Errorf("counters: %+v, want reservations within --max-reservations and room for a debt and a reservation", m.counters)
+	}
 	if none := splitMemory(0, conf); none.counters.MaxBytes != 0 || none.requests != 0 || none.counters.MaxLogEntries != conf.MaxLogEntries {
 		t.Errorf("no limit: %+v, want only the counts", none)
 	}
+}
+
+// storeBytes is what a store of conf holds at most, by its byte bounds:
+// counters, sliding-log entries, debts and reservations.
+func storeBytes(conf limiter.Config) int64 {
+	return conf.MaxBytes + int64(conf.MaxLogEntries)*algorithms.LogEntryBytes + int64(conf.MaxDebts)*limiter.DebtBytes +
+		int64(conf.MaxReservations)*limiter.ReservationMemory
 }

@@ -277,7 +277,6 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	mem := splitMemory(conf.MemoryLimit, conf)
 	own := mem.counters
 	own.Registerer = reg
-	own.MaxReservations = conf.MaxReservations
 	own.MaxReservationsPerKey = conf.MaxReservationsPerKey
 	store := limiter.New(own)
 	// Replicas of other owners' counters are kept apart, under the same
@@ -285,9 +284,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	// metrics).
 	// They hold the reservations of their counters, within the same
 	// --max-reservations (see limiter/travel.go).
-	replicaConf := mem.replicas
-	replicaConf.MaxReservations = conf.MaxReservations
-	replicas := limiter.New(replicaConf)
+	replicas := limiter.New(mem.replicas)
 	if n.snaps, err = openSnapshots(conf, store, log, reg); err != nil {
 		return nil, err
 	}

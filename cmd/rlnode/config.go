@@ -102,7 +102,7 @@ func (c *Config) flags(hostname string) *flag.FlagSet {
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "address other nodes use to reach this one (default: the IP --gossip-addr binds, 127.0.0.1 on loopback only; on all interfaces, the first private or else non-loopback IP)")
 	fs.StringVar(&c.join, "join", "", "comma-separated host:port or DNS names to join through (none: a one-node cluster)")
 	fs.StringVar(&c.NodeName, "node-name", hostname, "unique member name (default: the host name)")
-	fs.IntVar(&c.MaxKeys, "max-keys", d.MaxKeys, "counters kept in memory; beyond it the least recently used are evicted")
+	fs.IntVar(&c.MaxKeys, "max-keys", d.MaxKeys, "counters kept in memory; beyond it counters back to full are evicted first, and when none is the least recently used is evicted with its debt kept in 16 bytes until it refills, so that spent users stay spent and new keys are admitted")
 	fs.DurationVar(&c.BatchWait, "batch-wait", d.BatchWait, "longest a forwarded check gathered behind a batch in flight to its owner waits before its batch is sent (a check with none in flight is sent at once)")
 	fs.IntVar(&c.BatchLimit, "batch-limit", d.BatchLimit, "checks that make a forwarding batch full: it is sent at once, even while another is in flight")
 	fs.DurationVar(&c.GlobalSync, "global-sync", d.GlobalSync, "GLOBAL hit and broadcast interval")
