@@ -14,6 +14,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/checkjson"
+	"github.com/ringlimit/ringlimit/internal/clients"
 )
 
 // MaxBodyBytes bounds a POST /v1/check body. A thousand items at their
@@ -71,7 +72,10 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	resp, err := s.conf.Checker.Check(r.Context(), d.Request)
+	// The client, for the bounds one client may not exceed (see package
+	// clients): its verified certificate's name, else its address range.
+	ctx := clients.NewContext(r.Context(), clients.Of(r.RemoteAddr, r.TLS))
+	resp, err := s.conf.Checker.Check(ctx, d.Request)
 	if err != nil {
 		writeError(w, checks.HTTPStatus(err), err)
 		return

@@ -14,6 +14,30 @@ import (
 // --max-reservations it bounds what reservations hold.
 const MaxReserveTTL = 24 * time.Hour
 
+// DefaultMaxReserveTTL bounds the time-to-live a client's check may ask
+// for (reserve_ttl_ms) unless it names a policy whose reserve_ttl_ms is
+// longer (up to MaxReserveTTL): an hour, so that a client's reservations
+// hold a node's table for a day only where a policy says they may.
+const DefaultMaxReserveTTL = time.Hour
+
+// MaxClientReserveTTL returns the longest time-to-live a client's check
+// may reserve for: DefaultMaxReserveTTL, or policyTTL, the reserve_ttl_ms
+// of the policy it names (0: none), if that is longer.
+func MaxClientReserveTTL(policyTTL time.Duration) time.Duration {
+	return max(DefaultMaxReserveTTL, policyTTL)
+}
+
+// CheckClientReserveTTL checks item's reserve_ttl_ms, if any, against
+// MaxClientReserveTTL(policyTTL); checkReserve has checked it against
+// MaxReserveTTL, the bound of every reservation, a forwarded one's too.
+func CheckClientReserveTTL(item *pb.CheckItem, policyTTL time.Duration) error {
+	if most := MaxClientReserveTTL(policyTTL); item.GetReserveTtlMs() > most.Milliseconds() {
+		return &FieldError{"reserve_ttl_ms", fmt.Sprintf("at most %d (%v) for this check, got %d: a longer reservation needs a policy whose reserve_ttl_ms allows it",
+			most.Milliseconds(), most, item.GetReserveTtlMs())}
+	}
+	return nil
+}
+
 // checkReserve checks the reservation of item, which has reserve_ttl_ms:
 // a time-to-live within bounds, at least one hit, and nothing a
 // reservation cannot give back exactly or that is not decided by the

@@ -44,6 +44,15 @@ import (
 // DefaultMaxReservations is the default bound on reservations held.
 const DefaultMaxReservations = 100_000
 
+// DefaultMaxReservationsPerClient is the default bound on the
+// reservations one client (its TLS name, else its /24 or /64) makes
+// through one node, open or settled within their time-to-live: 10% of
+// DefaultMaxReservations, so that one client cannot take a node's table.
+// The bound is kept by the node the client reaches (see package service's
+// claims), so a client that reaches every node of a cluster of n holds at
+// most n times it.
+const DefaultMaxReservationsPerClient = 10_000
+
 // ReservationMemory is what one reservation of Config.MaxReservations is
 // accounted at: its entry in its shard's table, its place in the expiry
 // order and its key's count (BenchmarkMemoryPerReservation measures 266).

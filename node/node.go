@@ -13,6 +13,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,7 @@ import (
 	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/global"
 	"github.com/ringlimit/ringlimit/internal/admit"
+	"github.com/ringlimit/ringlimit/internal/clients"
 	"github.com/ringlimit/ringlimit/internal/conns"
 	"github.com/ringlimit/ringlimit/internal/nodeport"
 	"github.com/ringlimit/ringlimit/internal/tlsfiles"
@@ -95,6 +97,10 @@ type Config struct {
 	// MaxReservationsPerKey bounds the reservations of one name and key
 	// (see limiter.Config.MaxReservationsPerKey); zero means its default.
 	MaxReservationsPerKey int
+	// MaxReservationsPerClient bounds the reservations one client makes
+	// through this node (see service.ClientReservations); zero means
+	// limiter.DefaultMaxReservationsPerClient.
+	MaxReservationsPerClient int
 	// BatchWait and BatchLimit shape the batches of forwarded checks (see
 	// peer.Config).
 	BatchWait  time.Duration
@@ -327,6 +333,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		ReplicateInterval: conf.ReplicateInterval, HandedOff: n.snaps.handedOff(),
 		StrictQuorum: conf.StrictQuorum, StrictFence: conf.StrictFence,
 		Logger: log, Registerer: reg, Policies: n.policies, Leases: leases, Top: n.top,
+		Clients: clients.NewQuota(cmp.Or(conf.MaxReservationsPerClient, limiter.DefaultMaxReservationsPerClient)),
 	})
 	// Every long-lived stream, on the client port and the peer port, is
 	// bounded by the same two timeouts (see SECURITY.md, "Connection and

@@ -47,7 +47,7 @@ func (o Owner) Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.Che
 // are charged twice, the safe side.
 func (o Owner) Pulled(ctx context.Context, reqs []*pb.CheckRequest) ([]*pb.CheckResponse, error) {
 	for _, req := range reqs {
-		c, err := o.s.prepare(req)
+		c, err := o.s.prepare(req, nil)
 		if err != nil {
 			return nil, peer.ErrNotHere // invalid here as at the new owner: let it answer
 		}
@@ -82,7 +82,7 @@ func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, mayRel
 	began := s.handoff.AwaitJoin(ctx) // a node that has not joined yet routes by the ring it joins
 	r := s.ring()
 	for i, req := range reqs {
-		c, err := s.prepare(req)
+		c, err := s.prepare(req, nil)
 		if err != nil {
 			out[i] = &pb.CheckResponse{Responses: make([]*pb.CheckResult, len(req.GetRequests()))}
 			for k := range out[i].Responses {

@@ -69,5 +69,5 @@ func (s *Service) withPolicy(item *pb.CheckItem) (*pb.CheckItem, error) {
 		ms := l.ReserveTTL.Milliseconds()
 		out.ReserveTtlMs = &ms
 	}
-	return out, nil
+	return out, checks.CheckClientReserveTTL(out, l.ReserveTTL)
 }

@@ -126,6 +126,9 @@ type Config struct {
 	// Top, if not nil, counts every check this node decides by name and
 	// key (see package top); nil counts none.
 	Top *top.Tracker
+	// Clients, if not nil, bounds the reservations each client makes
+	// through this node (see claims); nil bounds none.
+	Clients ClientReservations
 }
 
 // Service decides checks. It is safe for concurrent use. Run drives its
@@ -180,12 +183,14 @@ type Service struct {
 	strict strictMode
 	// top counts the checks decided here by key; nil counts none.
 	top *top.Tracker
+	// clients bounds the reservations of each client (Config.Clients).
+	clients ClientReservations
 }
 
 // New returns a Service. It starts nothing.
 func New(conf Config) *Service {
 	s := &Service{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, skew: conf.MaxClockSkew, now: conf.Now, log: conf.Logger,
-		policies: conf.Policies, top: conf.Top}
+		policies: conf.Policies, top: conf.Top, clients: conf.Clients}
 	if s.store == nil {
 		s.store = limiter.New(limiter.Config{})
 	}
@@ -398,10 +403,12 @@ func (c *call) behavior(j int) pb.Behavior { return c.items[c.pos[j]].Behavior }
 // invalid item gets its own error in its result and the others are
 // answered.
 func (s *Service) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	c, err := s.prepare(req)
+	cl := s.claimsOf(ctx)
+	c, err := s.prepare(req, cl.admit)
 	if err != nil {
 		return nil, err
 	}
+	defer cl.done(c)
 	c.began = s.handoff.AwaitJoin(ctx) // a node that has not joined yet routes by the ring it joins
 	c.ring = s.ring()
 	ps := c.pendings()
@@ -413,8 +420,9 @@ func (s *Service) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckRes
 	return &pb.CheckResponse{Responses: c.results}, nil
 }
 
-// prepare validates req's items.
-func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
+// prepare validates req's items, each also by admit (nil: none), which
+// a client's check gives (see claims).
+func (s *Service) prepare(req *pb.CheckRequest, admit func(i int, sent, resolved *pb.CheckItem) error) (*call, error) {
 	items := req.GetRequests()
 	if len(items) > checks.MaxItems {
 		return nil, checks.ErrTooManyItems
@@ -438,6 +446,9 @@ func (s *Service) prepare(req *pb.CheckRequest) (*call, error) {
 		}
 		if err == nil && c.all && item.ReserveTtlMs != nil {
 			err = &checks.FieldError{Field: "reserve_ttl_ms", Reason: `not in an all-or-nothing request ("all": true): a reservation is held and settled on its own`}
+		}
+		if err == nil && admit != nil {
+			err = admit(i, items[i], item)
 		}
 		if err != nil {
 			c.results[i] = errorResult(err)

@@ -125,6 +125,7 @@ func (c *Config) flags(hostname string) *flag.FlagSet {
 	fs.IntVar(&c.MaxLogEntries, "max-log-entries", d.MaxLogEntries, "entries of all SLIDING_LOG counters held, 16 bytes each; beyond it logs back to full are evicted, and when none is the hit that would grow a log is refused")
 	fs.IntVar(&c.MaxReservations, "max-reservations", d.MaxReservations, "reservations (checks with reserve_ttl_ms) this node holds as keys' owner, open or settled until their time-to-live, about 250 bytes each (25 MB at the default); beyond it reservations are refused UNAVAILABLE and counted")
 	fs.IntVar(&c.MaxReservationsPerKey, "max-reservations-per-key", limiter.DefaultMaxReservationsPerKey, "reservations one name and key hold, open or settled until their time-to-live, at most --max-reservations, so that one client cannot take them all; beyond it that key's reservations are refused UNAVAILABLE and counted")
+	fs.IntVar(&c.MaxReservationsPerClient, "max-reservations-per-client", limiter.DefaultMaxReservationsPerClient, "reservations one client (the name of its verified TLS certificate, else its source /24 or /64) makes through this node, open or settled until their time-to-live, so that one client cannot take --max-reservations; beyond it its reservations are refused UNAVAILABLE")
 	fs.StringVar(&c.SnapshotDir, "snapshot-dir", "", "directory for this node's counters, written every --snapshot-interval and at shutdown, loaded at start: they survive a stop of the whole cluster (none: counters live in memory only)")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", d.SnapshotInterval, "how often the counters are written to --snapshot-dir: a node killed without its shutdown (SIGKILL, power loss) comes back with its counters as they were at most this long before")
 	fs.IntVar(&c.MaxInflight, "max-inflight", d.MaxInflight, "client requests (HTTP checks and settles, gRPC calls and the requests of CheckStreams) in flight at once; beyond it they are refused at once, HTTP 503 or gRPC RESOURCE_EXHAUSTED")
@@ -285,6 +286,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("--max-log-entries: must hold one full log, %d, got %d", algorithms.MaxSlidingLogLimit, c.MaxLogEntries)
 	case c.MaxReservations <= 0:
 		return fmt.Errorf("--max-reservations: must be positive, got %d", c.MaxReservations)
+	case c.MaxReservationsPerClient <= 0:
+		return fmt.Errorf("--max-reservations-per-client: must be positive, got %d", c.MaxReservationsPerClient)
 	case c.MaxReservationsPerKey <= 0 || c.MaxReservationsPerKey > c.MaxReservations:
 		return fmt.Errorf("--max-reservations-per-key: must be from 1 to --max-reservations (%d), got %d", c.MaxReservations, c.MaxReservationsPerKey)
 	case c.MaxConns <= 0:
