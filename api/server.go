@@ -66,10 +66,10 @@ type Config struct {
 	// (package service's Service); nil means they answer Unimplemented
 	// (HTTP 501).
 	Settler Settler
-	// AdmitMessage, if not nil, admits each request of a CheckStream (e.g.
-	// admit.Gate.Message): it returns what to call once the request is
-	// answered, or the error to refuse it with.
-	AdmitMessage func() (done func(), err error)
+	// AdmitMessage, if not nil, admits each request of a CheckStream, of
+	// size bytes encoded (e.g. admit.Gate.Message): it returns what to
+	// call once the request is answered, or the error to refuse it with.
+	AdmitMessage func(size int64) (done func(), err error)
 	// StreamSendTimeout and StreamIdleTimeout end a CheckStream whose
 	// client does not read its answers, or sends no requests, and
 	// StreamEnded is told of each (see mux.Server's SendTimeout,

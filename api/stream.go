@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/internal/mux"
 )
@@ -45,7 +47,7 @@ func (s *Server) checkMessage(ctx context.Context, req *pb.CheckStreamRequest) *
 		}
 	}
 	if s.conf.AdmitMessage != nil {
-		done, err := s.conf.AdmitMessage()
+		done, err := s.conf.AdmitMessage(int64(proto.Size(req)))
 		if err != nil {
 			resp.Status = mux.Status(err)
 			return resp

@@ -155,7 +155,7 @@ func TestCheckStreamAdmits(t *testing.T) {
 	}
 	admitted, done := 0, 0
 	full := false
-	stream := openStream(t, New(Config{Checker: service.New(service.Config{}), AdmitMessage: func() (func(), error) {
+	stream := openStream(t, New(Config{Checker: service.New(service.Config{}), AdmitMessage: func(int64) (func(), error) {
 		if full {
 			return nil, st.Err()
 		}

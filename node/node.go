@@ -342,7 +342,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	grpcLis := n.lis.grpc.(*conns.Listener)
 	gate := admit.New(admit.Config{Max: conf.MaxInflight, Streams: []string{api.CheckStreamMethod}, MaxStreams: conf.MaxStreams,
 		Pools:    map[string]int{rlqs.Method: conf.RLQS.MaxStreams},
-		MaxBytes: mem.requests, MaxBodyBytes: api.MaxBodyBytes, Registerer: reg})
+		MaxBytes: mem.requests, MaxBodyBytes: api.MaxBodyBytes, CallBytes: admit.ArrivalBytes(api.MaxRecvMsgBytes), Registerer: reg})
 	n.faces = api.New(api.Config{
 		Checker: n.svc, Leases: n.svc, Settler: n.svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
 		Ready: n.members.Ready, ReadyNote: n.insecure,
@@ -365,7 +365,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	rlqsBound := api.BoundOf(&rlqspb.RateLimitQuotaUsageReports{}, "bucket_quota_usages", rlqs.MaxUsagesPerMessage)
 	tap := newClientTap(gate, conf.RequestTimeout, api.CheckStreamMethod, rlqs.Method)
 	n.grpcSrv = grpc.NewServer(slices.Concat(api.ServerOptions(rlsBound, rlqsBound), tr.grpcServer(), conf.connOptions(),
-		[]grpc.ServerOption{workers, grpc.InTapHandle(tap.tap)})...)
+		gate.ServerOptions(), []grpc.ServerOption{workers, grpc.InTapHandle(tap.tap)})...)
 	n.health = n.faces.RegisterGRPC(n.grpcSrv)
 	rls.New(rls.Config{Checker: n.svc, Policies: n.policies, UnknownDomain: n.unknown.Saw}).Register(n.grpcSrv)
 	if n.quotas, err = rlqs.New(rlqs.Config{Leaser: n.svc, Policies: n.policies, Bounds: conf.RLQS, LeaseTTL: conf.Leases.TTL,

@@ -14,6 +14,7 @@ package admit
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -21,7 +22,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -63,16 +66,28 @@ type Config struct {
 	// MaxBodyBytes is the largest HTTP body the wrapped handler reads,
 	// what a body of unknown length is accounted at (see RequestBytes).
 	MaxBodyBytes int64
-	// CallBytes is what a gRPC call, or one request of a stream, is
-	// accounted at; zero means DefaultCallBytes.
+	// CallBytes is what a gRPC call is accounted at until its message has
+	// arrived (ArrivalBytes of the server's receive limit: what the call
+	// may hold while it arrives), and a call of Config.Streams or
+	// Config.Pools for as long as it is open; zero means
+	// DefaultCallBytes. A unary call is then accounted at RequestBytes of
+	// its message's size (see ServerOptions), a stream's request at
+	// RequestBytes of its size (Message).
 	CallBytes int64
 	// Registerer, if not nil, gets ringlimit_overload_rejected_total.
 	Registerer prometheus.Registerer
 }
 
-// DefaultCallBytes is what a gRPC call or stream request is accounted at
-// by default: a check of a hundred items, decoded and answered.
+// DefaultCallBytes is what a gRPC call is accounted at by default until
+// its message has arrived: a check of a hundred items, decoded and
+// answered.
 const DefaultCallBytes = 64 << 10
+
+// ArrivalBytes is what a gRPC call whose message may be up to maxMessage
+// bytes long is accounted at until the message has arrived (Config.CallBytes):
+// the message's bytes, which gRPC holds as they arrive, and what any
+// request holds besides.
+func ArrivalBytes(maxMessage int64) int64 { return maxMessage + requestFixed }
 
 // The terms of RequestBytes, measured with api's maximal bodies (see
 // TestRequestBytes in package api): decoding a check body into its
@@ -84,8 +99,8 @@ const (
 	requestFixed = 32 << 10
 )
 
-// RequestBytes is what an HTTP request whose body is n bytes long (-1:
-// unknown, read to at most maxBody) is accounted at.
+// RequestBytes is what a request whose body (or gRPC message) is n bytes
+// long (-1: unknown, read to at most maxBody) is accounted at.
 func RequestBytes(n, maxBody int64) int64 {
 	if n < 0 || n > maxBody {
 		n = maxBody
@@ -260,26 +275,105 @@ func (g *Gate) Tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	if st := g.enterBytes(slots, g.callBytes, "grpc"); st != nil {
 		return ctx, st.Err()
 	}
+	c := &call{unary: slots == g.slots}
+	c.held.Store(g.callBytes)
 	context.AfterFunc(ctx, func() {
-		g.bytes.give(g.callBytes)
+		g.bytes.give(c.held.Swap(ended))
 		leave()
 	})
-	return ctx, nil
+	return context.WithValue(ctx, callKey{}, c), nil
 }
 
-// Message takes a slot, and CallBytes, for one request of a
-// Config.Streams call, and returns the function that gives them back once
-// the request is answered; beyond the bound it returns the error Tap
-// refuses calls with, counted on interface grpc_stream.
-func (g *Gate) Message() (done func(), err error) {
-	if st := g.enterBytes(g.slots, g.callBytes, "grpc_stream"); st != nil {
+// call is what the gate holds for one gRPC call Tap admitted, found in
+// the call's context by the stats handler and interceptor of
+// ServerOptions.
+type call struct {
+	unary bool
+	// held is the bytes the call holds of the budget; ended once the
+	// call has ended and given them back.
+	held atomic.Int64
+	// refused says the call's message did not fit the budget at its size.
+	refused atomic.Bool
+}
+
+type callKey struct{}
+
+// ended is a call's held once it has given its bytes back.
+const ended = -1
+
+// resize makes c hold n bytes of the budget instead of what it holds, and
+// reports whether the budget had room; a call that has ended holds
+// nothing and is left so.
+func (g *Gate) resize(c *call, n int64) bool {
+	for {
+		old := c.held.Load()
+		switch {
+		case old == ended:
+			return true
+		case n > old && !g.bytes.take(n-old):
+			return false
+		}
+		if c.held.CompareAndSwap(old, n) {
+			if n < old {
+				g.bytes.give(old - n)
+			}
+			return true
+		}
+		if n > old {
+			g.bytes.give(n - old) // lost the race: undo, and look again
+		}
+	}
+}
+
+// ServerOptions are the options of a grpc.Server whose calls Tap admits
+// that account each unary call at its message's real size once it has
+// arrived (RequestBytes of its size), instead of Config.CallBytes: a
+// stats handler resizes the call's bytes when gRPC reports the message,
+// and an interceptor refuses a call whose message did not fit, with the
+// same RESOURCE_EXHAUSTED as Tap, before its handler works on it.
+func (g *Gate) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.StatsHandler(payloads{g}), grpc.ChainUnaryInterceptor(g.unary)}
+}
+
+// payloads is the stats handler of ServerOptions.
+type payloads struct{ g *Gate }
+
+func (payloads) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (payloads) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (payloads) HandleConn(context.Context, stats.ConnStats)                       {}
+
+// HandleRPC resizes a unary call to its message's size when it arrives.
+func (p payloads) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	in, ok := s.(*stats.InPayload)
+	if !ok {
+		return
+	}
+	if c, ok := ctx.Value(callKey{}).(*call); ok && c.unary && !p.g.resize(c, RequestBytes(int64(in.Length), math.MaxInt64)) {
+		c.refused.Store(true)
+	}
+}
+
+// unary refuses a call whose message did not fit (see ServerOptions).
+func (g *Gate) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if c, ok := ctx.Value(callKey{}).(*call); ok && c.refused.Load() {
+		g.refused.WithLabelValues("grpc").Inc()
+		return nil, g.memory.Err()
+	}
+	return handler(ctx, req)
+}
+
+// Message takes a slot, and RequestBytes of its size, for one request of
+// a Config.Streams call, size bytes long, and returns the function that
+// gives them back once the request is answered; beyond the bound it
+// returns the error Tap refuses calls with, counted on interface
+// grpc_stream.
+func (g *Gate) Message(size int64) (done func(), err error) {
+	n := RequestBytes(size, math.MaxInt64)
+	if st := g.enterBytes(g.slots, n, "grpc_stream"); st != nil {
 		return nil, st.Err()
 	}
-	return g.doneMessage, nil
-}
-
-// doneMessage gives back what Message took.
-func (g *Gate) doneMessage() {
-	g.bytes.give(g.callBytes)
-	g.leave()
+	return func() {
+		g.bytes.give(n)
+		g.leave()
+	}, nil
 }

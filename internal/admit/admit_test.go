@@ -163,7 +163,7 @@ func TestStreamsAndTheirRequests(t *testing.T) {
 		}
 		ends = append(ends, end)
 	}
-	if _, err := g.Message(); status.Code(err) != codes.ResourceExhausted {
+	if _, err := g.Message(100); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("a stream's request with every slot taken: %v, want RESOURCE_EXHAUSTED", err)
 	}
 	if n := testutil.ToFloat64(g.refused.WithLabelValues("grpc_stream")); n != 1 {
@@ -177,7 +177,7 @@ func TestStreamsAndTheirRequests(t *testing.T) {
 			t.Fatal("request slots not given back")
 		}
 	}
-	done, err := g.Message()
+	done, err := g.Message(100)
 	if err != nil {
 		t.Fatalf("a stream's request with slots free: %v", err)
 	}
@@ -270,5 +270,60 @@ func TestHTTPRefusesBeyondBytes(t *testing.T) {
 	h.ServeHTTP(rec, post(1))
 	if rec.Code != http.StatusOK {
 		t.Errorf("after the others finished: %d, want 200", rec.Code)
+	}
+}
+
+// answerer answers every check at once.
+type answerer struct{ pb.UnimplementedRateLimiterServer }
+
+func (answerer) Check(context.Context, *pb.CheckRequest) (*pb.CheckResponse, error) {
+	return &pb.CheckResponse{}, nil
+}
+
+// TestGRPCCountsRealSize: a unary call is accounted at its message's real
+// size once the message has arrived (ServerOptions), so a call whose
+// message does not fit the bytes in flight is refused RESOURCE_EXHAUSTED,
+// naming --memory-limit, before its handler runs, while small calls pass,
+// and every byte comes back when the calls end. On main a call was
+// accounted at a fixed CallBytes (64 KiB) whatever its size: the 600 KB
+// call was admitted.
+func TestGRPCCountsRealSize(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	g := New(Config{Max: max, MaxBytes: 1 << 20, CallBytes: 64 << 10, Registerer: reg})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(append(g.ServerOptions(), grpc.InTapHandle(g.Tap))...)
+	pb.RegisterRateLimiterServer(srv, answerer{})
+	go srv.Serve(lis)
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rl := pb.NewRateLimiterClient(conn)
+	ctx := context.Background()
+	big := &pb.CheckRequest{}
+	for range 600 {
+		big.Requests = append(big.Requests, &pb.CheckItem{Key: strings.Repeat("k", 1000)})
+	}
+	_, err = rl.Check(ctx, big)
+	if st := status.Convert(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "--memory-limit") {
+		t.Errorf("a 600 KB check within 1 MiB of requests: %v, want RESOURCE_EXHAUSTED naming --memory-limit", err)
+	}
+	if n := testutil.ToFloat64(g.refused.WithLabelValues("grpc")); n != 1 {
+		t.Errorf("ringlimit_overload_rejected_total{interface=grpc} = %v, want 1", n)
+	}
+	for i := range 10 {
+		if _, err := rl.Check(ctx, &pb.CheckRequest{Requests: []*pb.CheckItem{{Key: "k"}}}); err != nil {
+			t.Fatalf("small check %d: %v", i, err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); g.bytes.used.Load() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes still held 10s after the calls ended", g.bytes.used.Load())
+		}
 	}
 }
