@@ -274,7 +274,9 @@ func TestHTTPRefusesBeyondBytes(t *testing.T) {
 }
 
 // answerer answers every check at once.
-type answerer struct{ pb.UnimplementedRateLimiterServer }
+type answerer struct {
+	pb.UnimplementedRateLimiterServer
+}
 
 func (answerer) Check(context.Context, *pb.CheckRequest) (*pb.CheckResponse, error) {
 	return &pb.CheckResponse{}, nil
