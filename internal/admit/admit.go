@@ -24,9 +24,9 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -285,15 +285,12 @@ func (g *Gate) Tap(ctx context.Context, info *tap.Info) (context.Context, error)
 }
 
 // call is what the gate holds for one gRPC call Tap admitted, found in
-// the call's context by the stats handler and interceptor of
-// ServerOptions.
+// the call's context by the interceptor of ServerOptions.
 type call struct {
 	unary bool
 	// held is the bytes the call holds of the budget; ended once the
 	// call has ended and given them back.
 	held atomic.Int64
-	// refused says the call's message did not fit the budget at its size.
-	refused atomic.Bool
 }
 
 type callKey struct{}
@@ -327,35 +324,18 @@ func (g *Gate) resize(c *call, n int64) bool {
 
 // ServerOptions are the options of a grpc.Server whose calls Tap admits
 // that account each unary call at its message's real size once it has
-// arrived (RequestBytes of its size), instead of Config.CallBytes: a
-// stats handler resizes the call's bytes when gRPC reports the message,
-// and an interceptor refuses a call whose message did not fit, with the
-// same RESOURCE_EXHAUSTED as Tap, before its handler works on it.
+// arrived and been decoded (RequestBytes of its encoded size), instead of
+// Config.CallBytes: an interceptor resizes the call's bytes, and refuses
+// a call whose message does not fit with the same RESOURCE_EXHAUSTED as
+// Tap, before its handler works on it.
 func (g *Gate) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.StatsHandler(payloads{g}), grpc.ChainUnaryInterceptor(g.unary)}
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(g.unary)}
 }
 
-// payloads is the stats handler of ServerOptions.
-type payloads struct{ g *Gate }
-
-func (payloads) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
-func (payloads) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
-func (payloads) HandleConn(context.Context, stats.ConnStats)                       {}
-
-// HandleRPC resizes a unary call to its message's size when it arrives.
-func (p payloads) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	in, ok := s.(*stats.InPayload)
-	if !ok {
-		return
-	}
-	if c, ok := ctx.Value(callKey{}).(*call); ok && c.unary && !p.g.resize(c, RequestBytes(int64(in.Length), math.MaxInt64)) {
-		c.refused.Store(true)
-	}
-}
-
-// unary refuses a call whose message did not fit (see ServerOptions).
+// unary is the interceptor of ServerOptions.
 func (g *Gate) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if c, ok := ctx.Value(callKey{}).(*call); ok && c.refused.Load() {
+	c, ok := ctx.Value(callKey{}).(*call)
+	if m, isProto := req.(proto.Message); ok && c.unary && isProto && !g.resize(c, RequestBytes(int64(proto.Size(m)), math.MaxInt64)) {
 		g.refused.WithLabelValues("grpc").Inc()
 		return nil, g.memory.Err()
 	}
