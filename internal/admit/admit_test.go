@@ -273,6 +273,26 @@ func TestHTTPRefusesBeyondBytes(t *testing.T) {
 	}
 }
 
+// serveAnswerer serves answerer on loopback with opts until tb ends, and
+// returns a client of it.
+func serveAnswerer(tb testing.TB, opts ...grpc.ServerOption) pb.RateLimiterClient {
+	tb.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := grpc.NewServer(opts...)
+	pb.RegisterRateLimiterServer(srv, answerer{})
+	go srv.Serve(lis)
+	tb.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { conn.Close() })
+	return pb.NewRateLimiterClient(conn)
+}
+
 // answerer answers every check at once.
 type answerer struct {
 	pb.UnimplementedRateLimiterServer
@@ -292,21 +312,9 @@ func (answerer) Check(context.Context, *pb.CheckRequest) (*pb.CheckResponse, err
 func TestGRPCCountsRealSize(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	g := New(Config{Max: max, MaxBytes: 1 << 20, CallBytes: 64 << 10, Registerer: reg})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(append(g.ServerOptions(), grpc.InTapHandle(g.Tap))...)
-	pb.RegisterRateLimiterServer(srv, answerer{})
-	go srv.Serve(lis)
-	defer srv.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	rl := pb.NewRateLimiterClient(conn)
+	rl := serveAnswerer(t, append(g.ServerOptions(), grpc.InTapHandle(g.Tap))...)
 	ctx := context.Background()
+	var err error
 	big := &pb.CheckRequest{}
 	for range 600 {
 		big.Requests = append(big.Requests, &pb.CheckItem{Key: strings.Repeat("k", 1000)})

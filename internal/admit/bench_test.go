@@ -2,11 +2,9 @@ package admit
 
 import (
 	"context"
-	"net"
 	"testing"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 )
@@ -27,20 +25,7 @@ func BenchmarkGRPCGate(b *testing.B) {
 			if real {
 				opts = append(opts, g.ServerOptions()...)
 			}
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv := grpc.NewServer(opts...)
-			pb.RegisterRateLimiterServer(srv, answerer{})
-			go srv.Serve(lis)
-			defer srv.Stop()
-			conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer conn.Close()
-			rl := pb.NewRateLimiterClient(conn)
+			rl := serveAnswerer(b, opts...)
 			req := &pb.CheckRequest{Requests: []*pb.CheckItem{{Name: "api", Key: "user:1", Limit: 10, DurationMs: 1000}}}
 			ctx := context.Background()
 			b.ReportAllocs()
