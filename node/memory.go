@@ -25,8 +25,9 @@ const (
 	// counterShare is.
 	replicaShare = 10
 	// requestShare bounds the client requests in flight: HTTP checks at
-	// admit.RequestBytes of their body, gRPC calls and the requests of
-	// CheckStreams at admit.DefaultCallBytes each.
+	// admit.RequestBytes of their body, gRPC calls at
+	// admit.ArrivalBytes until their message has arrived and then, as
+	// the requests of CheckStreams, at admit.RequestBytes of its size.
 	requestShare = 25
 	// leaseShare bounds the lessees' and Envoy streams' state: half of it
 	// the lessee accounts this node holds as owner

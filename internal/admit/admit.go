@@ -68,19 +68,19 @@ type Config struct {
 	MaxBodyBytes int64
 	// CallBytes is what a gRPC call is accounted at until its message has
 	// arrived (ArrivalBytes of the server's receive limit: what the call
-	// may hold while it arrives), and a call of Config.Streams or
-	// Config.Pools for as long as it is open; zero means
-	// DefaultCallBytes. A unary call is then accounted at RequestBytes of
-	// its message's size (see ServerOptions), a stream's request at
-	// RequestBytes of its size (Message).
+	// may hold while it arrives); zero means DefaultCallBytes. A unary
+	// call is then accounted at RequestBytes of its message's size (see
+	// ServerOptions). A call of Config.Streams or Config.Pools is
+	// accounted at DefaultCallBytes for as long as it is open, and each
+	// request of a Streams call at RequestBytes of its size (Message).
 	CallBytes int64
 	// Registerer, if not nil, gets ringlimit_overload_rejected_total.
 	Registerer prometheus.Registerer
 }
 
 // DefaultCallBytes is what a gRPC call is accounted at by default until
-// its message has arrived: a check of a hundred items, decoded and
-// answered.
+// its message has arrived, and a long-lived stream while it is open: a
+// check of a hundred items, decoded and answered.
 const DefaultCallBytes = 64 << 10
 
 // ArrivalBytes is what a gRPC call whose message may be up to maxMessage
@@ -266,17 +266,17 @@ func (g *Gate) Tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	if strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.Health/") {
 		return ctx, nil
 	}
-	slots, leave := g.slots, g.leave
+	slots, leave, n := g.slots, g.leave, g.callBytes
 	if g.long[info.FullMethodName] {
-		slots, leave = g.streams, g.endStream
+		slots, leave, n = g.streams, g.endStream, DefaultCallBytes
 	} else if pool, ok := g.pools[info.FullMethodName]; ok {
-		slots, leave = pool, func() { <-pool }
+		slots, leave, n = pool, func() { <-pool }, DefaultCallBytes
 	}
-	if st := g.enterBytes(slots, g.callBytes, "grpc"); st != nil {
+	if st := g.enterBytes(slots, n, "grpc"); st != nil {
 		return ctx, st.Err()
 	}
 	c := &call{unary: slots == g.slots}
-	c.held.Store(g.callBytes)
+	c.held.Store(n)
 	context.AfterFunc(ctx, func() {
 		g.bytes.give(c.held.Swap(ended))
 		leave()

@@ -337,3 +337,24 @@ func TestGRPCCountsRealSize(t *testing.T) {
 		}
 	}
 }
+
+// TestLongCallsHeldSmall: a stream (Config.Streams or Config.Pools) is
+// accounted at DefaultCallBytes while it is open, not at CallBytes, the
+// arrival charge of a unary call's largest message, which would let a
+// small memory limit hold few streams.
+func TestLongCallsHeldSmall(t *testing.T) {
+	const stream, pooled = "/ringlimit.v1.RateLimiter/CheckStream", "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas"
+	g := New(Config{Max: 100, Streams: []string{stream}, MaxStreams: 100, Pools: map[string]int{pooled: 100},
+		MaxBytes: 1 << 20, CallBytes: ArrivalBytes(2 << 20)})
+	for i, m := range []string{stream, pooled, stream, pooled} {
+		if _, err := g.Tap(context.Background(), &tap.Info{FullMethodName: m}); err != nil {
+			t.Fatalf("stream %d within 1 MiB: %v", i, err)
+		}
+	}
+	if got := g.bytes.used.Load(); got != 4*DefaultCallBytes {
+		t.Errorf("4 streams hold %d bytes, want %d", got, 4*DefaultCallBytes)
+	}
+	if _, err := g.Tap(context.Background(), &tap.Info{FullMethodName: "/ringlimit.v1.RateLimiter/Check"}); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a unary call at 2 MiB within 1 MiB: %v, want RESOURCE_EXHAUSTED", err)
+	}
+}
