@@ -123,7 +123,7 @@ func (c *Config) flags(hostname string) *flag.FlagSet {
 	fs.DurationVar(&c.StreamIdleTimeout, "stream-idle-timeout", d.StreamIdleTimeout, "a CheckStream or a peer's ForwardStream without requests for this long is asked to end (the Go client and the nodes do at once, sending single RPCs for 5s, then opening a new stream), and ended if it is still idle as long again; an Envoy's quota stream without a report for this long is ended (Envoy reports every reporting_interval: keep this several of them)")
 	fs.StringVar(&c.MemoryLimit, "memory-limit", "", "the node's memory bound, e.g. 512MiB: the Go runtime's soft memory limit, and what the node's counters (30%), replicas (10%) and client requests in flight (25%) are held within, beyond which it refuses new keys and requests (docs/operations.md) (default: GOMEMLIMIT if set, else 90% of the container's memory limit)")
 	fs.IntVar(&c.MaxLogEntries, "max-log-entries", d.MaxLogEntries, "entries of all SLIDING_LOG counters held, 16 bytes each; beyond it logs back to full are evicted, and when none is the hit that would grow a log is refused")
-	fs.IntVar(&c.MaxReservations, "max-reservations", d.MaxReservations, "reservations (checks with reserve_ttl_ms) this node holds as keys' owner, open or settled until their time-to-live, about 250 bytes each (25 MB at the default); beyond it reservations are refused UNAVAILABLE and counted")
+	fs.IntVar(&c.MaxReservations, "max-reservations", d.MaxReservations, "reservations (checks with reserve_ttl_ms) this node holds as keys' owner, open or settled until their time-to-live, 272 bytes each (27 MB at the default), and at most an eighth of the counters' share of --memory-limit; beyond it reservations are refused UNAVAILABLE and counted")
 	fs.IntVar(&c.MaxReservationsPerKey, "max-reservations-per-key", limiter.DefaultMaxReservationsPerKey, "reservations one name and key hold, open or settled until their time-to-live, at most --max-reservations, so that one client cannot take them all; beyond it that key's reservations are refused UNAVAILABLE and counted")
 	fs.IntVar(&c.MaxReservationsPerClient, "max-reservations-per-client", limiter.DefaultMaxReservationsPerClient, "reservations one client (the name of its verified TLS certificate, else its source /24 or /64) makes through this node, open or settled until their time-to-live, so that one client cannot take --max-reservations; beyond it its reservations are refused UNAVAILABLE")
 	fs.StringVar(&c.SnapshotDir, "snapshot-dir", "", "directory for this node's counters, written every --snapshot-interval and at shutdown, loaded at start: they survive a stop of the whole cluster (none: counters live in memory only)")
@@ -229,13 +229,14 @@ func flagPlaces() map[string]flagPlace {
 		"gossip-key":    {groupSecurity, "base64 keys that encrypt gossip"},
 		"member-names":  {groupSecurity, ""},
 
-		"memory-limit":             {groupStorage, "the node's memory bound, e.g. 512MiB"},
-		"snapshot-dir":             {groupStorage, "counters survive a stop of the whole cluster"},
-		"snapshot-interval":        {groupStorage, ""},
-		"max-keys":                 {groupStorage, ""},
-		"max-log-entries":          {groupStorage, ""},
-		"max-reservations":         {groupStorage, ""},
-		"max-reservations-per-key": {groupStorage, ""},
+		"memory-limit":                {groupStorage, "the node's memory bound, e.g. 512MiB"},
+		"snapshot-dir":                {groupStorage, "counters survive a stop of the whole cluster"},
+		"snapshot-interval":           {groupStorage, ""},
+		"max-keys":                    {groupStorage, ""},
+		"max-log-entries":             {groupStorage, ""},
+		"max-reservations":            {groupStorage, ""},
+		"max-reservations-per-key":    {groupStorage, ""},
+		"max-reservations-per-client": {groupStorage, ""},
 
 		"policy-file":                 {groupLimits, "YAML policies, envoyproxy/ratelimit's format"},
 		"strict-quorum":               {groupLimits, "never over a limit: members a node must see"},
