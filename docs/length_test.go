@@ -26,7 +26,6 @@ var longPages = []string{
 	"docs/checks.md",
 	"docs/cluster.md",
 	"docs/design.md",
-	"docs/envoy.md",
 	"docs/go.md",
 	"docs/operations.md",
 }

@@ -8,11 +8,11 @@ import (
 	"testing"
 )
 
-// TestEnvoyDocPolicyCheck: docs/envoy.md's rlnode policy check example
+// TestEnvoyDocPolicyCheck: docs/policies.md's rlnode policy check example
 // prints what rlnode policy check prints for the page's own policy file
 // (it listed 5 of its 6 policies, at the wrong lines).
 func TestEnvoyDocPolicyCheck(t *testing.T) {
-	page, err := os.ReadFile("../../docs/envoy.md")
+	page, err := os.ReadFile("../../docs/policies.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,17 +20,17 @@ func TestEnvoyDocPolicyCheck(t *testing.T) {
 		text := string(page)
 		i := strings.Index(text, from)
 		if i < 0 {
-			t.Fatalf("docs/envoy.md has no %q", from)
+			t.Fatalf("docs/policies.md has no %q", from)
 		}
 		j := strings.Index(text[i:], open)
 		if j < 0 {
-			t.Fatalf("docs/envoy.md has no %q after %q", open, from)
+			t.Fatalf("docs/policies.md has no %q after %q", open, from)
 		}
 		start := i + j + len(open)
 		end := strings.Index(text[start:], "```")
 		return text[start : start+end]
 	}
-	yaml := block("## Policy files", "```yaml\n")
+	yaml := block("## The format", "```yaml\n")
 	want := block("$ rlnode policy check policies/\n", "\n")
 	dir := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dir, "policies"), 0o700); err != nil {
@@ -45,6 +45,6 @@ func TestEnvoyDocPolicyCheck(t *testing.T) {
 		t.Fatalf("rlnode policy check of the page's policy file: %v\n%s", err, out.String())
 	}
 	if out.String() != want {
-		t.Errorf("docs/envoy.md shows\n%s\nrlnode policy check prints\n%s", want, out.String())
+		t.Errorf("docs/policies.md shows\n%s\nrlnode policy check prints\n%s", want, out.String())
 	}
 }
