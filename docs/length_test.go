@@ -23,7 +23,6 @@ var longPages = []string{
 	"README.md",
 	"SECURITY.md",
 	"docs/chaos.md",
-	"docs/checks.md",
 	"docs/cluster.md",
 	"docs/design.md",
 	"docs/go.md",
