@@ -22,7 +22,6 @@ var longPages = []string{
 	"BENCHMARKS.md",
 	"README.md",
 	"SECURITY.md",
-	"docs/chaos.md",
 	"docs/cluster.md",
 	"docs/design.md",
 	"docs/go.md",
