@@ -28,8 +28,8 @@ var longPages = []string{
 	"docs/operations.md",
 }
 
-// TestPagesAreShort checks the pages of docs/ and the repository's root.
-func TestPagesAreShort(t *testing.T) {
+// TestDocPagesAreShort checks the pages of docs/ and the repository's root.
+func TestDocPagesAreShort(t *testing.T) {
 	files, err := markdownFiles(os.DirFS(".."))
 	if err != nil {
 		t.Fatal(err)
@@ -43,8 +43,8 @@ func TestPagesAreShort(t *testing.T) {
 	}
 }
 
-// TestCheckLengthsFindsLongPages proves the check refuses what it should.
-func TestCheckLengthsFindsLongPages(t *testing.T) {
+// TestDocLengthsCheckFindsLongPages proves the check refuses what it should.
+func TestDocLengthsCheckFindsLongPages(t *testing.T) {
 	lines := func(n int) *fstest.MapFile {
 		return &fstest.MapFile{Data: []byte(strings.Repeat("text\n", n))}
 	}
