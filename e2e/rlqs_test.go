@@ -46,7 +46,7 @@ type rlqsRun struct {
 
 // startRLQSRun starts an Envoy for each list of endpoints (it opens its
 // stream on the first that takes it), with DENY_ALL as its no-assignment
-// and expired-assignment behaviour (docs/envoy.md), counting for seconds
+// and expired-assignment behaviour (docs/rlqs.md), counting for seconds
 // from the next whole second.
 func startRLQSRun(t *testing.T, ctx context.Context, tenant string, endpoints [][]*grpc.ClientConn, seconds int) *rlqsRun {
 	deny := &typepb.RateLimitStrategy{Strategy: &typepb.RateLimitStrategy_BlanketRule_{BlanketRule: typepb.RateLimitStrategy_DENY_ALL}}
@@ -79,7 +79,7 @@ func (r *rlqsRun) call(i int, at time.Time) {
 }
 
 // wait waits for the callers and the Envoys, and checks that no second
-// admitted more than the limit (the bound docs/envoy.md states).
+// admitted more than the limit (the bound docs/rlqs.md states).
 func (r *rlqsRun) wait(cancel func()) {
 	r.callers.Wait()
 	cancel()

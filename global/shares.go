@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Rate shares: the owner's side of an Envoy stream (docs/envoy.md).
+// Rate shares: the owner's side of an Envoy stream (docs/rlqs.md).
 //
 // Envoy's rate_limit_quota filter refills each bucket's token bucket
 // itself, reports only every 5 s, and starts a changed token bucket at

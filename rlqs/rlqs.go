@@ -2,7 +2,7 @@
 // envoy.service.rate_limit_quota.v3.RateLimitQuotaService: Envoy's
 // rate_limit_quota filter decides requests itself, from an assignment
 // per bucket, and reports its usage every reporting interval on one
-// stream (docs/envoy.md has what the filter does, as this server relies
+// stream (docs/rlqs.md has what the filter does, as this server relies
 // on it).
 //
 // Each stream is a lessee (see package lease and docs/leases.md): it

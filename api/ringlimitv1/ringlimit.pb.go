@@ -1297,7 +1297,7 @@ type LeaseReport struct {
 	// them, up to half the time-to-live. 0 means every --global-sync.
 	IntervalMs int64 `protobuf:"varint,9,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
 	// share: the lessee asks for a rate share of the limit rather than a
-	// grant of hits (an Envoy stream: docs/envoy.md); it admits at most
+	// grant of hits (an Envoy stream: docs/rlqs.md); it admits at most
 	// share_burst at once and share_rate_milli / 1000 a second after. The
 	// two fields then say the share it holds, as the owner last answered,
 	// which an owner that did not answer it (a ring change) reserves as far
