@@ -109,12 +109,24 @@ func (s *Server) handleMembers(w http.ResponseWriter, _ *http.Request) {
 	}{members})
 }
 
+// handleReady answers GET /readyz: 200 "ready", or 503 with the line
+// saying why not; a warning line follows "ready" when there is one.
 func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
-	if s.conf.Ready != nil && !s.conf.Ready() {
-		http.Error(w, "not ready\n", http.StatusServiceUnavailable)
+	ready, why := true, ""
+	if s.conf.Ready != nil {
+		ready, why = s.conf.Ready()
+	}
+	if !ready {
+		if why == "" {
+			why = "not ready"
+		}
+		http.Error(w, why+"\n", http.StatusServiceUnavailable)
 		return
 	}
 	io.WriteString(w, "ready\n")
+	if why != "" {
+		io.WriteString(w, why+"\n")
+	}
 	if s.conf.ReadyNote != "" {
 		io.WriteString(w, s.conf.ReadyNote+"\n")
 	}

@@ -192,16 +192,32 @@ func TestOperationalEndpoints(t *testing.T) {
 	}
 }
 
+// TestNotReady: GET /readyz is 503 with the line saying why while the
+// node is not ready, and 200 with its warning while it is.
 func TestNotReady(t *testing.T) {
-	srv := httptest.NewServer(New(Config{Checker: service.New(service.Config{}), Ready: func() bool { return false }}).Handler())
-	defer srv.Close()
-	resp, err := http.Get(srv.URL + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable {
-		t.Errorf("GET /readyz on a node that is not ready: %d, want 503", resp.StatusCode)
+	for _, tc := range []struct {
+		ready      bool
+		why        string
+		code       int
+		body, note string
+	}{
+		{false, "not ready: not joined: no node answered through --join a:7946", http.StatusServiceUnavailable, "not ready: not joined: no node answered through --join a:7946\n", ""},
+		{false, "", http.StatusServiceUnavailable, "not ready\n", ""},
+		{true, "warning: member b not admitted", http.StatusOK, "ready\nwarning: member b not admitted\ninsecure\n", "insecure"},
+		{true, "", http.StatusOK, "ready\n", ""},
+	} {
+		srv := httptest.NewServer(New(Config{Checker: service.New(service.Config{}), ReadyNote: tc.note,
+			Ready: func() (bool, string) { return tc.ready, tc.why }}).Handler())
+		resp, err := http.Get(srv.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		if resp.StatusCode != tc.code || string(b) != tc.body {
+			t.Errorf("GET /readyz with Ready = %v, %q: %d %q, want %d %q", tc.ready, tc.why, resp.StatusCode, b, tc.code, tc.body)
+		}
 	}
 }
 

@@ -30,15 +30,21 @@ type Member struct {
 	State      string  `json:"state"`
 	Share      float64 `json:"share"` // fraction of the ring this member owns
 	Self       bool    `json:"self,omitempty"`
+	// Admission, for an alive member left out of the ring, says why: "not
+	// admitted: <reason>", or "not admitted, retrying ..." while its peer
+	// port does not answer the check.
+	Admission string `json:"admission,omitempty"`
 }
 
 // Config configures the faces. Checker is required; the rest have
 // documented nil defaults.
 type Config struct {
 	Checker Checker
-	// Ready reports whether the node may take traffic (GET /readyz); nil
-	// means always ready.
-	Ready func() bool
+	// Ready reports whether the node may take traffic (GET /readyz: 200 or
+	// 503), with one line saying why not, or a warning while ready (""
+	// when there is nothing to say), which /readyz answers; nil means
+	// always ready.
+	Ready func() (ready bool, why string)
 	// ReadyNote, if not empty, is a line GET /readyz adds to its body while
 	// ready (the status stays 200): a warning for whoever checks on the
 	// node, such as a cluster that runs without authentication.

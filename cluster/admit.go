@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -16,13 +18,25 @@ import (
 //
 // The Run goroutine owns admission: it starts the checks, at most
 // maxAdmitting at once, each bounded by admitTimeout, and takes their
-// verdicts from a channel; a member that fails is checked again after a
-// backoff (admitRetry doubling up to admitRetryMax) for as long as gossip
-// says it is alive.
+// verdicts from a channel. A member that fails is checked again for as
+// long as gossip says it is alive: after a backoff of admitRetry doubling
+// up to admitRetryMax when the check refused it (Refused: its
+// certificate or name), and up to unreachableRetryMax when it said
+// nothing of who the member is (no answer, a timeout, a reset, no free
+// slot on a flooded port), so that a member the others keep is taken
+// back within seconds of its port answering. A member that passed a check
+// and then announces a new peer address (a pod restarted with a new IP)
+// stays in the ring while the new address's checks fail without a verdict
+// (see kept): every connection to a peer proves its name anyway (package
+// node's memberCreds), and dropping it would have this node decide its
+// keys while the others send them to it.
 type admission struct {
 	states   map[string]*admitState
 	verdicts chan verdict
 	inFlight int
+	// other says a member other than this node has been admitted since
+	// Run started (see Cluster.Readiness).
+	other bool
 }
 
 // admitState is what admission knows of one member.
@@ -32,6 +46,11 @@ type admitState struct {
 	checking bool      // a check is in flight
 	failures int       // checks of peerAddr failed in a row
 	next     time.Time // when a failed member is checked again
+	since    time.Time // when peerAddr was first to be checked
+	err      error     // the last check's failure, nil before one
+	// proven says the member passed a check at an earlier address and
+	// has not been refused since (see kept).
+	proven bool
 }
 
 type verdict struct {
@@ -44,7 +63,35 @@ const (
 	admitTimeout  = 5 * time.Second
 	admitRetry    = time.Second
 	admitRetryMax = 30 * time.Second
+	// unreachableRetryMax bounds the backoff of a member whose checks
+	// failed without a verdict on its identity.
+	unreachableRetryMax = 5 * time.Second
+	// DefaultAdmitGrace is the zero Config.AdmitGrace.
+	DefaultAdmitGrace = 10 * time.Second
 )
+
+// refused marks an Admit error as a verdict on the member's identity.
+type refused struct{ error }
+
+func (r refused) Unwrap() error { return r.error }
+
+// Refused marks err, returned by Config.Admit, as a verdict on who the
+// member is (a certificate that does not name it, one from another CA, a
+// name outside the allowed pattern), as opposed to a check that could not
+// be made: such a member is checked again slowly, since only a new
+// certificate or setting will change the answer. Its text is err's.
+func Refused(err error) error {
+	if err == nil {
+		return nil
+	}
+	return refused{err}
+}
+
+// isRefused reports whether err was marked by Refused.
+func isRefused(err error) bool {
+	var r refused
+	return errors.As(err, &r)
+}
 
 func newAdmission() *admission {
 	return &admission{states: make(map[string]*admitState), verdicts: make(chan verdict, maxAdmitting)}
@@ -55,6 +102,37 @@ func newAdmission() *admission {
 func (a *admission) admitted(name, peerAddr string) bool {
 	s, ok := a.states[name]
 	return ok && s.ok && s.peerAddr == peerAddr
+}
+
+// kept reports whether the member name, announcing peerAddr, which has
+// not passed the check for that address, stays in the ring meanwhile: it
+// passed at an earlier address, and no check has refused it since.
+func (a *admission) kept(name, peerAddr string) bool {
+	s, ok := a.states[name]
+	return ok && !s.ok && s.proven && s.peerAddr == peerAddr
+}
+
+// note says why the alive member name, announcing peerAddr, is not in the
+// ring, or is on its earlier proof, as MemberInfo.Admission does; "" if
+// it is admitted.
+func (a *admission) note(name, peerAddr string) string {
+	s, ok := a.states[name]
+	switch {
+	case ok && s.ok && s.peerAddr == peerAddr:
+		return ""
+	case ok && s.proven && s.peerAddr == peerAddr:
+		msg := "in the ring on its proof at an earlier peer address, checking the new one"
+		if s.err != nil {
+			msg += fmt.Sprintf(", retrying (%d checks failed): %v", s.failures, s.err)
+		}
+		return msg
+	case !ok || s.peerAddr != peerAddr || s.err == nil:
+		return "not admitted yet: checking its peer port"
+	case isRefused(s.err):
+		return "not admitted: " + s.err.Error()
+	default:
+		return fmt.Sprintf("not admitted, retrying (%d checks failed): %v", s.failures, s.err)
+	}
 }
 
 // startAdmission begins the checks that are due: of each alive member in want (name
@@ -75,7 +153,7 @@ func (c *Cluster) startAdmission(ctx context.Context, want map[string]string, kn
 		}
 		if s.peerAddr != addr { // new, or moved: check the new address
 			if !s.checking {
-				*s = admitState{peerAddr: addr}
+				*s = admitState{peerAddr: addr, since: now, proven: s.ok || s.proven}
 			}
 		}
 		if s.ok || s.checking || now.Before(s.next) || a.inFlight >= maxAdmitting {
@@ -116,15 +194,23 @@ func (c *Cluster) takeVerdict(v verdict, now time.Time) bool {
 		return false // moved meanwhile: the new address is checked next
 	}
 	if v.err == nil {
-		s.ok, s.failures = true, 0
+		s.ok, s.proven, s.failures, s.err = true, false, 0, nil
+		a.other = true
 		c.log.Info("member admitted to the ring", "node", v.name, "peer_addr", v.peerAddr)
 		return true
 	}
 	c.metrics.admitFailures.Inc()
-	backoff := admitRetry << min(s.failures, 5)
+	limit, fix := unreachableRetryMax, "make its peer port reachable from this node; it is checked again until it answers"
+	dropped := false
+	if isRefused(v.err) {
+		limit, fix = admitRetryMax, "give it a certificate from the cluster CA that names it, and a name that --member-names allows"
+		dropped, s.proven = s.proven, false
+	}
+	backoff := min(admitRetry<<min(s.failures, 5), limit)
 	s.failures++
-	s.next = now.Add(min(backoff, admitRetryMax))
+	s.err = v.err
+	s.next = now.Add(backoff)
 	c.log.Warn("member not admitted to the ring: its peer port did not prove its name", "node", v.name,
-		"peer_addr", v.peerAddr, "err", v.err, "retry_in", min(backoff, admitRetryMax))
-	return false
+		"peer_addr", v.peerAddr, "err", v.err, "fix", fix, "retry_in", backoff, "kept_in_ring", s.proven)
+	return dropped
 }

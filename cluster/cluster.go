@@ -27,6 +27,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +62,21 @@ const (
 	// DefaultDeadNodeReclaimTime is how long after a node is declared dead
 	// its name may rejoin from another address.
 	DefaultDeadNodeReclaimTime = 3 * time.Second
+
+	// DefaultReconnectInterval and DefaultReconnectTimeout are the zero
+	// values' Config.ReconnectInterval and ReconnectTimeout: Serf's
+	// reconnect, with a shorter interval (Serf's is 30s), since a member
+	// found again late owns its keys in no ring meanwhile.
+	DefaultReconnectInterval = 10 * time.Second
+	DefaultReconnectTimeout  = 24 * time.Hour
+)
+
+// maxGone bounds the members Run keeps trying to reconnect to, and
+// reconnectBatch those it tries at each ReconnectInterval, the ones tried
+// least recently first.
+const (
+	maxGone        = 256
+	reconnectBatch = 3
 )
 
 // keepGone is how long Members keeps reporting a node that died or left.
@@ -113,8 +129,28 @@ type Config struct {
 	// that resolves to several addresses, such as a Kubernetes headless
 	// Service, joins them all. Names are resolved again on every attempt,
 	// so nodes that start late are found. Empty means this node deliberately
-	// runs alone until another node joins it.
+	// runs alone until another node joins it. With Join, the node is Ready
+	// only once a join has reached another node (see Bootstrap).
 	Join []string
+
+	// Bootstrap says this node may start a new cluster: with Join, it is
+	// Ready alone once its first join has reached no other node (it keeps
+	// trying, as a node left alone does), where a node without Bootstrap
+	// waits, not Ready, until a join reaches another node, so that no node
+	// is a cluster of one by mistake. Without Join it changes nothing.
+	Bootstrap bool
+
+	// ReconnectInterval is how often Run tries to join again a few of the
+	// members that were declared dead or left, and ReconnectTimeout how
+	// long after that it gives one up, as Serf's reconnect does: memberlist
+	// stops gossiping to a dead member after GossipToTheDeadTime and then
+	// forgets it, so a member restarted at its address after that without
+	// a Join that answers (a partition healed late, a node restarted with
+	// its join targets down) would otherwise stay a cluster apart. Only
+	// members that were in this node's ring are tried. Zero means
+	// DefaultReconnectInterval and DefaultReconnectTimeout.
+	ReconnectInterval time.Duration
+	ReconnectTimeout  time.Duration
 
 	// PeerAddr is the host:port of this node's peer gRPC listener,
 	// GRPCAddr that of its client gRPC listener and HTTPAddr that of its
@@ -166,9 +202,17 @@ type Config struct {
 	// member. A member enters the ring only once Admit returned nil for
 	// its current peer address, on this node (see admission); Run calls
 	// it from goroutines of its own, at most 16 at once, with a context
-	// that ends within 5s. Nil admits every member gossip announces, as
-	// without peer TLS nothing can be checked.
+	// that ends within 5s. An error marked with Refused is a verdict on
+	// the member's identity, checked again slowly; any other is a check
+	// that could not be made, retried within seconds (see admission). Nil
+	// admits every member gossip announces, as without peer TLS nothing
+	// can be checked.
 	Admit func(ctx context.Context, name, peerAddr string) error
+
+	// AdmitGrace is how long an alive member may stay unadmitted before
+	// Readiness reports it: a member that has just started may not answer
+	// on its peer port for a moment. Zero means DefaultAdmitGrace.
+	AdmitGrace time.Duration
 
 	// Logger receives this package's logs and memberlist's. Nil discards them.
 	Logger *slog.Logger
@@ -194,14 +238,28 @@ type Cluster struct {
 	// when it stops waiting for the first checks of the members the join
 	// brought (see finishJoin); zero otherwise. Owned by the Run goroutine.
 	admitBy time.Time
-	// joined says the node's first join has succeeded: finishJoin, also
-	// called as admission verdicts come in and on admission's tick, does
-	// nothing before. Owned by the Run goroutine.
+	// joined says the node's first join has succeeded (reached another
+	// node, or none with Bootstrap): finishJoin, also called as admission
+	// verdicts come in and on admission's tick, does nothing before. Owned
+	// by the Run goroutine.
 	joined bool
+	// gone are the members Run reconnects to (see
+	// Config.ReconnectInterval). Owned by the Run goroutine.
+	gone map[string]goneMember
 
 	view    atomic.Pointer[view]
 	ready   atomic.Bool
 	started atomic.Bool
+	// waiting says why the node is not Ready, while it is not: set by Run.
+	waiting atomic.Pointer[string]
+}
+
+// goneMember is a member declared dead or that left, which Run tries to
+// join again.
+type goneMember struct {
+	addr  string    // its gossip address
+	since time.Time // when it went
+	tried time.Time // when Run last tried it; zero if never
 }
 
 // view is what Run publishes after each membership change.
@@ -213,6 +271,19 @@ type view struct {
 	// admitted are the names admission has admitted (alive or gone); nil
 	// when every member is (Config.Admit is nil).
 	admitted map[string]bool
+	// unadmitted are the alive members admission has not admitted, with
+	// when their check began and its last failure; admittedOther says a
+	// member other than this node has been admitted since Run started
+	// (see Readiness).
+	unadmitted    []unadmitted
+	admittedOther bool
+}
+
+// unadmitted is an alive member left out of the ring by admission.
+type unadmitted struct {
+	name, peerAddr string
+	since          time.Time
+	note           string // as MemberInfo.Admission
 }
 
 // MemberInfo describes a member as this node sees it. (Package api's
@@ -225,6 +296,11 @@ type MemberInfo struct {
 	HTTPAddr   string // empty for a node too old to gossip it
 	State      State
 	Share      float64 // fraction of the ring's partitions; 0 when not in the ring
+	// Admission is empty for a member in the ring, or one that is not
+	// alive; else it says why admission leaves the member out ("not
+	// admitted: ..." with the reason, "not admitted, retrying ..." while
+	// its peer port does not answer the check).
+	Admission string
 }
 
 // State is a member's state as this node sees it.
@@ -284,6 +360,15 @@ func New(conf Config) (*Cluster, error) {
 		conf.LeaveTimeout = DefaultLeaveTimeout
 	}
 	conf.Join = slices.Clone(conf.Join)
+	if conf.AdmitGrace <= 0 {
+		conf.AdmitGrace = DefaultAdmitGrace
+	}
+	if conf.ReconnectInterval <= 0 {
+		conf.ReconnectInterval = DefaultReconnectInterval
+	}
+	if conf.ReconnectTimeout <= 0 {
+		conf.ReconnectTimeout = DefaultReconnectTimeout
+	}
 	log := conf.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -303,7 +388,9 @@ func New(conf Config) (*Cluster, error) {
 		delegate:  &delegate{},
 		conflicts: &conflicts{self: conf.NodeName},
 		admission: newAdmission(),
+		gone:      map[string]goneMember{},
 	}
+	c.setWaiting("starting: gossip has not started yet")
 	local := ring.Member{Name: conf.NodeName, PeerAddr: conf.PeerAddr, GRPCAddr: conf.GRPCAddr}
 	r := ring.New(local)
 	var admitted map[string]bool
@@ -333,11 +420,54 @@ func New(conf Config) (*Cluster, error) {
 func (c *Cluster) Ring() *ring.Ring { return c.view.Load().ring }
 
 // Ready reports whether this node is part of the cluster: Run has started
-// gossip and either joined through a Join address at least once or, with no
-// Join addresses, runs alone on purpose. It stays true if the node later
-// finds itself alone (it keeps trying to rejoin meanwhile), and turns false
-// when Run begins to shut down.
+// gossip and either joined through a Join address, reaching another node,
+// at least once, or runs alone by design (no Join addresses, or Bootstrap
+// and no other node answered). It stays true if the node later finds
+// itself alone (it keeps trying to rejoin meanwhile), and turns false when
+// Run begins to shut down. Readiness says more.
 func (c *Cluster) Ready() bool { return c.ready.Load() }
+
+// Readiness reports whether this node may take client traffic, with one
+// line a person can act on: while not, why; while ready, a warning, or ""
+// when there is nothing to say. A node is not ready while it is not
+// Ready, nor while gossip shows members it has not admitted for
+// Config.AdmitGrace and it has admitted no other member since it started: it
+// would decide every key alone, beside a cluster that decides them too
+// (two nodes refusing each other's certificates; a new pod whose
+// certificate the others refuse, which so stops a rollout at that pod).
+// A node that has admitted another member stays ready with a warning
+// naming the members it does not admit, so that a stranger announcing
+// itself by gossip, or one bad new pod, takes no running node out of
+// service.
+func (c *Cluster) Readiness() (ready bool, why string) {
+	if !c.Ready() {
+		return false, "not ready: " + *c.waiting.Load()
+	}
+	v := c.view.Load()
+	var late []unadmitted
+	now := time.Now()
+	for _, u := range v.unadmitted {
+		if now.Sub(u.since) >= c.conf.AdmitGrace {
+			late = append(late, u)
+		}
+	}
+	if len(late) == 0 {
+		return true, ""
+	}
+	u := late[0]
+	more := ""
+	if len(late) > 1 {
+		more = fmt.Sprintf(" (and %d more members)", len(late)-1)
+	}
+	what := fmt.Sprintf("member %s (peer %s) %s%s", u.name, u.peerAddr, u.note, more)
+	if !v.admittedOther {
+		return false, "not ready: " + what + "; this node admits no other member, so it would decide every key alone"
+	}
+	return true, "warning: " + what + "; it owns no keys in this node's ring"
+}
+
+// setWaiting records why the node is not Ready (see Readiness).
+func (c *Cluster) setWaiting(why string) { c.waiting.Store(&why) }
 
 // LocalMember returns this node as the ring sees it. Once Run has started,
 // its addresses carry the advertised IP in place of an empty host.
@@ -377,16 +507,17 @@ func (c *Cluster) Names() []string {
 func (c *Cluster) Members() []MemberInfo { return slices.Clone(c.view.Load().members) }
 
 // joinWaitOnLeave bounds how long Run, leaving, waits for a join attempt
-// in flight to return.
+// in flight (a join, or a reconnect) to return.
 const joinWaitOnLeave = 500 * time.Millisecond
 
 // Run starts gossip, joins the cluster and keeps the ring up to date until
 // ctx is cancelled. If the first join finds this node's name held by
 // another live member, Run shuts gossip down without leaving and returns
-// an error wrapping ErrNameTaken; the node was never Ready. Then it leaves the cluster (waiting up to LeaveTimeout
-// for the news to spread), shuts memberlist down, publishes the ring of the
-// remaining members, and returns ctx.Err() once its goroutines are done (a join attempt in flight is waited for at most joinWaitOnLeave).
-// A join attempt in flight at that moment delays the return by at most
+// an error wrapping ErrNameTaken; the node was never Ready. When ctx is
+// cancelled it leaves the cluster (waiting up to LeaveTimeout for the news
+// to spread), shuts memberlist down, publishes the ring of the remaining
+// members, and returns ctx.Err() once its goroutines are done: a join
+// attempt in flight at that moment delays the return by at most
 // joinWaitOnLeave. Run may be called once.
 func (c *Cluster) Run(ctx context.Context) error {
 	if !c.started.CompareAndSwap(false, true) {
@@ -394,14 +525,18 @@ func (c *Cluster) Run(ctx context.Context) error {
 	}
 	ml, err := c.create(ctx)
 	if err != nil {
+		c.setWaiting("gossip did not start: " + err.Error())
 		return err
 	}
 	c.rebuild(ctx)
 
 	join := len(c.conf.Join) > 0
+	joinList := strings.Join(c.conf.Join, ",")
 	if !join {
 		c.ready.Store(true)
 		c.log.Info("no join addresses: running alone until others join", "gossip_addr", c.GossipAddr())
+	} else {
+		c.setWaiting("joining through --join " + joinList + ": first attempt in progress")
 	}
 	backoff := c.conf.JoinRetry
 	retry := time.NewTimer(0) // first attempt at once
@@ -421,11 +556,12 @@ func (c *Cluster) Run(ctx context.Context) error {
 	if c.conf.Memberlist != nil && c.conf.Memberlist.DeadNodeReclaimTime > 0 {
 		reclaim = c.conf.Memberlist.DeadNodeReclaimTime
 	}
-	rearm := func() {
+	rearm := func() time.Duration {
 		d := backoff + rand.N(backoff/5+1) // jitter, so nodes do not retry in step
 		backoff = min(2*backoff, c.conf.JoinRetryMax)
 		retry.Reset(d)
 		armed = true
+		return d
 	}
 
 	// Admission retries members that failed on this tick.
@@ -434,31 +570,41 @@ func (c *Cluster) Run(ctx context.Context) error {
 	if c.conf.Admit == nil {
 		tick.Stop()
 	}
+	reconnect := time.NewTicker(c.conf.ReconnectInterval)
+	defer reconnect.Stop()
+	reconnecting := false
+	reconnected := make(chan []string, 1)
 
 	for {
 		select {
 		case <-ctx.Done():
 			c.ready.Store(false)
+			c.setWaiting("leaving the cluster: this node is shutting down")
 			if err := ml.Leave(c.conf.LeaveTimeout); err != nil {
 				c.log.Warn("leave cluster", "err", err)
 			}
 			if err := ml.Shutdown(); err != nil {
 				c.log.Warn("shut down gossip", "err", err)
 			}
-			if joining {
-				// A join in flight (a node that found itself alone as the
-				// others left, as when a whole cluster stops at once) can
-				// dial stopped nodes for memberlist's TCPTimeout each; with
-				// gossip shut down it can do nothing more, so it is not
-				// waited for beyond joinWaitOnLeave: it ends on its own.
-				timer := time.NewTimer(joinWaitOnLeave)
+			// A join in flight (a node that found itself alone as the
+			// others left, as when a whole cluster stops at once) can dial
+			// stopped nodes for memberlist's TCPTimeout each; with gossip
+			// shut down it can do nothing more, so it is not waited for
+			// beyond joinWaitOnLeave: it ends on its own. So for a
+			// reconnect.
+			timer := time.NewTimer(joinWaitOnLeave)
+			for joining || reconnecting {
 				select {
 				case <-joined:
+					joining = false
+				case <-reconnected:
+					reconnecting = false
 				case <-timer.C:
 					c.log.Info("left with a join attempt still in flight; it ends on its own")
+					joining, reconnecting = false, false
 				}
-				timer.Stop()
 			}
+			timer.Stop()
 			for ; c.admission.inFlight > 0; c.admission.inFlight-- {
 				<-c.admission.verdicts // the checks end with ctx
 			}
@@ -484,6 +630,27 @@ func (c *Cluster) Run(ctx context.Context) error {
 				rearm()
 			}
 
+		case <-reconnect.C:
+			if reconnecting {
+				break
+			}
+			if addrs := c.toReconnect(time.Now()); len(addrs) > 0 {
+				reconnecting = true
+				go func() {
+					n, _ := ml.Join(addrs) // each that does not answer is tried again later
+					if n == 0 {
+						addrs = nil
+					}
+					reconnected <- addrs
+				}()
+			}
+
+		case addrs := <-reconnected:
+			reconnecting = false
+			if addrs != nil {
+				c.log.Info("reconnected to members declared dead or gone", "tried", addrs)
+			}
+
 		case <-retry.C:
 			armed = false
 			joining = true
@@ -503,39 +670,55 @@ func (c *Cluster) Run(ctx context.Context) error {
 			// (a check a node not ready decides waits for its ring; see
 			// package handoff).
 			c.events.merged()
-			if err != nil {
-				c.log.Warn("join cluster", "join", c.conf.Join, "err", err, "retry_in", backoff)
-				rearm()
-				break
-			}
-			if !c.ready.Load() {
+			if err == nil && !c.ready.Load() {
 				if err := c.checkName(ml); err != nil {
 					// No Leave: it would tell the others that the member
 					// holding this name has left.
 					if err := ml.Shutdown(); err != nil {
 						c.log.Warn("shut down gossip", "err", err)
 					}
+					c.setWaiting(err.Error())
 					return err
 				}
 			}
-			if !c.ready.Load() && c.conf.Admit != nil {
-				c.admitBy = time.Now().Add(admitTimeout)
-			}
-			c.joined = true
 			c.rebuild(ctx) // the join's events may still be waiting in c.events.changed
-			c.finishJoin(ctx)
+			reached := err == nil && !c.alone()
 			switch {
-			case c.alone():
-				// Joined only ourselves, e.g. the first pod behind a
-				// headless Service. Keep looking, more slowly each time.
+			case reached:
+				if !c.ready.Load() && c.conf.Admit != nil {
+					c.admitBy = time.Now().Add(admitTimeout)
+					c.setWaiting("joined; checking the peer certificates of the members the join brought")
+				}
+				c.joined = true
+				if confirms > 0 {
+					confirms--
+					retry.Reset(reclaim + time.Second)
+					armed = true
+				} else {
+					backoff = c.conf.JoinRetry
+				}
+			case c.joined:
+				// Ready already: alone again, or trying to be found by a
+				// cluster it lost. Keep looking, more slowly each time.
+				if err != nil {
+					c.log.Warn("join cluster", "join", c.conf.Join, "err", err, "retry_in", backoff)
+				}
 				rearm()
-			case confirms > 0:
-				confirms--
-				retry.Reset(reclaim + time.Second)
-				armed = true
+			case c.conf.Bootstrap:
+				c.log.Info("no other node answered --join: starting a new cluster as its first node (--bootstrap)", "join", c.conf.Join, "err", err)
+				c.joined = true
+				rearm() // and keep looking, as a node left alone does
 			default:
-				backoff = c.conf.JoinRetry
+				why := "only this node answered"
+				if err != nil {
+					why = "no node answered (" + err.Error() + ")"
+				}
+				d := rearm()
+				c.setWaiting(fmt.Sprintf("not joined: %s through --join %s; trying again in %v (only the node named by --bootstrap starts a new cluster alone)",
+					why, joinList, d.Round(100*time.Millisecond)))
+				c.log.Warn("not joined: waiting for another node to answer --join", "join", c.conf.Join, "err", err, "retry_in", d)
 			}
+			c.finishJoin(ctx)
 		}
 	}
 }
@@ -707,19 +890,35 @@ func (c *Cluster) rebuild(ctx context.Context) {
 			switch {
 			case err != nil:
 				c.log.Warn("node left out of the ring", "node", n.name, "err", err)
+				info.Admission = "not in the ring: " + err.Error()
 			case admitted != nil && n.name != c.conf.NodeName && !c.admission.admitted(n.name, info.PeerAddr):
 				want[n.name] = info.PeerAddr
+				if c.admission.kept(n.name, info.PeerAddr) {
+					members = append(members, ring.Member{Name: n.name, PeerAddr: info.PeerAddr, GRPCAddr: info.GRPCAddr})
+				}
 			default:
 				members = append(members, ring.Member{Name: n.name, PeerAddr: info.PeerAddr, GRPCAddr: info.GRPCAddr})
 			}
 		}
-		if admitted != nil && c.admission.admitted(n.name, info.PeerAddr) {
+		if admitted != nil && (c.admission.admitted(n.name, info.PeerAddr) || c.admission.kept(n.name, info.PeerAddr)) {
 			admitted[n.name] = true
 		}
+		c.trackGone(n, admitted == nil || admitted[n.name], now)
 		infos = append(infos, info)
 	}
+	var late []unadmitted
 	if admitted != nil && ctx != nil {
 		c.startAdmission(ctx, want, known, now)
+		for i := range infos {
+			addr, ok := want[infos[i].Name]
+			if !ok {
+				continue
+			}
+			infos[i].Admission = c.admission.note(infos[i].Name, addr)
+			if !c.admission.kept(infos[i].Name, addr) {
+				late = append(late, unadmitted{name: infos[i].Name, peerAddr: addr, since: c.admission.states[infos[i].Name].since, note: infos[i].Admission})
+			}
+		}
 	}
 	c.metrics.unadmitted.Set(float64(len(want)))
 
@@ -736,7 +935,8 @@ func (c *Cluster) rebuild(ctx context.Context) {
 	for i := range infos {
 		infos[i].Share = shares[infos[i].Name]
 	}
-	c.view.Store(&view{ring: r, local: old.local, gossip: old.gossip, members: infos, admitted: admitted})
+	c.view.Store(&view{ring: r, local: old.local, gossip: old.gossip, members: infos, admitted: admitted,
+		unadmitted: late, admittedOther: c.admission.other})
 	if !changed {
 		return
 	}
@@ -762,4 +962,55 @@ func (c *Cluster) alone() bool {
 		}
 	}
 	return true
+}
+
+// trackGone keeps the members to reconnect to (see
+// Config.ReconnectInterval) up to date with n, at now: one that is alive
+// is not, one that went after being in the ring (inRing: admitted, or
+// admission is off) is, from when it went until ReconnectTimeout later.
+// At most maxGone are kept, the ones that went last.
+func (c *Cluster) trackGone(n node, inRing bool, now time.Time) {
+	if n.name == c.conf.NodeName {
+		return
+	}
+	if n.alive {
+		delete(c.gone, n.name)
+		return
+	}
+	if _, ok := c.gone[n.name]; ok || !inRing || now.Sub(n.change) >= c.conf.ReconnectTimeout {
+		return
+	}
+	if len(c.gone) >= maxGone {
+		oldest := ""
+		for name, g := range c.gone {
+			if oldest == "" || g.since.Before(c.gone[oldest].since) {
+				oldest = name
+			}
+		}
+		delete(c.gone, oldest)
+	}
+	c.gone[n.name] = goneMember{addr: n.addr, since: n.change}
+}
+
+// toReconnect returns the gossip addresses of the gone members to try at
+// now, at most reconnectBatch, those tried least recently first, and
+// forgets those gone for longer than ReconnectTimeout.
+func (c *Cluster) toReconnect(now time.Time) []string {
+	var names []string
+	for name, g := range c.gone {
+		if now.Sub(g.since) >= c.conf.ReconnectTimeout {
+			delete(c.gone, name)
+			continue
+		}
+		names = append(names, name)
+	}
+	slices.SortFunc(names, func(a, b string) int { return c.gone[a].tried.Compare(c.gone[b].tried) })
+	var addrs []string
+	for _, name := range names[:min(len(names), reconnectBatch)] {
+		g := c.gone[name]
+		g.tried = now
+		c.gone[name] = g
+		addrs = append(addrs, g.addr)
+	}
+	return addrs
 }

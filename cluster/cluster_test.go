@@ -338,11 +338,12 @@ func TestJoinBeforeSeedStarts(t *testing.T) {
 }
 
 // TestJoinSelf is the first pod of a StatefulSet: its --join names a
-// headless Service whose only address so far is its own. It is ready, and it
-// keeps looking for others.
+// headless Service whose only address so far is its own. Told it starts
+// the cluster (Bootstrap), it is ready, and it keeps looking for others.
+// (Without Bootstrap it waits: TestJoiningOnlySelfIsNotReady.)
 func TestJoinSelf(t *testing.T) {
 	addr := freePort(t)
-	a := start(t, "a", addr, addr)
+	a := startWith(t, "a", addr, func(c *Config) { c.Bootstrap = true }, addr)
 	waitFor(t, a.Ready, "a ready")
 	waitFor(t, func() bool { return metric(t, a.reg, "ringlimit_cluster_join_attempts_total") >= 2 }, "a keeps trying")
 	start(t, "b", "", addr)

@@ -80,6 +80,16 @@ type Config struct {
 	// another node joins this one.
 	Join     []string
 	NodeName string
+	// Bootstrap names the node that may start a new cluster alone: given
+	// Join, this node is ready alone when no other node answers only if
+	// Bootstrap is its NodeName (see cluster.Config.Bootstrap). Empty:
+	// none may.
+	Bootstrap string
+	// ReconnectInterval and ReconnectTimeout are how often, and for how
+	// long after they went, members that were declared dead or left are
+	// joined again (see cluster.Config.ReconnectInterval).
+	ReconnectInterval time.Duration
+	ReconnectTimeout  time.Duration
 	// MaxKeys bounds the counters of each store, this node's own and the
 	// replicas it keeps of others'; MaxLogEntries bounds the entries of
 	// their SLIDING_LOG counters.
@@ -192,6 +202,8 @@ func DefaultConfig() Config {
 		GRPCAddr:          nodeport.DefaultGRPCAddr,
 		PeerAddr:          ":8082",
 		GossipAddr:        cluster.DefaultBindAddr,
+		ReconnectInterval: cluster.DefaultReconnectInterval,
+		ReconnectTimeout:  cluster.DefaultReconnectTimeout,
 		MaxKeys:           limiter.DefaultMaxKeys,
 		MaxLogEntries:     limiter.DefaultMaxLogEntries,
 		MaxReservations:   limiter.DefaultMaxReservations,
@@ -301,17 +313,20 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		}
 	}()
 	n.members, err = cluster.New(cluster.Config{
-		NodeName:      conf.NodeName,
-		BindAddr:      conf.GossipAddr,
-		AdvertiseAddr: conf.AdvertiseAddr,
-		Join:          conf.Join,
-		Keys:          conf.GossipKeys,
-		PeerAddr:      n.lis.peer.Addr().String(),
-		GRPCAddr:      n.lis.grpc.Addr().String(),
-		HTTPAddr:      n.lis.http.Addr().String(),
-		Admit:         tr.admitFunc(),
-		Logger:        log,
-		Registerer:    reg,
+		NodeName:          conf.NodeName,
+		BindAddr:          conf.GossipAddr,
+		AdvertiseAddr:     conf.AdvertiseAddr,
+		Join:              conf.Join,
+		Bootstrap:         conf.Bootstrap != "" && conf.Bootstrap == conf.NodeName,
+		ReconnectInterval: conf.ReconnectInterval,
+		ReconnectTimeout:  conf.ReconnectTimeout,
+		Keys:              conf.GossipKeys,
+		PeerAddr:          n.lis.peer.Addr().String(),
+		GRPCAddr:          n.lis.grpc.Addr().String(),
+		HTTPAddr:          n.lis.http.Addr().String(),
+		Admit:             tr.admitFunc(),
+		Logger:            log,
+		Registerer:        reg,
 		OnChange: func(_, _ *ring.Ring) {
 			select {
 			case n.ringChanged <- struct{}{}:
@@ -345,7 +360,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		MaxBytes: mem.requests, MaxBodyBytes: api.MaxBodyBytes, CallBytes: admit.ArrivalBytes(api.MaxRecvMsgBytes), Registerer: reg})
 	n.faces = api.New(api.Config{
 		Checker: n.svc, Leases: n.svc, Settler: n.svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
-		Ready: n.members.Ready, ReadyNote: n.insecure,
+		Ready: n.readiness(tr), ReadyNote: n.insecure,
 		Members: func() []api.Member { return apiMembers(n.members) },
 		Ring:    n.members.Ring, StreamSendTimeout: conf.StreamSendTimeout, StreamIdleTimeout: conf.StreamIdleTimeout,
 		StreamEnded: ended.of("check", grpcLis),
@@ -455,6 +470,9 @@ func (n *Node) Run(ctx context.Context) error {
 
 	if n.insecure != "" {
 		n.log.Warn("INSECURE: " + n.insecure)
+	}
+	if open := n.conf.openMembers(); open != "" {
+		n.log.Warn(open)
 	}
 	n.log.Info("rlnode serving", "node", n.conf.NodeName, "http", n.HTTPAddr(), "grpc", n.GRPCAddr(),
 		"peer", n.PeerAddr(), "resp", n.RESPAddr(), "join", n.conf.Join)
@@ -583,7 +601,7 @@ func apiMembers(c *cluster.Cluster) []api.Member {
 	for _, m := range c.Members() {
 		out = append(out, api.Member{
 			Name: m.Name, GossipAddr: m.GossipAddr, GRPCAddr: m.GRPCAddr, PeerAddr: m.PeerAddr, HTTPAddr: m.HTTPAddr,
-			State: string(m.State), Share: m.Share, Self: m.Name == self,
+			State: string(m.State), Share: m.Share, Self: m.Name == self, Admission: m.Admission,
 		})
 	}
 	return out

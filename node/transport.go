@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/internal/tlsfiles"
 	"github.com/ringlimit/ringlimit/peer"
 )
@@ -90,6 +92,43 @@ func (c Config) insecure() string {
 	return "warning: " + strings.Join(open, " and ") + ": anyone who can reach those ports can join the cluster, take its counters and change its limits"
 }
 
+// openMembers returns the warning a node logs at start when peer TLS
+// admits members by certificate but no --member-names pattern bounds
+// their names, or "" (see docs/security.md, "Who is a member").
+func (c Config) openMembers() string {
+	if c.PeerTLS == (tlsfiles.Files{}) || c.MemberNames != "" {
+		return ""
+	}
+	return "warning: --member-names is not set: anyone holding the gossip key and any certificate the cluster CA issued " +
+		"(for another service, an ingress) can join the ring under the name that certificate carries, own its share of the keys " +
+		"and be handed their counters; set --member-names to the pattern of this cluster's node names (the chart sets it)"
+}
+
+// ownName checks that this node's current peer certificate names it, as
+// the other members' admission checks will require (peer.CertificateNames);
+// nil without peer TLS. It reads the files as a handshake would, so a
+// rotated certificate is what it checks.
+func (t transport) ownName(name string) error {
+	if !t.peerTLS {
+		return nil
+	}
+	conf, err := t.peerSrc.ServerConfig().GetConfigForClient(&tls.ClientHelloInfo{})
+	if err != nil {
+		return fmt.Errorf("this node's peer certificate: %w", err)
+	}
+	leaf := conf.Certificates[0].Leaf
+	if leaf == nil {
+		if leaf, err = x509.ParseCertificate(conf.Certificates[0].Certificate[0]); err != nil {
+			return fmt.Errorf("this node's peer certificate: %w", err)
+		}
+	}
+	if !peer.CertificateNames(leaf, name) {
+		return fmt.Errorf("this node's peer certificate (CN %q, DNS %q) does not name it (--node-name %q), so the other members will not admit it to their rings: "+
+			"give --peer-tls-cert a certificate from the cluster CA valid for %q", leaf.Subject.CommonName, leaf.DNSNames, name, name)
+	}
+	return nil
+}
+
 // grpcServer returns the options of the public gRPC server.
 func (t transport) grpcServer() []grpc.ServerOption {
 	if t.public == nil {
@@ -104,9 +143,15 @@ func (t transport) grpcServer() []grpc.ServerOption {
 // only if name matches --member-names. Without peer TLS, only the pattern
 // is checked. It returns nil when neither is configured, but then
 // admitFunc returns no function at all.
+//
+// A verdict on the member's identity (the pattern, a certificate that
+// does not name it or does not chain to the cluster CA, a port that does
+// not speak TLS, a handshake the member refused for this node's own
+// certificate) is marked cluster.Refused; any other failure (no answer, a
+// timeout, a reset, no free slot) is not, and is retried soon.
 func (t transport) admit(ctx context.Context, name, addr string) error {
 	if t.memberNames != "" && !matchName(t.memberNames, name) {
-		return fmt.Errorf("name %q does not match --member-names %q", name, t.memberNames)
+		return cluster.Refused(fmt.Errorf("name %q does not match --member-names %q", name, t.memberNames))
 	}
 	if !t.peerTLS {
 		return nil
@@ -114,14 +159,32 @@ func (t transport) admit(ctx context.Context, name, addr string) error {
 	d := tls.Dialer{Config: t.peerSrc.ClientConfig("")}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return fmt.Errorf("peer port %s: %w", addr, err)
+		err = fmt.Errorf("peer port %s: %w", addr, err)
+		if identityError(err) {
+			return cluster.Refused(err)
+		}
+		return err
 	}
 	defer c.Close()
 	state := c.(*tls.Conn).ConnectionState()
 	if !peer.CertificateNames(state.PeerCertificates[0], name) { // VerifyConnection saw at least one
-		return fmt.Errorf("peer port %s: its certificate (%s) does not name %q", addr, describe(state), name)
+		return cluster.Refused(fmt.Errorf("peer port %s: its certificate (%s) does not name %q", addr, describe(state), name))
 	}
 	return nil
+}
+
+// identityError reports whether err, from a TLS dial, is the handshake's
+// verdict on a certificate (either side's) or on a port that does not
+// speak TLS, rather than a connection that did not complete.
+func identityError(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	var hostname x509.HostnameError
+	var record tls.RecordHeaderError
+	var alert tls.AlertError
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &invalid) ||
+		errors.As(err, &hostname) || errors.As(err, &record) || errors.As(err, &alert)
 }
 
 // admitFunc returns admit, or nil when there is nothing to check (no peer

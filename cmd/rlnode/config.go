@@ -100,7 +100,10 @@ func (c *Config) flags(hostname string) *flag.FlagSet {
 	fs.StringVar(&c.RESPAddr, "resp-addr", "", "Redis protocol listen address (CL.THROTTLE as redis-cell answers it, docs/resp.md), with the TLS, connection bounds and timeouts of the HTTP port (none: off)")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", d.GossipAddr, "memberlist bind address, TCP and UDP"+loopbackUsage)
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "address other nodes use to reach this one (default: the IP --gossip-addr binds, 127.0.0.1 on loopback only; on all interfaces, the first private or else non-loopback IP)")
-	fs.StringVar(&c.join, "join", "", "comma-separated host:port or DNS names to join through (none: a one-node cluster)")
+	fs.StringVar(&c.join, "join", "", "comma-separated host:port or DNS names of other nodes to join through; the node is not ready until one of them answers, and keeps retrying with backoff (none: a one-node cluster that others may join)")
+	fs.StringVar(&c.Bootstrap, "bootstrap", "", "the --node-name of the node that starts a new cluster, the same on every node: that node is ready alone when none of its --join addresses answers, where every other waits for one (none: every node given --join waits)")
+	fs.DurationVar(&c.ReconnectInterval, "reconnect-interval", d.ReconnectInterval, "how often the node tries to join again a few members that were declared dead or left, so that one restarted at its address after gossip forgot it is found again")
+	fs.DurationVar(&c.ReconnectTimeout, "reconnect-timeout", d.ReconnectTimeout, "how long after a member was declared dead or left the node keeps trying to join it again")
 	fs.StringVar(&c.NodeName, "node-name", hostname, "unique member name (default: the host name)")
 	fs.IntVar(&c.MaxKeys, "max-keys", d.MaxKeys, "counters kept in memory; beyond it counters back to full are evicted first, and when none is the least recently used is evicted with its debt kept in 16 bytes until it refills, so that spent users stay spent and new keys are admitted")
 	fs.DurationVar(&c.BatchWait, "batch-wait", d.BatchWait, "longest a forwarded check gathered behind a batch in flight to its owner waits before its batch is sent (a check with none in flight is sent at once)")
@@ -210,6 +213,9 @@ func flagPlaces() map[string]flagPlace {
 		"max-streams":          {groupServing, ""},
 
 		"join":               {groupCluster, "gossip addresses of members to join through"},
+		"bootstrap":          {groupCluster, "the node that may start a new cluster alone"},
+		"reconnect-interval": {groupCluster, ""},
+		"reconnect-timeout":  {groupCluster, ""},
 		"node-name":          {groupCluster, "unique member name (default: the host name)"},
 		"advertise-addr":     {groupCluster, "address other nodes reach this one at"},
 		"peer-addr":          {groupCluster, "gRPC between nodes only"},
@@ -315,6 +321,12 @@ func (c Config) validate() error {
 		return c.RLQS.Check()
 	case c.NodeName == "":
 		return errors.New("--node-name: must not be empty")
+	case c.ReconnectInterval <= 0:
+		return fmt.Errorf("--reconnect-interval: must be positive, got %v", c.ReconnectInterval)
+	case c.ReconnectTimeout <= 0:
+		return fmt.Errorf("--reconnect-timeout: must be positive, got %v", c.ReconnectTimeout)
+	case c.Bootstrap != "" && c.Bootstrap != c.NodeName && len(c.Join) == 0:
+		return fmt.Errorf("--bootstrap: names %q, not this node (%q), which has no --join to find it through: give this node --join", c.Bootstrap, c.NodeName)
 	case c.PeerTLS != (tlsfiles.Files{}) && (c.PeerTLS.Cert == "" || c.PeerTLS.Key == "" || c.PeerTLS.CA == ""):
 		return errors.New("--peer-tls-cert, --peer-tls-key, --peer-tls-ca: give all three or none")
 	case c.TLS != (tlsfiles.Files{}) && (c.TLS.Cert == "" || c.TLS.Key == ""):

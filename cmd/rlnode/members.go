@@ -23,7 +23,9 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	withUsage(fs, `Usage: rlnode members [--addr HOST:PORT] [--tls-ca FILE ...]
 
 Prints a node's view of the cluster: each member's name, state, gRPC and
-gossip addresses, and share of the ring, from its GET /v1/members; and
+gossip addresses, and share of the ring, from its GET /v1/members (a
+member alive in gossip that the node does not admit to its ring is "not
+admitted", with the reason below the table); and
 the replicas of other nodes' counters each alive member holds, from its
 own GET /metrics (ringlimit_replicas; "-" when it cannot be read).
 --addr is the node's HTTP port (its --http-addr), where rlnode check
@@ -51,15 +53,28 @@ takes its gRPC port.
 	}
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "NAME\tSTATE\tGRPC\tGOSSIP\tSHARE\tREPLICAS")
+	var notes []string
 	for _, m := range ms {
-		name := m.Name
+		name, state := m.Name, m.State
 		if m.Self {
 			name += " (self)"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.1f%%\t%s\n", name, m.State, m.GRPCAddr, m.GossipAddr, 100*m.Share,
+		if m.Admission != "" {
+			// Alive in gossip, not in this node's ring: the reason, long,
+			// goes below the table.
+			state = "not admitted"
+			notes = append(notes, m.Name+": "+m.Admission)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.1f%%\t%s\n", name, state, m.GRPCAddr, m.GossipAddr, 100*m.Share,
 			replicasOf(ctx, m, tlsFlags.config()))
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	for _, n := range notes {
+		fmt.Fprintln(stdout, n)
+	}
+	return nil
 }
 
 // replicasOf returns how many replicas member m holds, read from its
