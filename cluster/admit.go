@@ -181,30 +181,29 @@ func (a *admission) firstPending() bool {
 	return false
 }
 
-// takeVerdict records v, and reports whether it changed who is admitted.
-func (c *Cluster) takeVerdict(v verdict, now time.Time) bool {
+// takeVerdict records v.
+func (c *Cluster) takeVerdict(v verdict, now time.Time) {
 	a := c.admission
 	a.inFlight--
 	s := a.states[v.name]
 	if s == nil {
-		return false // forgotten meanwhile
+		return // forgotten meanwhile
 	}
 	s.checking = false
 	if s.peerAddr != v.peerAddr {
-		return false // moved meanwhile: the new address is checked next
+		return // moved meanwhile: the new address is checked next
 	}
 	if v.err == nil {
 		s.ok, s.proven, s.failures, s.err = true, false, 0, nil
 		a.other = true
 		c.log.Info("member admitted to the ring", "node", v.name, "peer_addr", v.peerAddr)
-		return true
+		return
 	}
 	c.metrics.admitFailures.Inc()
 	limit, fix := unreachableRetryMax, "make its peer port reachable from this node; it is checked again until it answers"
-	dropped := false
 	if isRefused(v.err) {
 		limit, fix = admitRetryMax, "give it a certificate from the cluster CA that names it, and a name that --member-names allows"
-		dropped, s.proven = s.proven, false
+		s.proven = false
 	}
 	backoff := min(admitRetry<<min(s.failures, 5), limit)
 	s.failures++
@@ -212,5 +211,4 @@ func (c *Cluster) takeVerdict(v verdict, now time.Time) bool {
 	s.next = now.Add(backoff)
 	c.log.Warn("member not admitted to the ring: its peer port did not prove its name", "node", v.name,
 		"peer_addr", v.peerAddr, "err", v.err, "fix", fix, "retry_in", backoff, "kept_in_ring", s.proven)
-	return dropped
 }

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -137,5 +140,133 @@ func TestANodeWithAdmissionIsNotReadyBeforeItJoins(t *testing.T) {
 			t.Fatal("a node whose join reaches no one is ready")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestAMemberNotAdmittedIsLoud: a node that admits no other member, with a
+// member it refuses alive in gossip for AdmitGrace, is not ready, naming
+// the member and the reason (two nodes refusing each other's
+// certificates would each decide every key alone); the member shows as
+// not admitted, with the reason, in Members. Once the node admits another
+// member it is ready again, with a warning naming the refused one, so
+// that a refused newcomer takes no running node out of service. Before,
+// it was ready throughout, and said nothing.
+func TestAMemberNotAdmittedIsLoud(t *testing.T) {
+	admit := func(_ context.Context, name, _ string) error {
+		if name == "b" {
+			return Refused(errors.New(`its certificate (CN "localhost") does not name "b"`))
+		}
+		return nil
+	}
+	a := startWith(t, "a", "", func(c *Config) { c.Admit, c.AdmitGrace = admit, 300*time.Millisecond })
+	start(t, "b", "", a.GossipAddr())
+	waitFor(t, func() bool { ready, _ := a.Readiness(); return !ready }, "a not ready")
+	_, why := a.Readiness()
+	for _, want := range []string{"not ready: member b", "not admitted: ", `does not name "b"`, "admits no other member"} {
+		if !strings.Contains(why, want) {
+			t.Errorf("Readiness says %q, want it to contain %q", why, want)
+		}
+	}
+	i := slices.IndexFunc(a.Members(), func(m MemberInfo) bool { return m.Name == "b" })
+	if got := a.Members()[i].Admission; !strings.HasPrefix(got, `not admitted: its certificate (CN "localhost") does not name "b"`) {
+		t.Errorf("b's Admission = %q, want the reason", got)
+	}
+
+	start(t, "c", "", a.GossipAddr())
+	waitFor(t, func() bool { ready, _ := a.Readiness(); return ready }, "a ready once it admits c")
+	if _, why := a.Readiness(); !strings.HasPrefix(why, "warning: member b") {
+		t.Errorf("Readiness warns %q, want the warning about b", why)
+	}
+}
+
+// TestAdmissionRetries: a check that says nothing of who the member is
+// (no answer, a timeout, no free slot) is tried again within
+// unreachableRetryMax, for as long as it fails, where one that refused the
+// member backs off to admitRetryMax; Members says which. Before, both
+// backed off to 30s, so a restarted node whose check met a flooded peer
+// port kept that member out of its ring for up to 30s more after the port
+// answered.
+func TestAdmissionRetries(t *testing.T) {
+	c, err := New(Config{NodeName: "a", PeerAddr: ":1", Admit: func(context.Context, string, string) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1_000_000, 0)
+	for _, tc := range []struct {
+		err      error
+		max      time.Duration
+		notePfx  string
+		attempts int
+	}{
+		{errors.New("peer port b:1: dial tcp: i/o timeout"), unreachableRetryMax, "not admitted, retrying (8 checks failed): peer port", 8},
+		{Refused(errors.New("its certificate does not name b")), admitRetryMax, "not admitted: its certificate", 8},
+	} {
+		c.admission.states["b"] = &admitState{peerAddr: "b:1"}
+		var last time.Duration
+		for range tc.attempts {
+			c.admission.inFlight++
+			c.admission.states["b"].checking = true
+			c.takeVerdict(verdict{name: "b", peerAddr: "b:1", err: tc.err}, t0)
+			last = c.admission.states["b"].next.Sub(t0)
+			if last > tc.max {
+				t.Fatalf("%v: retried after %v, want at most %v", tc.err, last, tc.max)
+			}
+		}
+		if last != tc.max {
+			t.Errorf("%v: after %d failures retried after %v, want %v", tc.err, tc.attempts, last, tc.max)
+		}
+		if got := c.admission.note("b", "b:1"); !strings.HasPrefix(got, tc.notePfx) {
+			t.Errorf("%v: note %q, want it to start %q", tc.err, got, tc.notePfx)
+		}
+	}
+}
+
+// TestAMovedMemberStaysWhileItsNewAddressIsChecked: a member admitted at
+// one peer address that announces another (a pod restarted with a new
+// IP) stays in the ring while the checks of the new address fail without
+// a verdict (a flooded port), as the other members keep it; a check that
+// refuses it drops it. Before, it left the ring at once.
+func TestAMovedMemberStaysWhileItsNewAddressIsChecked(t *testing.T) {
+	var mu sync.Mutex
+	verdictAt := map[string]error{}
+	admit := func(_ context.Context, _, addr string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return verdictAt[addr]
+	}
+	a := startWith(t, "a", "", func(c *Config) { c.Admit = admit })
+	b, bMeta := crashable(t, "b", freePort(t), a.GossipAddr())
+	waitFor(t, hasMembers(a.Cluster, "a", "b"), "a admits b; has %v", ringNames(a.Ring()))
+
+	mu.Lock()
+	verdictAt["127.0.0.1:2"] = errors.New("peer port 127.0.0.1:2: connection reset by peer")
+	mu.Unlock()
+	announce(t, b, bMeta, "127.0.0.1:2")
+	waitFor(t, func() bool { return metric(t, a.reg, "ringlimit_cluster_admission_failures_total") >= 1 }, "a checks b's new address")
+	if got := ringNames(a.Ring()); !slices.Equal(got, []string{"a", "b"}) || !a.Member("b") {
+		t.Fatalf("a's ring %v, Member(b) %v while b's new address does not answer; want b kept", got, a.Member("b"))
+	}
+	i := slices.IndexFunc(a.Members(), func(m MemberInfo) bool { return m.Name == "b" })
+	if m := a.Members()[i]; m.PeerAddr != "127.0.0.1:2" || !strings.Contains(m.Admission, "retrying") {
+		t.Errorf("b: peer %s, Admission %q; want the new address, retrying", m.PeerAddr, m.Admission)
+	}
+
+	mu.Lock()
+	verdictAt["127.0.0.1:2"] = Refused(errors.New("its certificate does not name b"))
+	mu.Unlock()
+	waitFor(t, hasMembers(a.Cluster, "a"), "a drops b once refused; has %v", ringNames(a.Ring()))
+}
+
+// announce makes the bare memberlist node m, whose delegate is d, gossip
+// peer as its peer address.
+func announce(t *testing.T, m *memberlist.Memberlist, d *delegate, peer string) {
+	t.Helper()
+	b, err := encodeMeta(meta{Peer: peer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.meta.Store(&b)
+	if err := m.UpdateNode(time.Second); err != nil {
+		t.Fatal(err)
 	}
 }

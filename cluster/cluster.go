@@ -613,9 +613,8 @@ func (c *Cluster) Run(ctx context.Context) error {
 			return ctx.Err()
 
 		case v := <-c.admission.verdicts:
-			if c.takeVerdict(v, time.Now()) {
-				c.rebuild(ctx)
-			}
+			c.takeVerdict(v, time.Now())
+			c.rebuild(ctx) // publishes the verdict: the ring, or why not (MemberInfo.Admission)
 			c.finishJoin(ctx)
 
 		case <-tick.C:

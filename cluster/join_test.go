@@ -72,7 +72,7 @@ func TestReconnectFindsAMemberGossipForgot(t *testing.T) {
 	}
 	a := startWith(t, "a", "", forget)
 	mAddr := freePort(t)
-	crashed := crashable(t, "m", mAddr, a.GossipAddr())
+	crashed, _ := crashable(t, "m", mAddr, a.GossipAddr())
 	waitFor(t, hasMembers(a.Cluster, "a", "m"), "a sees m; has %v", ringNames(a.Ring()))
 	crashed.Shutdown() // a crash: no leave
 	waitFor(t, hasMembers(a.Cluster, "a"), "a drops m; has %v", ringNames(a.Ring()))
@@ -83,9 +83,10 @@ func TestReconnectFindsAMemberGossipForgot(t *testing.T) {
 }
 
 // crashable is a bare memberlist node called name, bound to bind, that
-// joins join and gossips ringlimit metadata: one that can crash (Shutdown
-// without Leave), which a Cluster cannot.
-func crashable(t *testing.T, name, bind string, join string) *memberlist.Memberlist {
+// joins join and gossips ringlimit metadata from the delegate it returns:
+// one that can crash (Shutdown without Leave) or change its metadata,
+// which a Cluster cannot.
+func crashable(t *testing.T, name, bind string, join string) (*memberlist.Memberlist, *delegate) {
 	t.Helper()
 	host, port, err := splitHostPort(bind)
 	if err != nil {
@@ -110,5 +111,5 @@ func crashable(t *testing.T, name, bind string, join string) *memberlist.Memberl
 	if _, err := ml.Join([]string{join}); err != nil {
 		t.Fatal(err)
 	}
-	return ml
+	return ml, d
 }
