@@ -120,7 +120,7 @@ func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 		if why == "" {
 			why = "not ready"
 		}
-		http.Error(w, why+"\n", http.StatusServiceUnavailable)
+		http.Error(w, why, http.StatusServiceUnavailable) // which ends it with a newline
 		return
 	}
 	io.WriteString(w, "ready\n")

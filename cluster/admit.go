@@ -87,8 +87,8 @@ func Refused(err error) error {
 	return refused{err}
 }
 
-// isRefused reports whether err was marked by Refused.
-func isRefused(err error) bool {
+// IsRefused reports whether err was marked by Refused.
+func IsRefused(err error) bool {
 	var r refused
 	return errors.As(err, &r)
 }
@@ -128,7 +128,7 @@ func (a *admission) note(name, peerAddr string) string {
 		return msg
 	case !ok || s.peerAddr != peerAddr || s.err == nil:
 		return "not admitted yet: checking its peer port"
-	case isRefused(s.err):
+	case IsRefused(s.err):
 		return "not admitted: " + s.err.Error()
 	default:
 		return fmt.Sprintf("not admitted, retrying (%d checks failed): %v", s.failures, s.err)
@@ -201,7 +201,7 @@ func (c *Cluster) takeVerdict(v verdict, now time.Time) {
 	}
 	c.metrics.admitFailures.Inc()
 	limit, fix := unreachableRetryMax, "make its peer port reachable from this node; it is checked again until it answers"
-	if isRefused(v.err) {
+	if IsRefused(v.err) {
 		limit, fix = admitRetryMax, "give it a certificate from the cluster CA that names it, and a name that --member-names allows"
 		s.proven = false
 	}

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/credentials"
 
+	"github.com/ringlimit/ringlimit/cluster"
 	"github.com/ringlimit/ringlimit/internal/testpki"
 	"github.com/ringlimit/ringlimit/internal/tlsfiles"
 )
@@ -61,6 +62,25 @@ func TestAdmitAndDial(t *testing.T) {
 		return lis.Addr().String()
 	}
 	b, other := serve("rl-1.ns"), serve("ingress.ns")
+	strangerCA := testpki.NewCA(t, "stranger")
+	strange := func() string {
+		lis, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{strangerCA.Issue(t, "rl-3.ns", "rl-3.ns").TLS(t)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lis.Close() })
+		go func() {
+			for {
+				c, err := lis.Accept()
+				if err != nil {
+					return
+				}
+				go func() { c.(*tls.Conn).Handshake(); c.Close() }()
+			}
+		}()
+		return lis.Addr().String()
+	}()
+	plain, closed := plainPort(t), closedPort(t)
 	f := ca.Issue(t, "rl-0.ns", "rl-0.ns").Write(t, dir, "self", ca)
 	conf := DefaultConfig()
 	conf.NodeName, conf.MemberNames = "rl-0.ns", "rl-*.ns"
@@ -70,16 +90,33 @@ func TestAdmitAndDial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ name, addr, err string }{
-		{"rl-1.ns", b, ""},
-		{"rl-2.ns", other, "does not name"},
-		{"rl-2.ns", b, "does not name"}, // an address another member serves
-		{"ingress.ns", other, "does not match"},
+	// A verdict on who the member is is marked cluster.Refused; a check
+	// that could not be made is not, and is retried soon.
+	for _, tc := range []struct {
+		name, addr, err string
+		refused         bool
+	}{
+		{"rl-1.ns", b, "", false},
+		{"rl-2.ns", other, "does not name", true},
+		{"rl-2.ns", b, "does not name", true}, // an address another member serves
+		{"ingress.ns", other, "does not match", true},
+		{"rl-3.ns", strange, "unknown authority", true},
+		{"rl-4.ns", plain, "peer port", true},
+		{"rl-5.ns", closed, "connection refused", false},
 	} {
 		err := tr.admit(t.Context(), tc.name, tc.addr)
 		if (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("admit %s at %s: %v, want %q", tc.name, tc.addr, err, tc.err)
 		}
+		if got := cluster.IsRefused(err); got != tc.refused {
+			t.Errorf("admit %s at %s: %v: refused %v, want %v", tc.name, tc.addr, err, got, tc.refused)
+		}
+	}
+	if err := tr.ownName("rl-0.ns"); err != nil {
+		t.Errorf("ownName of the name the certificate carries: %v", err)
+	}
+	if err := tr.ownName("rl-9.ns"); err == nil || !strings.Contains(err.Error(), `does not name it (--node-name "rl-9.ns")`) {
+		t.Errorf("ownName of another name: %v, want the certificate and the name", err)
 	}
 	mc := memberCreds{TransportCredentials: credentials.NewTLS(tr.peerSrc.ClientConfig("")), membersAt: func(addr string) []string { return at[addr] }}
 	for addr, ok := range map[string]bool{b: true, other: false} {
@@ -100,4 +137,38 @@ func TestAdmitAndDial(t *testing.T) {
 	if _, err := newTransport(conf, slog.New(slog.DiscardHandler), nil); err == nil || !strings.Contains(err.Error(), "--member-names") {
 		t.Errorf("a node whose own name does not match: %v, want an error naming --member-names", err)
 	}
+}
+
+// plainPort returns the address of a port that answers a TLS hello with
+// plain text, as an HTTP server would.
+func plainPort(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
+			c.Close()
+		}
+	}()
+	return lis.Addr().String()
+}
+
+// closedPort returns an address no one listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	return addr
 }

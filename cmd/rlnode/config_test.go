@@ -102,6 +102,9 @@ func TestParseConfigErrorsNameTheSetting(t *testing.T) {
 		{[]string{"--snapshot-interval", "0s"}, nil, "--snapshot-interval"},
 		{nil, map[string]string{"RLNODE_SNAPSHOT_INTERVAL": "often"}, "RLNODE_SNAPSHOT_INTERVAL"},
 		{[]string{"stray"}, nil, "stray"},
+		{[]string{"--reconnect-interval", "0s"}, nil, "--reconnect-interval"},
+		{[]string{"--reconnect-timeout", "-1s"}, nil, "--reconnect-timeout"},
+		{[]string{"--node-name", "rl-2", "--bootstrap", "rl-1"}, nil, "--bootstrap"},
 	}
 	for _, c := range cases {
 		_, err := parseConfig(c.args, env(c.env), io.Discard)
