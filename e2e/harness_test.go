@@ -191,9 +191,18 @@ func (c *testCluster) start(name string) (*node, error) {
 		grpc:   loopback(ports[1]),
 		peer:   loopback(ports[2]),
 		gossip: loopback(ports[3]),
-		out:    &syncbuf.Buffer{},
-		done:   make(chan struct{}),
 	}
+	var join []string
+	if running := c.running(); len(running) > 0 {
+		join = []string{"--join", running[0].gossip}
+	}
+	return n, c.exec(n, join...)
+}
+
+// exec starts n's process on n's ports, with the flags of every node and
+// extra, and waits until it answers HTTP.
+func (c *testCluster) exec(n *node, extra ...string) error {
+	n.out, n.done = &syncbuf.Buffer{}, make(chan struct{})
 	args := []string{
 		"--node-name", n.name,
 		"--http-addr", n.http,
@@ -203,15 +212,13 @@ func (c *testCluster) start(name string) (*node, error) {
 		"--advertise-addr", "127.0.0.1",
 		"--shutdown-timeout", shutdownTimeout.String(),
 	}
-	if running := c.running(); len(running) > 0 {
-		args = append(args, "--join", running[0].gossip)
-	}
+	args = append(args, extra...)
 	args = append(args, c.args...)
 	if c.nodeArgs != nil {
-		args = append(args, c.nodeArgs(name)...)
+		args = append(args, c.nodeArgs(n.name)...)
 	}
 	bin := rlnodeBin
-	if b, ok := c.bins[name]; ok {
+	if b, ok := c.bins[n.name]; ok {
 		bin = b
 	}
 	n.cmd = exec.Command(bin, args...)
@@ -219,7 +226,7 @@ func (c *testCluster) start(name string) (*node, error) {
 	n.cmd.SysProcAttr = sysProcAttr()
 	if err := n.cmd.Start(); err != nil {
 		close(n.done)
-		return n, err
+		return err
 	}
 	go func() {
 		err := n.cmd.Wait()
@@ -235,12 +242,12 @@ func (c *testCluster) start(name string) (*node, error) {
 			break
 		}
 		if n.exited() {
-			return n, fmt.Errorf("exited during start-up: %v", n.waitErr)
+			return fmt.Errorf("exited during start-up: %v", n.waitErr)
 		}
 		if time.Now().After(deadline) {
 			n.cmd.Process.Kill()
 			<-n.done
-			return n, fmt.Errorf("no HTTP answer within %v", convergeTimeout)
+			return fmt.Errorf("no HTTP answer within %v", convergeTimeout)
 		}
 		time.Sleep(pollInterval / 2) // polling interval
 	}
@@ -249,7 +256,7 @@ func (c *testCluster) start(name string) (*node, error) {
 		c.t.Fatalf("%s: gRPC client: %v", n.name, err)
 	}
 	n.client = cl
-	return n, nil
+	return nil
 }
 
 // stopAll stops every node that still runs: SIGTERM, a wait of up to the
