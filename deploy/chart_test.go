@@ -232,6 +232,34 @@ func TestChartJoinsThroughHeadlessService(t *testing.T) {
 	}
 }
 
+// TestChartBootstrapsFromPodZero checks that every pod gets one
+// --bootstrap, the member name of pod 0 (its DNS name under the headless
+// Service, which --join names): that pod starts a new cluster alone, the
+// others are ready only once they have joined. And that a rolling update
+// replaces one pod at a time, waiting for it to be ready (/readyz):
+// a new pod that would split the cluster is not, and the rollout stops
+// there.
+func TestChartBootstrapsFromPodZero(t *testing.T) {
+	r := render(t)
+	c := r.container(t)
+	f := flags(t, c)
+	host, _, err := net.SplitHostPort(f["join"])
+	if err != nil {
+		t.Fatalf("--join=%s: %v", f["join"], err)
+	}
+	if want := r.sts.Name + "-0." + host; f["bootstrap"] != want {
+		t.Errorf("--bootstrap=%q, want pod 0's member name %q", f["bootstrap"], want)
+	}
+	u := r.sts.Spec.UpdateStrategy
+	if u.Type != "RollingUpdate" || u.RollingUpdate != nil && (u.RollingUpdate.MaxUnavailable != nil && u.RollingUpdate.MaxUnavailable.IntValue() != 1 ||
+		u.RollingUpdate.Partition != nil && *u.RollingUpdate.Partition != 0) {
+		t.Errorf("update strategy %+v, want a rolling update of one pod at a time", u)
+	}
+	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" {
+		t.Errorf("readiness probe %+v, want GET /readyz", p)
+	}
+}
+
 // TestChartProbesHitServedPaths checks that the probes use the HTTP port
 // and paths a running rlnode answers with 200.
 func TestChartProbesHitServedPaths(t *testing.T) {

@@ -80,5 +80,16 @@ func TestComposeFile(t *testing.T) {
 		if s.Environment["RLNODE_NODE_NAME"] != name {
 			t.Errorf("%s: RLNODE_NODE_NAME %q, want the service name", name, s.Environment["RLNODE_NODE_NAME"])
 		}
+		// One node starts the cluster alone; the others wait to join it.
+		if b := s.Environment["RLNODE_BOOTSTRAP"]; file.Services[b].Environment == nil {
+			t.Errorf("%s: RLNODE_BOOTSTRAP %q, want the name of one of the nodes", name, b)
+		}
+	}
+	bootstraps := map[string]bool{}
+	for _, s := range file.Services {
+		bootstraps[s.Environment["RLNODE_BOOTSTRAP"]] = true
+	}
+	if len(bootstraps) != 1 {
+		t.Errorf("RLNODE_BOOTSTRAP names %v, want the same node on every node", bootstraps)
 	}
 }

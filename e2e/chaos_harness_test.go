@@ -204,6 +204,7 @@ func (c *chaosCluster) add() *chaosNode {
 		"--node-name", cn.name,
 		"--advertise-addr", cn.ip,
 		"--join", c.headless + ":7946",
+		"--bootstrap", "n0." + c.headless, // as the chart names pod 0
 		"--peer-tls-cert", "/pki/node.crt", "--peer-tls-key", "/pki/node.key", "--peer-tls-ca", "/pki/node-ca.crt",
 		"--shutdown-timeout", chaosGrace.String()}, c.args...)...)
 	if err != nil {
