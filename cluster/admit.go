@@ -106,10 +106,17 @@ func (a *admission) admitted(name, peerAddr string) bool {
 
 // kept reports whether the member name, announcing peerAddr, which has
 // not passed the check for that address, stays in the ring meanwhile: it
-// passed at an earlier address, and no check has refused it since.
+// passed at an earlier address (the one its state still holds, until
+// startAdmission turns to the new one), and no check has refused it since.
 func (a *admission) kept(name, peerAddr string) bool {
 	s, ok := a.states[name]
-	return ok && !s.ok && s.proven && s.peerAddr == peerAddr
+	if !ok {
+		return false
+	}
+	if s.peerAddr != peerAddr {
+		return s.ok || s.proven
+	}
+	return !s.ok && s.proven
 }
 
 // note says why the alive member name, announcing peerAddr, is not in the
