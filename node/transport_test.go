@@ -44,42 +44,15 @@ func TestMatchName(t *testing.T) {
 func TestAdmitAndDial(t *testing.T) {
 	ca := testpki.NewCA(t, "cluster")
 	dir := t.TempDir()
-	serve := func(name string) string {
+	serve := func(ca *testpki.CA, name string) string {
 		lis, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, name, name).TLS(t)}, NextProtos: []string{"h2"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { lis.Close() })
-		go func() {
-			for {
-				c, err := lis.Accept()
-				if err != nil {
-					return
-				}
-				go func() { c.(*tls.Conn).Handshake(); c.Close() }()
-			}
-		}()
-		return lis.Addr().String()
+		return acceptAll(t, lis, func(c net.Conn) { c.(*tls.Conn).Handshake() })
 	}
-	b, other := serve("rl-1.ns"), serve("ingress.ns")
-	strangerCA := testpki.NewCA(t, "stranger")
-	strange := func() string {
-		lis, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{strangerCA.Issue(t, "rl-3.ns", "rl-3.ns").TLS(t)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { lis.Close() })
-		go func() {
-			for {
-				c, err := lis.Accept()
-				if err != nil {
-					return
-				}
-				go func() { c.(*tls.Conn).Handshake(); c.Close() }()
-			}
-		}()
-		return lis.Addr().String()
-	}()
+	b, other := serve(ca, "rl-1.ns"), serve(ca, "ingress.ns")
+	strange := serve(testpki.NewCA(t, "stranger"), "rl-3.ns")
 	plain, closed := plainPort(t), closedPort(t)
 	f := ca.Issue(t, "rl-0.ns", "rl-0.ns").Write(t, dir, "self", ca)
 	conf := DefaultConfig()
@@ -139,6 +112,23 @@ func TestAdmitAndDial(t *testing.T) {
 	}
 }
 
+// acceptAll serves lis until the test ends, calling serve on each
+// connection and then closing it, and returns its address.
+func acceptAll(t *testing.T, lis net.Listener, serve func(net.Conn)) string {
+	t.Helper()
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() { serve(c); c.Close() }()
+		}
+	}()
+	return lis.Addr().String()
+}
+
 // plainPort returns the address of a port that answers a TLS hello with
 // plain text, as an HTTP server would.
 func plainPort(t *testing.T) string {
@@ -147,18 +137,7 @@ func plainPort(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { lis.Close() })
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
-			c.Close()
-		}
-	}()
-	return lis.Addr().String()
+	return acceptAll(t, lis, func(c net.Conn) { c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n")) })
 }
 
 // closedPort returns an address no one listens on.

@@ -17,16 +17,7 @@ import (
 // addr.
 func readyz(t testing.TB, addr string) (int, string) {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	return getStatus(t, "http://"+addr+"/readyz")
 }
 
 // TestSharedCertificatePairIsNotReady: two nodes holding one peer

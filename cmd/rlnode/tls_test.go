@@ -129,6 +129,13 @@ func metric(t testing.TB, n *node.Node, series string) float64 {
 // get returns the body of a GET of url.
 func get(t testing.TB, url string) string {
 	t.Helper()
+	_, body := getStatus(t, url)
+	return body
+}
+
+// getStatus returns the status and body of a GET of url.
+func getStatus(t testing.TB, url string) (int, string) {
+	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +145,7 @@ func get(t testing.TB, url string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(b)
+	return resp.StatusCode, string(b)
 }
 
 // TestReadyzWarnsWithoutSecurity: a node with neither peer TLS nor a gossip
