@@ -263,6 +263,9 @@ type Node struct {
 	ringChanged chan struct{}
 	// insecure says what leaves the node open, or is empty.
 	insecure string
+	// ownName checks that the node's peer certificate names it (see
+	// transport.ownName).
+	ownName func() error
 }
 
 // New opens the node's listeners, so that a port conflict fails at once
@@ -289,6 +292,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	n.ownName = func() error { return tr.ownName(conf.NodeName) }
 	if n.policies, err = loadPolicies(conf.PolicyFile, log, reg); err != nil {
 		return nil, err
 	}
@@ -360,7 +364,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		MaxBytes: mem.requests, MaxBodyBytes: api.MaxBodyBytes, CallBytes: admit.ArrivalBytes(api.MaxRecvMsgBytes), Registerer: reg})
 	n.faces = api.New(api.Config{
 		Checker: n.svc, Leases: n.svc, Settler: n.svc, Registerer: reg, Gatherer: reg, Admit: gate.HTTP, AdmitMessage: gate.Message,
-		Ready: n.readiness(tr), ReadyNote: n.insecure,
+		Ready: n.readiness, ReadyNote: n.insecure,
 		Members: func() []api.Member { return apiMembers(n.members) },
 		Ring:    n.members.Ring, StreamSendTimeout: conf.StreamSendTimeout, StreamIdleTimeout: conf.StreamIdleTimeout,
 		StreamEnded: ended.of("check", grpcLis),
@@ -473,6 +477,9 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	if open := n.conf.openMembers(); open != "" {
 		n.log.Warn(open)
+	}
+	if err := n.ownName(); err != nil {
+		n.log.Error("not ready until fixed: " + err.Error())
 	}
 	n.log.Info("rlnode serving", "node", n.conf.NodeName, "http", n.HTTPAddr(), "grpc", n.GRPCAddr(),
 		"peer", n.PeerAddr(), "resp", n.RESPAddr(), "join", n.conf.Join)

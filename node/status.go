@@ -34,13 +34,11 @@ func (n *Node) httpHandler() http.Handler {
 // while this node's own peer certificate does not name it, which every
 // other member's admission check would refuse, else the cluster's
 // (cluster.Readiness).
-func (n *Node) readiness(tr transport) func() (bool, string) {
-	return func() (bool, string) {
-		if err := tr.ownName(n.conf.NodeName); err != nil {
-			return false, "not ready: " + err.Error()
-		}
-		return n.members.Readiness()
+func (n *Node) readiness() (bool, string) {
+	if err := n.ownName(); err != nil {
+		return false, "not ready: " + err.Error()
 	}
+	return n.members.Readiness()
 }
 
 // recordRing logs r in the ring changes the status page shows.
