@@ -440,6 +440,11 @@ func (c *Cluster) Ready() bool { return c.ready.Load() }
 // itself by gossip, or one bad new pod, takes no running node out of
 // service.
 func (c *Cluster) Readiness() (ready bool, why string) {
+	ready, why = c.readiness()
+	return ready, strings.Join(strings.Fields(why), " ") // one line: errors such as memberlist's span several
+}
+
+func (c *Cluster) readiness() (ready bool, why string) {
 	if !c.Ready() {
 		return false, "not ready: " + *c.waiting.Load()
 	}

@@ -42,8 +42,9 @@ func TestJoinTargetDownIsNotReadyAndSaysWhy(t *testing.T) {
 	b := start(t, "b", "", down)
 	waitFor(t, func() bool { return metric(t, b.reg, "ringlimit_cluster_join_attempts_total") >= 2 }, "b retries")
 	ready, why := b.Readiness()
-	if ready || !strings.Contains(why, "not joined: no node answered") || !strings.Contains(why, down) || !strings.Contains(why, "trying again in") {
-		t.Errorf("b, whose join target is down: Readiness = %v, %q; want not ready, saying no node answered %s and when it tries again", ready, why, down)
+	if ready || !strings.Contains(why, "not joined: no node answered") || !strings.Contains(why, down) || !strings.Contains(why, "trying again in") ||
+		strings.ContainsAny(why, "\n\t") {
+		t.Errorf("b, whose join target is down: Readiness = %v, %q; want not ready, saying in one line that no node answered %s and when it tries again", ready, why, down)
 	}
 
 	first := startWith(t, "first", "", func(c *Config) { c.Bootstrap = true }, down)
