@@ -78,6 +78,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./rlqs
 	go test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) ./resp
 	go test -run '^$$' -fuzz '^FuzzCommands$$' -fuzztime $(FUZZTIME) ./resp
+	go test -run '^$$' -fuzz '^FuzzConnEndings$$' -fuzztime $(FUZZTIME) ./resp
 	go test -run '^$$' -fuzz '^FuzzSniff$$' -fuzztime $(FUZZTIME) ./internal/nodeport
 
 # The container image (see Dockerfile): a static rlnode built here, copied

@@ -50,23 +50,38 @@ type secure struct {
 
 // startSecure starts n nodes, node-0 .. node-(n-1), and waits until each
 // ring holds them all.
-func startSecure(t *testing.T, n int) *secure {
+func startSecure(t *testing.T, n int) *secure { return startSecureWith(t, n, nil) }
+
+// startSecureWith is startSecure with each node's Config changed by
+// configure (nil: none) before it starts.
+func startSecureWith(t *testing.T, n int, configure func(i int, c *node.Config)) *secure {
 	t.Helper()
 	s := &secure{ca: testpki.NewCA(t, "cluster"), key: []byte(strings.Repeat("k", 32)), dir: t.TempDir()}
 	for i := range n {
-		name := fmt.Sprintf("node-%d", i)
-		c := nodetest.Config(name)
-		f := s.ca.Issue(t, name, name).Write(t, s.dir, name, s.ca)
-		c.PeerTLS = tlsfiles.Files{Cert: f.Cert, Key: f.Key, CA: f.CA}
-		c.GossipKeys = [][]byte{s.key}
-		if i > 0 {
-			c.Join = []string{s.nodes[0].Cluster().GossipAddr()}
+		c := s.config(t, i)
+		if configure != nil {
+			configure(i, &c)
 		}
 		nd, _ := nodetest.Start(t, c)
 		s.nodes = append(s.nodes, nd)
 	}
 	s.waitRings(t, n)
 	return s
+}
+
+// config is the Config of node-i: its own certificate, the gossip key,
+// and node-0 to join through.
+func (s *secure) config(t *testing.T, i int) node.Config {
+	t.Helper()
+	name := fmt.Sprintf("node-%d", i)
+	c := nodetest.Config(name)
+	f := s.ca.Issue(t, name, name).Write(t, s.dir, name, s.ca)
+	c.PeerTLS = tlsfiles.Files{Cert: f.Cert, Key: f.Key, CA: f.CA}
+	c.GossipKeys = [][]byte{s.key}
+	if i > 0 {
+		c.Join = []string{s.nodes[0].Cluster().GossipAddr()}
+	}
+	return c
 }
 
 // waitRings waits until every node's ring holds n members.

@@ -3,9 +3,14 @@ package resp
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"errors"
 	"io"
 	"net"
+	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ringlimit/ringlimit/service"
 )
@@ -76,4 +81,75 @@ func skipReply(br *bufio.Reader) error {
 		return nil
 	}
 	return io.ErrNoProgress
+}
+
+// FuzzConnEndings drives the connection loop over real loopback TCP (the
+// raw read and write path) with a client that sends a prefix of its
+// input, up to cut bytes, and then ends its connection as how says:
+// 0 resets it (SO_LINGER 0), 1 half-closes it and reads every answer,
+// 2 closes it with its answers unread, 3 abandons it while another client
+// is served, then closes it. Whatever the input and the ending, the
+// server neither panics nor hangs, what it answers a half-closed
+// connection is well-formed RESP, and the next client is served.
+func FuzzConnEndings(f *testing.F) {
+	f.Add([]byte("PING\r\n"), uint16(6), uint8(0))
+	f.Add([]byte("*5\r\n$11\r\nCL.THROTTLE\r\n$1\r\nk\r\n$2\r\n15\r\n$2\r\n30\r\n$2\r\n60\r\n"), uint16(20), uint8(1))
+	f.Add([]byte(strings.Repeat("CL.THROTTLE r 5 10 60\r\n", 300)), uint16(6000), uint8(2))
+	f.Add([]byte("CL.THROTTLE k 1 1 1\r\nPING\r\nHELLO 3\r\nCL.THR"), uint16(40), uint8(3))
+	f.Add([]byte("*3\r\n$4\r\nPING\r\n"), uint16(9), uint8(1))
+	svc := service.New(service.Config{})
+	s := New(Config{Checker: svc, Limits: Limits{MaxArgs: 8, MaxBulk: 64, MaxCommand: 256, MaxInline: 256, Buffer: 256}})
+	lis := listen(f)
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(lis) }()
+	f.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			f.Errorf("Shutdown: %v", err)
+		}
+		<-served
+	})
+	addr := lis.Addr().String()
+	f.Fuzz(func(t *testing.T, in []byte, cut uint16, how uint8) {
+		in = in[:min(int(cut), len(in))]
+		c := dial(t, addr).(*net.TCPConn)
+		c.SetReadBuffer(4 << 10)
+		c.SetWriteDeadline(time.Now().Add(time.Second)) // a server that stops reading ends the write: no assertion
+		c.Write(in)
+		switch how % 4 {
+		case 0:
+			c.SetLinger(0)
+			c.Close()
+		case 1:
+			c.CloseWrite()
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			out, err := io.ReadAll(c)
+			switch {
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				t.Fatalf("the server did not close a half-closed connection within 10s")
+			case err != nil:
+				break // a reset (the server closed with input unread): the answers end anywhere
+			default:
+				br := bufio.NewReader(bytes.NewReader(out))
+				for {
+					if err := skipReply(br); err == io.EOF {
+						break
+					} else if err != nil {
+						t.Fatalf("reply is not RESP: %v in %q", err, out)
+					}
+				}
+			}
+		case 2:
+			c.Close()
+		}
+		probe := dial(t, addr)
+		probe.Write([]byte("PING\r\n"))
+		got := make([]byte, 7)
+		if _, err := io.ReadFull(probe, got); err != nil || string(got) != "+PONG\r\n" {
+			t.Fatalf("the next client: PING = %q, %v", got, err)
+		}
+		probe.Close()
+		c.Close()
+	})
 }
