@@ -46,6 +46,7 @@ type secure struct {
 	key   []byte
 	dir   string
 	nodes []*node.Node
+	stops []func() error // of nodes, by index
 }
 
 // startSecure starts n nodes, node-0 .. node-(n-1), and waits until each
@@ -62,8 +63,8 @@ func startSecureWith(t *testing.T, n int, configure func(i int, c *node.Config))
 		if configure != nil {
 			configure(i, &c)
 		}
-		nd, _ := nodetest.Start(t, c)
-		s.nodes = append(s.nodes, nd)
+		nd, stop := nodetest.Start(t, c)
+		s.nodes, s.stops = append(s.nodes, nd), append(s.stops, stop)
 	}
 	s.waitRings(t, n)
 	return s

@@ -3,6 +3,7 @@ package node
 import (
 	"fmt"
 	"net"
+	"net/netip"
 
 	"github.com/ringlimit/ringlimit/internal/conns"
 )
@@ -52,15 +53,57 @@ func (l listeners) close() {
 // at some hundreds of MB per listener.
 const DefaultMaxConns = 4096
 
-// limit bounds each listener to conf.MaxConns connections open at once,
-// and conf.MaxConnsPerSource from one IP address: beyond either, a new
-// connection is closed as soon as it is accepted (see package conns).
-// Memberlist's gossip listener is its own and is not bounded here.
-func (l listeners) limit(conf Config, m *conns.Metrics) listeners {
-	bound := func(lis net.Listener, name string) net.Listener {
-		return conns.Limit(lis, conns.Config{Name: name, Max: conf.MaxConns, PerSource: conf.MaxConnsPerSource, Metrics: m})
+// The shares of a listener's connections, from --max-conns and
+// --max-conns-per-source (see SECURITY.md, "Connection and stream
+// slots"). A connection is pending until it makes its first request
+// (conns.Established): an HTTP request, a gRPC call, a RESP command.
+const (
+	// rangeShare is a range's share (a /24, a /64) in sources' shares:
+	// twice one source's, so that a flood from many addresses of one
+	// network holds what two hosts may, and a proxy fleet in one range
+	// has room (a quarter of --max-conns, by default).
+	rangeShare = 2
+	// pendingShare divides a source's share into its pending share: 64
+	// of the default 512, far more than a proxy opens at once, each
+	// pending for a round trip or two.
+	pendingShare = 8
+	// pendingPool divides --max-conns into the pending pool: 512 of the
+	// default 4,096, for at most --handshake-timeout each.
+	pendingPool = 8
+)
+
+// connConfig is the bounds of the listener name: MaxConns open, pending or
+// established; an established connection within MaxConnsPerSource from
+// its IP address and rangeShare times that from its range; a pending one
+// within its pending share of those, in a pool of MaxConns/pendingPool,
+// and for HandshakeTimeout at most. Zero MaxConnsPerSource bounds neither
+// sources nor ranges.
+func (c Config) connConfig(name string, m *conns.Metrics) conns.Config {
+	source, pendingSource := c.MaxConnsPerSource, 0
+	if source > 0 {
+		pendingSource = max(1, source/pendingShare)
 	}
-	bounded := listeners{http: bound(l.http, "http"), grpc: bound(l.grpc, "grpc"), peer: bound(l.peer, "peer")}
+	return conns.Config{
+		Name:           name,
+		Max:            c.MaxConns,
+		Established:    conns.Bounds{PerSource: source, PerRange: rangeShare * source},
+		Pending:        conns.Bounds{Max: max(rangeShare*pendingSource, c.MaxConns/pendingPool), PerSource: pendingSource, PerRange: rangeShare * pendingSource},
+		PendingTimeout: c.HandshakeTimeout,
+		Metrics:        m,
+	}
+}
+
+// limit bounds each listener as connConfig says (see package conns);
+// connections from the addresses member names are admitted to the peer
+// port ahead of strangers. Memberlist's gossip listener is its own and is
+// not bounded here.
+func (l listeners) limit(conf Config, m *conns.Metrics, member func(netip.Addr) bool) listeners {
+	bound := func(lis net.Listener, name string) *conns.Listener {
+		return conns.Limit(lis, conf.connConfig(name, m))
+	}
+	peer := conf.connConfig("peer", m)
+	peer.Kept = member
+	bounded := listeners{http: bound(l.http, "http"), grpc: bound(l.grpc, "grpc"), peer: conns.Limit(l.peer, peer)}
 	if l.resp != nil {
 		bounded.resp = bound(l.resp, "resp")
 	}

@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"runtime"
 	"slices"
 	"time"
@@ -136,22 +137,25 @@ type Config struct {
 	StrictFence  time.Duration
 	// MaxInflight bounds client requests in flight, MaxStreams the
 	// CheckStreams open, and MaxConns the connections open on each of the
-	// HTTP, gRPC and peer listeners, MaxConnsPerSource those from one IP
-	// address on each (zero: no bound per source).
+	// HTTP, gRPC, peer and RESP listeners, MaxConnsPerSource those from
+	// one IP address on each, and the shares derived from it (zero: no
+	// bound per source or range; see connConfig).
 	MaxInflight       int
 	MaxStreams        int
 	MaxConns          int
 	MaxConnsPerSource int
 	// HandshakeTimeout bounds the TLS and HTTP/2 handshakes of a
-	// connection to any of the three ports, and the headers of an HTTP
-	// request; IdleTimeout closes a connection that has carried no request
-	// for that long. StreamSendTimeout ends a long-lived stream (a
-	// CheckStream, a peer's ForwardStream, an Envoy's quota stream) whose
-	// answer has waited that long for its client to read it, and
-	// StreamIdleTimeout asks a CheckStream or ForwardStream without
-	// requests for that long to end (see mux.Server), and ends a quota
-	// stream without a report for that long (see rlqs.Server). Zero
-	// timeouts mean none.
+	// connection to the HTTP, gRPC, peer and RESP ports, and the headers
+	// of an HTTP request; a connection that has made no request (an HTTP
+	// request, a gRPC call, a RESP command) that long after it was
+	// accepted is closed (see connConfig). IdleTimeout closes a
+	// connection that has carried no request for that long.
+	// StreamSendTimeout ends a long-lived stream (a CheckStream, a peer's
+	// ForwardStream, an Envoy's quota stream) whose answer has waited that
+	// long for its client to read it, and StreamIdleTimeout ends one
+	// without requests for that long, a CheckStream or ForwardStream
+	// asked to end halfway (see mux.Server), a quota stream without a
+	// report (see rlqs.Server). Zero timeouts mean none.
 	HandshakeTimeout  time.Duration
 	IdleTimeout       time.Duration
 	StreamSendTimeout time.Duration
@@ -286,7 +290,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 			lis.close()
 		}
 	}()
-	n.lis = lis.limit(conf, conns.NewMetrics(reg))
+	n.lis = lis.limit(conf, conns.NewMetrics(reg), n.memberAddr)
 
 	tr, err := newTransport(conf, log, n.membersAt)
 	if err != nil {
@@ -382,7 +386,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	// before building it.
 	rlsBound := api.BoundOf(&rlspb.RateLimitRequest{}, "descriptors", rls.MaxDescriptors)
 	rlqsBound := api.BoundOf(&rlqspb.RateLimitQuotaUsageReports{}, "bucket_quota_usages", rlqs.MaxUsagesPerMessage)
-	tap := newClientTap(gate, conf.RequestTimeout, api.CheckStreamMethod, rlqs.Method)
+	tap := newClientTap(gate, grpcLis, conf.RequestTimeout, api.CheckStreamMethod, rlqs.Method)
 	n.grpcSrv = grpc.NewServer(slices.Concat(api.ServerOptions(rlsBound, rlqsBound), tr.grpcServer(), conf.connOptions(),
 		gate.ServerOptions(), []grpc.ServerOption{workers, grpc.InTapHandle(tap.tap)})...)
 	n.health = n.faces.RegisterGRPC(n.grpcSrv)
@@ -395,24 +399,32 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	n.quotas.Register(n.grpcSrv)
 	tap.learn(n.grpcSrv)
 	guard := peer.NewGuard(peer.GuardConfig{Members: n.members, Certificates: tr.peerTLS, Self: conf.NodeName, Logger: log, Registerer: reg})
-	n.peerSrv = grpc.NewServer(slices.Concat(peer.ServerOptions(), tr.peerServer, conf.connOptions(),
+	peerLis := n.lis.peer.(*conns.Listener)
+	n.peerSrv = grpc.NewServer(slices.Concat(peer.ServerOptions(establishing(peerLis)), tr.peerServer, conf.connOptions(),
 		[]grpc.ServerOption{workers, grpc.ChainUnaryInterceptor(guard.Unary), grpc.ChainStreamInterceptor(guard.Stream)})...)
 	n.peerFace = peer.NewServer(n.svc.Owner(), reg)
 	n.peerFace.BoundStreams(peer.StreamBounds{SendTimeout: conf.StreamSendTimeout, IdleTimeout: conf.StreamIdleTimeout,
-		Ended: ended.of("forward", n.lis.peer.(*conns.Listener))})
+		Ended: ended.of("forward", peerLis)})
 	n.peerFace.Register(n.peerSrv)
 	// Timeouts bound what a slow or idle client can hold: a body of
 	// api.MaxBodyBytes arrives well within ReadTimeout on any link, and
 	// a check needs no headers of more than a few KB. No route streams or
 	// long-polls, so WriteTimeout is what answering a check can take.
-	// ReadHeaderTimeout also bounds a TLS handshake.
+	// ReadHeaderTimeout also bounds a TLS handshake. A connection that has
+	// begun a request is pending no more (see package conns).
 	n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: conf.HandshakeTimeout, MaxHeaderBytes: 64 << 10,
-		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: conf.IdleTimeout, TLSConfig: tr.public}
+		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: conf.IdleTimeout, TLSConfig: tr.public,
+		ConnState: func(c net.Conn, s http.ConnState) {
+			if s == http.StateActive {
+				conns.Established(c)
+			}
+		}}
 	if n.lis.resp != nil {
 		// As on the HTTP port: the handshake and a command that has begun
 		// within HandshakeTimeout, answers read within HTTP's WriteTimeout.
 		n.respSrv = resp.New(resp.Config{Checker: n.svc, TLS: tr.public, HandshakeTimeout: conf.HandshakeTimeout,
-			IdleTimeout: conf.IdleTimeout, WriteTimeout: 30 * time.Second, RequestTimeout: conf.RequestTimeout, Logger: log})
+			IdleTimeout: conf.IdleTimeout, WriteTimeout: 30 * time.Second, RequestTimeout: conf.RequestTimeout, Logger: log,
+			Established: conns.Established})
 	}
 	return n, nil
 }
@@ -592,6 +604,26 @@ func (n *Node) membersAt(addr string) []string {
 		}
 	}
 	return names
+}
+
+// memberAddr reports whether ip is the address of a member gossip knows
+// (its gossip or peer address), admitted to the ring or not, alive or
+// gone within the last minutes (cluster.Members): the peer port admits
+// its connections ahead of strangers' (see connConfig). A node that
+// restarts is known by the others as soon as its join reaches them,
+// before they admit it, and its admission checks of them come after.
+func (n *Node) memberAddr(ip netip.Addr) bool {
+	if n.members == nil {
+		return false // not built yet; nothing is accepted before
+	}
+	for _, m := range n.members.Members() {
+		for _, a := range []string{m.GossipAddr, m.PeerAddr} {
+			if ap, err := netip.ParseAddrPort(a); err == nil && ap.Addr().Unmap() == ip {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func peerAddrs(r *ring.Ring) []string {

@@ -74,8 +74,9 @@ func (c Config) connOptions() []grpc.ServerOption {
 	}
 }
 
-// clientTap is the client port's grpc.InTapHandle. The gate admits the
-// RPC (see admit.Gate.Tap), and then:
+// clientTap is the client port's grpc.InTapHandle. The RPC establishes
+// its connection (see package conns), the gate admits the RPC (see
+// admit.Gate.Tap), and then:
 //
 //   - a stream of the methods newClientTap is given gets an RPC context
 //     that its server (a mux.Server, rlqs.Server) can end (see
@@ -93,6 +94,7 @@ func (c Config) connOptions() []grpc.ServerOption {
 // it.
 type clientTap struct {
 	gate           *admit.Gate
+	lis            *conns.Listener // its RPCs' connections are established
 	requestTimeout time.Duration
 	streams        map[string]bool
 	// unary holds the full names of the unary methods, once learn has
@@ -101,8 +103,8 @@ type clientTap struct {
 	unary map[string]bool
 }
 
-func newClientTap(gate *admit.Gate, requestTimeout time.Duration, streams ...string) *clientTap {
-	t := &clientTap{gate: gate, requestTimeout: requestTimeout, streams: map[string]bool{}, unary: map[string]bool{}}
+func newClientTap(gate *admit.Gate, lis *conns.Listener, requestTimeout time.Duration, streams ...string) *clientTap {
+	t := &clientTap{gate: gate, lis: lis, requestTimeout: requestTimeout, streams: map[string]bool{}, unary: map[string]bool{}}
 	for _, m := range streams {
 		t.streams[m] = true
 	}
@@ -122,6 +124,7 @@ func (t *clientTap) learn(srv *grpc.Server) {
 }
 
 func (t *clientTap) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	establish(ctx, t.lis)
 	ctx, err := t.gate.Tap(ctx, info)
 	switch {
 	case err != nil:
@@ -139,6 +142,23 @@ func (t *clientTap) tap(ctx context.Context, info *tap.Info) (context.Context, e
 	return ctx, err
 }
 
+// establishing is the peer server's tap (peer.ServerOptions): an RPC establishes
+// its connection (see package conns).
+func establishing(lis *conns.Listener) tap.ServerInHandle {
+	return func(ctx context.Context, _ *tap.Info) (context.Context, error) {
+		establish(ctx, lis)
+		return ctx, nil
+	}
+}
+
+// establish tells lis that the connection of the RPC of ctx has made a
+// request.
+func establish(ctx context.Context, lis *conns.Listener) {
+	if p, ok := peer.FromContext(ctx); ok {
+		lis.Established(p.Addr)
+	}
+}
+
 // streamsEnded counts the long-lived streams a node ends for holding
 // their slot without earning it (see mux.Server.Ended), by stream and
 // reason.
@@ -147,7 +167,7 @@ type streamsEnded struct{ vec *prometheus.CounterVec }
 func newStreamsEnded(reg prometheus.Registerer) streamsEnded {
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ringlimit_streams_ended_total",
-		Help: "Long-lived streams the node ended, by stream (check: CheckStream; forward: a peer's ForwardStream; rlqs: an Envoy's quota stream) and reason: not_read (an answer waited --stream-send-timeout for its client to read it; the client's connection is closed) or idle (no request for --stream-idle-timeout: twice it for check and forward, whose client is asked to end the stream halfway).",
+		Help: "Long-lived streams the node ended, by stream (check: CheckStream; forward: a peer's ForwardStream; rlqs: an Envoy's quota stream) and reason: not_read (an answer waited --stream-send-timeout for its client to read it; the client's connection is closed) or idle (no request for --stream-idle-timeout; a CheckStream's or ForwardStream's client is asked to end it halfway).",
 	}, []string{"stream", "reason"})
 	reg.MustRegister(vec)
 	return streamsEnded{vec}

@@ -59,10 +59,21 @@ const (
 // ends, and the server's grpc.InTapHandle, which gives each ForwardStream
 // a context that Server can end (mux.Stoppable), so that a stream whose
 // sender reads nothing, or sends nothing, ends (see Server.BoundStreams).
-func ServerOptions() []grpc.ServerOption {
+// The taps given, if any, are called first, in order, for every RPC (a
+// node's tells its listener that the RPC's connection has made a
+// request): gRPC takes one InTapHandle.
+func ServerOptions(taps ...tap.ServerInHandle) []grpc.ServerOption {
 	c := codec{budget: semaphore.NewWeighted(MaxInflightBytes)}
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.ForceServerCodecV2(c), grpc.ChainUnaryInterceptor(releaseUnary),
-		grpc.InTapHandle(stoppableStreams)}
+		grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
+			for _, t := range taps {
+				var err error
+				if ctx, err = t(ctx, info); err != nil {
+					return ctx, err
+				}
+			}
+			return stoppableStreams(ctx, info)
+		})}
 }
 
 // forwardStreamMethods are ForwardStream's full names, under the service's
@@ -161,9 +172,9 @@ func NewServer(h Handler, reg prometheus.Registerer) *Server {
 // (see mux.Server's fields of the same names): one whose answer has
 // waited SendTimeout for its sender to read it (gRPC's flow control then
 // blocks the send), and one without a batch for IdleTimeout, which is
-// asked to end (the Pool's streams do at once, and send their next
-// batches as Forward RPCs for mux.RetryAfter, then on a new stream) and
-// ended if still idle as long again. Ended, if not nil, is told of each
+// asked to end halfway (the Pool's streams do at once, and send their
+// next batches as Forward RPCs for mux.RetryAfter, then on a new stream).
+// Ended, if not nil, is told of each
 // stream so ended. Zero timeouts mean never.
 type StreamBounds struct {
 	SendTimeout, IdleTimeout time.Duration

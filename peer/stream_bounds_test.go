@@ -144,9 +144,9 @@ func TestForwardStreamUnreadIsEnded(t *testing.T) {
 	}
 }
 
-// TestForwardStreamIdleIsEnded: a stream without a batch for IdleTimeout
-// is asked to end (a notice, id 0, ErrIdle); a sender that ignores it, or
-// that never sent anything, has it ended IdleTimeout later,
+// TestForwardStreamIdleIsEnded: a stream without a batch for half its
+// IdleTimeout is asked to end (a notice, id 0, ErrIdle); a sender that
+// ignores it, or that never sent anything, has it ended at IdleTimeout,
 // DEADLINE_EXCEEDED with the trailer saying why, and the handler returns.
 func TestForwardStreamIdleIsEnded(t *testing.T) {
 	for _, first := range []bool{true, false} {

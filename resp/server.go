@@ -62,6 +62,11 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
+	// Established, if not nil, is called with each connection as it was
+	// accepted once its first command has been read whole (after its
+	// TLS handshake): a listener that keeps connections apart until they
+	// speak (package conns) moves it among those that do.
+	Established func(net.Conn)
 }
 
 // Server serves RESP connections. Its methods are safe for concurrent
@@ -204,6 +209,7 @@ type conn struct {
 	reads    deadline      // nc's read deadline
 	writes   deadline      // nc's write deadline
 	writeErr error         // the first write's error; the connection then ends
+	spoke    bool          // a command has been read: Config.Established was told
 }
 
 func (c *conn) serve() {
@@ -276,6 +282,12 @@ func (c *conn) next() error {
 	args, err := c.r.Next()
 	if err != nil {
 		return err
+	}
+	if !c.spoke {
+		c.spoke = true
+		if f := conf.Established; f != nil {
+			f(c.raw)
+		}
 	}
 	c.command(args)
 	return nil

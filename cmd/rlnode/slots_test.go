@@ -198,8 +198,8 @@ func TestHandshakeFloodOnPeerPort(t *testing.T) {
 // TestUnreadStreamsFreeTheirSlots: a client that fills every CheckStream
 // slot (--max-streams 8) with streams whose answers it never reads, or on
 // which it sends nothing, has them ended after --stream-send-timeout (and
-// its connection closed), or twice --stream-idle-timeout
-// (DEADLINE_EXCEEDED, the trailer saying why), and a new client then
+// its connection closed), or --stream-idle-timeout (DEADLINE_EXCEEDED,
+// the trailer saying why), and a new client then
 // opens as many. Before, 256 such streams held
 // every slot for as long as they liked (issue 24).
 func TestUnreadStreamsFreeTheirSlots(t *testing.T) {

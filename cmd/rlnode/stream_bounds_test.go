@@ -161,8 +161,8 @@ func drainQuota(s rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient) erro
 // under a member's name (no peer TLS: the name is all the Guard can
 // check) that reads none of its answers is ended after
 // --stream-send-timeout and its connection closed; one that sends
-// nothing is asked to end after --stream-idle-timeout and ended as long
-// again (DEADLINE_EXCEEDED, the trailer saying why); each is counted.
+// nothing is asked to end after half --stream-idle-timeout and ended at
+// it (DEADLINE_EXCEEDED, the trailer saying why); each is counted.
 // Before, either held its handler, and a goroutine, for as long as its
 // connection lived.
 func TestPeerStreamsEnded(t *testing.T) {

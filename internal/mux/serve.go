@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,14 +55,12 @@ type Server[Req, Resp any] struct {
 	// a send is blocked; others end when the send does.
 	SendTimeout time.Duration
 	// IdleTimeout, if positive, is how long a stream may go without a
-	// request while none is being decided. Then its client is asked to
-	// end it (Notice, with ErrIdle), as a draining node asks, so that no
-	// request crossing the notice is lost; a stream still idle
-	// IdleTimeout later is ended (ErrIdle; as for SendTimeout, through
-	// Stoppable). An idle stream so gives its slot back within twice
-	// IdleTimeout. A Client of this package ends the stream at once, and
-	// sends its next requests another way for RetryAfter, then on a new
-	// stream.
+	// request while none is being decided: then it is ended (ErrIdle; as
+	// for SendTimeout, through Stoppable), and so gives its slot back.
+	// Halfway, its client is asked to end it (Notice, with ErrIdle), as a
+	// draining node asks, so that no request crossing the notice is lost.
+	// A Client of this package ends the stream at once, and sends its
+	// next requests another way for RetryAfter, then on a new stream.
 	IdleTimeout time.Duration
 	// Ended, if not nil, is called with the stream's context when Serve
 	// ends a stream for ErrNotRead or ErrIdle, e.g. to count it, or to
@@ -210,51 +209,70 @@ func (sr *Server[Req, Resp]) Serve(s grpc.BidiStreamingServer[Req, Resp]) error 
 }
 
 // watch ends sv, as SendTimeout and IdleTimeout say, until quit is closed.
-// It looks at sv a few times per timeout, so a stream is ended at most a
-// quarter of its timeout late.
+// It looks at a send in progress every quarter of SendTimeout, so a
+// stream whose answers are not read is ended at most a quarter of
+// SendTimeout late; an idle stream is asked to end, and ended, at the
+// instants IdleTimeout says (looked at every quarter of it while a
+// request is being decided or answered).
 func (sr *Server[Req, Resp]) watch(sv *server[Req, Resp], quit <-chan struct{}) {
-	tick := sr.SendTimeout
-	if tick <= 0 || (sr.IdleTimeout > 0 && sr.IdleTimeout < tick) {
-		tick = sr.IdleTimeout
-	}
-	t := time.NewTicker(tick / 4)
+	t := time.NewTimer(time.Hour) // reset below, before each wait
 	defer t.Stop()
 	noticed := false
 	for {
+		now := time.Now().UnixNano()
+		sending := sv.sendingSince.Load()
+		if sr.SendTimeout > 0 && sending != 0 && now-sending > int64(sr.SendTimeout) {
+			sv.stop(ErrNotRead)
+			return
+		}
+		wait := time.Duration(math.MaxInt64)
+		if sr.SendTimeout > 0 {
+			wait = sr.SendTimeout / 4
+		}
+		if sr.IdleTimeout > 0 {
+			idle := time.Duration(now - sv.lastRecv.Load())
+			switch {
+			case sending != 0 || sv.deciding.Load() > 0:
+				wait = min(wait, sr.IdleTimeout/4) // not idle: look again
+			case idle >= sr.IdleTimeout:
+				sv.stop(ErrIdle)
+				return
+			case !noticed && idle >= sr.IdleTimeout/2:
+				noticed = true
+				if !sr.notice(sv) {
+					return
+				}
+				continue
+			case noticed:
+				wait = min(wait, sr.IdleTimeout-idle)
+			default:
+				wait = min(wait, sr.IdleTimeout/2-idle)
+			}
+		}
+		t.Reset(wait)
 		select {
 		case <-quit:
 			return
 		case <-t.C:
 		}
-		now := time.Now().UnixNano()
-		sending := sv.sendingSince.Load()
-		switch {
-		case sr.SendTimeout > 0 && sending != 0 && now-sending > int64(sr.SendTimeout):
-			sv.stop(ErrNotRead)
-			return
-		case sr.IdleTimeout <= 0 || sending != 0 || sv.deciding.Load() > 0:
-			continue
-		}
-		switch idle := now - sv.lastRecv.Load(); {
-		case idle > 2*int64(sr.IdleTimeout):
-			sv.stop(ErrIdle)
-			return
-		case idle > int64(sr.IdleTimeout) && !noticed:
-			noticed = true
-			// Sent by this goroutine, which then watches no more until
-			// the send returns: a send blocked longer than SendTimeout
-			// ends the stream all the same.
-			var stop *time.Timer
-			if sr.SendTimeout > 0 {
-				stop = time.AfterFunc(sr.SendTimeout, func() { sv.stop(ErrNotRead) })
-			}
-			sv.send(sr.Notice(ErrIdle))
-			if stop != nil && !stop.Stop() {
-				sv.stop(ErrNotRead) // the timer's, done once this returns
-				return
-			}
-		}
 	}
+}
+
+// notice asks the client of the idle stream sv to end it, and reports
+// whether the stream goes on: the notice is sent by watch's goroutine,
+// which meanwhile watches nothing else, so a send blocked longer than
+// SendTimeout ends the stream all the same.
+func (sr *Server[Req, Resp]) notice(sv *server[Req, Resp]) bool {
+	var stop *time.Timer
+	if sr.SendTimeout > 0 {
+		stop = time.AfterFunc(sr.SendTimeout, func() { sv.stop(ErrNotRead) })
+	}
+	sv.send(sr.Notice(ErrIdle))
+	if stop != nil && !stop.Stop() {
+		sv.stop(ErrNotRead) // the timer's, done once this returns
+		return false
+	}
+	return true
 }
 
 // server is one stream being served.

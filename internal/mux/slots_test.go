@@ -134,27 +134,41 @@ func TestUnreadAnswersEndTheStream(t *testing.T) {
 	})
 }
 
-// TestIdleStreamIsAskedToEnd: a stream with no request for IdleTimeout is
-// asked to end (a Notice with ErrIdle); a client that does so ends Serve
-// with nil, one that does not has the stream ended with ErrIdle
-// IdleTimeout later. A stream whose request is being decided is not idle,
-// however long the request takes.
+// TestIdleStreamIsAskedToEnd: a stream with no request for half its
+// IdleTimeout is asked to end (a Notice with ErrIdle); a client that does
+// so ends Serve with nil, one that does not has the stream ended with
+// ErrIdle at IdleTimeout, not later: the slot is given back at the time
+// the flag states (before, the notice came at IdleTimeout and the end at
+// twice it, at most a quarter of SendTimeout later). A stream whose
+// request is being decided is not idle, however long the request takes.
 func TestIdleStreamIsAskedToEnd(t *testing.T) {
 	const idle = time.Minute
+	// noticed takes the notice, failing if there is none.
+	noticed := func(t *testing.T, s *stalled) {
+		t.Helper()
+		synctest.Wait()
+		select {
+		case notice := <-s.out:
+			if !errors.Is(Err(notice.GetStatus()), ErrIdle) || notice.GetId() != 0 {
+				t.Errorf("notice %v, want id 0 and ErrIdle", notice)
+			}
+		default:
+			t.Fatal("no notice after the stream was idle for half IdleTimeout")
+		}
+	}
 	t.Run("client ends", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := newStalled()
 			served := serveStalled(slotServer(10*time.Second, idle, nil), s)
-			time.Sleep(idle + 3*time.Second) // a tick is a quarter of SendTimeout
-			var notice *pb.CheckStreamResponse
+			time.Sleep(idle/2 - time.Millisecond)
+			synctest.Wait()
 			select {
-			case notice = <-s.out:
+			case r := <-s.out:
+				t.Fatalf("%v sent before the stream was idle for half IdleTimeout", r)
 			default:
-				t.Fatal("no notice after the stream was idle for IdleTimeout")
 			}
-			if !errors.Is(Err(notice.GetStatus()), ErrIdle) || notice.GetId() != 0 {
-				t.Errorf("notice %v, want id 0 and ErrIdle", notice)
-			}
+			time.Sleep(time.Millisecond)
+			noticed(t, s)
 			close(s.in)
 			if err, ok := ended(served); !ok || err != nil {
 				t.Errorf("Serve after its client ended the stream: %v (returned %v), want nil", err, ok)
@@ -165,12 +179,16 @@ func TestIdleStreamIsAskedToEnd(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := newStalled()
 			served := serveStalled(slotServer(10*time.Second, idle, nil), s)
-			time.Sleep(idle + 3*time.Second) // a tick is a quarter of SendTimeout
-			<-s.out
-			time.Sleep(idle)
+			time.Sleep(idle / 2)
+			noticed(t, s)
+			time.Sleep(idle/2 - time.Millisecond)
+			if err, ok := ended(served); ok {
+				t.Fatalf("Serve returned %v before the stream was idle for IdleTimeout", err)
+			}
+			time.Sleep(time.Millisecond)
 			err, ok := ended(served)
 			if !ok || !errors.Is(err, ErrIdle) {
-				t.Fatalf("Serve, idle for 2m3s after a notice: %v (returned %v), want ErrIdle", err, ok)
+				t.Fatalf("Serve, idle for IdleTimeout: %v (returned %v), want ErrIdle", err, ok)
 			}
 			if !errors.Is(s.ctx.Err(), context.DeadlineExceeded) {
 				t.Errorf("the RPC's context: %v, want it ended", s.ctx.Err())
