@@ -173,8 +173,8 @@ func spendUsers(t *testing.T, c pb.RateLimiterClient, n int) []string {
 	return users
 }
 
-// metric returns the value of series on n's /metrics, or -1.
-func metric(t *testing.T, n *node.Node, series string) float64 {
+// metrics returns n's /metrics.
+func metrics(t *testing.T, n *node.Node) string {
 	t.Helper()
 	resp, err := http.Get("http://" + n.HTTPAddr() + "/metrics")
 	if err != nil {
@@ -185,7 +185,13 @@ func metric(t *testing.T, n *node.Node, series string) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := string(b)
+	return string(b)
+}
+
+// metric returns the value of series on n's /metrics, or -1.
+func metric(t *testing.T, n *node.Node, series string) float64 {
+	t.Helper()
+	body := metrics(t, n)
 	i := strings.Index(body, "\n"+series+" ")
 	if i < 0 {
 		return -1

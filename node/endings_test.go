@@ -410,64 +410,62 @@ func quotaReport() *rlqspb.RateLimitQuotaUsageReports {
 		{BucketId: &rlqspb.BucketId{Bucket: map[string]string{"tenant": "t"}}, NumRequestsAllowed: 1}}}
 }
 
-func grpcConn(addr string, conf *tls.Config) (*grpc.ClientConn, error) {
+// withGRPC calls f with a new client connection to addr, TLS with conf
+// (nil: plaintext), closed when f returns.
+func withGRPC(addr string, conf *tls.Config, f func(cc *grpc.ClientConn) error) error {
 	creds := insecure.NewCredentials()
 	if conf != nil {
 		creds = credentials.NewTLS(conf)
 	}
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	return f(cc)
 }
 
 func grpcProbe(addr string, conf *tls.Config) func(context.Context) error {
 	return func(ctx context.Context) error {
-		cc, err := grpcConn(addr, conf)
-		if err != nil {
-			return err
-		}
-		defer cc.Close()
-		resp, err := pb.NewRateLimiterClient(cc).Check(ctx, &pb.CheckRequest{Requests: []*pb.CheckItem{endingsItem()}})
-		if err != nil {
-			return err
-		}
-		if r := resp.GetResponses()[0]; r.GetStatus() != pb.Status_UNDER_LIMIT {
-			return fmt.Errorf("answered %v", r)
-		}
-		return nil
+		return withGRPC(addr, conf, func(cc *grpc.ClientConn) error {
+			resp, err := pb.NewRateLimiterClient(cc).Check(ctx, &pb.CheckRequest{Requests: []*pb.CheckItem{endingsItem()}})
+			if err != nil {
+				return err
+			}
+			if r := resp.GetResponses()[0]; r.GetStatus() != pb.Status_UNDER_LIMIT {
+				return fmt.Errorf("answered %v", r)
+			}
+			return nil
+		})
 	}
 }
 
 func quotaProbe(addr string, conf *tls.Config) func(context.Context) error {
 	return func(ctx context.Context) error {
-		cc, err := grpcConn(addr, conf)
-		if err != nil {
-			return err
-		}
-		defer cc.Close()
-		s, err := rlqspb.NewRateLimitQuotaServiceClient(cc).StreamRateLimitQuotas(ctx)
-		if err != nil {
-			return err
-		}
-		s.Send(quotaReport()) // a refused stream's Send may say only io.EOF: Recv says why
-		resp, err := s.Recv()
-		if err != nil {
-			return err
-		}
-		if len(resp.GetBucketAction()) != 1 {
-			return fmt.Errorf("answered %v", resp)
-		}
-		return nil
+		return withGRPC(addr, conf, func(cc *grpc.ClientConn) error {
+			s, err := rlqspb.NewRateLimitQuotaServiceClient(cc).StreamRateLimitQuotas(ctx)
+			if err != nil {
+				return err
+			}
+			s.Send(quotaReport()) // a refused stream's Send may say only io.EOF: Recv says why
+			resp, err := s.Recv()
+			if err != nil {
+				return err
+			}
+			if len(resp.GetBucketAction()) != 1 {
+				return fmt.Errorf("answered %v", resp)
+			}
+			return nil
+		})
 	}
 }
 
 func peerProbe(addr string, conf *tls.Config) func(context.Context) error {
 	return func(ctx context.Context) error {
-		cc, err := grpcConn(addr, conf)
-		if err != nil {
+		return withGRPC(addr, conf, func(cc *grpc.ClientConn) error {
+			_, err := peerpb.NewPeerClient(cc).Forward(ctx, &peerpb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: []*pb.CheckItem{endingsItem()}}}})
 			return err
-		}
-		defer cc.Close()
-		_, err = peerpb.NewPeerClient(cc).Forward(ctx, &peerpb.ForwardRequest{Requests: []*pb.CheckRequest{{Requests: []*pb.CheckItem{endingsItem()}}}})
-		return err
+		})
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -100,10 +99,10 @@ func pause(ctx context.Context, d time.Duration) {
 	}
 }
 
-// startFlood floods addr until the test ends, and waits until the node
-// at httpAddr has refused 300 of its connections on listener: the flood
-// holds what it can.
-func startFlood(t *testing.T, httpAddr, listener, addr string, hello func(net.Conn)) {
+// startFlood floods addr until the test ends, and waits until n has
+// refused 300 of its connections on listener: the flood holds what it
+// can.
+func startFlood(t *testing.T, n *node.Node, listener, addr string, hello func(net.Conn)) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	wait := flood(ctx, addr, hello)
@@ -111,28 +110,19 @@ func startFlood(t *testing.T, httpAddr, listener, addr string, hello func(net.Co
 		cancel()
 		t.Logf("the flood of %s made %d connections", listener, wait())
 	})
-	for deadline := time.Now().Add(30 * time.Second); refused(t, httpAddr, listener) < 300; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); refused(t, n, listener) < 300; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the flood was not refused 300 connections on %s within 30s", listener)
 		}
 	}
 }
 
-// refused sums ringlimit_connections_refused_total of listener, over
+// refused sums n's ringlimit_connections_refused_total of listener, over
 // its reasons.
-func refused(t *testing.T, httpAddr, listener string) float64 {
+func refused(t *testing.T, n *node.Node, listener string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + httpAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var sum float64
-	for line := range strings.Lines(string(b)) {
+	for line := range strings.Lines(metrics(t, n)) {
 		if strings.HasPrefix(line, "ringlimit_connections_refused_total{") && strings.Contains(line, `listener="`+listener+`"`) {
 			v, _ := strconv.ParseFloat(strings.TrimSpace(line[strings.LastIndexByte(line, ' ')+1:]), 64)
 			sum += v
@@ -190,7 +180,7 @@ func TestNineAddressFloodOnClientPort(t *testing.T) {
 	floodBounds(&conf)
 	n, _ := nodetest.Start(t, conf)
 	var greeted atomic.Int64
-	startFlood(t, n.HTTPAddr(), "grpc", n.GRPCAddr(), func(c net.Conn) {
+	startFlood(t, n, "grpc", n.GRPCAddr(), func(c net.Conn) {
 		if greeted.Add(1)%2 == 0 {
 			speakGRPC(c)
 		}
@@ -213,7 +203,7 @@ func TestNineAddressFloodOnClientPort(t *testing.T) {
 func TestNineAddressFloodOnPeerPortDuringRestart(t *testing.T) {
 	s := startSecureWith(t, 3, func(_ int, c *node.Config) { floodBounds(c) })
 	users := spendUsers(t, checker(t, s.nodes[0]), 30)
-	startFlood(t, s.nodes[0].HTTPAddr(), "peer", s.nodes[0].PeerAddr(), nil)
+	startFlood(t, s.nodes[0], "peer", s.nodes[0].PeerAddr(), nil)
 
 	stopping := time.Now()
 	if err := s.stops[2](); err != nil {

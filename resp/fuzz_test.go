@@ -3,7 +3,6 @@ package resp
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -97,20 +96,7 @@ func FuzzConnEndings(f *testing.F) {
 	f.Add([]byte(strings.Repeat("CL.THROTTLE r 5 10 60\r\n", 300)), uint16(6000), uint8(2))
 	f.Add([]byte("CL.THROTTLE k 1 1 1\r\nPING\r\nHELLO 3\r\nCL.THR"), uint16(40), uint8(3))
 	f.Add([]byte("*3\r\n$4\r\nPING\r\n"), uint16(9), uint8(1))
-	svc := service.New(service.Config{})
-	s := New(Config{Checker: svc, Limits: Limits{MaxArgs: 8, MaxBulk: 64, MaxCommand: 256, MaxInline: 256, Buffer: 256}})
-	lis := listen(f)
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(lis) }()
-	f.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			f.Errorf("Shutdown: %v", err)
-		}
-		<-served
-	})
-	addr := lis.Addr().String()
+	addr := startServer(f, newClock(), Config{Limits: Limits{MaxArgs: 8, MaxBulk: 64, MaxCommand: 256, MaxInline: 256, Buffer: 256}}).addr
 	f.Fuzz(func(t *testing.T, in []byte, cut uint16, how uint8) {
 		in = in[:min(int(cut), len(in))]
 		c := dial(t, addr).(*net.TCPConn)

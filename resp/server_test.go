@@ -43,7 +43,7 @@ type testServer struct {
 	svc  *service.Service
 }
 
-func startServer(t *testing.T, clk *clock, conf Config) *testServer {
+func startServer(t testing.TB, clk *clock, conf Config) *testServer {
 	t.Helper()
 	svc := service.New(service.Config{Now: clk.now})
 	conf.Checker, conf.Now = svc, clk.now
