@@ -86,7 +86,8 @@ func (c Config) connConfig(name string, m *conns.Metrics) conns.Config {
 	return conns.Config{
 		Name:           name,
 		Max:            c.MaxConns,
-		Established:    conns.Bounds{PerSource: source, PerRange: rangeShare * source},
+		PerSource:      source,
+		PerRange:       rangeShare * source,
 		Pending:        conns.Bounds{Max: max(rangeShare*pendingSource, c.MaxConns/pendingPool), PerSource: pendingSource, PerRange: rangeShare * pendingSource},
 		PendingTimeout: c.HandshakeTimeout,
 		Metrics:        m,

@@ -53,11 +53,9 @@ type Config struct {
 	// Name labels the listener's metrics ("http", "grpc", "peer", "resp").
 	Name string
 	// Max bounds the connections open at once, pending or established;
-	// zero means no bound.
-	Max int
-	// Established bounds the connections that have made a request, by
-	// source and range (its Max is not used: Max bounds them).
-	Established Bounds
+	// PerSource and PerRange bound those that have made a request from
+	// one IP address and from one range. Zero means no bound.
+	Max, PerSource, PerRange int
 	// Pending bounds the connections that have not: in all, by source and
 	// by range.
 	Pending Bounds
@@ -66,7 +64,7 @@ type Config struct {
 	PendingTimeout time.Duration
 	// Kept, if not nil, reports whether connections from a source are
 	// admitted ahead of strangers: beyond Max, the pools and the range
-	// shares, up to Established.PerSource (if set) from that source. It is
+	// shares, up to PerSource (if set) from that source. It is
 	// asked only of a connection that a bound would refuse, so it may be
 	// slow.
 	Kept func(netip.Addr) bool
@@ -77,13 +75,12 @@ type Config struct {
 
 // The reasons of ringlimit_connections_refused_total.
 const (
-	reasonTotal     = "total"      // Max open on the listener
-	reasonPending   = "pending"    // Pending.Max pending, none to take the place of
-	reasonSource    = "per_source" // the source's share of a pool
-	reasonRange     = "per_range"  // the range's share of a pool
-	reasonEvicted   = "evicted"    // a pending connection whose place a newcomer took
-	reasonTimeout   = "timeout"    // pending for PendingTimeout
-	reasonKeptLimit = reasonSource // a kept source beyond Established.PerSource
+	reasonTotal   = "total"      // Max open on the listener
+	reasonPending = "pending"    // Pending.Max pending, none to take the place of
+	reasonSource  = "per_source" // the source's share of a pool
+	reasonRange   = "per_range"  // the range's share of a pool
+	reasonEvicted = "evicted"    // a pending connection whose place a newcomer took
+	reasonTimeout = "timeout"    // pending for PendingTimeout
 )
 
 // Metrics are the counters of every Listener of a node, labelled by
@@ -215,9 +212,6 @@ func (l *Listener) Accept() (net.Conn, error) {
 			c.Close()
 			continue
 		}
-		if d := l.conf.PendingTimeout; d > 0 {
-			lc.timer = time.AfterFunc(d, lc.expire)
-		}
 		return lc, nil
 	}
 }
@@ -229,8 +223,8 @@ func (l *Listener) enter(c *conn, kept bool) (victim *conn, reason string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if kept {
-		if b := l.conf.Established.PerSource; b > 0 && l.pending.bySource[c.src]+l.established.bySource[c.src] >= b {
-			return nil, reasonKeptLimit
+		if b := l.conf.PerSource; b > 0 && l.pending.bySource[c.src]+l.established.bySource[c.src] >= b {
+			return nil, reasonSource // a kept source's only bound
 		}
 		c.kept = true
 		l.admit(c)
@@ -257,24 +251,27 @@ func (l *Listener) enter(c *conn, kept bool) (victim *conn, reason string) {
 }
 
 // heaviest returns the oldest pending connection of the range that holds
-// the most, if that is more than than: the one a newcomer whose range
-// holds than may take the place of.
-func (l *Listener) heaviest(than int) *conn {
+// the most, if that range holds more than held: the one a newcomer whose
+// range holds held may take the place of.
+func (l *Listener) heaviest(held int) *conn {
 	var most []*conn
 	for _, q := range l.queues {
 		if len(q) > len(most) {
 			most = q
 		}
 	}
-	if len(most) <= than {
+	if len(most) <= held {
 		return nil
 	}
 	return most[0]
 }
 
-// admit counts c pending; l.mu is held.
+// admit counts c pending, until PendingTimeout; l.mu is held.
 func (l *Listener) admit(c *conn) {
 	c.state = statePending
+	if d := l.conf.PendingTimeout; d > 0 {
+		c.timer = time.AfterFunc(d, c.expire)
+	}
 	l.total++
 	l.pending.add(c, 1)
 	if !c.kept {
@@ -302,8 +299,12 @@ func (l *Listener) remove(c *conn) {
 	l.gauge.Dec()
 }
 
-// leavePending uncounts c from the pending pool; l.mu is held.
+// leavePending uncounts c from the pending pool, and stops its timer;
+// l.mu is held.
 func (l *Listener) leavePending(c *conn) {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
 	l.pending.add(c, -1)
 	l.pendingGauge.Dec()
 	if c.kept {
@@ -402,7 +403,7 @@ type conn struct {
 	src    netip.Addr
 	rng    netip.Prefix
 	kept   bool        // admitted as Config.Kept; set before it is returned
-	timer  *time.Timer // closes it at PendingTimeout; nil without one
+	timer  *time.Timer // closes it at PendingTimeout while pending; nil without one; guarded by l.mu
 
 	state       int         // guarded by l.mu
 	established atomic.Bool // state has been stateEstablished: no lock needed to see it
@@ -421,12 +422,9 @@ func (c *conn) establish() {
 		l.mu.Unlock()
 		return
 	}
-	if c.timer != nil {
-		c.timer.Stop()
-	}
 	reason := ""
 	if !c.kept {
-		reason = l.established.refuses(l.conf.Established, c)
+		reason = l.established.refuses(Bounds{PerSource: l.conf.PerSource, PerRange: l.conf.PerRange}, c)
 	}
 	if reason != "" {
 		l.remove(c)
@@ -469,9 +467,6 @@ func (c *conn) SyscallConn() (syscall.RawConn, error) {
 func (c *conn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
-		if c.timer != nil {
-			c.timer.Stop()
-		}
 		c.l.mu.Lock()
 		c.l.remove(c)
 		c.l.mu.Unlock()

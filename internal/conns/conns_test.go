@@ -152,7 +152,7 @@ func refusedFor(m *Metrics, name, reason string) float64 {
 // the share is closed as it makes its first request.
 func TestEstablishedMovesPools(t *testing.T) {
 	m := NewMetrics(nil)
-	l := listen(t, Config{Name: "peer", Pending: Bounds{PerSource: 1}, Established: Bounds{PerSource: 2}, Metrics: m})
+	l := listen(t, Config{Name: "peer", Pending: Bounds{PerSource: 1}, PerSource: 2, Metrics: m})
 	accepted := serve(t, l)
 	addr := l.Addr().String()
 	dialFrom(t, "127.0.0.2", addr)
@@ -234,12 +234,12 @@ func TestNewcomerTakesThePlaceOfTheHeaviest(t *testing.T) {
 
 // TestKeptSourcesGetIn: a source that Kept names is admitted when the
 // pool, the listener and its range are full, taking no one's place, up
-// to Established.PerSource connections; and its pending connections are
+// to PerSource connections; and its pending connections are
 // never the place a stranger takes.
 func TestKeptSourcesGetIn(t *testing.T) {
 	m := NewMetrics(nil)
 	member := netip.MustParseAddr("127.0.0.1")
-	l := listen(t, Config{Name: "peer", Max: 1, Pending: Bounds{Max: 1, PerRange: 1}, Established: Bounds{PerSource: 2},
+	l := listen(t, Config{Name: "peer", Max: 1, PerSource: 2, Pending: Bounds{Max: 1, PerRange: 1},
 		Kept: func(a netip.Addr) bool { return a == member }, Metrics: m})
 	accepted := serve(t, l)
 	addr := l.Addr().String()
