@@ -611,7 +611,11 @@ func (n *Node) membersAt(addr string) []string {
 // gone within the last minutes (cluster.Members): the peer port admits
 // its connections ahead of strangers' (see connConfig). A node that
 // restarts is known by the others as soon as its join reaches them,
-// before they admit it, and its admission checks of them come after.
+// before they admit it, and its admission checks of them come after. The
+// address is all there is before a TLS handshake, and proves nothing: a
+// source that can complete TCP handshakes from a member's address gets
+// that address's precedence, and no certificate (SECURITY.md, "Pending
+// connections, shares and members").
 func (n *Node) memberAddr(ip netip.Addr) bool {
 	if n.members == nil {
 		return false // not built yet; nothing is accepted before
