@@ -21,7 +21,6 @@ const maxPageLines = 400
 var longPages = []string{
 	"BENCHMARKS.md",
 	"README.md",
-	"SECURITY.md",
 	"docs/cluster.md",
 	"docs/design.md",
 	"docs/go.md",

@@ -54,7 +54,7 @@ func (l listeners) close() {
 const DefaultMaxConns = 4096
 
 // The shares of a listener's connections, from --max-conns and
-// --max-conns-per-source (see SECURITY.md, "Connection and stream
+// --max-conns-per-source (see docs/security.md, "Connection and stream
 // slots"). A connection is pending until it makes its first request
 // (conns.Established): an HTTP request, a gRPC call, a RESP command.
 const (

@@ -359,7 +359,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		Clients: clients.NewQuota(cmp.Or(conf.MaxReservationsPerClient, limiter.DefaultMaxReservationsPerClient)),
 	})
 	// Every long-lived stream, on the client port and the peer port, is
-	// bounded by the same two timeouts (see SECURITY.md, "Connection and
+	// bounded by the same two timeouts (see docs/security.md, "Connection and
 	// stream slots").
 	ended := newStreamsEnded(reg)
 	grpcLis := n.lis.grpc.(*conns.Listener)
@@ -614,7 +614,7 @@ func (n *Node) membersAt(addr string) []string {
 // before they admit it, and its admission checks of them come after. The
 // address is all there is before a TLS handshake, and proves nothing: a
 // source that can complete TCP handshakes from a member's address gets
-// that address's precedence, and no certificate (SECURITY.md, "Pending
+// that address's precedence, and no certificate (docs/security.md, "Pending
 // connections, shares and members").
 func (n *Node) memberAddr(ip netip.Addr) bool {
 	if n.members == nil {

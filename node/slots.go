@@ -17,7 +17,7 @@ import (
 )
 
 // The defaults of the Config fields that bound how long a connection or
-// a stream holds its slot without earning it (see SECURITY.md,
+// a stream holds its slot without earning it (see docs/security.md,
 // "Connection and stream slots").
 const (
 	// DefaultMaxConnsPerSource leaves room for a proxy: Envoy opens a
