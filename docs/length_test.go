@@ -20,7 +20,6 @@ const maxPageLines = 400
 // is empty once every page is done.
 var longPages = []string{
 	"BENCHMARKS.md",
-	"README.md",
 	"docs/cluster.md",
 	"docs/design.md",
 	"docs/go.md",
