@@ -67,11 +67,12 @@ func startRLQSRun(t *testing.T, ctx context.Context, tenant string, endpoints []
 // until the run's end.
 func (r *rlqsRun) call(i int, at time.Time) {
 	end := r.start.Add(time.Duration(r.seconds) * time.Second)
+	e, counts := r.envoys[i], r.counts[i] // read here: startRLQSRun goes on appending
 	r.callers.Go(func() {
 		time.Sleep(time.Until(at))
 		for now := time.Now(); now.Before(end) && r.ctx.Err() == nil; now = time.Now() {
-			if r.envoys[i].Allow(r.bucket) && !now.Before(r.start) {
-				r.counts[i][int(now.Sub(r.start)/time.Second)].Add(1)
+			if e.Allow(r.bucket) && !now.Before(r.start) {
+				counts[int(now.Sub(r.start)/time.Second)].Add(1)
 			}
 			time.Sleep(time.Millisecond)
 		}
