@@ -350,13 +350,18 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 	n.unknown = policy.NewUnknownDomains(log, reg)
 	leases := conf.Leases
 	leases.MaxAccounts = mem.leaseAccounts
+	perClient := clients.NewQuota(cmp.Or(conf.MaxReservationsPerClient, limiter.DefaultMaxReservationsPerClient))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "ringlimit_reservations_refused_per_client_total",
+		Help: "Reservations refused because their client (its TLS name, or its /24 or /64) held --max-reservations-per-client through this node.",
+	}, func() float64 { return float64(perClient.Refused()) }))
 	n.svc = service.New(service.Config{
 		Store: store, Replicas: replicas, Cluster: n.members, Peers: n.pool,
 		MaxClockSkew: conf.MaxClockSkew, GlobalSync: conf.GlobalSync, HandOffWait: conf.HandOffWait,
 		ReplicateInterval: conf.ReplicateInterval, HandedOff: n.snaps.handedOff(),
 		StrictQuorum: conf.StrictQuorum, StrictFence: conf.StrictFence,
 		Logger: log, Registerer: reg, Policies: n.policies, Leases: leases, Top: n.top,
-		Clients: clients.NewQuota(cmp.Or(conf.MaxReservationsPerClient, limiter.DefaultMaxReservationsPerClient)),
+		Clients: perClient,
 	})
 	// Every long-lived stream, on the client port and the peer port, is
 	// bounded by the same two timeouts (see docs/security.md, "Connection and

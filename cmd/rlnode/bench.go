@@ -47,7 +47,7 @@ zipf from a Zipf distribution (bench:0 the hottest; a larger --zipf-s is
 more skewed).
 
 Progress goes to stderr: on a terminal, one line updated every second;
-otherwise a line every 10s. --json prints one JSON object (see docs/operations.md).
+otherwise a line every 10s. --json prints one JSON object (see docs/cli.md).
 `)
 	addr := fs.String("addr", "", "address of a node (default localhost:8081 for grpc, localhost:8080 for http)")
 	addrs := fs.String("addrs", "", "comma-separated node addresses; workers are spread over them round-robin (overrides --addr)")

@@ -12,7 +12,7 @@ import (
 )
 
 // benchJSONKeys are the keys of `rlnode bench --json`, at each level, as
-// docs/operations.md documents them: programs that plot runs rely on them.
+// docs/cli.md documents them: programs that plot runs rely on them.
 var benchJSONKeys = map[string][]string{
 	"": {"schema", "started", "options", "seconds", "requests", "checks", "answered", "admitted", "refused",
 		"errors", "requests_per_sec", "checks_per_sec", "latency_us", "cpu_us_per_check", "nodes", "members", "first_error"},

@@ -79,6 +79,9 @@ func TestQuota(t *testing.T) {
 	if !q.Claim("a", t0) || q.Claim("a", t0) {
 		t.Fatal("after a return: want one more claim, then none")
 	}
+	if n := q.Refused(); n != 2 {
+		t.Errorf("Refused() = %d, want 2", n)
+	}
 	q.Return("a") // the last claim, unused
 	if got := q.Held("a", t0.Add(time.Minute)); got != 1 {
 		t.Errorf("a minute on: %d held, want 1 (the one kept for an hour)", got)

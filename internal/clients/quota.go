@@ -3,6 +3,7 @@ package clients
 import (
 	"container/heap"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -11,10 +12,11 @@ import (
 // Keep time passes. It is safe for concurrent use; its memory is one
 // count a client that holds something and one expiry an entry kept.
 type Quota struct {
-	max    int
-	mu     sync.Mutex
-	held   map[ID]int
-	expiry expiries
+	max     int
+	refused atomic.Int64
+	mu      sync.Mutex
+	held    map[ID]int
+	expiry  expiries
 }
 
 // NewQuota returns a Quota of most entries a client (at least 1).
@@ -33,11 +35,15 @@ func (q *Quota) Claim(id ID, now time.Time) bool {
 	defer q.mu.Unlock()
 	q.expire(now.UnixNano())
 	if q.held[id] >= q.max {
+		q.refused.Add(1)
 		return false
 	}
 	q.held[id]++
 	return true
 }
+
+// Refused returns how many claims were refused, since the Quota was made.
+func (q *Quota) Refused() int64 { return q.refused.Load() }
 
 // Return gives back an entry id claimed and did not use.
 func (q *Quota) Return(id ID) {
