@@ -1,12 +1,14 @@
 # The README's commands. `make test` is what CI runs.
 .PHONY: test e2e chaos scale generate bench plots fuzz image cluster cluster-down
 
+# e2e runs real clusters for about ten minutes on two cores: past go
+# test's default timeout of 10m per package.
 test:
-	go test -race ./...
+	go test -race -timeout 30m ./...
 
 # The tests that run real rlnode processes (also part of `make test`).
 e2e:
-	go test -race ./e2e/
+	go test -race -timeout 30m ./e2e/
 
 # The chaos suite on containers of the image (docs/chaos.md); needs Docker.
 chaos: image
