@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -84,7 +85,9 @@ type Config[Req, Resp any] struct {
 // Client sends requests on one stream at a time, opened on first use and
 // again after it ends. It is safe for concurrent use. Each open stream has
 // two goroutines, one sending and one receiving, which end with the
-// stream; Close ends the stream and waits for them.
+// stream; Close ends the stream and waits for them. A call made while the
+// stream has no request unanswered is sent from its caller's goroutine
+// instead (see Call).
 type Client[Req, Resp any] struct {
 	conf   Config[Req, Resp]
 	base   context.Context // ends at Close
@@ -104,6 +107,10 @@ type stream[Req, Resp any] struct {
 	cancel  context.CancelFunc
 	out     chan *Req     // to the sending goroutine
 	closing chan struct{} // closed when the node asks for the stream to end
+
+	sendMu     sync.Mutex   // held by whoever sends: one Send at a time
+	sendClosed bool         // the sending goroutine has closed the sending side; under sendMu
+	unanswered atomic.Int64 // requests sent and not answered yet
 
 	mu       sync.Mutex // guards what follows
 	pending  map[uint64]chan result[Resp]
@@ -131,6 +138,15 @@ func NewClient[Req, Resp any](conf Config[Req, Resp]) *Client[Req, Resp] {
 // ErrRefused means nothing decided req: send it another way. Call stamps
 // req with an id and ctx's deadline, and must not be given the same req
 // twice at once.
+//
+// A call to a stream that has no request unanswered, and none queued, is
+// sent from the caller's goroutine, saving the hand-over to the sending
+// goroutine (a thread woken, on a node that is not busy): so is every call
+// of a lone caller. Such a Send cannot block: gRPC blocks a stream's sends
+// only while 64 KiB of its messages wait to be written, and a stream whose
+// every request was answered has none waiting. Calls that find requests
+// in flight go through the sending goroutine, and the caller waits for
+// the send with ctx.
 func (c *Client[Req, Resp]) Call(ctx context.Context, req *Req) (*Resp, error) {
 	st, id, err := c.stream()
 	if err != nil {
@@ -145,13 +161,15 @@ func (c *Client[Req, Resp]) Call(ctx context.Context, req *Req) (*Resp, error) {
 	}
 	c.conf.Stamp(req, id, (timeout + time.Millisecond - 1).Milliseconds())
 	ch := st.waiting(id)
-	select {
-	case st.out <- req:
-	case r := <-ch: // the stream ended
-		return r.resp, r.err
-	case <-ctx.Done():
-		st.forget(id)
-		return nil, ctx.Err()
+	if !st.sendIdle(req) {
+		select {
+		case st.out <- req:
+		case r := <-ch: // the stream ended
+			return r.resp, r.err
+		case <-ctx.Done():
+			st.forget(id)
+			return nil, ctx.Err()
+		}
 	}
 	select {
 	case r := <-ch:
@@ -208,6 +226,33 @@ func (st *stream[Req, Resp]) waiting(id uint64) chan result[Resp] {
 	return ch
 }
 
+// sendIdle sends req from this goroutine if the stream is idle: no
+// request unanswered, none queued, no send in progress, the sending side
+// open. It reports whether it sent req; a failed send ends the stream, and
+// the receiving goroutine fails the calls.
+func (st *stream[Req, Resp]) sendIdle(req *Req) bool {
+	if st.unanswered.Load() != 0 || len(st.out) != 0 || !st.sendMu.TryLock() {
+		return false
+	}
+	defer st.sendMu.Unlock()
+	if st.unanswered.Load() != 0 || st.sendClosed { // counted under sendMu: exact
+		return false
+	}
+	st.sendLocked(req)
+	return true
+}
+
+// sendLocked sends req, counting it unanswered; the caller holds sendMu.
+// A failed send ends the stream, and reports false.
+func (st *stream[Req, Resp]) sendLocked(req *Req) bool {
+	st.unanswered.Add(1)
+	if err := st.s.Send(req); err != nil {
+		st.cancel() // the stream is broken: receive sees it and fails the calls
+		return false
+	}
+	return true
+}
+
 // forget drops the call waiting for id: its caller has gone.
 func (st *stream[Req, Resp]) forget(id uint64) {
 	st.mu.Lock()
@@ -225,14 +270,16 @@ func (c *Client[Req, Resp]) send(ctx context.Context, st *stream[Req, Resp]) {
 		select {
 		case req = <-st.out:
 		case <-st.closing:
+			st.sendMu.Lock()
+			defer st.sendMu.Unlock()
 			for {
 				select {
 				case req = <-st.out:
-					if st.s.Send(req) != nil {
-						st.cancel()
+					if !st.sendLocked(req) {
 						return
 					}
 				default:
+					st.sendClosed = true
 					st.s.CloseSend()
 					return
 				}
@@ -240,8 +287,10 @@ func (c *Client[Req, Resp]) send(ctx context.Context, st *stream[Req, Resp]) {
 		case <-ctx.Done():
 			return
 		}
-		if err := st.s.Send(req); err != nil {
-			st.cancel() // the stream is broken: receive sees it and fails the calls
+		st.sendMu.Lock()
+		ok := st.sendLocked(req)
+		st.sendMu.Unlock()
+		if !ok {
 			return
 		}
 	}
@@ -261,6 +310,7 @@ func (c *Client[Req, Resp]) receive(st *stream[Req, Resp]) {
 			c.drained(st)
 			continue
 		}
+		st.unanswered.Add(-1)
 		st.mu.Lock()
 		ch := st.pending[id]
 		delete(st.pending, id)

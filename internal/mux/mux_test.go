@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,6 +128,15 @@ func serve(t testing.TB, g *grpc.Server) string {
 
 // dial returns a Client of CheckStream at addr, with the connection up.
 func dial(t testing.TB, addr string) (*Client[pb.CheckStreamRequest, pb.CheckStreamResponse], *grpc.ClientConn) {
+	return dialWrapped(t, addr, nil)
+}
+
+// checkStream is a CheckStream as a client opens it.
+type checkStream = grpc.BidiStreamingClient[pb.CheckStreamRequest, pb.CheckStreamResponse]
+
+// dialWrapped is dial, with each stream the Client opens wrapped by wrap
+// (nil: none).
+func dialWrapped(t testing.TB, addr string, wrap func(checkStream) checkStream) (*Client[pb.CheckStreamRequest, pb.CheckStreamResponse], *grpc.ClientConn) {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -134,8 +144,18 @@ func dial(t testing.TB, addr string) (*Client[pb.CheckStreamRequest, pb.CheckStr
 	}
 	t.Cleanup(func() { cc.Close() })
 	rl := pb.NewRateLimiterClient(cc)
+	open := rl.CheckStream
+	if wrap != nil {
+		open = func(ctx context.Context, opts ...grpc.CallOption) (checkStream, error) {
+			s, err := rl.CheckStream(ctx, opts...)
+			if err != nil {
+				return nil, err
+			}
+			return wrap(s), nil
+		}
+	}
 	c := NewClient(Config[pb.CheckStreamRequest, pb.CheckStreamResponse]{
-		Open:  rl.CheckStream,
+		Open:  open,
 		Ready: func() bool { return cc.GetState() == connectivity.Ready },
 		Stamp: func(r *pb.CheckStreamRequest, id uint64, timeoutMs int64) {
 			r.Id = id
@@ -281,6 +301,104 @@ func TestWaitsDetachByThemselves(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// sentBy records the goroutine of each Send on a stream.
+type sentBy struct {
+	checkStream
+	mu   *sync.Mutex
+	gids *[]string
+}
+
+func (s sentBy) Send(m *pb.CheckStreamRequest) error {
+	s.mu.Lock()
+	*s.gids = append(*s.gids, goroutine())
+	s.mu.Unlock()
+	return s.checkStream.Send(m)
+}
+
+// TestIdleStreamCallsSendThemselves: a call to a stream with no request
+// unanswered is sent from its caller's goroutine, as every call of a lone
+// caller is, with no hand-over to the sending goroutine (which wakes a
+// thread); a call made while another is unanswered is handed over, so
+// that its caller waits for a send with its context.
+func TestIdleStreamCallsSendThemselves(t *testing.T) {
+	var mu sync.Mutex
+	var gids []string
+	sender := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return gids[len(gids)-1]
+	}
+	n := newNode()
+	c, _ := dialWrapped(t, serve(t, newServer(n)), func(s checkStream) checkStream { return sentBy{s, &mu, &gids} })
+	me := goroutine()
+	for i := range 3 {
+		if err := call(context.Background(), c, "k", int64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+		if got := sender(); got != me {
+			t.Fatalf("call %d of a lone caller was sent by goroutine %s, want its own, %s", i, got, me)
+		}
+	}
+	waiting := make(chan error, 1)
+	go func() { waiting <- call(context.Background(), c, "wait", 1) }()
+	<-n.entered
+	if err := call(context.Background(), c, "behind", 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := sender(); got == me {
+		t.Errorf("a call made while another was unanswered was sent by its caller's goroutine, want the sending goroutine's")
+	}
+	close(n.release)
+	if err := <-waiting; err != nil {
+		t.Fatal(err)
+	}
+	if err := call(context.Background(), c, "k", 4); err != nil || sender() != me {
+		t.Errorf("a call once every request was answered: %v, sent by %s; want sent by its caller, %s", err, sender(), me)
+	}
+}
+
+// TestCallsBehindABlockedSendKeepTheirDeadlines: when the node reads no
+// more of a stream and gRPC's flow control blocks its sends, calls still
+// return as their contexts end, none blocked in a send of its own.
+func TestCallsBehindABlockedSendKeepTheirDeadlines(t *testing.T) {
+	n := newNode()
+	window := grpc.StaticStreamWindowSize(64 << 10) // the node reads no more than this of a stream it does not read
+	c, _ := dial(t, serve(t, newServer(n, window)))
+	held := make(chan error, Workers)
+	for i := range Workers {
+		go func() { held <- call(context.Background(), c, "wait", int64(i)) }()
+	}
+	for range Workers {
+		<-n.entered // the node reads the stream no further
+	}
+	big := strings.Repeat("k", 60<<10)
+	const calls = 5 // the node's window, gRPC's write quota, and sends that block
+	errs := make(chan error, calls)
+	go func() {
+		for i := range calls { // one after another: each is the only call made
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			errs <- call(ctx, c, big, int64(i))
+			cancel()
+		}
+	}()
+	for range calls {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("a call the node did not read: %v, want its deadline's error", err)
+			}
+		case <-time.After(10 * time.Second): // a bound, not a timing
+			t.Fatal("a call behind a blocked send did not return when its context ended")
+		}
+	}
+	close(n.release)
+	for range Workers {
+		if err := <-held; err != nil {
+			t.Error(err)
+		}
 	}
 }
 
