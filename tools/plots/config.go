@@ -18,6 +18,7 @@ type config struct {
 	Out         string        // directory for results.json and the PNGs
 	From        string        // a results.json to draw from, instead of measuring
 	Concurrency []int         // concurrent callers at each step, ascending
+	Modes       []mode        // the ways of asking to measure, in legend order
 	Duration    time.Duration // each run's longest
 	Count       int64         // each run's most calls
 	Keys        int           // distinct keys bench:0 .. bench:<Keys-1>
@@ -47,6 +48,7 @@ Flags:
 	fs.StringVar(&c.Out, "out", "../../docs/bench", "directory for results.json and the charts")
 	fs.StringVar(&c.From, "from", "", "draw the charts from this results.json instead of measuring")
 	levels := fs.String("concurrency", "1,2,4,8,16,32,64", "comma-separated concurrent callers, one run of each mode at each")
+	names := fs.String("modes", modeNames(modes), "comma-separated modes to measure (results.json's names)")
 	fs.DurationVar(&c.Duration, "duration", 3*time.Second, "each run stops after this long")
 	fs.Int64Var(&c.Count, "count", 1_000_000, "each run stops after this many calls")
 	fs.IntVar(&c.Keys, "keys", 10_000, "distinct keys")
@@ -60,6 +62,9 @@ Flags:
 	var err error
 	if c.Concurrency, err = parseLevels(*levels); err != nil {
 		return config{}, fmt.Errorf("-concurrency: %w", err)
+	}
+	if c.Modes, err = parseModes(*names); err != nil {
+		return config{}, fmt.Errorf("-modes: %w", err)
 	}
 	switch {
 	case c.From == "" && c.RLNode == "":
@@ -99,4 +104,33 @@ func parseLevels(s string) ([]int, error) {
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil
+}
+
+// parseModes parses a comma-separated list of mode names and returns
+// those modes in legend order.
+func parseModes(s string) ([]mode, error) {
+	var want []string
+	for f := range strings.SplitSeq(s, ",") {
+		name := strings.TrimSpace(f)
+		if !slices.ContainsFunc(modes, func(m mode) bool { return m.Name == name }) {
+			return nil, fmt.Errorf("%q, want some of %s", name, modeNames(modes))
+		}
+		want = append(want, name)
+	}
+	var out []mode
+	for _, m := range modes {
+		if slices.Contains(want, m.Name) {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// modeNames is the names of ms, comma-separated.
+func modeNames(ms []mode) string {
+	names := make([]string, len(ms))
+	for i, m := range ms {
+		names[i] = m.Name
+	}
+	return strings.Join(names, ",")
 }

@@ -9,15 +9,19 @@ import (
 )
 
 func TestParseConfig(t *testing.T) {
-	c, err := parseConfig([]string{"-rlnode", "bin/rlnode", "-concurrency", "8, 1,2,8", "-duration", "1s"}, io.Discard)
+	c, err := parseConfig([]string{"-rlnode", "bin/rlnode", "-concurrency", "8, 1,2,8", "-duration", "1s", "-modes", "redis, client"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(c.Concurrency, []int{1, 2, 8}) || c.Duration != time.Second || c.Keys != 10_000 {
+	if !reflect.DeepEqual(c.Concurrency, []int{1, 2, 8}) || c.Duration != time.Second || c.Keys != 10_000 ||
+		len(c.Modes) != 2 || c.Modes[0].Name != "client" || c.Modes[1].Name != "redis" {
 		t.Errorf("parseConfig = %+v", c)
 	}
-	if _, err := parseConfig([]string{"-from", "results.json"}, io.Discard); err != nil {
+	if c, err = parseConfig([]string{"-from", "results.json"}, io.Discard); err != nil {
 		t.Errorf("-from without -rlnode: %v, want no error", err)
+	}
+	if !reflect.DeepEqual(c.Modes, modes) {
+		t.Errorf("default -modes = %v, want every mode", c.Modes)
 	}
 }
 
@@ -37,6 +41,7 @@ func TestParseConfigBadInput(t *testing.T) {
 		{[]string{"-rlnode", "x", "-timeout", "0s"}, "-timeout: 0s"},
 		{[]string{"-rlnode", "x", "-out", ""}, "-out: empty"},
 		{[]string{"-rlnode", "x", "extra"}, `unexpected argument "extra"`},
+		{[]string{"-rlnode", "x", "-modes", "client,redsi"}, `-modes: "redsi", want some of client,grpc`},
 	} {
 		_, err := parseConfig(tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -47,7 +47,7 @@ func measure(ctx context.Context, conf config, log io.Writer) (results, error) {
 	redisLua, redisCPU := redisRate(redis_rate.NewLimiter(rdb)), func(ctx context.Context) (time.Duration, error) { return redisCPU(ctx, rdb) }
 
 	for _, c := range conf.Concurrency {
-		for _, m := range modes {
+		for _, m := range conf.Modes {
 			var raw []byte
 			l := load{Concurrency: c, Duration: conf.Duration, Count: conf.Count, Keys: m.keys(conf), Timeout: conf.Timeout}
 			switch {
