@@ -43,7 +43,7 @@ bench:
 # The charts in docs/bench/ (see BENCHMARKS.md): one rlnode and one
 # redis-server on loopback, checks/s and p99 of one check a call at 1 to 64
 # concurrent callers, through the Go client, gRPC, HTTP, the RESP port and
-# Redis+Lua; 3s a run, about two and a half minutes in all. Needs redis-server. tools/plots is
+# Redis+Lua; each point the median of 3 runs of 1s, about three minutes in all. Needs redis-server. tools/plots is
 # its own module, so that its plotting library stays out of go.mod.
 plots:
 	go build -o build/rlnode ./cmd/rlnode

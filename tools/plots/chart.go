@@ -48,7 +48,7 @@ func drawCharts(res results, dir string) error {
 		return fmt.Errorf("no run answered a check: nothing to draw")
 	}
 	for _, c := range charts {
-		p, err := c.plot(ss, fmt.Sprintf("one rlnode, one redis-server and the load on %d shared CPUs; %gs a run", res.CPUs, res.DurationS))
+		p, err := c.plot(ss, fmt.Sprintf("one rlnode, one redis-server and the load on %d shared CPUs; the median of %d runs of %gs", res.CPUs, max(res.Rounds, 1), res.DurationS))
 		if err != nil {
 			return fmt.Errorf("%s: %w", c.file, err)
 		}

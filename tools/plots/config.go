@@ -20,6 +20,8 @@ type config struct {
 	Concurrency []int         // concurrent callers at each step, ascending
 	Modes       []mode        // the ways of asking to measure, in legend order
 	Duration    time.Duration // each run's longest
+	Rounds      int           // runs of each mode at each level; the median is drawn
+	Warmup      time.Duration // each mode's unrecorded run before the first level; 0 for none
 	Count       int64         // each run's most calls
 	Keys        int           // distinct keys bench:0 .. bench:<Keys-1>
 	Timeout     time.Duration // one call's longest
@@ -49,7 +51,9 @@ Flags:
 	fs.StringVar(&c.From, "from", "", "draw the charts from this results.json instead of measuring")
 	levels := fs.String("concurrency", "1,2,4,8,16,32,64", "comma-separated concurrent callers, one run of each mode at each")
 	names := fs.String("modes", modeNames(modes), "comma-separated modes to measure (results.json's names)")
-	fs.DurationVar(&c.Duration, "duration", 3*time.Second, "each run stops after this long")
+	fs.DurationVar(&c.Duration, "duration", time.Second, "each run stops after this long")
+	fs.IntVar(&c.Rounds, "rounds", 3, "runs of each mode at each level, in turn with the other modes'; the charts show the run of median checks/s")
+	fs.DurationVar(&c.Warmup, "warmup", time.Second, "each mode runs once for this long, unrecorded, before the first level (0: no warm-up)")
 	fs.Int64Var(&c.Count, "count", 1_000_000, "each run stops after this many calls")
 	fs.IntVar(&c.Keys, "keys", 10_000, "distinct keys")
 	fs.DurationVar(&c.Timeout, "timeout", 5*time.Second, "give up on one call after this long")
@@ -71,6 +75,10 @@ Flags:
 		return config{}, errors.New("-rlnode: no binary given (make plots builds one)")
 	case c.Duration <= 0:
 		return config{}, fmt.Errorf("-duration: %v, want > 0", c.Duration)
+	case c.Rounds < 1 || c.Rounds > maxRounds:
+		return config{}, fmt.Errorf("-rounds: %d, want 1 to %d", c.Rounds, maxRounds)
+	case c.Warmup < 0:
+		return config{}, fmt.Errorf("-warmup: %v, want >= 0", c.Warmup)
 	case c.Count <= 0 || c.Count > maxCount:
 		return config{}, fmt.Errorf("-count: %d, want 1 to %d", c.Count, maxCount)
 	case c.Keys <= 0:
@@ -86,6 +94,9 @@ Flags:
 // maxCount bounds a run's calls, and so the memory of the Redis load,
 // which keeps every call's latency: 8 bytes a call.
 const maxCount = 10_000_000
+
+// maxRounds bounds the runs of a mode at a level.
+const maxRounds = 100
 
 // maxLevel bounds a concurrency level: each caller is a goroutine and a
 // connection, and rlnode bench's own workers are as many.

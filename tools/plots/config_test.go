@@ -35,6 +35,8 @@ func TestParseConfigBadInput(t *testing.T) {
 		{[]string{"-rlnode", "x", "-concurrency", "0"}, "-concurrency: \"0\", want a number from 1 to 4096"},
 		{[]string{"-rlnode", "x", "-concurrency", "5000"}, "-concurrency: \"5000\""},
 		{[]string{"-rlnode", "x", "-duration", "0s"}, "-duration: 0s"},
+		{[]string{"-rlnode", "x", "-rounds", "0"}, "-rounds: 0, want 1 to 100"},
+		{[]string{"-rlnode", "x", "-warmup", "-1s"}, "-warmup: -1s"},
 		{[]string{"-rlnode", "x", "-count", "0"}, "-count: 0, want 1 to 10000000"},
 		{[]string{"-rlnode", "x", "-count", "10000001"}, "-count: 10000001"},
 		{[]string{"-rlnode", "x", "-keys", "-1"}, "-keys: -1"},

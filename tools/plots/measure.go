@@ -20,14 +20,16 @@ import (
 // killed; rlnode runs with --shutdown-timeout 2s.
 const stopGrace = 5 * time.Second
 
-// measure starts one rlnode and one redis-server, runs every mode at
-// every concurrency level (the modes one after another at each level, so
-// that a noisy minute on the shared machine touches all of them), and
-// stops both servers before it returns. Progress goes to log.
+// measure starts one rlnode and one redis-server, warms both up (each
+// mode once, for conf.Warmup, unrecorded), runs every mode conf.Rounds
+// times at every concurrency level (the modes one after another at each
+// level, and the rounds in turn, so that a noisy moment on the shared
+// machine touches all of them alike), and stops both servers before it
+// returns. Progress goes to log.
 func measure(ctx context.Context, conf config, log io.Writer) (results, error) {
 	res := results{
 		Started: time.Now().UTC(), Go: runtime.Version(), CPUs: runtime.NumCPU(),
-		DurationS: conf.Duration.Seconds(), Count: conf.Count, Keys: conf.Keys,
+		DurationS: conf.Duration.Seconds(), Rounds: conf.Rounds, Count: conf.Count, Keys: conf.Keys,
 	}
 	rp, redisAddr, err := startRedis(ctx, conf.RedisServer)
 	if err != nil {
@@ -46,44 +48,62 @@ func measure(ctx context.Context, conf config, log io.Writer) (results, error) {
 	defer rl.Close()
 	redisLua, redisCPU := redisRate(redis_rate.NewLimiter(rdb)), func(ctx context.Context) (time.Duration, error) { return redisCPU(ctx, rdb) }
 
-	for _, c := range conf.Concurrency {
+	// one runs mode m with c callers for d and returns its report.
+	one := func(m mode, c int, d time.Duration) ([]byte, report, error) {
+		var raw []byte
+		l := load{Concurrency: c, Duration: d, Count: conf.Count, Keys: m.keys(conf), Timeout: conf.Timeout}
+		switch {
+		case m.RESP:
+			raw, err = measureRedis(ctx, clThrottle(rl), n.cpu, l)
+		case m.Protocol == "":
+			raw, err = measureRedis(ctx, redisLua, redisCPU, l)
+		default:
+			raw, err = runBench(ctx, conf, n, m, c, d)
+		}
+		if err != nil {
+			return nil, report{}, fmt.Errorf("%s at concurrency %d: %w", m.Name, c, err)
+		}
+		rep, err := decodeReport(raw)
+		if err != nil {
+			return nil, report{}, fmt.Errorf("%s at concurrency %d: report: %w", m.Name, c, err)
+		}
+		return raw, rep, nil
+	}
+	if conf.Warmup > 0 {
 		for _, m := range conf.Modes {
-			var raw []byte
-			l := load{Concurrency: c, Duration: conf.Duration, Count: conf.Count, Keys: m.keys(conf), Timeout: conf.Timeout}
-			switch {
-			case m.RESP:
-				raw, err = measureRedis(ctx, clThrottle(rl), n.cpu, l)
-			case m.Protocol == "":
-				raw, err = measureRedis(ctx, redisLua, redisCPU, l)
-			default:
-				raw, err = runBench(ctx, conf, n, m, c)
+			if _, _, err := one(m, conf.Concurrency[0], conf.Warmup); err != nil {
+				return results{}, fmt.Errorf("warm-up: %w", err)
 			}
-			if err != nil {
-				return results{}, fmt.Errorf("%s at concurrency %d: %w", m.Name, c, err)
+		}
+		fmt.Fprintf(log, "warmed up: each mode for %v\n", conf.Warmup)
+	}
+	for _, c := range conf.Concurrency {
+		for r := range conf.Rounds {
+			for _, m := range conf.Modes {
+				raw, rep, err := one(m, c, conf.Duration)
+				if err != nil {
+					return results{}, err
+				}
+				fmt.Fprintf(log, "%-9s concurrency %3d round %d: %8.0f checks/s  p99 %8.1fµs  errors %d %s\n",
+					m.Name, c, r+1, rep.ChecksPerSec, rep.LatencyUs.P99, rep.Errors, rep.FirstError)
+				res.Runs = append(res.Runs, run{Mode: m.Name, Concurrency: c, Round: r, Report: raw})
 			}
-			rep, err := decodeReport(raw)
-			if err != nil {
-				return results{}, fmt.Errorf("%s at concurrency %d: report: %w", m.Name, c, err)
-			}
-			fmt.Fprintf(log, "%-6s concurrency %3d: %8.0f checks/s  p99 %8.1fµs  errors %d %s\n",
-				m.Name, c, rep.ChecksPerSec, rep.LatencyUs.P99, rep.Errors, rep.FirstError)
-			res.Runs = append(res.Runs, run{Mode: m.Name, Concurrency: c, Report: raw})
 		}
 	}
 	return res, nil
 }
 
 // runBench runs `rlnode bench --json` against n in mode m with c workers
-// and returns its report. rlnode bench exits 2 when a check failed, and
+// for d and returns its report. rlnode bench exits 2 when a check failed, and
 // still reports: such a report is kept (its errors say so); no report is
 // an error. The subprocess is killed if it outlives its run by a minute.
-func runBench(ctx context.Context, conf config, n *node, m mode, c int) ([]byte, error) {
+func runBench(ctx context.Context, conf config, n *node, m mode, c int, d time.Duration) ([]byte, error) {
 	addr := n.GRPC
 	if m.Protocol == "http" {
 		addr = n.HTTP
 	}
 	args := []string{"bench", "--json", "--addr", addr, "--metrics", n.HTTP, "--protocol", m.Protocol,
-		"--concurrency", strconv.Itoa(c), "--duration", conf.Duration.String(),
+		"--concurrency", strconv.Itoa(c), "--duration", d.String(),
 		"--count", strconv.FormatInt(conf.Count, 10), "--keys", strconv.Itoa(m.keys(conf)),
 		"--algorithm", "GCRA", "--limit", "1000000", "--period", "1s", "--timeout", conf.Timeout.String()}
 	if m.Client {
@@ -92,7 +112,7 @@ func runBench(ctx context.Context, conf config, n *node, m mode, c int) ([]byte,
 	if m.Lease {
 		args = append(args, "--lease")
 	}
-	ctx, cancel := context.WithTimeout(ctx, conf.Duration+time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, d+time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, conf.RLNode, args...)
 	var stdout bytes.Buffer

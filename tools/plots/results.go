@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -83,19 +84,21 @@ func decodeReport(raw []byte) (report, error) {
 // run's report as it came (rlnode bench's JSON verbatim; the Redis
 // load's in the same keys).
 type results struct {
-	Started   time.Time `json:"started"` // UTC
-	Go        string    `json:"go"`      // the Go version this program was built with
-	CPUs      int       `json:"cpus"`    // of the machine, which servers and load shared
-	DurationS float64   `json:"duration_s"`
+	Started   time.Time `json:"started"`          // UTC
+	Go        string    `json:"go"`               // the Go version this program was built with
+	CPUs      int       `json:"cpus"`             // of the machine, which servers and load shared
+	DurationS float64   `json:"duration_s"`       // each run's longest
+	Rounds    int       `json:"rounds,omitempty"` // runs of each mode at each level (0: 1)
 	Count     int64     `json:"count"`
 	Keys      int       `json:"keys"`
 	Runs      []run     `json:"runs"`
 }
 
-// run is one mode at one concurrency.
+// run is one mode at one concurrency, in one round.
 type run struct {
 	Mode        string          `json:"mode"` // a mode's Name
 	Concurrency int             `json:"concurrency"`
+	Round       int             `json:"round,omitempty"` // from 0
 	Report      json.RawMessage `json:"report"`
 }
 
@@ -113,10 +116,18 @@ type point struct {
 }
 
 // seriesOf sorts runs into one series a mode, in the order of modes,
-// leaving out the modes without runs. A run that answered nothing has no
-// latency or rate to draw and is left out too.
+// leaving out the modes without runs. Of the rounds of a mode at a level,
+// the point is the run of median checks/s (the lower of two middles),
+// with that run's p99: one noisy run, on a shared machine, moves no
+// point. A run that answered nothing has no latency or rate to draw and
+// is left out too.
 func seriesOf(runs []run) ([]series, error) {
-	byMode := map[string][]point{}
+	type at struct {
+		mode        string
+		concurrency int
+	}
+	rounds := map[at][]int{}
+	byPoint := map[at][]point{}
 	for i, r := range runs {
 		if !slices.ContainsFunc(modes, func(m mode) bool { return m.Name == r.Mode }) {
 			return nil, fmt.Errorf("runs[%d].mode: unknown mode %q", i, r.Mode)
@@ -124,9 +135,11 @@ func seriesOf(runs []run) ([]series, error) {
 		if r.Concurrency < 1 {
 			return nil, fmt.Errorf("runs[%d].concurrency: %d, want > 0", i, r.Concurrency)
 		}
-		if slices.ContainsFunc(byMode[r.Mode], func(p point) bool { return p.Concurrency == r.Concurrency }) {
-			return nil, fmt.Errorf("runs[%d]: a second %s run at concurrency %d", i, r.Mode, r.Concurrency)
+		k := at{r.Mode, r.Concurrency}
+		if slices.Contains(rounds[k], r.Round) {
+			return nil, fmt.Errorf("runs[%d]: a second %s run at concurrency %d in round %d", i, r.Mode, r.Concurrency, r.Round)
 		}
+		rounds[k] = append(rounds[k], r.Round)
 		rep, err := decodeReport(r.Report)
 		if err != nil {
 			return nil, fmt.Errorf("runs[%d].report: %w", i, err)
@@ -134,9 +147,14 @@ func seriesOf(runs []run) ([]series, error) {
 		if rep.Answered == 0 {
 			continue
 		}
-		byMode[r.Mode] = append(byMode[r.Mode], point{
+		byPoint[k] = append(byPoint[k], point{
 			Concurrency: r.Concurrency, ChecksPerSec: rep.ChecksPerSec, P99Ms: rep.LatencyUs.P99 / 1000,
 		})
+	}
+	byMode := map[string][]point{}
+	for k, ps := range byPoint {
+		slices.SortFunc(ps, func(a, b point) int { return cmp.Compare(a.ChecksPerSec, b.ChecksPerSec) })
+		byMode[k.mode] = append(byMode[k.mode], ps[(len(ps)-1)/2])
 	}
 	var out []series
 	for _, m := range modes {

@@ -74,6 +74,26 @@ func TestSeriesOf(t *testing.T) {
 	}
 }
 
+// TestSeriesOfMedianOfRounds: a point is the run of median checks/s of
+// its rounds (the lower middle of an even number), with that run's p99.
+func TestSeriesOfMedianOfRounds(t *testing.T) {
+	raw := benchJSON(t)
+	runs := []run{
+		{Mode: "redis", Concurrency: 1, Round: 0, Report: withFigures(t, raw, 10000, 900, 10000)},
+		{Mode: "redis", Concurrency: 1, Round: 1, Report: withFigures(t, raw, 30000, 100, 30000)},
+		{Mode: "redis", Concurrency: 1, Round: 2, Report: withFigures(t, raw, 20000, 500, 20000)},
+		{Mode: "grpc", Concurrency: 1, Round: 0, Report: withFigures(t, raw, 8000, 300, 8000)},
+		{Mode: "grpc", Concurrency: 1, Round: 1, Report: withFigures(t, raw, 6000, 700, 6000)},
+	}
+	got, err := seriesOf(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Points[0] != (point{1, 6000, 0.7}) || got[1].Points[0] != (point{1, 20000, 0.5}) {
+		t.Errorf("seriesOf = %+v, want grpc's 6000/s at p99 0.7 ms and redis's 20000/s at 0.5 ms", got)
+	}
+}
+
 func TestSeriesOfBadInput(t *testing.T) {
 	raw := benchJSON(t)
 	schema2 := json.RawMessage(strings.Replace(string(raw), `"schema": 1`, `"schema": 2`, 1))
@@ -85,7 +105,7 @@ func TestSeriesOfBadInput(t *testing.T) {
 		{"unknown mode", []run{{Mode: "memcached", Concurrency: 1, Report: raw}}, `runs[0].mode: unknown mode "memcached"`},
 		{"no concurrency", []run{{Mode: "grpc", Report: raw}}, "runs[0].concurrency: 0"},
 		{"twice", []run{{Mode: "grpc", Concurrency: 2, Report: raw}, {Mode: "grpc", Concurrency: 2, Report: raw}},
-			"runs[1]: a second grpc run at concurrency 2"},
+			"runs[1]: a second grpc run at concurrency 2 in round 0"},
 		{"other schema", []run{{Mode: "grpc", Concurrency: 1, Report: schema2}}, "runs[0].report: schema: 2, want 1"},
 		{"no report", []run{{Mode: "grpc", Concurrency: 1}}, "runs[0].report: "},
 		{"not an object", []run{{Mode: "grpc", Concurrency: 1, Report: json.RawMessage(`[1]`)}}, "runs[0].report: "},
