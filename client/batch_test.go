@@ -113,16 +113,26 @@ func gated(t *testing.T, g *gate) (*Client, *node) {
 	return c, c.checker.(*node)
 }
 
-// holdFirst sends a check that the gate holds, and returns a channel that
-// yields its error once released.
+// holdFirst sends a request of few checks that the gate holds, and
+// returns a channel that yields its error once released. Behind it, a
+// node's callers are not few: their checks gather.
 func holdFirst(c *Client, g *gate) <-chan error {
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Allow(context.Background(), Limit{Name: "first", Count: 1, Period: time.Minute}, "first")
+		_, err := c.Check(context.Background(), firstRequest())
 		done <- err
 	}()
 	<-g.entered
 	return done
+}
+
+// firstRequest is a request of few checks, of few keys.
+func firstRequest() *pb.CheckRequest {
+	req := &pb.CheckRequest{}
+	for i := range few {
+		req.Requests = append(req.Requests, &pb.CheckItem{Name: "first", Key: fmt.Sprint("first", i), Limit: 1, DurationMs: 60_000})
+	}
+	return req
 }
 
 // gathered returns how many parts wait in n's batches.
@@ -182,8 +192,8 @@ func TestConcurrentChecksShareAnRPC(t *testing.T) {
 			t.Errorf("caller %d: %+v, %v; want its own limit %d with %d remaining", i, got[i], errs[i], i+2, i+1)
 		}
 	}
-	if rpcs := itemsOf(g.rpcs()); !slices.Equal(rpcs, []int{1, callers}) {
-		t.Errorf("RPCs of %v items, want the first alone and then the %d gathered in one", rpcs, callers)
+	if rpcs := itemsOf(g.rpcs()); !slices.Equal(rpcs, []int{few, callers}) {
+		t.Errorf("RPCs of %v items, want the first and then the %d gathered in one", rpcs, callers)
 	}
 }
 
@@ -262,17 +272,23 @@ func TestBatchingAddsNoDelay(t *testing.T) {
 
 		f.hold = make(chan struct{})
 		var wg sync.WaitGroup
-		for i := range 3 {
+		wg.Go(func() {
+			if _, err := n.Check(t.Context(), firstRequest()); err != nil {
+				t.Error(err)
+			}
+		})
+		synctest.Wait() // few checks in flight: callers that come now are not few
+		for i := range 2 {
 			wg.Go(func() {
 				resp, err := n.Check(t.Context(), req(int64(i+1)))
 				if err != nil || resp.Responses[0].Limit != int64(i+1) {
 					t.Errorf("check %d: %v, %v", i, resp, err)
 				}
 			})
-			synctest.Wait() // the first is in flight, the others gathered
+			synctest.Wait()
 		}
 		if got := n.gathered(); got != 2 {
-			t.Errorf("%d checks gathered behind the one in flight, want 2", got)
+			t.Errorf("%d checks gathered behind the few in flight, want 2", got)
 		}
 		f.hold <- struct{}{} // the first returns; the gathered two go at once
 		synctest.Wait()
@@ -281,16 +297,52 @@ func TestBatchingAddsNoDelay(t *testing.T) {
 		if d := time.Since(start); d != 0 {
 			t.Errorf("gathered checks took %v of virtual time, want 0", d)
 		}
-		if !slices.Equal(f.rpcs, []int{1, 1, 2}) {
-			t.Errorf("RPCs of %v items, want [1 1 2]", f.rpcs)
+		if want := []int{1, few, 2}; !slices.Equal(f.rpcs, want) {
+			t.Errorf("RPCs of %v items, want %v", f.rpcs, want)
+		}
+	})
+}
+
+// TestFewCallersDoNotWait runs in virtual time, with every RPC held until
+// released: while the checks in flight and gathered are fewer than few,
+// each caller's check goes at once, in a batch of its own, up to
+// maxFlying batches in flight; then checks gather.
+func TestFewCallersDoNotWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeRL{hold: make(chan struct{})}
+		n := batchingNode(t, f)
+		var wg sync.WaitGroup
+		const callers = maxFlying + 2 // fewer than few
+		for range callers {
+			wg.Go(func() {
+				if _, err := n.Check(t.Context(), &pb.CheckRequest{Requests: []*pb.CheckItem{{Name: "a", Key: "k", Limit: 1, DurationMs: 1000}}}); err != nil {
+					t.Error(err)
+				}
+			})
+			synctest.Wait()
+		}
+		if want := []int{1, 1, 1, 1}; !slices.Equal(f.rpcs, want) {
+			t.Errorf("RPCs of %v items while %d callers waited, want %v: each at once, up to maxFlying", f.rpcs, callers, want)
+		}
+		if got := n.gathered(); got != callers-maxFlying {
+			t.Errorf("%d checks gathered with %d batches in flight, want %d", got, maxFlying, callers-maxFlying)
+		}
+		for range maxFlying + 1 { // the gathered ones go together when the first returns
+			f.hold <- struct{}{}
+			synctest.Wait()
+		}
+		wg.Wait()
+		if want := []int{1, 1, 1, 1, callers - maxFlying}; !slices.Equal(f.rpcs, want) {
+			t.Errorf("RPCs of %v items, want %v", f.rpcs, want)
 		}
 	})
 }
 
 // TestFullEnoughBatchGoesWithoutWaiting runs in virtual time, with every
-// RPC held until released: a gathered batch that reaches sendAt checks
-// goes at once, while others are in flight, until maxFlying are; checks
-// that arrive then gather, beyond sendAt, and go when one returns.
+// RPC held until released: behind few checks in flight, a gathered batch
+// that reaches sendAt checks goes at once, while others are in flight,
+// until maxFlying are; checks that arrive then gather, beyond sendAt, and
+// go when one returns.
 func TestFullEnoughBatchGoesWithoutWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeRL{hold: make(chan struct{})}
@@ -305,7 +357,12 @@ func TestFullEnoughBatchGoesWithoutWaiting(t *testing.T) {
 			})
 			synctest.Wait()
 		}
-		check() // in flight, alone
+		wg.Go(func() {
+			if _, err := n.Check(t.Context(), firstRequest()); err != nil {
+				t.Error(err)
+			}
+		})
+		synctest.Wait() // in flight: callers that come now are not few
 		for range (maxFlying - 1) * sendAt {
 			check()
 		}
@@ -313,7 +370,7 @@ func TestFullEnoughBatchGoesWithoutWaiting(t *testing.T) {
 		for range late {
 			check()
 		}
-		if want := []int{1, sendAt, sendAt, sendAt}; !slices.Equal(f.rpcs, want) {
+		if want := []int{few, sendAt, sendAt, sendAt}; !slices.Equal(f.rpcs, want) {
 			t.Errorf("RPCs of %v items while %d were held, want %v", f.rpcs, maxFlying, want)
 		}
 		if got := n.gathered(); got != late {
@@ -324,7 +381,7 @@ func TestFullEnoughBatchGoesWithoutWaiting(t *testing.T) {
 			synctest.Wait()
 		}
 		wg.Wait()
-		if want := []int{1, sendAt, sendAt, sendAt, late}; !slices.Equal(f.rpcs, want) {
+		if want := []int{few, sendAt, sendAt, sendAt, late}; !slices.Equal(f.rpcs, want) {
 			t.Errorf("RPCs of %v items, want %v", f.rpcs, want)
 		}
 	})

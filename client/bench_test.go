@@ -47,11 +47,11 @@ func benchAllow(b *testing.B, c *client.Client, callers int) {
 
 // BenchmarkAllow measures the client's hot path against one node on
 // loopback, the node sharing this process and its cores: Allow one call
-// after another (batching cannot help, and must not cost) and from 64
-// concurrent callers, batched and not.
+// after another (batching cannot help, and must not cost), and from 4, 16
+// and 64 concurrent callers (few, and more), batched and not.
 func BenchmarkAllow(b *testing.B) {
 	addr := client.ServeForTest(b)
-	for _, callers := range []int{1, 64} {
+	for _, callers := range []int{1, 4, 16, 64} {
 		for _, batched := range []bool{true, false} {
 			name := fmt.Sprintf("callers=%d/batched=%v", callers, batched)
 			b.Run(name, func(b *testing.B) {

@@ -35,18 +35,31 @@ const maxFlying = 4
 // best).
 const sendAt = 16
 
+// few is the checks in flight and gathered below which a node's callers
+// are few: they could not fill a batch of sendAt however long they
+// waited, so each batch goes at once, while fewer than maxFlying are in
+// flight. A caller then waits for no other caller's batch, and the node
+// reads the next request as it answers one, which costs it less than
+// sleeping between them (BENCHMARKS.md, "The client at few callers").
+// With more callers, batches wait to grow as before: at 16 callers,
+// batches sent as they came hold about 4 checks, and cost the node more
+// CPU a check than the batches of 8 they make waiting.
+const few = sendAt / 2
+
 // node is one ringlimit node (or balancer) the client sends checks to, and
 // the batching of the checks bound for it. It is safe for concurrent use.
 //
 // Batching is adaptive, as between nodes (package batch does it for
 // both): a part that finds no batch in flight to the node goes at once,
 // alone, from its caller's goroutine, so that idle traffic waits for
-// nothing. Parts that arrive while a batch is in flight are gathered, and
-// the gathered batch goes when the batches in flight have returned, or at
-// once when it holds sendAt checks (or maxBatchBytes bytes) and fewer
-// than maxFlying batches are in flight; while maxFlying are, it gathers
-// up to maxBatchItems. There is no timer: a gathered part waits for at
-// most the batch ahead of it, about one round trip.
+// nothing, and so does one whose callers are few (fewer than few checks
+// in flight and gathered). Parts that arrive while a batch is in flight
+// and callers are more are gathered, and the gathered batch goes when
+// the batches in flight have returned, or at once when it holds sendAt
+// checks (or maxBatchBytes bytes) and fewer than maxFlying batches are in
+// flight; while maxFlying are, it gathers up to maxBatchItems. There is
+// no timer: a gathered part waits for at most the batch ahead of it,
+// about one round trip.
 //
 // Batches travel as the requests of one CheckStream, which costs the node
 // far less per batch than a Check RPC; a part that travels alone, and any
@@ -103,6 +116,7 @@ func (n *node) startBatching() {
 		Send:      func(ctx context.Context, parts []*part) { n.flush(ctx, parts, false) },
 		MaxFlying: maxFlying,
 		SendAt:    sendAt,
+		Few:       few,
 		MaxItems:  maxBatchItems,
 		MaxBytes:  maxBatchBytes,
 	})

@@ -53,6 +53,14 @@ type Config[C Call] struct {
 	// request's cost over that many items gains little by waiting for
 	// more. Zero means MaxItems: only a batch that is closed goes early.
 	SendAt int
+	// Few is the items below which callers are few: while the items in
+	// flight and gathered are fewer than Few, a gathered batch goes at
+	// once, whatever its size (while fewer than MaxFlying are in flight).
+	// Few callers gain little by waiting for the batch in flight, and
+	// several batches in flight have the destination read the next
+	// request as it answers one. Zero means none: a batch goes at once
+	// only when none is in flight, or as SendAt says.
+	Few int
 	// Wait is the longest a gathered batch waits, from its first call,
 	// for the batches in flight to return: then it goes as SendAt lets it
 	// go (while fewer than MaxFlying are in flight). Zero means no bound:
@@ -88,6 +96,7 @@ type Batcher[C Call] struct {
 	err     error           // why Close was called; nil while open
 	closed  chan struct{}   // closed by Close
 	flying  int             // batches in flight
+	aloft   int             // items in flight
 	queue   []*gathered[C]  // gathered, oldest first; only the last takes more calls
 	timer   *time.Timer     // Config.Wait of timed; made on first use
 	timed   *gathered[C]    // the batch timer runs for; nil when it runs for none
@@ -176,7 +185,7 @@ func (b *Batcher[C]) add(c C, inline bool) {
 	}
 	if mine != nil {
 		b.send(mine)
-		b.land(false)
+		b.land(mine, false)
 	}
 }
 
@@ -224,13 +233,14 @@ func (b *Batcher[C]) due() []*gathered[C] {
 	var out []*gathered[C]
 	for len(b.queue) > 0 && b.flying < b.maxFlying {
 		g := b.queue[0]
-		ready := len(b.queue) > 1 || g.items >= b.sendAt || g.waited || b.full(g)
+		ready := len(b.queue) > 1 || g.items >= b.sendAt || g.waited || b.full(g) || b.few(g)
 		if b.flying > 0 && !ready {
 			break
 		}
 		b.queue[0] = nil
 		b.queue = b.queue[1:]
 		b.flying++
+		b.aloft += g.items
 		out = append(out, g)
 		if g == b.timed {
 			b.timer.Stop()
@@ -243,22 +253,29 @@ func (b *Batcher[C]) due() []*gathered[C] {
 	return out
 }
 
+// few reports whether the items in flight and in g, the oldest gathered
+// batch, are fewer than Config.Few. The caller holds b.mu.
+func (b *Batcher[C]) few(g *gathered[C]) bool {
+	return b.aloft+g.items < b.conf.Few
+}
+
 // fly sends g, and then the batches that became due meanwhile, the first
 // of them from this goroutine. It is counted in b.flights.
 func (b *Batcher[C]) fly(g *gathered[C]) {
 	defer b.flights.Done()
 	for g != nil {
 		b.send(g)
-		g = b.land(true)
+		g = b.land(g, true)
 	}
 }
 
-// land counts a batch back from flight and sends the batches now due,
-// each from a goroutine of its own, except that with keep it returns the
+// land counts g back from flight and sends the batches now due, each
+// from a goroutine of its own, except that with keep it returns the
 // first, for the caller to send; it returns nil otherwise.
-func (b *Batcher[C]) land(keep bool) *gathered[C] {
+func (b *Batcher[C]) land(g *gathered[C], keep bool) *gathered[C] {
 	b.mu.Lock()
 	b.flying--
+	b.aloft -= g.items
 	due := b.due()
 	var first *gathered[C]
 	if keep && len(due) > 0 {

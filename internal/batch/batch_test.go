@@ -139,6 +139,21 @@ func TestTimeline(t *testing.T) {
 		arrivals: []arrival{{0, 1}, {0, 1}, {0, 1}, {0, 1}, {0, 1}, {0, 1}},
 		want:     []sent{{0, []int{1}}, {0, []int{1, 1}}, {latency, []int{1, 1, 1}}},
 	}, {
+		name:     "while callers are Few, each batch goes at once",
+		conf:     Config[*call]{MaxFlying: 4, SendAt: 16, Few: 4},
+		arrivals: []arrival{{0, 1}, {0, 1}, {0, 1}, {0, 1}},
+		want:     []sent{{0, []int{1}}, {0, []int{1}}, {0, []int{1}}, {latency, []int{1}}},
+	}, {
+		name:     "Few counts the items in flight, not the batches",
+		conf:     Config[*call]{MaxFlying: 4, SendAt: 16, Few: 4},
+		arrivals: []arrival{{0, 2}, {0, 1}, {0, 1}, {0, 1}},
+		want:     []sent{{0, []int{2}}, {0, []int{1}}, {latency, []int{1, 1}}},
+	}, {
+		name:     "Few sends no more than MaxFlying at once",
+		conf:     Config[*call]{MaxFlying: 2, Few: 100},
+		arrivals: []arrival{{0, 1}, {0, 1}, {0, 1}},
+		want:     []sent{{0, []int{1}}, {0, []int{1}}, {latency, []int{1}}},
+	}, {
 		name:     "MaxFlying zero is one batch at a time",
 		conf:     Config[*call]{SendAt: 1},
 		arrivals: []arrival{{0, 1}, {0, 1}, {0, 1}},
