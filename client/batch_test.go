@@ -306,13 +306,13 @@ func TestBatchingAddsNoDelay(t *testing.T) {
 // TestFewCallersDoNotWait runs in virtual time, with every RPC held until
 // released: while the checks in flight and gathered are fewer than few,
 // each caller's check goes at once, in a batch of its own, up to
-// maxFlying batches in flight; then checks gather.
+// maxFlying batches in flight; the next caller's gathers.
 func TestFewCallersDoNotWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeRL{hold: make(chan struct{})}
 		n := batchingNode(t, f)
 		var wg sync.WaitGroup
-		const callers = maxFlying + 2 // fewer than few
+		const callers = few // the last is one too many
 		for range callers {
 			wg.Go(func() {
 				if _, err := n.Check(t.Context(), &pb.CheckRequest{Requests: []*pb.CheckItem{{Name: "a", Key: "k", Limit: 1, DurationMs: 1000}}}); err != nil {

@@ -35,16 +35,16 @@ const maxFlying = 4
 // best).
 const sendAt = 16
 
-// few is the checks in flight and gathered below which a node's callers
-// are few: they could not fill a batch of sendAt however long they
-// waited, so each batch goes at once, while fewer than maxFlying are in
-// flight. A caller then waits for no other caller's batch, and the node
-// reads the next request as it answers one, which costs it less than
-// sleeping between them (BENCHMARKS.md, "The client at few callers").
-// With more callers, batches wait to grow as before: at 16 callers,
-// batches sent as they came hold about 4 checks, and cost the node more
-// CPU a check than the batches of 8 they make waiting.
-const few = sendAt / 2
+// few is the checks in flight and gathered (at their peak, lately: see
+// batch.Config.Few) below which a node's callers are few: no more than
+// maxFlying, so that each check may have a batch of its own in flight,
+// and goes at once. A caller then waits for no other caller's batch, and
+// the node reads the next request as it answers one, which costs it less
+// than sleeping between them (BENCHMARKS.md, "The client at few
+// callers"). With more callers, batches wait to grow as before: sent at
+// once, 8 callers' batches of about 2 checks cost the node about 1.6
+// times the CPU a check of the batches of 4 they make waiting.
+const few = maxFlying + 1
 
 // node is one ringlimit node (or balancer) the client sends checks to, and
 // the batching of the checks bound for it. It is safe for concurrent use.

@@ -53,13 +53,16 @@ type Config[C Call] struct {
 	// request's cost over that many items gains little by waiting for
 	// more. Zero means MaxItems: only a batch that is closed goes early.
 	SendAt int
-	// Few is the items below which callers are few: while the items in
-	// flight and gathered are fewer than Few, a gathered batch goes at
-	// once, whatever its size (while fewer than MaxFlying are in flight).
-	// Few callers gain little by waiting for the batch in flight, and
-	// several batches in flight have the destination read the next
-	// request as it answers one. Zero means none: a batch goes at once
-	// only when none is in flight, or as SendAt says.
+	// Few is the items below which callers are few: while the most items
+	// in flight and gathered at once lately are fewer than Few, a
+	// gathered batch goes at once, whatever its size (while fewer than
+	// MaxFlying are in flight). Few callers gain little by waiting for the
+	// batch in flight, and several batches in flight have the destination
+	// read the next request as it answers one. "Lately" is a peak that
+	// loses an eighth as each batch returns: the callers of a batch that
+	// has just returned come back one by one, and the first few must not
+	// look few. Zero means none: a batch goes at once only when none is in
+	// flight, or as SendAt says.
 	Few int
 	// Wait is the longest a gathered batch waits, from its first call,
 	// for the batches in flight to return: then it goes as SendAt lets it
@@ -97,6 +100,8 @@ type Batcher[C Call] struct {
 	closed  chan struct{}   // closed by Close
 	flying  int             // batches in flight
 	aloft   int             // items in flight
+	waiting int             // items gathered
+	peak    int             // the most items in flight and gathered, lately (see Config.Few)
 	queue   []*gathered[C]  // gathered, oldest first; only the last takes more calls
 	timer   *time.Timer     // Config.Wait of timed; made on first use
 	timed   *gathered[C]    // the batch timer runs for; nil when it runs for none
@@ -165,6 +170,8 @@ func (b *Batcher[C]) add(c C, inline bool) {
 	g.calls = append(g.calls, c)
 	g.items += items
 	g.bytes += bytes
+	b.waiting += items
+	b.peak = max(b.peak, b.aloft+b.waiting)
 	due := b.due()
 	if fresh && b.conf.Wait > 0 && len(b.queue) > 0 && b.queue[len(b.queue)-1] == g {
 		b.time(g) // g is gathered: its wait starts now
@@ -233,7 +240,7 @@ func (b *Batcher[C]) due() []*gathered[C] {
 	var out []*gathered[C]
 	for len(b.queue) > 0 && b.flying < b.maxFlying {
 		g := b.queue[0]
-		ready := len(b.queue) > 1 || g.items >= b.sendAt || g.waited || b.full(g) || b.few(g)
+		ready := len(b.queue) > 1 || g.items >= b.sendAt || g.waited || b.full(g) || b.few()
 		if b.flying > 0 && !ready {
 			break
 		}
@@ -241,6 +248,7 @@ func (b *Batcher[C]) due() []*gathered[C] {
 		b.queue = b.queue[1:]
 		b.flying++
 		b.aloft += g.items
+		b.waiting -= g.items
 		out = append(out, g)
 		if g == b.timed {
 			b.timer.Stop()
@@ -253,10 +261,10 @@ func (b *Batcher[C]) due() []*gathered[C] {
 	return out
 }
 
-// few reports whether the items in flight and in g, the oldest gathered
-// batch, are fewer than Config.Few. The caller holds b.mu.
-func (b *Batcher[C]) few(g *gathered[C]) bool {
-	return b.aloft+g.items < b.conf.Few
+// few reports whether the callers are few (see Config.Few). The caller
+// holds b.mu.
+func (b *Batcher[C]) few() bool {
+	return b.peak < b.conf.Few
 }
 
 // fly sends g, and then the batches that became due meanwhile, the first
@@ -276,6 +284,7 @@ func (b *Batcher[C]) land(g *gathered[C], keep bool) *gathered[C] {
 	b.mu.Lock()
 	b.flying--
 	b.aloft -= g.items
+	b.peak -= (b.peak + 7) / 8 // an eighth, rounded up: it comes down to 0
 	due := b.due()
 	var first *gathered[C]
 	if keep && len(due) > 0 {
@@ -359,6 +368,7 @@ func (b *Batcher[C]) Close(err error) {
 	close(b.closed)
 	queue := b.queue
 	b.queue = nil
+	b.waiting = 0
 	if b.timed != nil {
 		b.timer.Stop()
 		b.timed = nil

@@ -149,6 +149,13 @@ func TestTimeline(t *testing.T) {
 		arrivals: []arrival{{0, 2}, {0, 1}, {0, 1}, {0, 1}},
 		want:     []sent{{0, []int{2}}, {0, []int{1}}, {latency, []int{1, 1}}},
 	}, {
+		name: "callers that were more a moment ago are not few: the first back do not go at once",
+		conf: Config[*call]{MaxFlying: 4, SendAt: 100, Few: 4},
+		arrivals: []arrival{{0, 1}, {0, 1}, {0, 1}, {0, 1}, {0, 1}, {0, 1}, {0, 1}, {0, 1},
+			{2*latency + time.Millisecond, 1}, {2*latency + 2*time.Millisecond, 1}},
+		want: []sent{{0, []int{1}}, {0, []int{1}}, {0, []int{1}}, {latency, []int{1, 1, 1, 1, 1}},
+			{2*latency + time.Millisecond, []int{1}}, {3*latency + time.Millisecond, []int{1}}},
+	}, {
 		name:     "Few sends no more than MaxFlying at once",
 		conf:     Config[*call]{MaxFlying: 2, Few: 100},
 		arrivals: []arrival{{0, 1}, {0, 1}, {0, 1}},
