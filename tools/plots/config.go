@@ -14,6 +14,7 @@ import (
 // config is what one run of the program measures, and where it writes.
 type config struct {
 	RLNode      string        // the rlnode binary
+	Before      string        // an earlier rlnode build, whose client runs as mode client-before; "" for none
 	RedisServer string        // the redis-server binary
 	Out         string        // directory for results.json and the PNGs
 	From        string        // a results.json to draw from, instead of measuring
@@ -46,11 +47,12 @@ Flags:
 	}
 	var c config
 	fs.StringVar(&c.RLNode, "rlnode", "", "the rlnode binary to start, and to run rlnode bench with (required unless -from)")
+	fs.StringVar(&c.Before, "before", "", "an earlier rlnode build: its rlnode bench --client runs too, against the same node, as mode client-before (a client change's before and after in one run)")
 	fs.StringVar(&c.RedisServer, "redis-server", "redis-server", "the redis-server binary (apt-get install redis-server)")
 	fs.StringVar(&c.Out, "out", "../../docs/bench", "directory for results.json and the charts")
 	fs.StringVar(&c.From, "from", "", "draw the charts from this results.json instead of measuring")
 	levels := fs.String("concurrency", "1,2,4,8,16,32,64", "comma-separated concurrent callers, one run of each mode at each")
-	names := fs.String("modes", modeNames(modes), "comma-separated modes to measure (results.json's names)")
+	names := fs.String("modes", "", "comma-separated modes to measure (results.json's names); default all, client-before only with -before")
 	fs.DurationVar(&c.Duration, "duration", time.Second, "each run stops after this long")
 	fs.IntVar(&c.Rounds, "rounds", 3, "runs of each mode at each level, in turn with the other modes'; the charts show the run of median checks/s")
 	fs.DurationVar(&c.Warmup, "warmup", time.Second, "each mode runs once for this long, unrecorded, before the first level (0: no warm-up)")
@@ -67,7 +69,7 @@ Flags:
 	if c.Concurrency, err = parseLevels(*levels); err != nil {
 		return config{}, fmt.Errorf("-concurrency: %w", err)
 	}
-	if c.Modes, err = parseModes(*names); err != nil {
+	if c.Modes, err = parseModes(*names, c.Before != ""); err != nil {
 		return config{}, fmt.Errorf("-modes: %w", err)
 	}
 	switch {
@@ -118,17 +120,30 @@ func parseLevels(s string) ([]int, error) {
 }
 
 // parseModes parses a comma-separated list of mode names and returns
-// those modes in legend order.
-func parseModes(s string) ([]mode, error) {
+// those modes in legend order; "" means every mode, but client-before
+// unless before (a -before build is given). client-before needs one.
+func parseModes(s string, before bool) ([]mode, error) {
+	var out []mode
+	if s == "" {
+		for _, m := range modes {
+			if !m.Before || before {
+				out = append(out, m)
+			}
+		}
+		return out, nil
+	}
 	var want []string
 	for f := range strings.SplitSeq(s, ",") {
 		name := strings.TrimSpace(f)
-		if !slices.ContainsFunc(modes, func(m mode) bool { return m.Name == name }) {
+		i := slices.IndexFunc(modes, func(m mode) bool { return m.Name == name })
+		switch {
+		case i < 0:
 			return nil, fmt.Errorf("%q, want some of %s", name, modeNames(modes))
+		case modes[i].Before && !before:
+			return nil, fmt.Errorf("%q needs -before", name)
 		}
 		want = append(want, name)
 	}
-	var out []mode
 	for _, m := range modes {
 		if slices.Contains(want, m.Name) {
 			out = append(out, m)

@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,8 +21,12 @@ func TestParseConfig(t *testing.T) {
 	if c, err = parseConfig([]string{"-from", "results.json"}, io.Discard); err != nil {
 		t.Errorf("-from without -rlnode: %v, want no error", err)
 	}
-	if !reflect.DeepEqual(c.Modes, modes) {
-		t.Errorf("default -modes = %v, want every mode", c.Modes)
+	if len(c.Modes) != len(modes)-1 || slices.ContainsFunc(c.Modes, func(m mode) bool { return m.Before }) {
+		t.Errorf("default -modes = %v, want every mode but client-before", c.Modes)
+	}
+	if c, err = parseConfig([]string{"-rlnode", "new", "-before", "old", "-modes", "client-before,client"}, io.Discard); err != nil ||
+		len(c.Modes) != 2 || c.Modes[1].Name != "client-before" || c.Before != "old" {
+		t.Errorf("-before old -modes client-before,client: %+v, %v; want both, in legend order", c, err)
 	}
 }
 
@@ -43,7 +48,8 @@ func TestParseConfigBadInput(t *testing.T) {
 		{[]string{"-rlnode", "x", "-timeout", "0s"}, "-timeout: 0s"},
 		{[]string{"-rlnode", "x", "-out", ""}, "-out: empty"},
 		{[]string{"-rlnode", "x", "extra"}, `unexpected argument "extra"`},
-		{[]string{"-rlnode", "x", "-modes", "client,redsi"}, `-modes: "redsi", want some of client,grpc`},
+		{[]string{"-rlnode", "x", "-modes", "client,redsi"}, `-modes: "redsi", want some of client,client-before,grpc`},
+		{[]string{"-rlnode", "x", "-modes", "client-before"}, `-modes: "client-before" needs -before`},
 	} {
 		_, err := parseConfig(tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -114,7 +114,11 @@ func runBench(ctx context.Context, conf config, n *node, m mode, c int, d time.D
 	}
 	ctx, cancel := context.WithTimeout(ctx, d+time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, conf.RLNode, args...)
+	bin := conf.RLNode
+	if m.Before {
+		bin = conf.Before
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
 	var stdout bytes.Buffer
 	stderr := &tail{}
 	cmd.Stdout, cmd.Stderr = &stdout, stderr

@@ -59,13 +59,13 @@ func children(t *testing.T) []string {
 	return out
 }
 
-// TestPlots runs the whole program, small: a warm-up, then every mode at
-// two levels in two rounds, each run bounded by a count it reaches long
-// before its duration.
+// TestPlots runs the whole program, small: a warm-up, then every mode
+// (client-before with the same build) at two levels in two rounds, each
+// run bounded by a count it reaches long before its duration.
 func TestPlots(t *testing.T) {
 	bin := buildRLNode(t)
 	out := t.TempDir()
-	err := plots(t.Context(), []string{"-rlnode", bin, "-out", out, "-concurrency", "1,2", "-rounds", "2", "-count", "200", "-duration", "1m"}, io.Discard)
+	err := plots(t.Context(), []string{"-rlnode", bin, "-out", out, "-before", bin, "-concurrency", "1,2", "-rounds", "2", "-count", "200", "-duration", "1m"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ type mode struct {
 	RESP     bool   // with no Protocol: CL.THROTTLE on the node's RESP port; else Redis
 	Client   bool   // rlnode bench --client: the Go client's Allow, which batches concurrent calls
 	Lease    bool   // rlnode bench --lease: the Go client decides from grants (docs/leases.md)
+	Before   bool   // rlnode bench from the -before build, against the same node: the client before a change
 	Keys     int    // the keys the run draws from; 0 means -keys
 }
 
@@ -28,6 +29,7 @@ type mode struct {
 // same keys beside it.
 var modes = []mode{
 	{Name: "client", Label: "ringlimit, Go client Allow (batching)", Protocol: "grpc", Client: true},
+	{Name: "client-before", Label: "ringlimit, Go client Allow (batching), the -before build", Protocol: "grpc", Client: true, Before: true},
 	{Name: "grpc", Label: "ringlimit, gRPC, 1 check a request", Protocol: "grpc"},
 	{Name: "http", Label: "ringlimit, HTTP/JSON, 1 check a request", Protocol: "http"},
 	{Name: "resp", Label: "ringlimit, RESP CL.THROTTLE (go-redis), 1 check a request", RESP: true},
