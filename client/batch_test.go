@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -13,6 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ringlimit/ringlimit/api"
@@ -562,5 +565,30 @@ func TestTooManyMembersAreNotBelieved(t *testing.T) {
 	c.router.wg.Wait() // the refresh the first check started
 	if c.router.lastTry.Load() == 0 || c.Ring() != nil {
 		t.Errorf("after a refresh (started: %v), the client routes by %v, want no ring", c.router.lastTry.Load() != 0, c.Ring())
+	}
+}
+
+// TestItemBytesBoundsTheEncoding: itemBytes, which bounds a batch's bytes
+// (under the node's receive limit) and a stream's unanswered bytes (under
+// gRPC's write quota), is at least an item's encoded size in a request,
+// with every field at its widest, a parent's key and fields unknown.
+func TestItemBytesBoundsTheEncoding(t *testing.T) {
+	widest := int64(-1) // ten bytes as a varint
+	it := &pb.CheckItem{
+		Name: "name", Key: "key", Hits: &widest, Limit: widest, DurationMs: widest, Algorithm: pb.Algorithm(-1),
+		Burst: widest, Behavior: pb.Behavior(-1), Reset_: true, CreatedAtMs: widest, ChargeRefused: true,
+		Policy: "domain/k=v", MinIntervalMs: widest, Ceiling: widest, ReserveTtlMs: &widest,
+		Parent: &pb.ParentLimit{Key: strings.Repeat("p", 300), Limit: widest, DurationMs: widest},
+	}
+	it.ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(nil, 99, protowire.BytesType), make([]byte, 200)))
+	it.Parent.ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(nil, 99, protowire.BytesType), make([]byte, 100)))
+	n := proto.Size(it)
+	inRequest := 1 + protowire.SizeVarint(uint64(n)) + n
+	if got := itemBytes(it); got < inRequest {
+		t.Errorf("itemBytes = %d, under the %d bytes the item takes in a request", got, inRequest)
+	}
+	req := &pb.CheckStreamRequest{Requests: []*pb.CheckItem{it, it}, All: true, Id: math.MaxUint64, TimeoutMs: widest, Ring: math.MaxUint64}
+	if got, want := streamBytes(req), proto.Size(req); got < want {
+		t.Errorf("streamBytes = %d, under the request's %d bytes", got, want)
 	}
 }

@@ -150,10 +150,32 @@ const (
 )
 
 // itemBytes bounds an item's encoded size from above, cheaply: its
-// strings, plus room for every other field at its widest and the tags.
+// strings and any fields it does not know (which protobuf encodes), plus
+// itemFixed for every other field at its widest, the tags and lengths.
 func itemBytes(it *pb.CheckItem) int {
-	return len(it.GetName()) + len(it.GetKey()) + len(it.GetPolicy()) + 128
+	n := len(it.GetName()) + len(it.GetKey()) + len(it.GetPolicy()) + len(it.ProtoReflect().GetUnknown()) + itemFixed
+	if p := it.GetParent(); p != nil {
+		n += len(p.GetKey()) + len(p.ProtoReflect().GetUnknown())
+	}
+	return n
 }
+
+// streamBytes bounds a CheckStream request's encoded size from above: its
+// items, and 40 bytes for all, id, timeout_ms and ring with their tags.
+func streamBytes(r *pb.CheckStreamRequest) int {
+	n := 40
+	for _, it := range r.GetRequests() {
+		n += itemBytes(it)
+	}
+	return n
+}
+
+// itemFixed is the most a CheckItem's fields take but for their strings:
+// its own tag and length (6 bytes), three strings' tags and lengths (18),
+// nine int64 and enum fields at 11 bytes each (99), two bools (4),
+// reserve_ttl_ms (12) and parent with its key's tag and length and two
+// int64 (34): 173, rounded up.
+const itemFixed = 192
 
 // alone reports whether p must travel in a request of its own, exactly
 // as its caller sent it, rather than share one with other parts:

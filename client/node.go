@@ -104,6 +104,7 @@ func newNode(addr string, conf nodeConfig) (*node, error) {
 			Ready: func() bool { return conn.GetState() == connectivity.Ready },
 			Stamp: func(r *pb.CheckStreamRequest, id uint64, timeoutMs int64) { r.Id, r.TimeoutMs = id, timeoutMs },
 			ID:    (*pb.CheckStreamResponse).GetId,
+			Size:  streamBytes,
 		})
 	}
 	return n, nil

@@ -64,6 +64,12 @@ const RetryAfter = 5 * time.Second
 // stream; callers beyond it wait (or give up with their context).
 const maxQueued = 64
 
+// writeQuota is how many bytes of a stream's messages grpc-go lets wait to
+// be written before a Send blocks (its transport's defaultWriteQuota):
+// TestCallsBehindABlockedSendKeepTheirDeadlines fails should a version
+// lower it under the bytes Call counts on.
+const writeQuota = 64 << 10
+
 // Config says how a Client opens its stream and reads its messages.
 // Every field is required.
 type Config[Req, Resp any] struct {
@@ -80,14 +86,19 @@ type Config[Req, Resp any] struct {
 	Stamp func(req *Req, id uint64, timeoutMs int64)
 	// ID reads the id of an answer.
 	ID func(resp *Resp) uint64
+	// Size, if not nil, bounds a request's encoded size from above (its
+	// fields; not gRPC's 5-byte header). With it, calls are sent from
+	// their callers' goroutines while the requests unanswered on the
+	// stream hold fewer than grpc-go's write quota of bytes (see Call);
+	// without it, only while none is unanswered.
+	Size func(req *Req) int
 }
 
 // Client sends requests on one stream at a time, opened on first use and
 // again after it ends. It is safe for concurrent use. Each open stream has
 // two goroutines, one sending and one receiving, which end with the
-// stream; Close ends the stream and waits for them. A call made while the
-// stream has no request unanswered is sent from its caller's goroutine
-// instead (see Call).
+// stream; Close ends the stream and waits for them. Most calls are sent
+// from their callers' goroutines (see Call).
 type Client[Req, Resp any] struct {
 	conf   Config[Req, Resp]
 	base   context.Context // ends at Close
@@ -105,15 +116,15 @@ type Client[Req, Resp any] struct {
 type stream[Req, Resp any] struct {
 	s       grpc.BidiStreamingClient[Req, Resp]
 	cancel  context.CancelFunc
-	out     chan *Req     // to the sending goroutine
-	closing chan struct{} // closed when the node asks for the stream to end
+	out     chan outgoing[Req] // to the sending goroutine
+	closing chan struct{}      // closed when the node asks for the stream to end
 
 	sendMu     sync.Mutex   // held by whoever sends: one Send at a time
 	sendClosed bool         // the sending goroutine has closed the sending side; under sendMu
-	unanswered atomic.Int64 // requests sent and not answered yet
+	aloft      atomic.Int64 // the sizes of the requests sent and not answered yet
 
 	mu       sync.Mutex // guards what follows
-	pending  map[uint64]chan result[Resp]
+	pending  map[uint64]waiter[Resp]
 	ended    error // why the stream ended; nil while it is open
 	answered bool  // an answer arrived: the node serves the stream
 	drained  bool  // the node asked for the stream to end (see Server.Drain)
@@ -122,6 +133,21 @@ type stream[Req, Resp any] struct {
 type result[Resp any] struct {
 	resp *Resp
 	err  error
+}
+
+// outgoing is a request for the sending goroutine, and its size as Call
+// counts it.
+type outgoing[Req any] struct {
+	req  *Req
+	size int64
+}
+
+// waiter is a request waiting for its answer: its caller's channel, nil
+// once the caller has gone, and its size as Call counts it, which its
+// answer takes off stream.aloft.
+type waiter[Resp any] struct {
+	ch   chan result[Resp]
+	size int64
 }
 
 // NewClient returns a Client that opens its streams as conf says. It
@@ -139,14 +165,15 @@ func NewClient[Req, Resp any](conf Config[Req, Resp]) *Client[Req, Resp] {
 // req with an id and ctx's deadline, and must not be given the same req
 // twice at once.
 //
-// A call to a stream that has no request unanswered, and none queued, is
-// sent from the caller's goroutine, saving the hand-over to the sending
-// goroutine (a thread woken, on a node that is not busy): so is every call
-// of a lone caller. Such a Send cannot block: gRPC blocks a stream's sends
-// only while 64 KiB of its messages wait to be written, and a stream whose
-// every request was answered has none waiting. Calls that find requests
-// in flight go through the sending goroutine, and the caller waits for
-// the send with ctx.
+// A call is sent from the caller's goroutine, saving the hand-over to
+// the sending goroutine (another goroutine to run, often a thread to
+// wake), while none is queued for it and the requests unanswered on the
+// stream are smaller than grpc-go's write quota (by Config.Size; without
+// it, while none is unanswered): such a Send cannot block, since grpc-go
+// blocks a stream's sends only once the quota of its messages waits to be
+// written, and every message of a request answered has been. Other calls
+// go through the sending goroutine, and their callers wait for the send
+// with ctx.
 func (c *Client[Req, Resp]) Call(ctx context.Context, req *Req) (*Resp, error) {
 	st, id, err := c.stream()
 	if err != nil {
@@ -155,19 +182,23 @@ func (c *Client[Req, Resp]) Call(ctx context.Context, req *Req) (*Resp, error) {
 	var timeout time.Duration
 	if d, ok := ctx.Deadline(); ok {
 		if timeout = time.Until(d); timeout <= 0 {
-			st.forget(id)
+			st.forget(id, false)
 			return nil, context.DeadlineExceeded
 		}
 	}
 	c.conf.Stamp(req, id, (timeout + time.Millisecond - 1).Milliseconds())
-	ch := st.waiting(id)
-	if !st.sendIdle(req) {
+	size := int64(writeQuota) // without Size, one request fills the quota
+	if c.conf.Size != nil {
+		size = int64(c.conf.Size(req)) + 5 // and gRPC's header
+	}
+	ch := st.waiting(id, size)
+	if !st.sendNow(req, size) {
 		select {
-		case st.out <- req:
+		case st.out <- outgoing[Req]{req, size}:
 		case r := <-ch: // the stream ended
 			return r.resp, r.err
 		case <-ctx.Done():
-			st.forget(id)
+			st.forget(id, false)
 			return nil, ctx.Err()
 		}
 	}
@@ -175,7 +206,7 @@ func (c *Client[Req, Resp]) Call(ctx context.Context, req *Req) (*Resp, error) {
 	case r := <-ch:
 		return r.resp, r.err
 	case <-ctx.Done():
-		st.forget(id)
+		st.forget(id, true)
 		return nil, ctx.Err()
 	}
 }
@@ -201,8 +232,8 @@ func (c *Client[Req, Resp]) stream() (*stream[Req, Resp], uint64, error) {
 			c.retryAt = time.Now().Add(RetryAfter)
 			return nil, 0, fmt.Errorf("%w: %w", ErrRefused, err)
 		}
-		st := &stream[Req, Resp]{s: s, cancel: cancel, out: make(chan *Req, maxQueued), closing: make(chan struct{}),
-			pending: map[uint64]chan result[Resp]{}}
+		st := &stream[Req, Resp]{s: s, cancel: cancel, out: make(chan outgoing[Req], maxQueued), closing: make(chan struct{}),
+			pending: map[uint64]waiter[Resp]{}}
 		c.cur = st
 		c.wg.Go(func() { c.send(ctx, st) })
 		c.wg.Go(func() { c.receive(st) })
@@ -211,10 +242,10 @@ func (c *Client[Req, Resp]) stream() (*stream[Req, Resp], uint64, error) {
 	return c.cur, c.nextID, nil
 }
 
-// waiting registers a call waiting for the answer to id and returns where
-// the answer will come. If the stream has ended, the answer is its error,
-// there already.
-func (st *stream[Req, Resp]) waiting(id uint64) chan result[Resp] {
+// waiting registers a call waiting for the answer to id, a request of
+// size, and returns where the answer will come. If the stream has ended,
+// the answer is its error, there already.
+func (st *stream[Req, Resp]) waiting(id uint64, size int64) chan result[Resp] {
 	ch := make(chan result[Resp], 1)
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -222,30 +253,31 @@ func (st *stream[Req, Resp]) waiting(id uint64) chan result[Resp] {
 		ch <- result[Resp]{err: st.ended}
 		return ch
 	}
-	st.pending[id] = ch
+	st.pending[id] = waiter[Resp]{ch, size}
 	return ch
 }
 
-// sendIdle sends req from this goroutine if the stream is idle: no
-// request unanswered, none queued, no send in progress, the sending side
-// open. It reports whether it sent req; a failed send ends the stream, and
-// the receiving goroutine fails the calls.
-func (st *stream[Req, Resp]) sendIdle(req *Req) bool {
-	if st.unanswered.Load() != 0 || len(st.out) != 0 || !st.sendMu.TryLock() {
+// sendNow sends req, of size, from this goroutine if it cannot block (see
+// Call): the requests unanswered hold fewer than writeQuota bytes, none is
+// queued, no send is in progress, and the sending side is open. It
+// reports whether it sent req; a failed send ends the stream, and the
+// receiving goroutine fails the calls.
+func (st *stream[Req, Resp]) sendNow(req *Req, size int64) bool {
+	if st.aloft.Load() >= writeQuota || len(st.out) != 0 || !st.sendMu.TryLock() {
 		return false
 	}
 	defer st.sendMu.Unlock()
-	if st.unanswered.Load() != 0 || st.sendClosed { // counted under sendMu: exact
+	if st.aloft.Load() >= writeQuota || st.sendClosed { // added to under sendMu: exact
 		return false
 	}
-	st.sendLocked(req)
+	st.sendLocked(req, size)
 	return true
 }
 
-// sendLocked sends req, counting it unanswered; the caller holds sendMu.
+// sendLocked sends req, counting its size aloft; the caller holds sendMu.
 // A failed send ends the stream, and reports false.
-func (st *stream[Req, Resp]) sendLocked(req *Req) bool {
-	st.unanswered.Add(1)
+func (st *stream[Req, Resp]) sendLocked(req *Req, size int64) bool {
+	st.aloft.Add(size)
 	if err := st.s.Send(req); err != nil {
 		st.cancel() // the stream is broken: receive sees it and fails the calls
 		return false
@@ -253,11 +285,22 @@ func (st *stream[Req, Resp]) sendLocked(req *Req) bool {
 	return true
 }
 
-// forget drops the call waiting for id: its caller has gone.
-func (st *stream[Req, Resp]) forget(id uint64) {
+// forget drops the caller waiting for id: it has gone. A request that was
+// sent, or queued to be, stays pending without its caller until its
+// answer comes, which takes its size off st.aloft; one that was not is
+// dropped.
+func (st *stream[Req, Resp]) forget(id uint64, sent bool) {
 	st.mu.Lock()
-	delete(st.pending, id)
-	st.mu.Unlock()
+	defer st.mu.Unlock()
+	w, ok := st.pending[id]
+	switch {
+	case !ok:
+	case sent:
+		w.ch = nil
+		st.pending[id] = w
+	default:
+		delete(st.pending, id)
+	}
 }
 
 // send is the stream's only sender: it sends what callers queue until the
@@ -266,16 +309,16 @@ func (st *stream[Req, Resp]) forget(id uint64) {
 // then reports why.
 func (c *Client[Req, Resp]) send(ctx context.Context, st *stream[Req, Resp]) {
 	for {
-		var req *Req
+		var o outgoing[Req]
 		select {
-		case req = <-st.out:
+		case o = <-st.out:
 		case <-st.closing:
 			st.sendMu.Lock()
 			defer st.sendMu.Unlock()
 			for {
 				select {
-				case req = <-st.out:
-					if !st.sendLocked(req) {
+				case o = <-st.out:
+					if !st.sendLocked(o.req, o.size) {
 						return
 					}
 				default:
@@ -288,7 +331,7 @@ func (c *Client[Req, Resp]) send(ctx context.Context, st *stream[Req, Resp]) {
 			return
 		}
 		st.sendMu.Lock()
-		ok := st.sendLocked(req)
+		ok := st.sendLocked(o.req, o.size)
 		st.sendMu.Unlock()
 		if !ok {
 			return
@@ -310,14 +353,16 @@ func (c *Client[Req, Resp]) receive(st *stream[Req, Resp]) {
 			c.drained(st)
 			continue
 		}
-		st.unanswered.Add(-1)
 		st.mu.Lock()
-		ch := st.pending[id]
+		w, ok := st.pending[id]
 		delete(st.pending, id)
 		st.answered = true
 		st.mu.Unlock()
-		if ch != nil {
-			ch <- result[Resp]{resp: resp}
+		if ok {
+			st.aloft.Add(-w.size)
+		}
+		if w.ch != nil {
+			w.ch <- result[Resp]{resp: resp}
 		}
 	}
 }
@@ -365,8 +410,10 @@ func (c *Client[Req, Resp]) end(st *stream[Req, Resp], err error) {
 	pending := st.pending
 	st.pending = nil
 	st.mu.Unlock()
-	for _, ch := range pending {
-		ch <- result[Resp]{err: err}
+	for _, w := range pending {
+		if w.ch != nil {
+			w.ch <- result[Resp]{err: err}
+		}
 	}
 	c.mu.Lock()
 	if c.cur == st {

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
@@ -128,15 +129,15 @@ func serve(t testing.TB, g *grpc.Server) string {
 
 // dial returns a Client of CheckStream at addr, with the connection up.
 func dial(t testing.TB, addr string) (*Client[pb.CheckStreamRequest, pb.CheckStreamResponse], *grpc.ClientConn) {
-	return dialWrapped(t, addr, nil)
+	return dialWith(t, addr, nil, false)
 }
 
 // checkStream is a CheckStream as a client opens it.
 type checkStream = grpc.BidiStreamingClient[pb.CheckStreamRequest, pb.CheckStreamResponse]
 
-// dialWrapped is dial, with each stream the Client opens wrapped by wrap
-// (nil: none).
-func dialWrapped(t testing.TB, addr string, wrap func(checkStream) checkStream) (*Client[pb.CheckStreamRequest, pb.CheckStreamResponse], *grpc.ClientConn) {
+// dialWith is dial, with each stream the Client opens wrapped by wrap
+// (nil: none), and with sized, a Config.Size: proto.Size, as a bound.
+func dialWith(t testing.TB, addr string, wrap func(checkStream) checkStream, sized bool) (*Client[pb.CheckStreamRequest, pb.CheckStreamResponse], *grpc.ClientConn) {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -165,6 +166,9 @@ func dialWrapped(t testing.TB, addr string, wrap func(checkStream) checkStream) 
 		},
 		ID: (*pb.CheckStreamResponse).GetId,
 	})
+	if sized {
+		c.conf.Size = func(r *pb.CheckStreamRequest) int { return proto.Size(r) }
+	}
 	t.Cleanup(c.Close)
 	connect(t, cc)
 	return c, cc
@@ -318,55 +322,67 @@ func (s sentBy) Send(m *pb.CheckStreamRequest) error {
 	return s.checkStream.Send(m)
 }
 
-// TestIdleStreamCallsSendThemselves: a call to a stream with no request
+// TestCallersSendThemselves: a call to a stream with no request
 // unanswered is sent from its caller's goroutine, as every call of a lone
-// caller is, with no hand-over to the sending goroutine (which wakes a
-// thread); a call made while another is unanswered is handed over, so
-// that its caller waits for a send with its context.
-func TestIdleStreamCallsSendThemselves(t *testing.T) {
-	var mu sync.Mutex
-	var gids []string
-	sender := func() string {
-		mu.Lock()
-		defer mu.Unlock()
-		return gids[len(gids)-1]
-	}
-	n := newNode()
-	c, _ := dialWrapped(t, serve(t, newServer(n)), func(s checkStream) checkStream { return sentBy{s, &mu, &gids} })
-	me := goroutine()
-	for i := range 3 {
-		if err := call(context.Background(), c, "k", int64(i+1)); err != nil {
-			t.Fatal(err)
-		}
-		if got := sender(); got != me {
-			t.Fatalf("call %d of a lone caller was sent by goroutine %s, want its own, %s", i, got, me)
-		}
-	}
-	waiting := make(chan error, 1)
-	go func() { waiting <- call(context.Background(), c, "wait", 1) }()
-	<-n.entered
-	if err := call(context.Background(), c, "behind", 2); err != nil {
-		t.Fatal(err)
-	}
-	if got := sender(); got == me {
-		t.Errorf("a call made while another was unanswered was sent by its caller's goroutine, want the sending goroutine's")
-	}
-	close(n.release)
-	if err := <-waiting; err != nil {
-		t.Fatal(err)
-	}
-	if err := call(context.Background(), c, "k", 4); err != nil || sender() != me {
-		t.Errorf("a call once every request was answered: %v, sent by %s; want sent by its caller, %s", err, sender(), me)
+// caller is, with no hand-over to the sending goroutine; so is one made
+// while others are unanswered, if Config.Size bounds them under the write
+// quota. Without Size it is handed over, so that its caller waits for a
+// send (that might block) with its context.
+func TestCallersSendThemselves(t *testing.T) {
+	for _, sized := range []bool{false, true} {
+		t.Run(fmt.Sprint("sized=", sized), func(t *testing.T) {
+			var mu sync.Mutex
+			var gids []string
+			sender := func() string {
+				mu.Lock()
+				defer mu.Unlock()
+				return gids[len(gids)-1]
+			}
+			n := newNode()
+			c, _ := dialWith(t, serve(t, newServer(n)), func(s checkStream) checkStream { return sentBy{s, &mu, &gids} }, sized)
+			me := goroutine()
+			for i := range 3 {
+				if err := call(context.Background(), c, "k", int64(i+1)); err != nil {
+					t.Fatal(err)
+				}
+				if got := sender(); got != me {
+					t.Fatalf("call %d of a lone caller was sent by goroutine %s, want its own, %s", i, got, me)
+				}
+			}
+			waiting := make(chan error, 1)
+			go func() { waiting <- call(context.Background(), c, "wait", 1) }()
+			<-n.entered
+			if err := call(context.Background(), c, "behind", 2); err != nil {
+				t.Fatal(err)
+			}
+			if got := sender(); (got == me) != sized {
+				t.Errorf("a call made while another was unanswered was sent by goroutine %s; its caller is %s", got, me)
+			}
+			close(n.release)
+			if err := <-waiting; err != nil {
+				t.Fatal(err)
+			}
+			if err := call(context.Background(), c, "k", 4); err != nil || sender() != me {
+				t.Errorf("a call once every request was answered: %v, sent by %s; want sent by its caller, %s", err, sender(), me)
+			}
+		})
 	}
 }
 
 // TestCallsBehindABlockedSendKeepTheirDeadlines: when the node reads no
 // more of a stream and gRPC's flow control blocks its sends, calls still
-// return as their contexts end, none blocked in a send of its own.
+// return as their contexts end, none blocked in a send of its own, with
+// Config.Size or without.
 func TestCallsBehindABlockedSendKeepTheirDeadlines(t *testing.T) {
+	for _, sized := range []bool{false, true} {
+		t.Run(fmt.Sprint("sized=", sized), func(t *testing.T) { testBlockedSend(t, sized) })
+	}
+}
+
+func testBlockedSend(t *testing.T, sized bool) {
 	n := newNode()
 	window := grpc.StaticStreamWindowSize(64 << 10) // the node reads no more than this of a stream it does not read
-	c, _ := dial(t, serve(t, newServer(n, window)))
+	c, _ := dialWith(t, serve(t, newServer(n, window)), nil, sized)
 	held := make(chan error, Workers)
 	for i := range Workers {
 		go func() { held <- call(context.Background(), c, "wait", int64(i)) }()
@@ -393,6 +409,29 @@ func TestCallsBehindABlockedSendKeepTheirDeadlines(t *testing.T) {
 		case <-time.After(10 * time.Second): // a bound, not a timing
 			t.Fatal("a call behind a blocked send did not return when its context ended")
 		}
+	}
+	// The send is blocked: maxQueued calls fill the queue, and callers
+	// that give up waiting for room in it leave nothing behind, however
+	// many they are.
+	var wg sync.WaitGroup
+	for i := range maxQueued + 50 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			if err := call(ctx, c, "k", int64(i)); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("a call behind a full queue: %v, want its deadline's error", err)
+			}
+		})
+	}
+	wg.Wait()
+	c.mu.Lock()
+	st := c.cur
+	c.mu.Unlock()
+	st.mu.Lock()
+	pending := len(st.pending)
+	st.mu.Unlock()
+	if most := Workers + calls + maxQueued; pending > most {
+		t.Errorf("%d requests pending, want at most %d: those sent or queued", pending, most)
 	}
 	close(n.release)
 	for range Workers {
