@@ -23,9 +23,9 @@ const stopGrace = 5 * time.Second
 // measure starts one rlnode and one redis-server, warms both up (each
 // mode once, for conf.Warmup, unrecorded), runs every mode conf.Rounds
 // times at every concurrency level (the modes one after another at each
-// level, and the rounds in turn, so that a noisy moment on the shared
-// machine touches all of them alike), and stops both servers before it
-// returns. Progress goes to log.
+// level, each round starting at the next mode, so that a noisy moment on
+// the shared machine, or a place in the order, touches all of them
+// alike), and stops both servers before it returns. Progress goes to log.
 func measure(ctx context.Context, conf config, log io.Writer) (results, error) {
 	res := results{
 		Started: time.Now().UTC(), Go: runtime.Version(), CPUs: runtime.NumCPU(),
@@ -79,7 +79,8 @@ func measure(ctx context.Context, conf config, log io.Writer) (results, error) {
 	}
 	for _, c := range conf.Concurrency {
 		for r := range conf.Rounds {
-			for _, m := range conf.Modes {
+			for i := range conf.Modes {
+				m := conf.Modes[(i+r)%len(conf.Modes)] // each round starts at another mode: none always runs first
 				raw, rep, err := one(m, c, conf.Duration)
 				if err != nil {
 					return results{}, err
