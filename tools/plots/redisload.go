@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -22,7 +23,8 @@ type load struct {
 	Concurrency int           // callers, each with one call in flight
 	Duration    time.Duration // the run stops after this long ...
 	Count       int64         // ... or after this many calls in total
-	Keys        int           // keys bench:0 .. bench:<Keys-1>, drawn uniformly
+	Keys        int           // keys <Prefix>0 .. <Prefix><Keys-1>, drawn uniformly
+	Prefix      string        // of the keys; "" means "bench:", as rlnode bench's
 	Timeout     time.Duration // one call's longest
 }
 
@@ -65,7 +67,7 @@ func clThrottle(rdb *redis.Client) check {
 func redisLoad(ctx context.Context, check check, l load) report {
 	keys := make([]string, l.Keys)
 	for i := range keys {
-		keys[i] = "bench:" + strconv.Itoa(i)
+		keys[i] = cmp.Or(l.Prefix, "bench:") + strconv.Itoa(i)
 	}
 	type worker struct {
 		lat                     []time.Duration
