@@ -34,13 +34,13 @@ generate:
 		--go-grpc_out=internal/peerpb --go-grpc_opt=paths=source_relative \
 		internal/peerpb/peer.proto
 
-# Every benchmark quoted in BENCHMARKS.md, in one run. Needs redis-server
+# Most benchmarks quoted in BENCHMARKS.md and docs/bench/, in one run. Needs redis-server
 # for the Redis+Lua baseline (apt-get install redis-server); the rest needs
 # only Go. Takes about five minutes; results go to bench.out.
 bench:
 	scripts/bench.sh | tee bench.out
 
-# The charts in docs/bench/ (see BENCHMARKS.md): one rlnode and one
+# The charts in docs/bench/ (see BENCHMARKS.md and docs/bench/client.md): one rlnode and one
 # redis-server on loopback, checks/s and p99 of one check a call at 1 to 64
 # concurrent callers, through the Go client, gRPC, HTTP, the RESP port and
 # Redis+Lua; each point the median of 3 runs of 1s, about three minutes in all. Needs redis-server. tools/plots is

@@ -25,8 +25,8 @@ const maxFlying = 4
 // sendAt is the checks at which a gathered batch goes without waiting for
 // the batches in flight (while fewer than maxFlying are). A request costs
 // a node about as much as 20-30 checks in it do, whatever it carries
-// (BENCHMARKS.md: mostly the kernel waking threads to read and answer
-// it), so a batch of sendAt checks has spread that cost to about what its
+// (docs/bench/cpu.md: mostly the kernel waking threads to read and
+// answer it), so a batch of sendAt checks has spread that cost to about what its
 // checks cost, and gathering more would mostly make its callers wait. It
 // keeps the node busy between batches, too, which is cheaper for it than
 // sleeping and waking: 50 callers on one node measured 20-25% more
@@ -40,7 +40,7 @@ const sendAt = 16
 // maxFlying, so that each check may have a batch of its own in flight,
 // and goes at once. A caller then waits for no other caller's batch, and
 // the node reads the next request as it answers one, which costs it less
-// than sleeping between them (BENCHMARKS.md, "The client at few
+// than sleeping between them (docs/bench/client.md, "The client at few
 // callers"). With more callers, batches wait to grow as before: sent at
 // once, 8 callers' batches of about 2 checks cost the node about 1.6
 // times the CPU a check of the batches of 4 they make waiting.

@@ -273,7 +273,7 @@ func TestLeaseRingChange(t *testing.T) {
 // TestLeaseAccuracy is the accuracy run of issue 20: 8 leased Go clients
 // over 3 nodes on one key, asking far more than its limit for 60 s. The
 // bound is asserted window by window: never more than the limit. Use is a
-// figure (BENCHMARKS.md quotes each window's, logged here): the test asks
+// figure (docs/bench/leases.md quotes each window's, logged here): the test asks
 // at least 95% of the limit over the whole run and 80% in every window,
 // because when the machine is loaded by other work besides (go test runs
 // every package at once on 2 cores) the callers of one window can wait to
@@ -330,7 +330,7 @@ func TestLeaseAccuracy(t *testing.T) {
 // second round on it gets more than half of the admissions over the run's
 // seconds, and at least 40% in each second after the first (an even split
 // would give it 12.5%). Each 200ms and each second is logged: their
-// shares are the figure BENCHMARKS.md quotes (60% or more within two
+// shares are the figure docs/bench/leases.md quotes (60% or more within two
 // rounds on a quiet machine). (Callers share the test's process, and this machine's 2 cores
 // with the 3 nodes: when it is loaded by other work besides, as when go
 // test runs every package at once, the first rounds after the skew can go

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Measures server CPU per check before and after a change (BENCHMARKS.md,
-# "Server CPU per check"), in one run, interleaved so that the machine's
+# Measures server CPU per check before and after a change
+# (docs/bench/cpu.md), in one run, interleaved so that the machine's
 # noise falls on both alike: rlnode built at BEFORE (default ea75947, the
 # commit before the client's batches of 16 went without waiting; 124c130
 # is the one before the streams and the hand-written codec) and at HEAD,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every benchmark quoted in BENCHMARKS.md, in one go, so that ratios
-# compare figures measured in the same run on the same machine.
+# Runs most benchmarks quoted in BENCHMARKS.md and its logs in docs/bench/,
+# in one go, so that ratios compare figures measured in the same run on
+# the same machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,7 +48,7 @@ echo "-- grpc through the Go client's Allow, 64 goroutines"
 "$bin" bench --addr 127.0.0.1:18081 --client --concurrency 64 --duration 10s --metrics 127.0.0.1:18080
 kill $node; wait $node 2>/dev/null || true
 # (scripts/bench-cluster.sh measures the three-node figures below before
-# and after the streams and the codec, interleaved: BENCHMARKS.md.)
+# and after the streams and the codec, interleaved: docs/bench/cpu.md.)
 echo "== three rlnode processes over loopback: server CPU per check summed over the nodes, 50 callers"
 nodes=()
 trap 'kill "${nodes[@]}" 2>/dev/null || true' EXIT

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The RLQS figures of BENCHMARKS.md: three rlnode processes on loopback,
+# The RLQS figures of docs/bench/envoy.md: three rlnode processes on loopback,
 # 4 simulated Envoys (rlnode bench-rlqs) on one bucket of 400 a second for
 # DURATION (3m), Envoy 0 asking 70% of the demand from SKEW (60s), and the
 # third node stopped with SIGTERM at DRAIN (120s), so that its Envoy's

@@ -4,7 +4,7 @@
 // line per way of asking (the Go client's batching Allow, raw gRPC and
 // HTTP with one check a request, CL.THROTTLE on the node's RESP port
 // through go-redis, and go-redis/redis_rate), as PNG charts for
-// BENCHMARKS.md.
+// BENCHMARKS.md and docs/bench/client.md.
 //
 // The ringlimit figures come from `rlnode bench --json`, run as a
 // subprocess against a node this program starts, so that the tool depends
