@@ -21,7 +21,6 @@ const maxPageLines = 400
 var longPages = []string{
 	"docs/cluster.md",
 	"docs/design.md",
-	"docs/go.md",
 }
 
 // TestDocPagesAreShort checks the pages of docs/ and the repository's root.
