@@ -1,10 +1,18 @@
 # The README's commands. `make test` is what CI runs.
-.PHONY: test e2e chaos scale generate bench plots fuzz image cluster cluster-down
+.PHONY: test test-loaded e2e chaos scale generate bench plots fuzz image cluster cluster-down
 
 # e2e runs real clusters for about ten minutes on two cores: past go
 # test's default timeout of 10m per package.
 test:
 	go test -race -timeout 30m ./...
+
+# The tests of a node leaving, joining, crashing and coming back, each
+# COUNT times (20 by default) with two busy loops on the cores, which end
+# with the run, however it ends (scripts/test-loaded.sh; docs/cluster.md).
+test-loaded:
+	COUNT=$(COUNT) scripts/test-loaded.sh
+
+COUNT ?= 20
 
 # The tests that run real rlnode processes (also part of `make test`).
 e2e:
