@@ -52,6 +52,7 @@ import (
 	"github.com/ringlimit/ringlimit/service"
 	"github.com/ringlimit/ringlimit/snapshot"
 	"github.com/ringlimit/ringlimit/status"
+	"github.com/ringlimit/ringlimit/strict"
 	"github.com/ringlimit/ringlimit/top"
 )
 
@@ -218,7 +219,7 @@ func DefaultConfig() Config {
 		ShutdownTimeout:   30 * time.Second,
 		HandOffWait:       time.Second,
 		ReplicateInterval: replica.DefaultInterval,
-		StrictFence:       service.DefaultStrictFence,
+		StrictFence:       strict.DefaultFence,
 		MaxInflight:       admit.DefaultMax,
 		MaxStreams:        admit.DefaultMaxStreams,
 		MaxConns:          DefaultMaxConns,

@@ -146,13 +146,13 @@ func (o Owner) HandOffDone(_ context.Context, from string, ring uint64) {
 // Left takes node from's last word that it has left the cluster, holding
 // no counter of the keys this node owns in the ring whose ID is ring: in
 // strict mode the keys this node took over from it are then decided at
-// once, not fenced (see strict.go, "A graceful leave"). It returns an
+// once, not fenced (see package strict, "A graceful leave"). It returns an
 // error when it does not take the word.
 func (o Owner) Left(_ context.Context, from string, ring uint64) error {
-	if err := o.s.strict.takeLeft(from, ring, o.s.now()); err != nil {
+	if err := o.s.strict.TakeLeft(from, ring, o.s.now()); err != nil {
 		return err
 	}
-	if o.s.strict.on() {
+	if o.s.strict.On() {
 		o.s.log.Info("strict mode: a member left having handed its counters over; its keys are not fenced", "member", from)
 	}
 	return nil

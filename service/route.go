@@ -43,9 +43,9 @@ func (s *Service) decide(ctx context.Context, c *call, ps []pending) {
 		s.replica.Promote(c.ring)
 		v := s.look(ctx)
 		failedOver = s.replanFailed(c, ps, &v, failedOver)
-		s.strict.gate(s, c, ps, &v)
+		s.gate(c, ps, &v)
 		s.askGlobal(c, ps, &v)
-		escrowed = s.strict.fromEscrow(s, c, ps, &v, escrowed)
+		escrowed = s.fromEscrow(c, ps, &v, escrowed)
 		ps = s.carry(ctx, c, ps, plan(c, ps, &v), &v)
 		if len(ps) == 0 {
 			break
@@ -66,7 +66,7 @@ func (s *Service) decide(ctx context.Context, c *call, ps []pending) {
 // look returns the node's view now (see view).
 func (s *Service) look(ctx context.Context) view {
 	return view{self: s.cluster.LocalMember(), ring: s.ring(), leaving: s.leaving.Load() != nil, gone: ctx.Err(),
-		handOff: s.handoff, store: s.holds, heirs: &s.without, suspect: s.suspects.suspect, strict: s.strict.on()}
+		handOff: s.handoff, store: s.holds, heirs: &s.without, suspect: s.suspects.suspect, strict: s.strict.On()}
 }
 
 // replanFailed re-plans the checks of ps whose send failed, those of one

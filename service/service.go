@@ -29,6 +29,7 @@ import (
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/replica"
 	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/strict"
 	"github.com/ringlimit/ringlimit/top"
 )
 
@@ -112,16 +113,16 @@ type Config struct {
 	// Leases bounds the lessees' accounts of the keys this node owns (see
 	// package lease); its zero fields mean their defaults.
 	Leases global.LeaseConfig
-	// StrictQuorum, if positive, turns strict mode on (strict.go): this
+	// StrictQuorum, if positive, turns strict mode on (package strict): this
 	// node decides keys only while its ring holds at least this many
 	// members, and never fails over. Every node of a cluster must agree.
 	StrictQuorum int
 	// StrictFence is how long, in strict mode, keys of a member that left
 	// the ring wait before this node decides them; zero means
-	// DefaultStrictFence.
+	// strict.DefaultFence.
 	StrictFence time.Duration
 	// EscrowTTL is how long, in strict mode, a GLOBAL grant is spent after
-	// the owner last renewed it; zero means EscrowTTL(GlobalSync).
+	// the owner last renewed it; zero means strict.EscrowTTL(GlobalSync).
 	EscrowTTL time.Duration
 	// Top, if not nil, counts every check this node decides by name and
 	// key (see package top); nil counts none.
@@ -180,7 +181,7 @@ type Service struct {
 	// (handoff.Config.Heirs), so that a ring change builds each once.
 	without ring.Heirs
 	// strict is strict mode, off unless Config.StrictQuorum is set.
-	strict strictMode
+	strict *strict.Mode
 	// top counts the checks decided here by key; nil counts none.
 	top *top.Tracker
 	// clients bounds the reservations of each client (Config.Clients).
@@ -208,11 +209,12 @@ func New(conf Config) *Service {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.metrics = newMetrics(conf.Registerer)
+	s.strict = strict.New(conf.StrictQuorum, conf.StrictFence)
 	s.registerSuspects(conf.Registerer)
 	s.global = global.New(global.Config{
 		Store: s.store, Cluster: s.cluster, Peers: conf.Peers,
 		Interval: conf.GlobalSync, MaxClockSkew: s.skew, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
-		Inherit: func() { s.replica.Promote(s.ring()) }, Leases: conf.Leases, Escrow: s.strict.configure(conf, s),
+		Inherit: func() { s.replica.Promote(s.ring()) }, Leases: conf.Leases, Escrow: s.strict.Escrow(conf.GlobalSync, conf.EscrowTTL, func() int { return s.cluster.Ring().Len() }),
 	})
 	s.leases = lease.New(lease.Config{
 		Lender: s.global, Cluster: s.cluster, Peers: conf.Peers, Result: decisionResult, Now: s.now, Logger: s.log,
@@ -587,7 +589,7 @@ func (s *Service) Run(ctx context.Context) error {
 // now owns and replicates every counter to its heir again. It never
 // blocks.
 func (s *Service) RingChanged() {
-	s.strict.ringChanged(s.cluster.Ring(), s.cluster.LocalMember().Name, s.now())
+	s.strict.RingChanged(s.cluster.Ring(), s.cluster.LocalMember().Name, s.now())
 	s.handoff.RingChanged()
 	s.replica.RingChanged()
 }

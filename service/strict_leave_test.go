@@ -5,10 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
-	"github.com/ringlimit/ringlimit/limiter"
-	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/strict"
 )
 
 // leaveGracefully takes node i out of c as its shutdown does (package
@@ -58,7 +56,7 @@ func TestStrictGracefulLeaveIsNotFenced(t *testing.T) {
 	if told, fenced := leaveGracefully(t, c, svcs, 2, ""); told != 2 || fenced != 0 {
 		t.Fatalf("node-2 told %d members it left, %d not; want 2, 0", told, fenced)
 	}
-	for _, after := range []time.Duration{0, DefaultStrictFence + time.Second} {
+	for _, after := range []time.Duration{0, strict.DefaultFence + time.Second} {
 		clk.add(after)
 		for n := range 4 {
 			r := check(t, svcs[n%2], strictHourly(key))
@@ -102,7 +100,7 @@ func TestStrictLeaveWithUnfinishedHandOffStaysFenced(t *testing.T) {
 	}{
 		{"handed over: decided at once", 0, handed, "", 2},
 		{"kept: fenced", 0, kept, "escrow", 0},
-		{"kept: fenced until the fence ends", DefaultStrictFence - time.Millisecond, kept, "escrow", 0},
+		{"kept: fenced until the fence ends", strict.DefaultFence - time.Millisecond, kept, "escrow", 0},
 		{"kept: counted spent after the fence", time.Millisecond, kept, "", 0},
 	}
 	for _, st := range steps {
@@ -120,77 +118,6 @@ func TestStrictLeaveWithUnfinishedHandOffStaysFenced(t *testing.T) {
 		if admitted != st.admitted {
 			t.Errorf("%s: %d admitted, want %d", st.name, admitted, st.admitted)
 		}
-	}
-}
-
-// TestStrictTakeLeft: a node takes a member's word that it left only for
-// its latest departure of that member, into the ring the word names,
-// while its ring lacks the member and within the fence; a member that
-// comes back and then drops out again is fenced whatever it said before.
-// GLOBAL checks of its keys stay fenced.
-func TestStrictTakeLeft(t *testing.T) {
-	self, b := ring.Member{Name: "a"}, ring.Member{Name: "b"}
-	full := ring.New(self, b, ring.Member{Name: "c"})
-	without := full.Without("b")
-	key := "k"
-	for k := 0; ; k++ {
-		if o, _ := full.Owner(key); o.Name == "b" {
-			break
-		}
-		key = fmt.Sprint("k", k)
-	}
-	r := &limiter.Request{Name: "api", Key: key, Limit: algorithms.Limit{Count: 10, Period: time.Hour}, Hits: 1}
-	fence := time.Second
-	newMode := func() *strictMode {
-		m := &strictMode{quorum: 1, fence: fence}
-		m.ringChanged(full, "a", t0)
-		return m
-	}
-
-	off := &strictMode{}
-	if err := off.takeLeft("b", without.ID(), t0); err != nil {
-		t.Errorf("strict mode off: %v, want nothing to refuse", err)
-	}
-	m := newMode()
-	if err := m.takeLeft("b", without.ID(), t0); err == nil {
-		t.Errorf("a word while the ring has the member: taken, want refused")
-	}
-	m.ringChanged(without, "a", t0)
-	if err := m.takeLeft("b", full.Without("c").ID(), t0); err == nil {
-		t.Errorf("a word naming another ring: taken, want refused")
-	}
-	if err := m.takeLeft("c", without.ID(), t0); err == nil {
-		t.Errorf("a word from a member that did not drop out: taken, want refused")
-	}
-	if v := m.judge(r, false, without, "a", nil, t0); v != verdictRefuse {
-		t.Errorf("before the word: verdict %d, want refused", v)
-	}
-	if err := m.takeLeft("b", without.ID(), t0.Add(fence/2)); err != nil {
-		t.Errorf("the word: %v, want taken", err)
-	}
-	if v := m.judge(r, false, without, "a", nil, t0); v != verdictDecide {
-		t.Errorf("after the word: verdict %d, want decided at once", v)
-	}
-	if v := m.judge(r, true, without, "a", nil, t0); v != verdictRefuse {
-		t.Errorf("a GLOBAL check after the word: verdict %d, want refused for the fence", v)
-	}
-	if v := m.judge(r, false, without, "a", nil, t0.Add(fence)); v != verdictDecide {
-		t.Errorf("after the word, past the fence: verdict %d, want decided, not counted spent", v)
-	}
-
-	m.ringChanged(full, "a", t0.Add(2*fence)) // it came back
-	if err := m.takeLeft("b", without.ID(), t0.Add(2*fence)); err == nil {
-		t.Errorf("a word while the member is back: taken, want refused")
-	}
-	m.ringChanged(without, "a", t0.Add(3*fence)) // and dropped out again
-	if v := m.judge(r, false, without, "a", nil, t0.Add(3*fence)); v != verdictRefuse {
-		t.Errorf("dropped out again, after an earlier word: verdict %d, want refused for the fence", v)
-	}
-
-	late := newMode()
-	late.ringChanged(without, "a", t0)
-	if err := late.takeLeft("b", without.ID(), t0.Add(fence)); err == nil {
-		t.Errorf("a word once the fence has passed: taken, want refused")
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/strict"
 )
 
 // clock is a clock a test moves by hand.
@@ -119,7 +120,7 @@ func TestStrictPartition(t *testing.T) {
 			setRings(c, svcs, minority, c.ring.Without("node-0").Without("node-1").Without("node-2"))
 			tl.load(t, svcs, majority, keys, 3)
 			tl.load(t, svcs, minority, keys, 3)
-			clk.add(DefaultStrictFence + time.Second)
+			clk.add(strict.DefaultFence + time.Second)
 			tl.load(t, svcs, majority, keys, 3)
 			tl.load(t, svcs, minority, keys, 3)
 
@@ -174,7 +175,7 @@ func TestStrictTakeoverWaitsOutTheFence(t *testing.T) {
 	}{
 		{"owner unreachable, in the ring", 0, false, pb.Status_OVER_LIMIT, "escrow"},
 		{"owner dropped, within the fence", 0, true, pb.Status_OVER_LIMIT, "escrow"},
-		{"just before the fence ends", DefaultStrictFence - time.Millisecond, false, pb.Status_OVER_LIMIT, "escrow"},
+		{"just before the fence ends", strict.DefaultFence - time.Millisecond, false, pb.Status_OVER_LIMIT, "escrow"},
 		{"the fence has passed: counted spent", time.Millisecond, false, pb.Status_OVER_LIMIT, ""},
 		{"still spent within its window", 30 * time.Second, false, pb.Status_OVER_LIMIT, ""},
 		{"the window has passed: decided as ever", 31 * time.Second, false, pb.Status_UNDER_LIMIT, ""},
@@ -248,7 +249,7 @@ func TestStrictGlobalEscrow(t *testing.T) {
 			if tc.quorum == 0 {
 				return
 			}
-			clk.add(DefaultStrictFence + time.Second)
+			clk.add(strict.DefaultFence + time.Second)
 			svcs[2].global.Broadcast(t.Context())
 			if r := check(t, svcs[2], &pb.CheckItem{Name: "api", Key: key, Limit: 10, DurationMs: 3_600_000, Behavior: pb.Behavior_GLOBAL, Hits: new(int64)}); r.Remaining != 9 {
 				t.Errorf("the owner once the fence has passed: %d remaining, want 9 (node-0's escrow freed)", r.Remaining)
@@ -286,7 +287,7 @@ func TestStrictEscrowSpentWhileCutOff(t *testing.T) {
 	check(t, svcs[0], strictGlobal(other))
 	syncRound(svcs)
 	c.down["peer-2"] = true
-	clk.add(DefaultEscrowTTL + time.Millisecond)
+	clk.add(strict.DefaultEscrowTTL + time.Millisecond)
 	if r := check(t, svcs[0], strictGlobal(other)); r.Status != pb.Status_OVER_LIMIT || r.Metadata[MetadataDecidedBy] != "escrow" {
 		t.Errorf("an escrow past its time-to-live, the owner cut off: %v %v; want refused from escrow", r.Status, r.Metadata)
 	}
@@ -300,8 +301,8 @@ func BenchmarkCheckStrict(b *testing.B) {
 	for _, quorum := range []int{0, 1} {
 		b.Run(fmt.Sprint("quorum=", quorum), func(b *testing.B) {
 			s := New(Config{StrictQuorum: quorum})
-			s.strict.ringChanged(ring.New(s.cluster.LocalMember(), ring.Member{Name: "gone"}), "self", t0)
-			s.strict.ringChanged(s.cluster.Ring(), "self", t0)
+			s.strict.RingChanged(ring.New(s.cluster.LocalMember(), ring.Member{Name: "gone"}), "self", t0)
+			s.strict.RingChanged(s.cluster.Ring(), "self", t0)
 			req := &pb.CheckRequest{Requests: []*pb.CheckItem{{Name: "api", Key: "user:1", Limit: 1_000_000_000, DurationMs: 1000}}}
 			b.ReportAllocs()
 			for b.Loop() {
@@ -310,22 +311,6 @@ func BenchmarkCheckStrict(b *testing.B) {
 				}
 			}
 		})
-	}
-}
-
-// TestStrictKeepsTheLatestDepartures: strict mode remembers maxDrops
-// departures, the latest, whatever the churn.
-func TestStrictKeepsTheLatestDepartures(t *testing.T) {
-	var m strictMode
-	m.quorum, m.fence = 1, time.Second
-	self := ring.Member{Name: "self"}
-	for i := range maxDrops + 5 {
-		m.ringChanged(ring.New(self, ring.Member{Name: fmt.Sprint("n", i)}), "self", t0)
-		m.ringChanged(ring.New(self), "self", t0)
-	}
-	drops := *m.drops.Load()
-	if len(drops) != maxDrops || drops[0].name != "n5" || drops[maxDrops-1].name != fmt.Sprint("n", maxDrops+4) {
-		t.Errorf("%d departures kept, from %s to %s; want the latest %d", len(drops), drops[0].name, drops[len(drops)-1].name, maxDrops)
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/peer"
-	"github.com/ringlimit/ringlimit/service"
+	"github.com/ringlimit/ringlimit/strict"
 )
 
 // Config is every setting of a serving rlnode: the node's, and the
@@ -280,9 +280,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("--handoff-wait: must be at least 0 and under the forward deadline (%v), so that a forwarded check is answered before its sender gives up; got %v", peer.DefaultTimeout, c.HandOffWait)
 	case c.StrictQuorum < 0:
 		return fmt.Errorf("--strict-quorum: must not be negative (0 turns strict mode off), got %d", c.StrictQuorum)
-	case c.StrictQuorum > 0 && c.StrictFence <= c.Leases.TTL+service.EscrowTTL(c.GlobalSync):
+	case c.StrictQuorum > 0 && c.StrictFence <= c.Leases.TTL+strict.EscrowTTL(c.GlobalSync):
 		return fmt.Errorf("--strict-fence: must exceed --lease-ttl (%v) and the escrow's time-to-live (%v: 10 × --global-sync, at least 1s) together, so that no escrow outlives it; got %v",
-			c.Leases.TTL, service.EscrowTTL(c.GlobalSync), c.StrictFence)
+			c.Leases.TTL, strict.EscrowTTL(c.GlobalSync), c.StrictFence)
 	case c.ReplicateInterval < 0:
 		return fmt.Errorf("--replicate-interval: must not be negative (0 turns replication off), got %v", c.ReplicateInterval)
 	case c.SnapshotInterval <= 0:
