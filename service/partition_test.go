@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/heal"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/ring"
@@ -240,14 +241,13 @@ func TestHeirGivesBackWhatItDecidedOnceTheOwnerAnswers(t *testing.T) {
 		}
 	}
 	c.down["peer-2"] = false
-	members := map[string]bool{"peer-0": true, "peer-1": true, "peer-2": true}
 	heir := svcs[1]
-	heir.giveBack(t.Context(), members)
+	heir.heal.GiveBack(t.Context())
 	if !heir.store.Holds(&limiter.Request{Name: "api", Key: key, Algorithm: limiter.SlidingWindow}) {
-		t.Fatal("the heir gave the counter back within standInQuiet of its last failover decision")
+		t.Fatal("the heir gave the counter back within heal.StandInQuiet of its last failover decision")
 	}
-	heir.standIns.note("peer-2", heir.suspects.now().Add(-standInQuiet)) // quiet since
-	heir.giveBack(t.Context(), members)
+	heir.heal.StandIn("peer-2", time.Now().Add(-heal.StandInQuiet)) // quiet since
+	heir.heal.GiveBack(t.Context())
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); heir.handoff.Run(ctx) }() // the round giveBack asked for

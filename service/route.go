@@ -10,6 +10,7 @@ import (
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/checks"
+	"github.com/ringlimit/ringlimit/heal"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/ring"
@@ -66,7 +67,7 @@ func (s *Service) decide(ctx context.Context, c *call, ps []pending) {
 // look returns the node's view now (see view).
 func (s *Service) look(ctx context.Context) view {
 	return view{self: s.cluster.LocalMember(), ring: s.ring(), leaving: s.leaving.Load() != nil, gone: ctx.Err(),
-		handOff: s.handoff, store: s.holds, heirs: &s.without, suspect: s.suspects.suspect, strict: s.strict.On()}
+		handOff: s.handoff, store: s.holds, heirs: &s.without, suspect: s.heal.Suspect, strict: s.strict.On()}
 }
 
 // replanFailed re-plans the checks of ps whose send failed, those of one
@@ -348,7 +349,7 @@ func goneResult(ctx context.Context) *pb.CheckResult {
 // at the latest, --handoff-wait after the check began to wait, or halfway
 // to its deadline; a check whose counter is late still is decided as a
 // stand-in's.
-func (s *Service) mayAnswer(from ring.Member) bool { return !s.suspects.suspect(from.PeerAddr) }
+func (s *Service) mayAnswer(from ring.Member) bool { return !s.heal.Suspect(from.PeerAddr) }
 
 // splitBorrowing splits c.reqs[js] into those without a ceiling and those
 // with one, in place.
@@ -458,17 +459,17 @@ type sending struct {
 	f     peer.Forwarding // nil when err is set
 	watch context.Context // ends when the owner becomes suspect
 	addr  string
-	err   error // errSuspect: not sent, the owner is suspect
+	err   error // heal.ErrSuspect: not sent, the owner is suspect
 }
 
 // start hands req to the batch for owner, unless owner is suspect: then
-// the forward fails at once with errSuspect rather than wait the forward
+// the forward fails at once with heal.ErrSuspect rather than wait the forward
 // deadline again.
 func (s *Service) start(ctx context.Context, owner ring.Member, req *pb.CheckRequest) *sending {
 	st := &sending{addr: owner.PeerAddr}
-	st.watch = s.suspects.watch(owner.PeerAddr) // before asking: a suspicion from now on releases this forward
-	if s.suspects.suspect(owner.PeerAddr) {
-		st.err = errSuspect
+	st.watch = s.heal.Watch(owner.PeerAddr) // before asking: a suspicion from now on releases this forward
+	if s.heal.Suspect(owner.PeerAddr) {
+		st.err = heal.ErrSuspect
 		return st
 	}
 	st.f = s.peers.Start(ctx, owner.PeerAddr, req)
@@ -477,17 +478,17 @@ func (s *Service) start(ctx context.Context, owner ring.Member, req *pb.CheckReq
 
 // finish waits for the answer to st. A forward that finds its owner
 // unreachable makes it suspect, and so releases the other forwards in
-// flight to it, which fail with errSuspect too.
+// flight to it, which fail with heal.ErrSuspect too.
 func (s *Service) finish(ctx context.Context, st *sending) (*pb.CheckResponse, error) {
 	if st.err != nil {
 		return nil, st.err
 	}
 	resp, err := st.f.Wait(st.watch.Done())
 	if err != nil && ctx.Err() == nil && st.watch.Err() != nil {
-		return nil, errSuspect
+		return nil, heal.ErrSuspect
 	}
-	if failed(ctx, err) {
-		s.suspects.mark(st.addr)
+	if heal.Failed(ctx, err) {
+		s.heal.Mark(st.addr)
 	}
 	return resp, err
 }
@@ -499,13 +500,13 @@ func (s *Service) send(ctx context.Context, owner ring.Member, batched bool, kin
 	if batched {
 		return s.finish(ctx, s.start(ctx, owner, req))
 	}
-	watch := s.suspects.watch(owner.PeerAddr) // before asking: a suspicion from now on releases this forward
-	if s.suspects.suspect(owner.PeerAddr) {
-		return nil, errSuspect
+	watch := s.heal.Watch(owner.PeerAddr) // before asking: a suspicion from now on releases this forward
+	if s.heal.Suspect(owner.PeerAddr) {
+		return nil, heal.ErrSuspect
 	}
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	defer context.AfterFunc(watch, func() { cancel(errSuspect) })()
+	defer context.AfterFunc(watch, func() { cancel(heal.ErrSuspect) })()
 	var resp *pb.CheckResponse
 	var err error
 	switch kind {
@@ -519,11 +520,11 @@ func (s *Service) send(ctx context.Context, owner ring.Member, batched bool, kin
 	default:
 		resp, err = s.peers.ForwardNow(fctx, owner.PeerAddr, req)
 	}
-	if err != nil && ctx.Err() == nil && context.Cause(fctx) == errSuspect {
-		return nil, errSuspect
+	if err != nil && ctx.Err() == nil && context.Cause(fctx) == heal.ErrSuspect {
+		return nil, heal.ErrSuspect
 	}
-	if failed(ctx, err) {
-		s.suspects.mark(owner.PeerAddr)
+	if heal.Failed(ctx, err) {
+		s.heal.Mark(owner.PeerAddr)
 	}
 	return resp, err
 }

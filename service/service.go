@@ -24,6 +24,7 @@ import (
 	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/global"
 	"github.com/ringlimit/ringlimit/handoff"
+	"github.com/ringlimit/ringlimit/heal"
 	"github.com/ringlimit/ringlimit/lease"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
@@ -157,12 +158,11 @@ type Service struct {
 	// logSampler thins out the warning of an unreachable owner.
 	logSampler sampler
 	policies   Policies
-	// suspects are owners whose last forward failed: their keys are
-	// decided here until a probe finds them answering (see suspect.go).
-	suspects suspects
-	// standIns are the owners whose keys this node decided by failover,
-	// to which it gives their counters back once they answer (heal.go).
-	standIns standIns
+	// heal knows the owners whose last forward failed (suspects: their
+	// keys fail over until a probe finds them answering), and those whose
+	// keys this node decided by failover, which get their counters back
+	// once they answer (package heal).
+	heal *heal.Node
 	// leaving, once Leave is called, is the ring this node routes by: the
 	// cluster's without this node (see ring).
 	leaving atomic.Pointer[leavingRing]
@@ -210,7 +210,8 @@ func New(conf Config) *Service {
 	}
 	s.metrics = newMetrics(conf.Registerer)
 	s.strict = strict.New(conf.StrictQuorum, conf.StrictFence)
-	s.registerSuspects(conf.Registerer)
+	s.heal = heal.New(heal.Config{Peers: conf.Peers, Cluster: s.cluster, GiveBack: func() { s.handoff.RingChanged() },
+		Registerer: conf.Registerer})
 	s.global = global.New(global.Config{
 		Store: s.store, Cluster: s.cluster, Peers: conf.Peers,
 		Interval: conf.GlobalSync, MaxClockSkew: s.skew, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
@@ -578,7 +579,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.handoff.Run(ctx) })
 	g.Go(func() error { return s.replica.Run(ctx) })
-	g.Go(func() error { s.probe(ctx); return nil })
+	g.Go(func() error { s.heal.Run(ctx); return nil })
 	g.Go(func() error { return s.global.Run(ctx) })
 	g.Go(func() error { s.expireReservations(ctx); return nil })
 	return g.Wait()

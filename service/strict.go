@@ -8,6 +8,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/heal"
 	"github.com/ringlimit/ringlimit/strict"
 )
 
@@ -17,7 +18,7 @@ import (
 
 // escrowRetry is the retry_after of a check refused for want of escrow: a
 // suspicion's life, after which the owner is tried again.
-const escrowRetry = suspectFor
+const escrowRetry = heal.SuspectFor
 
 // gate applies strict mode (package strict) to the pending checks ps of c
 // that this node would decide as their key's owner in view v: those
@@ -67,7 +68,7 @@ func (s *Service) fromEscrow(c *call, ps []pending, v *view, escrowed []int) []i
 	}
 	cut := v.ring.Len() < s.strict.Quorum()
 	for k, p := range ps {
-		if v.global[k].decided && !v.owns(p.to) && p.next == nextOwner && (cut || s.suspects.suspect(p.to.PeerAddr)) {
+		if v.global[k].decided && !v.owns(p.to) && p.next == nextOwner && (cut || s.heal.Suspect(p.to.PeerAddr)) {
 			escrowed = append(escrowed, p.j)
 		}
 	}

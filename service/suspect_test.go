@@ -2,19 +2,15 @@ package service
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
-	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/heal"
 )
 
 // TestFrozenOwnerIsSuspectedUntilItAnswers freezes an owner: the first
@@ -33,7 +29,7 @@ func TestFrozenOwnerIsSuspectedUntilItAnswers(t *testing.T) {
 		})
 		ctx, cancel := context.WithCancel(t.Context())
 		var wg sync.WaitGroup
-		wg.Go(func() { svcs[0].probe(ctx) })
+		wg.Go(func() { svcs[0].heal.Run(ctx) })
 		defer wg.Wait()
 		defer cancel()
 
@@ -68,7 +64,7 @@ func TestFrozenOwnerIsSuspectedUntilItAnswers(t *testing.T) {
 		}
 
 		c.frozen.Delete("peer-2")
-		time.Sleep(probeEvery + probeTimeout) // one round of probes, at most, finds it answering
+		time.Sleep(heal.ProbeEvery + heal.ProbeTimeout) // one round of probes, at most, finds it answering
 		synctest.Wait()
 		r, took = timed()
 		if took != 0 || r.Metadata[MetadataDecidedBy] != "" {
@@ -111,7 +107,7 @@ func TestSuspicionReleasesForwardsInFlight(t *testing.T) {
 }
 
 // TestSuspicionLapsesWithoutProbes: a service that does not Run sends no
-// probes, so its suspicion of an owner ends suspectFor after the last
+// probes, so its suspicion of an owner ends heal.SuspectFor after the last
 // failure, and the next check is forwarded again.
 func TestSuspicionLapsesWithoutProbes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -123,33 +119,9 @@ func TestSuspicionLapsesWithoutProbes(t *testing.T) {
 		if r := check(t, svcs[0], item); r.Metadata[MetadataDecidedBy] != routeFailover {
 			t.Fatalf("check while suspect: metadata %v, want a failover", r.Metadata)
 		}
-		time.Sleep(suspectFor)
+		time.Sleep(heal.SuspectFor)
 		if r := check(t, svcs[0], item); r.Metadata[MetadataDecidedBy] != "" {
 			t.Fatalf("check after the suspicion lapsed: metadata %v, want it forwarded", r.Metadata)
 		}
 	})
-}
-
-// TestOnlyUnreachableMakesSuspect: a refusal, or a caller that left, says
-// nothing about the owner's health; a timeout or an unreachable peer does.
-func TestOnlyUnreachableMakesSuspect(t *testing.T) {
-	gone, cancel := context.WithCancel(context.Background())
-	cancel()
-	for _, tc := range []struct {
-		name string
-		ctx  context.Context
-		err  error
-		want bool
-	}{
-		{"answered", context.Background(), nil, false},
-		{"refused", context.Background(), status.Error(codes.InvalidArgument, "too many items"), false},
-		{"unreachable", context.Background(), fmt.Errorf("forward: %w", peer.ErrUnreachable), true},
-		{"deadline", context.Background(), fmt.Errorf("forward: %w", context.DeadlineExceeded), true},
-		{"caller left", gone, fmt.Errorf("forward: %w: %w", peer.ErrUnreachable, context.Canceled), false},
-		{"other", context.Background(), errors.New("owner answered the wrong number of results"), false},
-	} {
-		if got := failed(tc.ctx, tc.err); got != tc.want {
-			t.Errorf("%s: failed = %v, want %v", tc.name, got, tc.want)
-		}
-	}
 }
