@@ -69,7 +69,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzMarshal$$' -fuzztime $(FUZZTIME) ./internal/wire
 	go test -run '^$$' -fuzz '^FuzzCountMessages$$' -fuzztime $(FUZZTIME) ./internal/wire
 	go test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./checks
-	go test -run '^$$' -fuzz '^FuzzBorrowing$$' -fuzztime $(FUZZTIME) ./service
+	go test -run '^$$' -fuzz '^FuzzBorrowing$$' -fuzztime $(FUZZTIME) ./borrow
 	go test -run '^$$' -fuzz '^FuzzPeerHandlers$$' -fuzztime $(FUZZTIME) ./service
 	go test -run '^$$' -fuzz '^FuzzTake$$' -fuzztime $(FUZZTIME) ./algorithms
 	go test -run '^$$' -fuzz '^FuzzUnmarshalState$$' -fuzztime $(FUZZTIME) ./algorithms

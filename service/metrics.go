@@ -22,24 +22,7 @@ type metrics struct {
 	invalidItems    *prometheus.CounterVec
 	forwardErrors   prometheus.Counter
 	failovers       prometheus.Counter
-	// borrows counts, by outcome, the checks with a ceiling that went
-	// beyond their guarantee.
-	borrows [numBorrowOutcomes]prometheus.Counter
 }
-
-// borrowOutcome is what became of a check with a ceiling beyond its
-// guarantee: the label of ringlimit_borrow_checks_total.
-type borrowOutcome uint8
-
-const (
-	borrowAdmitted    borrowOutcome = iota // admitted by borrowing
-	borrowCeiling                          // refused: the key is at its ceiling
-	borrowParent                           // refused: the parent has no room
-	borrowUnreachable                      // refused: the parent's owner could not be reached
-	numBorrowOutcomes
-)
-
-var borrowOutcomeNames = [numBorrowOutcomes]string{"borrowed", "ceiling", "parent_full", "parent_unreachable"}
 
 func newMetrics(reg prometheus.Registerer) metrics {
 	checks := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -64,15 +47,8 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help: "Checks whose owner could not be reached, sent to (or decided on) the key's heir, which decides them on its replica with the whole limit; those whose heir could not be reached either are then counted in ringlimit_forward_fallbacks_total.",
 		}),
 	}
-	borrows := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "ringlimit_borrow_checks_total",
-		Help: "Checks with a ceiling that went beyond their own limit, decided by this node as the key's owner, by outcome: borrowed (admitted from the parent's room), ceiling (refused: at the key's ceiling), parent_full (refused: the parent had no room), parent_unreachable (refused: the parent's owner could not be reached).",
-	}, []string{"outcome"})
 	if reg != nil {
-		reg.MustRegister(checks, forwarded, m.invalidItems, m.forwardErrors, m.failovers, borrows)
-	}
-	for o := range m.borrows {
-		m.borrows[o] = borrows.WithLabelValues(borrowOutcomeNames[o])
+		reg.MustRegister(checks, forwarded, m.invalidItems, m.forwardErrors, m.failovers)
 	}
 	for b := range m.forwardedChecks {
 		m.forwardedChecks[b] = forwarded.WithLabelValues(pb.Behavior(b).String())
@@ -99,8 +75,6 @@ func (m *metrics) checked(a limiter.Algorithm, b pb.Behavior, r routeKind, allow
 }
 
 func (m *metrics) forwarded(b pb.Behavior) { m.forwardedChecks[b].Inc() }
-
-func (m *metrics) borrow(o borrowOutcome) { m.borrows[o].Inc() }
 
 func (m *metrics) invalid(err error) {
 	field := "other"

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/borrow"
 	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/global"
 	"github.com/ringlimit/ringlimit/handoff"
@@ -180,6 +181,8 @@ type Service struct {
 	// those hand-off and replication build for the same ring
 	// (handoff.Config.Heirs), so that a ring change builds each once.
 	without ring.Heirs
+	// borrows decides the checks with a ceiling (package borrow).
+	borrows *borrow.Node
 	// strict is strict mode, off unless Config.StrictQuorum is set.
 	strict *strict.Mode
 	// top counts the checks decided here by key; nil counts none.
@@ -216,6 +219,16 @@ func New(conf Config) *Service {
 		Store: s.store, Cluster: s.cluster, Peers: conf.Peers,
 		Interval: conf.GlobalSync, MaxClockSkew: s.skew, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
 		Inherit: func() { s.replica.Promote(s.ring()) }, Leases: conf.Leases, Escrow: s.strict.Escrow(conf.GlobalSync, conf.EscrowTTL, func() int { return s.cluster.Ring().Len() }),
+	})
+	s.borrows = borrow.New(borrow.Config{Store: s.store, Parents: s.global, Registerer: conf.Registerer,
+		Forward: func(ctx context.Context, owner ring.Member, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+			return s.send(ctx, owner, true, routeForward, req)
+		},
+		Unreachable: func(owner string, err error) {
+			if s.logSampler.allow(owner, s.now()) {
+				s.log.Warn("parent's owner unreachable: no borrowing (logged once a second per owner)", "owner", owner, "err", err)
+			}
+		},
 	})
 	s.leases = lease.New(lease.Config{
 		Lender: s.global, Cluster: s.cluster, Peers: conf.Peers, Result: decisionResult, Now: s.now, Logger: s.log,
@@ -340,9 +353,10 @@ type call struct {
 	notHeld bool
 	reqs    []limiter.Request
 	pos     []int // pos[j] is the item index of reqs[j]
-	// borrows[j] is how reqs[j] borrows beyond its limit (see borrow.go),
-	// nil if it has no ceiling; borrows is nil when no request has one.
-	borrows []*borrowing
+	// borrows[j] is how reqs[j] borrows beyond its limit (package
+	// borrow), nil if it has no ceiling; borrows is nil when no request
+	// has one.
+	borrows []*borrow.Borrowing
 	results []*pb.CheckResult
 	// decided holds the results of the checks decided here, one place an
 	// item, allocated at once rather than one by one.
@@ -377,7 +391,7 @@ func (c *call) onlyHeld() {
 	for j := range c.reqs {
 		c.reqs[j].Held = true
 		if b := c.borrowing(j); b != nil {
-			b.ceiling.Held = true
+			b.Ceiling.Held = true
 		}
 	}
 }
@@ -391,7 +405,7 @@ func (c *call) pendings() []pending {
 }
 
 // borrowing returns how c.reqs[j] borrows, or nil.
-func (c *call) borrowing(j int) *borrowing {
+func (c *call) borrowing(j int) *borrow.Borrowing {
 	if c.borrows == nil {
 		return nil
 	}
@@ -458,9 +472,9 @@ func (s *Service) prepare(req *pb.CheckRequest, admit func(i int, sent, resolved
 			s.metrics.invalid(err)
 			continue
 		}
-		b := borrowingOf(item, &r)
+		b := borrow.Of(item, &r)
 		if b != nil && c.borrows == nil {
-			c.borrows = make([]*borrowing, len(c.reqs), cap(c.reqs))
+			c.borrows = make([]*borrow.Borrowing, len(c.reqs), cap(c.reqs))
 		}
 		if c.borrows != nil {
 			c.borrows = append(c.borrows, b)
@@ -473,7 +487,7 @@ func (s *Service) prepare(req *pb.CheckRequest, admit func(i int, sent, resolved
 
 // decideLocal decides c.reqs[js] against this node's store. With c.all,
 // requests with the same key are decided together; a request with a
-// ceiling borrows as borrow.go says. route is recorded in the checks
+// ceiling borrows as package borrow says. route is recorded in the checks
 // metric.
 func (s *Service) decideLocal(ctx context.Context, c *call, js []int, route routeKind) {
 	if len(js) == 0 {
@@ -491,7 +505,15 @@ func (s *Service) decideLocal(ctx context.Context, c *call, js []int, route rout
 				s.setDecided(c, j, d, err, route)
 				continue
 			}
-			d, borrowed := s.borrow(ctx, c, &c.reqs[j], b)
+			parentOwner, _ := c.ring.Owner(b.Parent.Key)
+			if parentOwner.Name == "" {
+				parentOwner = s.cluster.LocalMember() // no ring: a single node
+			}
+			d, borrowed, err := s.borrows.Decide(ctx, &c.reqs[j], b, parentOwner)
+			if err != nil {
+				c.notHeld = true // nothing decided (see setDecided)
+				continue
+			}
 			s.setResult(c, j, d, route)
 			if borrowed {
 				c.results[c.pos[j]].Borrowed = true

@@ -1,7 +1,8 @@
-package service
+package borrow
 
 import (
 	"testing"
+	"time"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/checks"
@@ -14,6 +15,8 @@ import (
 // that a node hands them off and takes them in like any other), with a
 // ceiling above the limit, and never with GLOBAL.
 func FuzzBorrowing(f *testing.F) {
+	t0 := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	const skew = 10 * time.Minute // the validator's bound on created_at_ms: any will do
 	f.Add(int64(10), int64(60000), int32(0), int64(0), int32(0), int64(0), int64(30), "all", int64(100), int64(0), true)
 	f.Add(int64(10), int64(60000), int32(5), int64(0), int32(3), int64(0), int64(10_001), "all", int64(10_001), int64(-1), true)
 	f.Add(int64(0), int64(0), int32(0), int64(0), int32(0), int64(1000), int64(30), "", int64(0), int64(31536000001), false)
@@ -25,11 +28,11 @@ func FuzzBorrowing(f *testing.F) {
 		if hasParent {
 			item.Parent = &pb.ParentLimit{Key: parentKey, Limit: parentLimit, DurationMs: parentDurMs}
 		}
-		r, err := checks.Request(item, t0, DefaultMaxClockSkew)
+		r, err := checks.Request(item, t0, skew)
 		if err != nil {
 			return
 		}
-		b := borrowingOf(item, &r)
+		b := Of(item, &r)
 		if b == nil {
 			if ceiling != 0 || hasParent {
 				t.Fatalf("accepted ceiling %d, parent %v, and borrows nothing", ceiling, item.Parent)
@@ -41,19 +44,19 @@ func FuzzBorrowing(f *testing.F) {
 			t.Fatal("accepted a GLOBAL check with a ceiling")
 		case r.Algorithm == limiter.Spacing:
 			t.Fatal("accepted a ceiling on a spacing alone")
-		case b.ceiling.Limit.Count <= r.Limit.Count:
-			t.Fatalf("accepted ceiling %d, not above the limit %d", b.ceiling.Limit.Count, r.Limit.Count)
-		case b.ceiling.Role != limiter.RoleCeiling || b.parent.Role != limiter.RoleLimit:
-			t.Fatalf("roles %v and %v", b.ceiling.Role, b.parent.Role)
+		case b.Ceiling.Limit.Count <= r.Limit.Count:
+			t.Fatalf("accepted ceiling %d, not above the limit %d", b.Ceiling.Limit.Count, r.Limit.Count)
+		case b.Ceiling.Role != limiter.RoleCeiling || b.Parent.Role != limiter.RoleLimit:
+			t.Fatalf("roles %v and %v", b.Ceiling.Role, b.Parent.Role)
 		}
-		for _, c := range []limiter.Request{b.ceiling, b.parent} {
+		for _, c := range []limiter.Request{b.Ceiling, b.Parent} {
 			counter := limiter.Counter{Name: c.Name, Key: c.Key, Algorithm: c.Algorithm, Role: c.Role, Limit: c.Limit}
 			if err := checks.ValidateCounter(&counter); err != nil {
 				t.Fatalf("accepted a check whose counter %+v no node would take: %v", counter, err)
 			}
 		}
-		if _, err := checks.Request(b.parentItem, t0, DefaultMaxClockSkew); err != nil {
-			t.Fatalf("accepted a check whose parent's check %v its owner refuses: %v", b.parentItem, err)
+		if _, err := checks.Request(b.ParentItem, t0, skew); err != nil {
+			t.Fatalf("accepted a check whose parent's check %v its owner refuses: %v", b.ParentItem, err)
 		}
 	})
 }
