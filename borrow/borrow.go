@@ -59,16 +59,21 @@ type Parents interface {
 	Borrow(r *limiter.Request, owner string) (d algorithms.Decision, forward bool)
 }
 
-// Config configures a Node. Store, Parents and Forward are required.
+// Owners is what borrowing needs to reach a parent's owner: *heal.Node.
+type Owners interface {
+	// Forward sends the parent's GLOBAL check to its owner and waits for
+	// the answer, as any forward.
+	Forward(ctx context.Context, owner ring.Member, req *pb.CheckRequest) (*pb.CheckResponse, error)
+	// Unreachable is told of a parent's owner that could not be reached
+	// (the check borrowed nothing).
+	Unreachable(owner, msg string, err error)
+}
+
+// Config configures a Node. Store, Parents and Owners are required.
 type Config struct {
 	Store   Store
 	Parents Parents
-	// Forward sends the parent's GLOBAL check to its owner and waits for
-	// the answer, as any forward.
-	Forward func(ctx context.Context, owner ring.Member, req *pb.CheckRequest) (*pb.CheckResponse, error)
-	// Unreachable, if not nil, is told of a parent's owner that could not
-	// be reached (the check borrowed nothing); nil tells no one.
-	Unreachable func(owner string, err error)
+	Owners  Owners
 	// Registerer receives ringlimit_borrow_checks_total; nil registers none.
 	Registerer prometheus.Registerer
 }
@@ -76,11 +81,10 @@ type Config struct {
 // Node decides the checks with a ceiling whose key this node owns. It is
 // safe for concurrent use.
 type Node struct {
-	store       Store
-	parents     Parents
-	forward     func(ctx context.Context, owner ring.Member, req *pb.CheckRequest) (*pb.CheckResponse, error)
-	unreachable func(owner string, err error)
-	outcomes    [numOutcomes]prometheus.Counter
+	store    Store
+	parents  Parents
+	owners   Owners
+	outcomes [numOutcomes]prometheus.Counter
 }
 
 // outcome is what became of a check with a ceiling beyond its guarantee:
@@ -99,7 +103,7 @@ var outcomeNames = [numOutcomes]string{"borrowed", "ceiling", "parent_full", "pa
 
 // New returns a Node.
 func New(conf Config) *Node {
-	n := &Node{store: conf.Store, parents: conf.Parents, forward: conf.Forward, unreachable: conf.Unreachable}
+	n := &Node{store: conf.Store, parents: conf.Parents, owners: conf.Owners}
 	outcomes := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ringlimit_borrow_checks_total",
 		Help: "Checks with a ceiling that went beyond their own limit, decided by this node as the key's owner, by outcome: borrowed (admitted from the parent's room), ceiling (refused: at the key's ceiling), parent_full (refused: the parent had no room), parent_unreachable (refused: the parent's owner could not be reached).",
@@ -212,14 +216,12 @@ func (n *Node) decideParent(ctx context.Context, b *Borrowing, owner ring.Member
 	if !forward {
 		return d, true
 	}
-	resp, err := n.forward(ctx, owner, &pb.CheckRequest{Requests: []*pb.CheckItem{b.ParentItem}})
+	resp, err := n.owners.Forward(ctx, owner, &pb.CheckRequest{Requests: []*pb.CheckItem{b.ParentItem}})
 	if err == nil && (len(resp.GetResponses()) != 1 || resp.GetResponses()[0].GetError() != "") {
 		err = fmt.Errorf("parent's owner answered %v", resp.GetResponses())
 	}
 	if err != nil {
-		if n.unreachable != nil {
-			n.unreachable(owner.Name, err)
-		}
+		n.owners.Unreachable(owner.Name, "parent's owner unreachable: no borrowing", err)
 		return algorithms.Decision{}, false
 	}
 	res := resp.GetResponses()[0]

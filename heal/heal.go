@@ -1,11 +1,15 @@
-// Package heal watches which owners answer, and gives back what this node
-// decided for those that did not once they do.
+// Package heal watches which owners answer: it sends every request this
+// node has another member decide (Start, Send), suspects an owner whose
+// send failed, so that its keys fail over at once, probes the suspects
+// until they answer, and gives back what this node decided for an owner
+// that did not once it does.
 package heal
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,10 +21,13 @@ import (
 	"github.com/ringlimit/ringlimit/ring"
 )
 
-// Peers is what the probes need of the other nodes: package peer's Pool.
-// A probe is an empty check, which decides nothing.
+// Peers is what a Node needs of the other nodes: package peer's Pool. A
+// probe is an empty check, which decides nothing, sent with ForwardNow.
 type Peers interface {
+	Start(ctx context.Context, addr string, req *pb.CheckRequest) peer.Forwarding
 	ForwardNow(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
+	Relay(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
+	Pull(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
 }
 
 // Membership is what a Node needs of the cluster: the ring, whose members
@@ -31,11 +38,9 @@ type Membership interface{ Ring() *ring.Ring }
 type Config struct {
 	Peers   Peers
 	Cluster Membership
-	// GiveBack, if not nil, runs a round of hand-off, which gives every
-	// counter held here for a key this node does not own to the key's
-	// owner: what a stand-in decided goes back to an owner that answers
-	// again. Nil gives nothing back.
-	GiveBack func()
+	// Logger receives the warnings of owners that cannot be reached; nil
+	// discards them.
+	Logger *slog.Logger
 	// Registerer receives ringlimit_suspect_owners; nil registers none.
 	Registerer prometheus.Registerer
 }
@@ -47,14 +52,19 @@ type Config struct {
 type Node struct {
 	peers    Peers
 	cluster  Membership
-	handBack func()
+	gaveBack chan struct{} // cap 1: coalesces the give-backs not acted on yet
 	suspects suspects
 	standIns standIns
+	log      *slog.Logger
+	logged   sampler // thins out Unreachable's warnings
 }
 
 // New returns a Node. It starts nothing.
 func New(conf Config) *Node {
-	n := &Node{peers: conf.Peers, cluster: conf.Cluster, handBack: conf.GiveBack}
+	n := &Node{peers: conf.Peers, cluster: conf.Cluster, gaveBack: make(chan struct{}, 1), log: conf.Logger}
+	if n.log == nil {
+		n.log = slog.New(slog.DiscardHandler)
+	}
 	if reg := conf.Registerer; reg != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ringlimit_suspect_owners",
@@ -77,6 +87,11 @@ func (n *Node) Mark(addr string) { n.suspects.mark(addr) }
 // another forward finds the owner unreachable. Take it before asking
 // Suspect, so that no suspicion falls between the two.
 func (n *Node) Watch(addr string) context.Context { return n.suspects.watch(addr) }
+
+// GaveBack signals once an owner this node stood in for answers again:
+// every counter held here for a key this node does not own is then to go
+// to the key's owner (a round of hand-off, which package custody runs).
+func (n *Node) GaveBack() <-chan struct{} { return n.gaveBack }
 
 // StandIn records that this node decided, at, a check of the owner at
 // addr by failover: the owner gets the counter back once it answers, and
@@ -372,7 +387,7 @@ func (st *standIns) forget(members map[string]bool) {
 // GiveBack is one round of the stand-in's part of a heal (Run runs one
 // after each round of probes): it probes each owner it decided for, and
 // quiet for StandInQuiet; an owner that answers gets back the counters of
-// its keys held here (Config.GiveBack), and one that does not is suspect.
+// its keys held here (see GaveBack), and one that does not is suspect.
 func (n *Node) GiveBack(ctx context.Context) { n.giveBack(ctx, n.members()) }
 
 // giveBack is GiveBack, of the owners whose peer addresses are in members.
@@ -393,8 +408,11 @@ func (n *Node) giveBack(ctx context.Context, members map[string]bool) {
 			n.resetPeer(addr)
 		}
 	}
-	if handBack && n.handBack != nil {
-		n.handBack() // no ring change: a round that finds these counters not this node's
+	if handBack {
+		select { // no ring change: a round that finds these counters not this node's
+		case n.gaveBack <- struct{}{}:
+		default:
+		}
 	}
 }
 

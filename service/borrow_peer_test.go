@@ -125,7 +125,7 @@ func TestBorrowFailover(t *testing.T) {
 			t.Fatalf("check %d: %v; want admitted, borrowed from the third", i, r)
 		}
 	}
-	if sent := svcs[2].replica.Replicate(t.Context()); sent != 2 {
+	if sent := svcs[2].custody.Replicate(t.Context()); sent != 2 {
 		t.Fatalf("node-2 replicated %d counters, want the key's own and its ceiling counter", sent)
 	}
 	c.down["peer-2"] = true

@@ -15,6 +15,7 @@ import (
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
+	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -47,6 +48,8 @@ type fakeCluster struct {
 	// joining holds the names (keys; any value) of nodes that have not
 	// joined yet: their Ready reports false.
 	joining sync.Map
+	// replicas holds each node's store of replicas, by peer address.
+	replicas map[string]*limiter.Store
 }
 
 type fakeMember struct {
@@ -241,7 +244,7 @@ func newFakeCluster(n int) (*fakeCluster, []*Service) {
 // conf(i), to which it adds the cluster, the peers and, unless conf set
 // one, the fixed clock.
 func newFakeClusterWith(n int, conf func(i int) Config) (*fakeCluster, []*Service) {
-	c := &fakeCluster{nodes: map[string]*Service{}, down: map[string]bool{}}
+	c := &fakeCluster{nodes: map[string]*Service{}, down: map[string]bool{}, replicas: map[string]*limiter.Store{}}
 	var members []ring.Member
 	for i := range n {
 		members = append(members, ring.Member{Name: fmt.Sprint("node-", i), PeerAddr: fmt.Sprint("peer-", i)})
@@ -254,6 +257,10 @@ func newFakeClusterWith(n int, conf func(i int) Config) (*fakeCluster, []*Servic
 		if cf.Now == nil {
 			cf.Now = fixedClock(t0)
 		}
+		if cf.Replicas == nil {
+			cf.Replicas = limiter.New(limiter.Config{})
+		}
+		c.replicas[m.PeerAddr] = cf.Replicas
 		s := New(cf)
 		c.nodes[m.PeerAddr] = s
 		svcs = append(svcs, s)
@@ -309,7 +316,7 @@ func TestUnreachableOwnerFailsOverToTheHeir(t *testing.T) {
 	for range 4 {
 		check(t, svcs[0], item)
 	}
-	if sent := svcs[2].replica.Replicate(t.Context()); sent != 1 {
+	if sent := svcs[2].custody.Replicate(t.Context()); sent != 1 {
 		t.Fatalf("node-2 replicated %d counters, want 1", sent)
 	}
 	c.down["peer-2"] = true

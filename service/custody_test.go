@@ -25,7 +25,7 @@ func TestReturningOwnerDecidesOnItsHeirsReplica(t *testing.T) {
 		key := c.keyInheritedBy(1, 2)
 		item := &pb.CheckItem{Name: "api", Key: key, Limit: 5, DurationMs: 3_600_000}
 		spendAll(t, svcs[0], item) // forwarded to node-1, the owner
-		if sent := svcs[1].replica.Replicate(t.Context()); sent != 1 {
+		if sent := svcs[1].custody.Replicate(t.Context()); sent != 1 {
 			t.Fatalf("node-1 replicated %d counters, want 1", sent)
 		}
 		self := svcs[1].cluster.LocalMember()

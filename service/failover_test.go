@@ -23,7 +23,7 @@ func TestFailoverPromotesReplicas(t *testing.T) {
 			t.Fatalf("spending %s: %v", k, r)
 		}
 	}
-	if sent := svcs[0].replica.Replicate(t.Context()); sent != len(keys) {
+	if sent := svcs[0].custody.Replicate(t.Context()); sent != len(keys) {
 		t.Fatalf("node-0 replicated %d counters, want %d", sent, len(keys))
 	}
 

@@ -32,7 +32,7 @@ func TestGlobalFailoverKeepsGrantsReserved(t *testing.T) {
 	take(svcs[0]) // no grants yet: decided by node-2, and each asks for one
 	take(svcs[1])
 	syncRound(svcs) // node-2 lends each a share of the 98 left, and tells node-1 so
-	if sent := svcs[2].replica.Replicate(t.Context()); sent != 1 {
+	if sent := svcs[2].custody.Replicate(t.Context()); sent != 1 {
 		t.Fatalf("node-2 replicated %d counters, want 1", sent)
 	}
 
@@ -98,7 +98,7 @@ func TestGlobalHeirChargesInheritedGrants(t *testing.T) {
 	for i := range limit {
 		take(svcs[i%2]) // from the grants, then by node-2
 	}
-	svcs[2].replica.Replicate(t.Context())
+	svcs[2].custody.Replicate(t.Context())
 	c.down["peer-2"] = true
 	c.ring = c.ring.Without("node-2")
 	for round := range 10 {
@@ -125,7 +125,7 @@ func TestPeerAttackHeirGrants(t *testing.T) {
 	item := globalItem(c.keyInheritedBy(2, 1))
 	item.Limit = 10
 	check(t, svcs[2], item)
-	svcs[2].replica.Replicate(t.Context())
+	svcs[2].custody.Replicate(t.Context())
 
 	client := servePeer(t, svcs[1], nil)
 	state := func(grants ...*peerpb.GlobalGrant) []*peerpb.GlobalState {

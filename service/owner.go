@@ -52,7 +52,7 @@ func (o Owner) Pulled(ctx context.Context, reqs []*pb.CheckRequest) ([]*pb.Check
 			return nil, peer.ErrNotHere // invalid here as at the new owner: let it answer
 		}
 		for j := range c.reqs {
-			if !o.s.store.Holds(&c.reqs[j]) {
+			if !o.s.custody.Holds(&c.reqs[j]) {
 				return nil, peer.ErrNotHere
 			}
 		}
@@ -79,8 +79,8 @@ func (o Owner) Relayed(ctx context.Context, reqs []*pb.CheckRequest) []*pb.Check
 func (s *Service) forwarded(ctx context.Context, reqs []*pb.CheckRequest, mayRelay, held bool) (out []*pb.CheckResponse, notHeld bool) {
 	out = make([]*pb.CheckResponse, len(reqs))
 	self := s.cluster.LocalMember()
-	began := s.handoff.AwaitJoin(ctx) // a node that has not joined yet routes by the ring it joins
-	r := s.ring()
+	began := s.custody.AwaitJoin(ctx) // a node that has not joined yet routes by the ring it joins
+	r := s.custody.Ring()
 	for i, req := range reqs {
 		c, err := s.prepare(req, nil)
 		if err != nil {
@@ -130,17 +130,17 @@ func (o Owner) Lease(ctx context.Context, from string, lessee []byte, reports []
 }
 
 // HandOff merges counters another node no longer owns into this node's
-// store (see handoff.Node.Receive) and returns a Refusal for each it did
-// not take.
+// store (see custody.Custody.Received) and returns a Refusal for each it
+// did not take.
 func (o Owner) HandOff(_ context.Context, from string, counters []*peerpb.CounterState) []*peerpb.Refusal {
-	return o.s.handoff.Receive(from, counters)
+	return o.s.custody.Received(from, counters)
 }
 
 // HandOffDone takes node from's word that it has handed this node every
 // counter it held for keys this node owns in the ring whose ID is ring
-// (see handoff.Node.HandOffDone).
+// (see custody.Custody.HandOffDone).
 func (o Owner) HandOffDone(_ context.Context, from string, ring uint64) {
-	o.s.handoff.HandOffDone(from, ring)
+	o.s.custody.HandOffDone(from, ring)
 }
 
 // Left takes node from's last word that it has left the cluster, holding
@@ -159,8 +159,8 @@ func (o Owner) Left(_ context.Context, from string, ring uint64) error {
 }
 
 // Replicate keeps copies of counters that node from owns, to take over
-// should from crash (see replica.Node.Receive), and returns a Refusal for
-// each it did not keep.
+// should from crash (see custody.Custody.Replicated), and returns a
+// Refusal for each it did not keep.
 func (o Owner) Replicate(_ context.Context, from string, counters []*peerpb.CounterState) []*peerpb.Refusal {
-	return o.s.replica.Receive(from, counters)
+	return o.s.custody.Replicated(from, counters)
 }

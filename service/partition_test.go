@@ -131,7 +131,7 @@ func testPartitionBound(t *testing.T, alg pb.Algorithm) {
 	all := []int{0, 1, 2, 3, 4}
 	send(all[:1], 3) // 3 hits a key before the split, replicated to each heir
 	for _, s := range svcs {
-		s.replica.Replicate(t.Context())
+		s.custody.Replicate(t.Context())
 	}
 	sides := [][]int{{0, 1, 2}, {3, 4}}
 	split(svcs, c, sides...)
@@ -227,7 +227,7 @@ func TestHeirGivesBackWhatItDecidedOnceTheOwnerAnswers(t *testing.T) {
 	for range 4 {
 		check(t, svcs[0], item)
 	}
-	svcs[2].replica.Replicate(t.Context())
+	svcs[2].custody.Replicate(t.Context())
 	c.down["peer-2"] = true
 	for range 3 {
 		if r := check(t, svcs[0], item); r.Metadata[MetadataDecidedBy] != routeFailover {
@@ -250,7 +250,7 @@ func TestHeirGivesBackWhatItDecidedOnceTheOwnerAnswers(t *testing.T) {
 	heir.heal.GiveBack(t.Context())
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	go func() { defer close(done); heir.handoff.Run(ctx) }() // the round giveBack asked for
+	go func() { defer close(done); heir.custody.Run(ctx) }() // the round giveBack asked for
 	defer func() { cancel(); <-done }()
 	probe := &pb.CheckItem{Name: "api", Key: key, Limit: 10, DurationMs: 3_600_000, Algorithm: pb.Algorithm_SLIDING_WINDOW, Hits: proto.Int64(0)}
 	left := check(t, svcs[2], probe).Remaining

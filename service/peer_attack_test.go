@@ -365,7 +365,7 @@ func testCraftedCounters(t *testing.T, send sendCounters) {
 			t.Errorf("counter %d refused as %v (%q), want INVALID with a reason", r.GetIndex(), r.GetReason(), r.GetDetail())
 		}
 	}
-	if n, m := svcs[0].store.Len(), svcs[0].replicas.Len(); n != 0 || m != 0 {
+	if n, m := svcs[0].store.Len(), c.replicas["peer-0"].Len(); n != 0 || m != 0 {
 		t.Errorf("the receiver holds %d counters and %d replicas, want none", n, m)
 	}
 }
@@ -394,7 +394,7 @@ func TestPeerAttackReplicaDecidesNothing(t *testing.T) {
 			t.Fatalf("check %d of a key with a spent replica on the node asked: %v; want decided on the owner's counter", i, r)
 		}
 	}
-	if n, m := svcs[0].store.Len(), svcs[0].replicas.Len(); n != 0 || m != 1 {
+	if n, m := svcs[0].store.Len(), c.replicas["peer-0"].Len(); n != 0 || m != 1 {
 		t.Errorf("the heir holds %d counters and %d replicas, want the replica alone", n, m)
 	}
 }
@@ -489,7 +489,7 @@ func FuzzPeerHandlers(f *testing.F) {
 		}
 		f.Add(seed.rpc, b)
 	}
-	_, svcs := newFakeCluster(2)
+	c, svcs := newFakeCluster(2)
 	srv := peer.NewServer(svcs[0].Owner(), nil)
 	f.Fuzz(func(t *testing.T, rpc byte, data []byte) {
 		ctx := t.Context()
@@ -524,7 +524,7 @@ func FuzzPeerHandlers(f *testing.F) {
 				_, _ = srv.Replicate(ctx, &req)
 			}
 		}
-		for _, s := range []*limiter.Store{svcs[0].store, svcs[0].replicas} {
+		for _, s := range []*limiter.Store{svcs[0].store, c.replicas["peer-0"]} {
 			for c := range s.Counters() {
 				if err := checks.ValidateCounter(&c); err != nil {
 					t.Fatalf("the node holds a counter (or replica) no check could make: %v", err)

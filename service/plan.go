@@ -18,8 +18,8 @@ import (
 // decide here, and gives each check still pending one route (plan). Then
 // it carries the routes out: the checks decided here first, then every
 // send at once. The checks of a send that fails are the next round's.
-// plan, replan and settle are pure: they read the view and the checks,
-// and change nothing else; the tables of plan_test.go test them.
+// plan and replan are pure: they read the view and the checks, and change
+// nothing else; the tables of plan_test.go test them.
 //
 // A new route (an answer from a lease, say) takes a routeKind (among the
 // first ones if it decides on this node, so that it labels the checks
@@ -442,77 +442,4 @@ func moved(c *call, ps []*pending, f *failure, v *view) bool {
 		other = other || owner.Name != f.to.Name
 	}
 	return other
-}
-
-// settle takes, out of the checks of c routed to this node's store (ks,
-// indexes into ps and routes), those whose counter is elsewhere, and
-// returns, for each of ks, the node it is to be relayed to instead, which
-// decides it where it lands (relay: nil while every one stays here; the
-// zero Member: it stays). Their counter is elsewhere when the ring this
-// node routes by now gives the key to another node, and this node holds
-// no counter for it, because it handed it off (the check was routed by an
-// older ring, or forwarded here by a node whose ring lags, or this node
-// is leaving) or has never had it. Those whose counter is here are
-// decided here: no other node has it yet, and the hand-off carries it on,
-// charged. But a round of hand-off may take it out between this look and
-// the decision, so settle returns their owners too (keep: nil while there
-// are none; the zero Member for the others): the caller decides them
-// only on a counter still here, and relays them to that owner if there
-// is none by then (see keptHere). On a leaving node the caller takes v
-// under handoff.Node.Hold, which it holds until these are decided, so
-// that no counter is on its way meanwhile: a hand-off takes it out of the
-// store either before settle looks (then it is relayed to the owner,
-// which has it) or after it is decided here.
-//
-// Only checks that may have moved are looked at again: those marked
-// recheck (forwarded here, or this node is leaving), or routed by a ring
-// older than v's. An all-or-nothing request stays whole for each key: its
-// checks are decided here if every counter it would be decided on here is
-// here, and relayed otherwise (none is kept: its checks are decided
-// together, not one by one). Relayed and pulled checks (landed) are
-// decided where they land, as ever.
-func settle(c *call, ps []pending, routes []route, ks []int, v *view) (relay, keep []ring.Member) {
-	for i, k := range ks {
-		owner, ok := away(c, ps, routes, k, v)
-		if !ok {
-			continue
-		}
-		if !v.store.Holds(&c.reqs[ps[k].j]) {
-			if relay == nil {
-				relay = make([]ring.Member, len(ks))
-			}
-			relay[i] = owner
-		} else if !c.all {
-			if keep == nil {
-				keep = make([]ring.Member, len(ks))
-			}
-			keep[i] = owner
-		}
-	}
-	if relay == nil || !c.all {
-		return relay, keep
-	}
-	// A counter of the request is elsewhere: every check whose key another
-	// node owns goes there, held here or not, so that the key's checks are
-	// decided together.
-	for i, k := range ks {
-		if relay[i].Name != "" {
-			continue
-		}
-		if o, ok := away(c, ps, routes, k, v); ok {
-			relay[i] = o
-		}
-	}
-	return relay, nil
-}
-
-// away returns the owner of the key of ps[k], a check routed to this
-// node's store, if the check may have moved (see settle) and the ring v
-// routes by gives its key to another node.
-func away(c *call, ps []pending, routes []route, k int, v *view) (ring.Member, bool) {
-	if routes[k].landed || (!routes[k].recheck && v.ring == c.ring) || c.behavior(ps[k].j) == pb.Behavior_LOCAL {
-		return ring.Member{}, false
-	}
-	owner, ok := v.ring.Owner(c.reqs[ps[k].j].Key)
-	return owner, ok && owner.Name != v.self.Name
 }

@@ -71,7 +71,7 @@ func (s *Service) Settle(ctx context.Context, req *pb.SettleRequest) (*pb.Settle
 		return nil, err
 	}
 	self := s.cluster.LocalMember()
-	owner, ok := s.ring().Owner(st.Key)
+	owner, ok := s.custody.Ring().Owner(st.Key)
 	if !ok || owner.Name == self.Name {
 		return s.settleHere(ctx, &st)
 	}
@@ -98,9 +98,7 @@ func (o Owner) Settle(ctx context.Context, _ string, req *pb.SettleRequest) (*pb
 // inherited from an owner that died are promoted, and a counter handed
 // off to this node is waited for.
 func (s *Service) settleHere(ctx context.Context, st *limiter.Settlement) (*pb.SettleResponse, error) {
-	r := s.ring()
-	s.replica.Promote(r)
-	s.handoff.Await(ctx, r, st.Key)
+	s.custody.Await(ctx, st.Key)
 	out, err := s.store.Settle(st)
 	if err != nil {
 		return nil, err
@@ -154,8 +152,7 @@ func (s *Service) expireReservations(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.store.ExpireReservations(s.now())
-			s.replicas.ExpireReservations(s.now())
+			s.custody.ExpireReservations(s.now())
 		}
 	}
 }

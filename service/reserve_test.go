@@ -147,7 +147,7 @@ func TestReservationSettledAtTheHeir(t *testing.T) {
 	if err != nil || first.Forced != 5 {
 		t.Fatalf("settle for 25 at the owner: %v, %v", first, err)
 	}
-	if sent := svcs[0].replica.Replicate(t.Context()); sent != 1 {
+	if sent := svcs[0].custody.Replicate(t.Context()); sent != 1 {
 		t.Fatalf("node-0 replicated %d counters, want 1", sent)
 	}
 	c.down["peer-0"] = true

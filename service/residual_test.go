@@ -77,7 +77,7 @@ func TestResidualParentDebtIsNotCarried(t *testing.T) {
 			spendAll(t, svcs[0], item)
 			svcs[2].global.Force(&limiter.Request{Name: "parent", Key: key, Algorithm: limiter.TokenBucket,
 				Limit: algorithms.Limit{Count: 10, Period: time.Minute}, Hits: 5, Now: now}, "node-2") // 5 owed
-			svcs[2].replica.Replicate(t.Context())
+			svcs[2].custody.Replicate(t.Context())
 			if crash {
 				c.down["peer-2"] = true
 				c.ring = c.ring.Without("node-2")

@@ -376,7 +376,20 @@ func TestRelayedChecksAreNotRelayedAgain(t *testing.T) {
 // with a limit of 5 of which spent checks were admitted before the join.
 func formerOwner(t *testing.T, spent int) (svcs []*Service, item *pb.CheckItem, prev int) {
 	t.Helper()
-	c, svcs := newFakeCluster(3)
+	return formerOwnerWith(t, spent, nil)
+}
+
+// formerOwnerWith is formerOwner whose node-1 looks whether it holds a
+// counter with holds (see Config.Holds), given its store, if not nil.
+func formerOwnerWith(t *testing.T, spent int, holds func(*limiter.Store) func(*limiter.Request) bool) (svcs []*Service, item *pb.CheckItem, prev int) {
+	t.Helper()
+	c, svcs := newFakeClusterWith(3, func(i int) Config {
+		if i != 1 || holds == nil {
+			return Config{}
+		}
+		store := limiter.New(limiter.Config{})
+		return Config{Store: store, Holds: holds(store)}
+	})
 	full := c.ring
 	c.ring = full.Without("node-2")
 	var key string
@@ -427,17 +440,22 @@ func TestForwardedToAFormerOwnerIsRelayed(t *testing.T) {
 func TestACounterTakenAsACheckIsDecidedIsNotBegunAfresh(t *testing.T) {
 	for _, reserve := range []bool{false, true} {
 		t.Run(fmt.Sprint("reservation: ", reserve), func(t *testing.T) {
-			svcs, item, prev := formerOwner(t, 4)
+			var once sync.Once
+			var handOff func()
+			svcs, item, prev := formerOwnerWith(t, 4, func(store *limiter.Store) func(*limiter.Request) bool {
+				return func(r *limiter.Request) bool {
+					held := store.Holds(r)
+					if calledFrom("settle") {
+						once.Do(handOff) // the round runs as the check is about to be decided
+					}
+					return held
+				}
+			})
+			handOff = func() { svcs[prev].HandOff(t.Context()) }
 			if reserve {
 				item = proto.CloneOf(item)
 				item.ReserveTtlMs = proto.Int64(60_000)
 			}
-			var once sync.Once
-			svcs[prev].holds = watchedHolds{svcs[prev].store, func() {
-				if calledFrom("settle") {
-					once.Do(func() { svcs[prev].HandOff(t.Context()) }) // the round runs as the check is about to be decided
-				}
-			}}
 			r := check(t, svcs[0], item)
 			if r.Status != pb.Status_UNDER_LIMIT || r.Remaining != 0 || reserve && r.ReservationId == "" {
 				t.Errorf("forwarded by a lagging ring to the former owner as it hands the counter off: %v, want the 5th of 5 admitted, 0 remaining", r)
@@ -450,18 +468,6 @@ func TestACounterTakenAsACheckIsDecidedIsNotBegunAfresh(t *testing.T) {
 			}
 		})
 	}
-}
-
-// watchedHolds is a store whose Holds calls look first.
-type watchedHolds struct {
-	holder
-	look func()
-}
-
-func (w watchedHolds) Holds(r *limiter.Request) bool {
-	held := w.holder.Holds(r)
-	w.look()
-	return held
 }
 
 // TestPullOfACounterNotThereIsDecidedByTheNewOwner: a previous owner that

@@ -10,9 +10,9 @@ import (
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/checks"
+	"github.com/ringlimit/ringlimit/custody"
 	"github.com/ringlimit/ringlimit/heal"
 	"github.com/ringlimit/ringlimit/limiter"
-	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -41,11 +41,10 @@ func (s *Service) decide(ctx context.Context, c *call, ps []pending) {
 		// The replicas of keys this node has just inherited (their owner
 		// left the ring) become its counters first, so that none is
 		// decided without them.
-		s.replica.Promote(c.ring)
+		s.custody.Promote(c.ring)
 		v := s.look(ctx)
 		failedOver = s.replanFailed(c, ps, &v, failedOver)
-		s.gate(c, ps, &v)
-		s.askGlobal(c, ps, &v)
+		s.askGlobal(ctx, c, ps, &v)
 		escrowed = s.fromEscrow(c, ps, &v, escrowed)
 		ps = s.carry(ctx, c, ps, plan(c, ps, &v), &v)
 		if len(ps) == 0 {
@@ -66,8 +65,8 @@ func (s *Service) decide(ctx context.Context, c *call, ps []pending) {
 
 // look returns the node's view now (see view).
 func (s *Service) look(ctx context.Context) view {
-	return view{self: s.cluster.LocalMember(), ring: s.ring(), leaving: s.leaving.Load() != nil, gone: ctx.Err(),
-		handOff: s.handoff, store: s.holds, heirs: &s.without, suspect: s.heal.Suspect, strict: s.strict.On()}
+	return view{self: s.cluster.LocalMember(), ring: s.custody.Ring(), leaving: s.custody.Leaving(), gone: ctx.Err(),
+		handOff: s.custody, store: s.custody, heirs: s.custody.Heirs(), suspect: s.heal.Suspect, strict: s.strict.On()}
 }
 
 // replanFailed re-plans the checks of ps whose send failed, those of one
@@ -95,10 +94,7 @@ func (s *Service) replanFailed(c *call, ps []pending, v *view, failedOver []int)
 				failedOver = append(failedOver, p.j)
 			}
 		case lessonShare:
-			if s.logSampler.allow(f.to.Name, s.now()) {
-				s.log.Warn("owner unreachable, deciding locally with this node's share (logged once a second per owner)",
-					"owner", f.to.Name, "err", f.err)
-			}
+			s.heal.Unreachable(f.to.Name, "owner unreachable, deciding locally with this node's share", f.err)
 			s.metrics.forwardErrors.Inc()
 		}
 	}
@@ -108,11 +104,11 @@ func (s *Service) replanFailed(c *call, ps []pending, v *view, failedOver []int)
 // askGlobal asks package global about the GLOBAL checks of ps that plan
 // may decide here, and puts its answers in v: those going as their
 // owner's check, with the owner's name (this node's if it owns the key),
-// and those to be decided here as the owner, whose replica, if this node
-// holds one, becomes their counter first. Asking decides a check when
-// global can (it charges a grant, or the owner's lease); when it cannot,
-// the check goes to its owner.
-func (s *Service) askGlobal(c *call, ps []pending, v *view) {
+// and those to be decided here as the owner, which custody prepares first
+// (strict mode may refuse them; a replica this node holds becomes their
+// counter). Asking decides a check when global can (it charges a grant,
+// or the owner's lease); when it cannot, the check goes to its owner.
+func (s *Service) askGlobal(ctx context.Context, c *call, ps []pending, v *view) {
 	for k := range ps {
 		p := &ps[k]
 		if c.behavior(p.j) != pb.Behavior_GLOBAL || (p.next != nextOwner && p.next != nextHere) {
@@ -134,8 +130,14 @@ func (s *Service) askGlobal(c *call, ps []pending, v *view) {
 				p.to, owner = m, m.Name
 			}
 		}
-		if p.next == nextHere {
-			s.replica.PromoteKey(r) // decided here as the key's owner or heir: see route.landed
+		if owner == v.self.Name {
+			ck := [1]custody.Check{{Req: r, Owned: true, Global: true, KeepFence: true, Landed: p.next == nextHere}}
+			var verdict [1]custody.Verdict
+			s.custody.Prepare(ctx, c.ring, c.began, c.all, ck[:], verdict[:])
+			if verdict[0].Kind == custody.Refuse {
+				p.next = nextEscrow
+				continue
+			}
 		}
 		d, forward := s.global.Decide(r, owner)
 		v.global[k] = answer{d: d, decided: !forward}
@@ -177,7 +179,7 @@ func (s *Service) carry(ctx context.Context, c *call, ps []pending, routes []rou
 			sent = append(sent, k)
 		}
 	}
-	sent = append(sent, s.decideHere(ctx, c, ps, routes, here)...)
+	sent = append(sent, s.decideHere(ctx, c, ps, routes, here, v)...)
 	s.decideFallback(ctx, c, share)
 	sends := groupSends(c, ps, routes, sent)
 	s.sendAll(ctx, sends)
@@ -218,118 +220,59 @@ func (s *Service) carry(ctx context.Context, c *call, ps []pending, routes []rou
 
 // decideHere decides the checks of ps routed to this node's store (ks,
 // indexes into ps and routes), as plan routed them, and returns those
-// that settle finds are to be relayed instead, their routes made relays.
-//
-// A check whose counter may be on its way here waits for it first
-// (handoff.Node.Await); one decided here as the key's owner or heir has
-// its replica promoted first. If the client has gone by then (a sender
-// that stops waiting, for its deadline or because it suspects this node,
-// may have the check decided elsewhere), none is decided: nothing is
-// charged on its behalf. On a node that is leaving, which hands every
-// counter off, counters stay where they are (no hand-off round takes them
-// out) from settle until the checks that settle leaves here are decided,
-// but for those that borrow, which may wait on a parent's owner; checks
-// that reached settle before the node began to leave are decided before
-// Leave returns, and so before its first hand-off (Service.deciding). Other
-// nodes do not wait for their rounds, which can take a forward deadline
-// each when an owner is unreachable: a check they keep because its counter
-// is here, though its key is another node's now, is decided only on that
-// counter, and relayed to the owner should a round take it first (see
-// keptHere).
-func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes []route, ks []int) (relayed []int) {
+// that are to be relayed instead, their routes made relays. custody
+// prepares each first (one verdict a check: see custody.Custody.Prepare):
+// the ready ones are decided on the store, and then, once custody's hold
+// is released, those that borrow, which may wait on a parent's owner; a
+// check kept here only while its counter is here, whose counter left
+// before the store decided it, goes to the key's owner.
+func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes []route, ks []int, v *view) (relayed []int) {
 	if len(ks) == 0 {
 		return nil
 	}
-	waited := ks[:0] // those still to decide, in place: waited never passes the check being read
-	var noTime error
-	for _, k := range ks {
-		r := &c.reqs[ps[k].j]
-		if c.behavior(ps[k].j) == pb.Behavior_LOCAL {
-			waited = append(waited, k)
-			continue
-		}
-		if routes[k].landed {
-			s.replica.PromoteKey(r) // relayed here as the key's heir: its owner cannot be reached (see replan)
-			r.StandIn = s.noteStandIn(c, ps[k].j)
-		}
-		// Its counter may be on its way here; with no time left to wait
-		// for it, it is answered, not decided.
-		late, err := s.handoff.AwaitCounter(ctx, c.ring, r.Key, c.began, s.mayAnswer)
-		if err != nil {
-			noTime = fmt.Errorf("%w: %w", checks.ErrUnavailable, err)
-			c.results[c.pos[ps[k].j]] = errorResult(noTime)
-			continue
-		}
-		r.StandIn = r.StandIn || late
-		waited = append(waited, k)
-	}
-	ks = waited
-	if noTime != nil && c.all { // an all-or-nothing request is never split
-		for _, k := range ks {
-			c.results[c.pos[ps[k].j]] = errorResult(noTime)
-		}
-		return nil
-	}
-	if ctx.Err() != nil { // its sender gave up while they waited, and may have had them decided elsewhere
-		for _, k := range ks {
-			c.results[c.pos[ps[k].j]] = goneResult(ctx)
-		}
-		return nil
-	}
-	if len(ks) == 0 {
-		return nil
-	}
-	s.deciding.RLock() // Leave waits for these decisions, or they see it
-	release := s.deciding.RUnlock
-	if s.leaving.Load() != nil {
-		unhold := s.handoff.Hold(ctx)
-		release = func() { unhold(); s.deciding.RUnlock() }
-	}
-	v := s.look(ctx) // under the Hold: where each counter is now
-	owners, keep := settle(c, ps, routes, ks, &v)
-	var kept []keptHere
-	js := ks[:0] // the checks decided here, as indexes into c.reqs, in place: js never passes the check being read
+	cks := make([]custody.Check, len(ks))
+	verdicts := make([]custody.Verdict, len(ks))
 	for i, k := range ks {
-		if owners != nil && owners[i].Name != "" {
-			routes[k] = route{kind: routeRelay, to: &owners[i]}
-			relayed = append(relayed, k)
-			continue
-		}
+		p := &ps[k]
+		b := c.behavior(p.j)
+		cks[i] = custody.Check{Req: &c.reqs[p.j], Owned: p.next == nextHere || (p.next == nextOwner && v.owns(p.to)),
+			Local: b == pb.Behavior_LOCAL, Landed: routes[k].landed, Recheck: routes[k].recheck,
+			KeepFence: c.borrowing(p.j) != nil, Borrows: c.borrowing(p.j) != nil}
+	}
+	release := s.custody.Prepare(ctx, c.ring, c.began, c.all, cks, verdicts)
+	var kept []int // indexes into ks of the checks kept here only while their counter is
+	js := make([]int, 0, len(ks))
+	for i, k := range ks {
 		j := ps[k].j
-		if keep != nil && keep[i].Name != "" && c.borrowing(j) == nil { // one that borrows is decided apart, below
-			c.reqs[j].Held = true
-			kept = append(kept, keptHere{k: k, owner: &keep[i]})
+		switch vd := &verdicts[i]; {
+		case vd.Kind == custody.Refuse && errors.Is(vd.Err, custody.ErrFenced):
+			s.refuseEscrow(c, j)
+		case vd.Kind == custody.Refuse:
+			c.results[c.pos[j]] = errorResult(vd.Err)
+		case vd.Kind == custody.GoTo:
+			routes[k] = route{kind: routeRelay, to: &vd.To}
+			relayed = append(relayed, k)
+		default:
+			if vd.To.Name != "" {
+				kept = append(kept, i)
+			}
+			js = append(js, j)
 		}
-		js = append(js, j)
 	}
 	js, borrowing := splitBorrowing(c, js)
 	s.decideLocal(ctx, c, js, routeLocal)
 	release()
 	s.decideLocal(ctx, c, borrowing, routeLocal)
-	for i := range kept {
-		h := &kept[i]
-		j := ps[h.k].j
+	for _, i := range kept {
+		k := ks[i]
+		j := ps[k].j
 		c.reqs[j].Held = false
 		if c.results[c.pos[j]] == nil { // its counter left before the store decided: nothing was
-			routes[h.k] = route{kind: routeRelay, to: h.owner}
-			relayed = append(relayed, h.k)
+			routes[k] = route{kind: routeRelay, to: &verdicts[i].To}
+			relayed = append(relayed, k)
 		}
 	}
 	return relayed
-}
-
-// keptHere is a check that settle kept here only because its counter is
-// here, its key being another node's now (see away): the store decides it
-// only on that counter (limiter.Request.Held). A node that is not leaving
-// does not hold its hand-off rounds off while it decides, so one may take
-// the counter between settle's look and the store's decision; the check
-// would then begin the key afresh here, and that counter would take the
-// checks still sent here until the next round, and be forgotten at the
-// owner's merge. Such a check is relayed to the owner instead, which has
-// the counter, or waits for it.
-type keptHere struct {
-	k     int          // index into the pending checks
-	owner *ring.Member // its key's owner
 }
 
 // goneResult is the result of a check whose client has gone before it was
@@ -337,19 +280,6 @@ type keptHere struct {
 func goneResult(ctx context.Context) *pb.CheckResult {
 	return errorResult(fmt.Errorf("%w: %w", checks.ErrUnavailable, ctx.Err()))
 }
-
-// mayAnswer reports whether a key's previous owner, from, whose counter
-// is late, may yet say it has handed it over: not while this node
-// suspects it. A check decided here whose counter is late waits for that
-// word again (handoff.Node.AwaitCounter): it gets here once from has
-// answered a pull that it does not hold the counter, or relayed here, so
-// the counter has left it, or may have, or once a counter for its key is
-// here (arrived, or begun by a check decided here while it was late,
-// which the counter on its way does not hold). That second wait ends,
-// at the latest, --handoff-wait after the check began to wait, or halfway
-// to its deadline; a check whose counter is late still is decided as a
-// stand-in's.
-func (s *Service) mayAnswer(from ring.Member) bool { return !s.heal.Suspect(from.PeerAddr) }
 
 // splitBorrowing splits c.reqs[js] into those without a ceiling and those
 // with one, in place.
@@ -434,99 +364,38 @@ func (s *Service) sendAll(ctx context.Context, sends []*send) {
 		return
 	case 1: // the common case
 		sd := sends[0]
-		sd.resp, sd.err = s.send(ctx, sd.to, sd.batched, sd.kind, sd.req)
+		sd.resp, sd.err = s.send(ctx, sd)
 		return
 	}
-	started := make([]*sending, len(sends))
+	started := make([]*heal.Sending, len(sends))
 	var wg sync.WaitGroup
 	for i, sd := range sends {
 		if !sd.batched {
-			wg.Go(func() { sd.resp, sd.err = s.send(ctx, sd.to, false, sd.kind, sd.req) })
+			wg.Go(func() { sd.resp, sd.err = s.send(ctx, sd) })
 			continue
 		}
-		started[i] = s.start(ctx, sd.to, sd.req)
+		started[i] = s.heal.Start(ctx, sd.to, sd.req)
 	}
 	for i, sd := range sends {
 		if started[i] != nil {
-			sd.resp, sd.err = s.finish(ctx, started[i])
+			sd.resp, sd.err = s.heal.Finish(ctx, started[i])
 		}
 	}
 	wg.Wait()
 }
 
-// sending is a batched forward on its way to its owner (see start).
-type sending struct {
-	f     peer.Forwarding // nil when err is set
-	watch context.Context // ends when the owner becomes suspect
-	addr  string
-	err   error // heal.ErrSuspect: not sent, the owner is suspect
-}
-
-// start hands req to the batch for owner, unless owner is suspect: then
-// the forward fails at once with heal.ErrSuspect rather than wait the forward
-// deadline again.
-func (s *Service) start(ctx context.Context, owner ring.Member, req *pb.CheckRequest) *sending {
-	st := &sending{addr: owner.PeerAddr}
-	st.watch = s.heal.Watch(owner.PeerAddr) // before asking: a suspicion from now on releases this forward
-	if s.heal.Suspect(owner.PeerAddr) {
-		st.err = heal.ErrSuspect
-		return st
+// send sends sd and waits for its answer, through package heal, which
+// refuses at once a send to a member it suspects.
+func (s *Service) send(ctx context.Context, sd *send) (*pb.CheckResponse, error) {
+	switch {
+	case sd.batched:
+		return s.heal.Forward(ctx, sd.to, sd.req)
+	case sd.kind == routePull:
+		return s.heal.Send(ctx, sd.to, heal.Pull, sd.req)
+	case sd.kind == routeRelay:
+		return s.heal.Send(ctx, sd.to, heal.Relay, sd.req)
 	}
-	st.f = s.peers.Start(ctx, owner.PeerAddr, req)
-	return st
-}
-
-// finish waits for the answer to st. A forward that finds its owner
-// unreachable makes it suspect, and so releases the other forwards in
-// flight to it, which fail with heal.ErrSuspect too.
-func (s *Service) finish(ctx context.Context, st *sending) (*pb.CheckResponse, error) {
-	if st.err != nil {
-		return nil, st.err
-	}
-	resp, err := st.f.Wait(st.watch.Done())
-	if err != nil && ctx.Err() == nil && st.watch.Err() != nil {
-		return nil, heal.ErrSuspect
-	}
-	if heal.Failed(ctx, err) {
-		s.heal.Mark(st.addr)
-	}
-	return resp, err
-}
-
-// send sends req to owner as kind says (routeForward, routeRelay or
-// routePull): a batched forward as start and finish do, any other in its
-// RPC of its own.
-func (s *Service) send(ctx context.Context, owner ring.Member, batched bool, kind routeKind, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	if batched {
-		return s.finish(ctx, s.start(ctx, owner, req))
-	}
-	watch := s.heal.Watch(owner.PeerAddr) // before asking: a suspicion from now on releases this forward
-	if s.heal.Suspect(owner.PeerAddr) {
-		return nil, heal.ErrSuspect
-	}
-	fctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	defer context.AfterFunc(watch, func() { cancel(heal.ErrSuspect) })()
-	var resp *pb.CheckResponse
-	var err error
-	switch kind {
-	case routePull:
-		resp, err = s.peers.Pull(fctx, owner.PeerAddr, req)
-		if errors.Is(err, peer.ErrNotHere) {
-			return nil, err // an answer: the owner is not suspect
-		}
-	case routeRelay:
-		resp, err = s.peers.Relay(fctx, owner.PeerAddr, req)
-	default:
-		resp, err = s.peers.ForwardNow(fctx, owner.PeerAddr, req)
-	}
-	if err != nil && ctx.Err() == nil && context.Cause(fctx) == heal.ErrSuspect {
-		return nil, heal.ErrSuspect
-	}
-	if heal.Failed(ctx, err) {
-		s.heal.Mark(owner.PeerAddr)
-	}
-	return resp, err
+	return s.heal.Send(ctx, sd.to, heal.Forward, sd.req)
 }
 
 // decideFallback decides c.reqs[js] on this node with its share of each
@@ -581,25 +450,4 @@ func spacingShare(d time.Duration, members int64) time.Duration {
 		return checks.MaxDuration
 	}
 	return d * time.Duration(members)
-}
-
-// sampler lets through one event a second per key, so that a partition
-// that fails every forward does not fill the log; metrics count them all.
-type sampler struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-}
-
-// allow reports whether an event of key at now is let through.
-func (s *sampler) allow(key string, now time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if now.Sub(s.last[key]) < time.Second {
-		return false
-	}
-	if s.last == nil || len(s.last) > 1000 {
-		s.last = make(map[string]time.Time) // keys are owners: few, but bounded anyway
-	}
-	s.last[key] = now
-	return true
 }

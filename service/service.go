@@ -12,8 +12,6 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,13 +21,11 @@ import (
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/borrow"
 	"github.com/ringlimit/ringlimit/checks"
+	"github.com/ringlimit/ringlimit/custody"
 	"github.com/ringlimit/ringlimit/global"
-	"github.com/ringlimit/ringlimit/handoff"
 	"github.com/ringlimit/ringlimit/heal"
 	"github.com/ringlimit/ringlimit/lease"
 	"github.com/ringlimit/ringlimit/limiter"
-	"github.com/ringlimit/ringlimit/peer"
-	"github.com/ringlimit/ringlimit/replica"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/strict"
 	"github.com/ringlimit/ringlimit/top"
@@ -49,26 +45,13 @@ type Membership interface {
 }
 
 // Peers is what the service needs of the other nodes: package peer's Pool.
-// The service forwards checks; GLOBAL sync, hand-off and replication use
-// the rest.
+// The service forwards checks, relays and pulls them (through package
+// heal, which watches who answers); GLOBAL sync, leases, hand-off and
+// replication (package custody) use the rest.
 type Peers interface {
-	// Start hands req to the batch for the owner at addr and returns the
-	// forward, whose Wait returns the answer (see peer.Pool.Start);
-	// ForwardNow sends req alone and waits.
-	Start(ctx context.Context, addr string, req *pb.CheckRequest) peer.Forwarding
-	ForwardNow(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
-	// Relay is ForwardNow for a check forwarded here whose counter is
-	// elsewhere: the owner decides it and never passes it on again.
-	Relay(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
-	// Pull asks a key's previous owner to decide req on the counter it may
-	// still hold; an error wrapping peer.ErrNotHere says it does not.
-	Pull(ctx context.Context, addr string, req *pb.CheckRequest) (*pb.CheckResponse, error)
+	heal.Peers
 	global.Peers
-	handoff.Peers
-	// HandOffLeft sends the node at addr this node's last word as it
-	// shuts down (see Service.SayLeft and peer.Pool.HandOffLeft).
-	HandOffLeft(ctx context.Context, addr, from string, ring uint64) error
-	replica.Peers
+	custody.Peers
 	lease.Peers
 	// Settle relays a client's settle of a reservation to the node at addr
 	// (see peer.Pool.Settle).
@@ -132,6 +115,10 @@ type Config struct {
 	// Clients, if not nil, bounds the reservations each client makes
 	// through this node (see claims); nil bounds none.
 	Clients ClientReservations
+	// Holds, if not nil, is where this node looks whether it holds a
+	// counter instead of Store.Holds (see custody.Config.Holds): a test
+	// watches the look with it.
+	Holds func(r *limiter.Request) bool
 }
 
 // Service decides checks. It is safe for concurrent use. Run drives its
@@ -139,10 +126,7 @@ type Config struct {
 // without it, except that GLOBAL hits then stay on this node and no
 // counter is replicated.
 type Service struct {
-	store *limiter.Store
-	// holds is what the plan reads of the store (view.store): store, but
-	// for a test that watches where the plan looks.
-	holds   holder
+	store   *limiter.Store
 	cluster Membership
 	peers   Peers
 	skew    time.Duration
@@ -151,36 +135,15 @@ type Service struct {
 	metrics metrics
 	global  *global.Node
 	leases  *lease.Node
-	handoff *handoff.Node
-	replica *replica.Node
-	// replicas are the copies this node keeps of other owners' counters;
-	// no check is decided from them (see package replica).
-	replicas *limiter.Store
-	// logSampler thins out the warning of an unreachable owner.
-	logSampler sampler
-	policies   Policies
+	// custody keeps track of where each key's counter is, and answers
+	// what a key needs before it is decided here (package custody).
+	custody  *custody.Custody
+	policies Policies
 	// heal knows the owners whose last forward failed (suspects: their
 	// keys fail over until a probe finds them answering), and those whose
 	// keys this node decided by failover, which get their counters back
 	// once they answer (package heal).
 	heal *heal.Node
-	// leaving, once Leave is called, is the ring this node routes by: the
-	// cluster's without this node (see ring).
-	leaving atomic.Pointer[leavingRing]
-	leaveMu sync.Mutex // serializes the building of leaving rings
-	// deciding is read-held by each decision on the store, from the
-	// instant it reads whether this node is leaving until the store has
-	// decided (see decideHere); Leave write-holds it to begin leaving.
-	// Without it, a decision that began before Leave could reach the store
-	// after the hand-off that follows took its counter, and start the
-	// counter afresh, with the whole limit, beside the one handed off: the
-	// checks after it found that fresh counter here and were decided on it
-	// too, until the hand-off after leaving gossip took it.
-	deciding sync.RWMutex
-	// without caches rings without one member, or a few: failover's, and
-	// those hand-off and replication build for the same ring
-	// (handoff.Config.Heirs), so that a ring change builds each once.
-	without ring.Heirs
 	// borrows decides the checks with a ceiling (package borrow).
 	borrows *borrow.Node
 	// strict is strict mode, off unless Config.StrictQuorum is set.
@@ -198,7 +161,6 @@ func New(conf Config) *Service {
 	if s.store == nil {
 		s.store = limiter.New(limiter.Config{})
 	}
-	s.holds = s.store
 	if s.cluster == nil {
 		s.cluster = newAlone()
 	}
@@ -213,40 +175,27 @@ func New(conf Config) *Service {
 	}
 	s.metrics = newMetrics(conf.Registerer)
 	s.strict = strict.New(conf.StrictQuorum, conf.StrictFence)
-	s.heal = heal.New(heal.Config{Peers: conf.Peers, Cluster: s.cluster, GiveBack: func() { s.handoff.RingChanged() },
-		Registerer: conf.Registerer})
+	s.heal = heal.New(heal.Config{Peers: conf.Peers, Cluster: s.cluster, Logger: s.log, Registerer: conf.Registerer})
+	var peers custody.Peers
+	if conf.Peers != nil {
+		peers = conf.Peers
+	}
+	s.custody = custody.New(custody.Config{
+		Store: s.store, Replicas: conf.Replicas, Cluster: s.cluster, Peers: peers, Fence: s.strict, Watch: s.heal,
+		MaxClockSkew: s.skew, HandOffWait: conf.HandOffWait, ReplicateInterval: conf.ReplicateInterval,
+		HandedOff: conf.HandedOff, Holds: conf.Holds, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
+	})
 	s.global = global.New(global.Config{
 		Store: s.store, Cluster: s.cluster, Peers: conf.Peers,
 		Interval: conf.GlobalSync, MaxClockSkew: s.skew, Now: s.now, Logger: s.log, Registerer: conf.Registerer,
-		Inherit: func() { s.replica.Promote(s.ring()) }, Leases: conf.Leases, Escrow: s.strict.Escrow(conf.GlobalSync, conf.EscrowTTL, func() int { return s.cluster.Ring().Len() }),
+		Inherit: s.custody.Inherit, Leases: conf.Leases,
+		Escrow: s.strict.Escrow(conf.GlobalSync, conf.EscrowTTL, func() int { return s.cluster.Ring().Len() }),
 	})
-	s.borrows = borrow.New(borrow.Config{Store: s.store, Parents: s.global, Registerer: conf.Registerer,
-		Forward: func(ctx context.Context, owner ring.Member, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-			return s.send(ctx, owner, true, routeForward, req)
-		},
-		Unreachable: func(owner string, err error) {
-			if s.logSampler.allow(owner, s.now()) {
-				s.log.Warn("parent's owner unreachable: no borrowing (logged once a second per owner)", "owner", owner, "err", err)
-			}
-		},
-	})
+	s.borrows = borrow.New(borrow.Config{Store: s.store, Parents: s.global, Owners: s.heal, Registerer: conf.Registerer})
 	s.leases = lease.New(lease.Config{
 		Lender: s.global, Cluster: s.cluster, Peers: conf.Peers, Result: decisionResult, Now: s.now, Logger: s.log,
 		MaxClockSkew: s.skew,
-		Await:        func(ctx context.Context, key string) { s.handoff.Await(ctx, s.ring(), key) },
-	})
-	s.handoff = handoff.New(handoff.Config{
-		Store: s.store, Cluster: routing{s}, Peers: conf.Peers, MaxClockSkew: s.skew, Wait: conf.HandOffWait,
-		Now: s.now, HandedOff: conf.HandedOff, Logger: s.log, Registerer: conf.Registerer, Heirs: &s.without,
-	})
-	s.replicas = conf.Replicas
-	if s.replicas == nil {
-		s.replicas = limiter.New(limiter.Config{})
-	}
-	s.replica = replica.New(replica.Config{
-		Store: s.store, Replicas: s.replicas, Cluster: routing{s}, Peers: conf.Peers, Interval: conf.ReplicateInterval,
-		Intake: s.Intake(), Now: s.now, Logger: s.log,
-		Registerer: conf.Registerer, Heirs: &s.without,
+		Await:        s.custody.Await,
 	})
 	return s
 }
@@ -268,72 +217,10 @@ func (a alone) Ring() *ring.Ring       { return a.ring }
 func (alone) LocalMember() ring.Member { return ring.Member{Name: "self"} }
 func (alone) Ready() bool              { return true }
 
-// leavingRing is the ring a leaving node routes by: base, the cluster's
-// ring, without this node. moved says the cluster's ring has changed
-// since Leave (see SayLeft).
-type leavingRing struct {
-	base, without *ring.Ring
-	moved         bool
-}
-
-// ring returns the ring this node routes checks and hands off counters
-// by: the cluster's, or once Leave is called, the cluster's without this
-// node.
-func (s *Service) ring() *ring.Ring {
-	r := s.cluster.Ring()
-	lv := s.leaving.Load()
-	if lv == nil || lv.base == r {
-		if lv != nil {
-			return lv.without
-		}
-		return r
-	}
-	self := s.cluster.LocalMember().Name
-	if !r.Has(self) {
-		return r // gossip has left too
-	}
-	s.leaveMu.Lock()
-	defer s.leaveMu.Unlock()
-	if lv = s.leaving.Load(); lv.base != r {
-		lv = &leavingRing{base: r, without: r.Without(self), moved: true}
-		s.leaving.Store(lv)
-	}
-	return lv.without
-}
-
-// routing is the Service's view of the cluster as package handoff needs
-// it: the ring it routes by.
-type routing struct{ s *Service }
-
-func (v routing) Ring() *ring.Ring         { return v.s.ring() }
-func (v routing) LocalMember() ring.Member { return v.s.cluster.LocalMember() }
-func (v routing) Ready() bool              { return v.s.cluster.Ready() }
-
 // Leave is the first step of this node's leaving the cluster, before
 // HandOffAll and before it leaves gossip: from now on it routes every
-// check as if it had left, and so hands every counter off, while the
-// others still forward to it. It passes checks forwarded to it on to the
-// keys' new owners (see Owner.Forwarded), which hold the counters by then.
-// So no key is ever decided on an empty counter while its counter is on
-// its way: the others' rings drop this node only once its counters are
-// with their owners.
-//
-// Leave returns once the decisions on the store under way when it was
-// called are made (see deciding), so that the hand-off after it finds
-// their counters charged.
-func (s *Service) Leave() {
-	if s.leaving.Load() != nil {
-		return
-	}
-	s.deciding.Lock()
-	defer s.deciding.Unlock()
-	s.leaveMu.Lock()
-	defer s.leaveMu.Unlock()
-	if s.leaving.Load() == nil {
-		r := s.cluster.Ring()
-		s.leaving.Store(&leavingRing{base: r, without: r.Without(s.cluster.LocalMember().Name)})
-	}
-}
+// check as if it had left (see custody.Custody.Leave).
+func (s *Service) Leave() { s.custody.Leave() }
 
 // call is one request of checks in progress: the items that passed
 // validation, in the store's form, and where their results go. Only the
@@ -426,8 +313,8 @@ func (s *Service) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckRes
 		return nil, err
 	}
 	defer cl.done(c)
-	c.began = s.handoff.AwaitJoin(ctx) // a node that has not joined yet routes by the ring it joins
-	c.ring = s.ring()
+	c.began = s.custody.AwaitJoin(ctx) // a node that has not joined yet routes by the ring it joins
+	c.ring = s.custody.Ring()
 	ps := c.pendings()
 	for j := range ps {
 		ps[j].j = j
@@ -599,8 +486,7 @@ func groupByKey(reqs []limiter.Request, js []int) [][]int {
 // the node's owner hears of it and stops too.
 func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return s.handoff.Run(ctx) })
-	g.Go(func() error { return s.replica.Run(ctx) })
+	g.Go(func() error { return s.custody.Run(ctx) })
 	g.Go(func() error { s.heal.Run(ctx); return nil })
 	g.Go(func() error { return s.global.Run(ctx) })
 	g.Go(func() error { s.expireReservations(ctx); return nil })
@@ -613,19 +499,18 @@ func (s *Service) Run(ctx context.Context) error {
 // blocks.
 func (s *Service) RingChanged() {
 	s.strict.RingChanged(s.cluster.Ring(), s.cluster.LocalMember().Name, s.now())
-	s.handoff.RingChanged()
-	s.replica.RingChanged()
+	s.custody.RingChanged()
 }
 
 // HandOff sends every counter this node holds but does not own to its
-// owner now, and returns how many were taken (see handoff.Node.HandOff).
-func (s *Service) HandOff(ctx context.Context) int { return s.handoff.HandOff(ctx) }
+// owner now, and returns how many were taken (see custody.Custody.HandOff).
+func (s *Service) HandOff(ctx context.Context) int { return s.custody.HandOff(ctx) }
 
 // HandOffAll is the hand-off step of shutdown, after Leave: it hands off
 // until every counter is taken or ctx ends, and
 // returns how many were taken and how many are left, to be lost (see
-// handoff.Node.HandOffAll).
-func (s *Service) HandOffAll(ctx context.Context) (sent, left int) { return s.handoff.HandOffAll(ctx) }
+// custody.Custody.HandOffAll).
+func (s *Service) HandOffAll(ctx context.Context) (sent, left int) { return s.custody.HandOffAll(ctx) }
 
 // FlushGlobal reports the GLOBAL hits this node admitted from grants and
 // has not reported yet to their owners, so that none is lost when it

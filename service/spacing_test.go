@@ -183,7 +183,7 @@ func TestSpacedFailover(t *testing.T) {
 	if r := check(t, svcs[0], item); r.Status != pb.Status_UNDER_LIMIT {
 		t.Fatalf("first: %v", r)
 	}
-	if sent := svcs[2].replica.Replicate(t.Context()); sent != 2 {
+	if sent := svcs[2].custody.Replicate(t.Context()); sent != 2 {
 		t.Fatalf("node-2 replicated %d counters, want the limit and its spacing", sent)
 	}
 	c.down["peer-2"] = true

@@ -105,7 +105,7 @@ func TestStrictPartition(t *testing.T) {
 			tl := &tally{admitted: map[string]int{}, by: map[string]int{}}
 			replicate := func() {
 				for _, s := range svcs {
-					s.replica.Replicate(t.Context())
+					s.custody.Replicate(t.Context())
 				}
 			}
 			tl.load(t, svcs, all, keys, 4) // 4 of 10 each
@@ -160,7 +160,7 @@ func TestStrictTakeoverWaitsOutTheFence(t *testing.T) {
 	for range 3 {
 		check(t, svcs[0], item)
 	}
-	svcs[2].replica.Replicate(t.Context())
+	svcs[2].custody.Replicate(t.Context())
 	for range 5 {
 		check(t, svcs[0], item) // admitted by node-2, and never replicated: 8 of 10 spent
 	}
@@ -390,7 +390,7 @@ func TestStrictStaleCopyOfAReturningOwner(t *testing.T) {
 		}
 	}
 	send(0, 3)
-	svcs[2].replica.Replicate(t.Context()) // node-1 holds a replica: 3 hits
+	svcs[2].custody.Replicate(t.Context()) // node-1 holds a replica: 3 hits
 	send(2, 5)                             // node-2 decides 5 more, unreplicated: 8 of 10
 
 	// node-1 and node-0 drop node-2 (a partition); node-1 promotes its

@@ -23,9 +23,9 @@ func (s *Service) Top(keys int) top.Report {
 }
 
 // ReplicationLag is how long ago this node's last replication round that
-// delivered every batch began (see replica.Node.Lag); zero when this
-// node replicates nothing.
-func (s *Service) ReplicationLag() time.Duration { return s.replica.Lag() }
+// delivered every batch began (see custody.Custody.ReplicationLag); zero
+// when this node replicates nothing.
+func (s *Service) ReplicationLag() time.Duration { return s.custody.ReplicationLag() }
 
 // Top answers another node's Peer/Top with Service.Top.
 func (o Owner) Top(keys int) top.Report { return o.s.Top(keys) }

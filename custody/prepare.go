@@ -1,0 +1,271 @@
+package custody
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ringlimit/ringlimit/checks"
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/strict"
+)
+
+// A Check is a check this node is about to decide, as custody sees it.
+type Check struct {
+	// Req is the store's request; Prepare sets its StandIn and Held.
+	Req *limiter.Request
+	// Owned says this node decides it as its key's owner (strict mode
+	// fences such checks); Local says it is a LOCAL check, this node's
+	// own, of which custody knows nothing.
+	Owned, Local bool
+	// Landed says it was relayed or re-planned here as its key's owner or
+	// heir: decided here whatever the ring says, its owner's replica taken
+	// in first. Recheck says it may be another node's by now (forwarded
+	// here, or this node is leaving): where its counter is is looked at
+	// again.
+	Landed, Recheck bool
+	// Global says package global decides it, at once: no counter is
+	// awaited for it, nor is it looked at again.
+	Global bool
+	// KeepFence says a graceful leave does not lift strict mode's fence
+	// from it: it is GLOBAL, or has a ceiling (see package strict).
+	KeepFence bool
+	// Borrows says it has a ceiling: it is decided after Prepare's release,
+	// as it may wait on its parent's owner, and only where its counter is
+	// (never kept here on the condition that its counter stays).
+	Borrows bool
+}
+
+// Kind is what a check needs, as Prepare answers it.
+type Kind uint8
+
+const (
+	// Ready: decide it here. If its request is Req.Held, only on a
+	// counter held here: a store that finds none decides nothing, and the
+	// check goes to Verdict.To.
+	Ready Kind = iota
+	// GoTo: relay it to Verdict.To, which decides it where it lands.
+	GoTo
+	// Refuse: do not decide it, for Verdict.Err.
+	Refuse
+)
+
+// A Verdict is what Prepare answers for a check.
+type Verdict struct {
+	Kind Kind
+	// To is the member a GoTo check is relayed to, or where a Ready
+	// check decided only on a counter held here goes if there is none.
+	To ring.Member
+	// Err is why a check is refused: ErrFenced, or an error wrapping
+	// checks.ErrUnavailable (its counter did not come in time, or its
+	// client has gone).
+	Err error
+}
+
+// ErrFenced is the Err of a check strict mode refuses: this node may not
+// decide it (no quorum, or its key's last owner may still be deciding
+// it), and answers it from escrow (see package strict).
+var ErrFenced = errors.New("strict mode: not decided here")
+
+// Prepare answers, for each of cks, which the caller routed by ring
+// routed, what it needs before this node decides it, in verdicts (one
+// place a check): the caller decides the Ready ones on the store, calls
+// release, then decides those that borrow, and sends the GoTo ones. began
+// is when the checks began to wait for this node to join (AwaitJoin), or
+// zero; all says they are an all-or-nothing request, never split.
+//
+// For each check in turn:
+//
+//   - LOCAL: ready.
+//   - Strict mode fences a check this node owns (Fence.Judge): refused,
+//     or its counter counted as spent first.
+//   - Landed: its owner's replica, if this node holds it, becomes its
+//     counter first (replica.Node.PromoteKey); decided for another owner
+//     (a failover), it is decided as a stand-in's, and that owner gets
+//     the counter back once it answers (Watch.StandIn).
+//   - GLOBAL: ready; package global decides it.
+//   - Its counter may be on its way here (handoff.Node.AwaitCounter): it
+//     waits; with no time left to wait, it is refused; still late (the
+//     member that held it said nothing, or cannot be reached), it is
+//     decided as a stand-in's, its hits added to the counter when it
+//     comes.
+//
+// Then, an all-or-nothing request one of whose checks is refused for time
+// is refused whole; a client that has gone while they waited gets none
+// decided (its sender may have had them decided elsewhere). Last, under
+// the hold release lets go of, each check that may have moved is looked at
+// again (settle): its counter elsewhere, it goes to the key's owner; here
+// while its key is another node's, it is decided only on that counter. A
+// node that is leaving, which hands every counter off, holds its hand-off
+// rounds off meanwhile (handoff.Node.Hold), so no counter is on its way:
+// a round takes it out either before the look (the check goes to the
+// owner, which has it) or after the decision; and checks that reached the
+// look before Leave are decided before Leave returns (deciding). Other
+// nodes do not hold their rounds, which can take a forward deadline each
+// when an owner is unreachable: the check kept here is decided only on
+// the counter, and goes to the owner should a round take it first.
+func (c *Custody) Prepare(ctx context.Context, routed *ring.Ring, began time.Time, all bool, cks []Check, verdicts []Verdict) (release func()) {
+	now := c.now() // the server's clock, not a check's created_at_ms: a client cannot shorten a fence
+	self := c.cluster.LocalMember()
+	var noTime error
+	stored := 0 // checks that reach the store
+	for i := range cks {
+		k := &cks[i]
+		verdicts[i] = Verdict{}
+		if k.Local {
+			stored++
+			continue
+		}
+		if k.Owned && c.fence.On() {
+			switch c.fence.Judge(k.Req, k.KeepFence, c.Ring(), self.Name, c.holds, now) {
+			case strict.Refuse:
+				verdicts[i] = Verdict{Kind: Refuse, Err: ErrFenced}
+				continue
+			case strict.Charge:
+				spend := *k.Req
+				spend.Hits, spend.Reset = k.Req.Limit.Capacity(), false
+				c.store.Charge(&spend)
+			}
+		}
+		if k.Landed {
+			c.replica.PromoteKey(k.Req) // relayed here as the key's heir: its owner cannot be reached
+			if !k.Global {
+				k.Req.StandIn = c.standIn(routed, k.Req.Key, self)
+			}
+		}
+		if k.Global {
+			continue
+		}
+		// Its counter may be on its way here; with no time left to wait
+		// for it, it is answered, not decided.
+		late, err := c.handoff.AwaitCounter(ctx, routed, k.Req.Key, began, c.mayAnswer)
+		if err != nil {
+			noTime = fmt.Errorf("%w: %w", checks.ErrUnavailable, err)
+			verdicts[i] = Verdict{Kind: Refuse, Err: noTime}
+			continue
+		}
+		k.Req.StandIn = k.Req.StandIn || late
+		stored++
+	}
+	nop := func() {}
+	if stored == 0 {
+		return nop
+	}
+	refuse := func(err error) func() {
+		for i := range cks {
+			if verdicts[i].Kind == Ready && !cks[i].Global {
+				verdicts[i] = Verdict{Kind: Refuse, Err: err}
+			}
+		}
+		return nop
+	}
+	if noTime != nil && all { // an all-or-nothing request is never split
+		return refuse(noTime)
+	}
+	if ctx.Err() != nil { // its sender gave up while they waited, and may have had them decided elsewhere
+		return refuse(fmt.Errorf("%w: %w", checks.ErrUnavailable, ctx.Err()))
+	}
+	c.deciding.RLock() // Leave waits for these decisions, or they see it
+	release = c.deciding.RUnlock
+	if c.Leaving() {
+		unhold := c.handoff.Hold(ctx)
+		release = func() { unhold(); c.deciding.RUnlock() }
+	}
+	c.settle(routed, all, cks, verdicts) // under the Hold: where each counter is now
+	return release
+}
+
+// standIn reports whether a check of key, routed by r and decided here as
+// one relayed or re-planned to this node, is decided for another owner:
+// its key's owner in r is not self. If so the owner gets the counter back
+// once it answers again (Watch.StandIn).
+func (c *Custody) standIn(r *ring.Ring, key string, self ring.Member) bool {
+	owner, ok := r.Owner(key)
+	if !ok || owner.Name == self.Name {
+		return false
+	}
+	c.watch.StandIn(owner.PeerAddr, time.Now())
+	return true
+}
+
+// mayAnswer reports whether a key's previous owner, from, whose counter
+// is late, may yet say it has handed it over: not while this node
+// suspects it. A check decided here whose counter is late waits for that
+// word again (handoff.Node.AwaitCounter): it gets here once from has
+// answered a pull that it does not hold the counter, or relayed here, so
+// the counter has left it, or may have, or once a counter for its key is
+// here (arrived, or begun by a check decided here while it was late,
+// which the counter on its way does not hold). That second wait ends,
+// at the latest, --handoff-wait after the check began to wait, or halfway
+// to its deadline; a check whose counter is late still is decided as a
+// stand-in's.
+func (c *Custody) mayAnswer(from ring.Member) bool { return !c.watch.Suspect(from.PeerAddr) }
+
+// settle takes, out of cks, the Ready checks whose counter is elsewhere,
+// and makes them GoTo the node that decides them where they land, the
+// key's owner in the ring this node routes by now. Their counter is
+// elsewhere when that ring gives the key to another node, and this node
+// holds no counter for it, because it handed it off (the check was routed
+// by an older ring, or forwarded here by a node whose ring lags, or this
+// node is leaving) or has never had it. Those whose counter is here stay:
+// no other node has it yet, and the hand-off carries it on, charged. But a
+// round of hand-off may take it out between this look and the decision,
+// so they are decided only on a counter held here (Req.Held), their To
+// the owner, but for those that borrow, which are decided apart.
+//
+// Only checks that may have moved are looked at again: those marked
+// Recheck, or routed by a ring older than the one this node routes by now.
+// An all-or-nothing request stays whole for each key: its checks are
+// decided here if every counter it would be decided on here is here, and
+// go to their owners otherwise (none is kept: its checks are decided
+// together, not one by one). Landed checks are decided where they land,
+// as ever.
+func (c *Custody) settle(routed *ring.Ring, all bool, cks []Check, verdicts []Verdict) {
+	now := c.Ring()
+	self := c.cluster.LocalMember().Name
+	moved := false
+	for i := range cks {
+		if verdicts[i].Kind != Ready || cks[i].Global {
+			continue
+		}
+		owner, ok := away(&cks[i], routed, now, self)
+		if !ok {
+			continue
+		}
+		switch {
+		case !c.holds(cks[i].Req):
+			verdicts[i] = Verdict{Kind: GoTo, To: owner}
+			moved = true
+		case !all && !cks[i].Borrows:
+			verdicts[i].To = owner
+			cks[i].Req.Held = true
+		}
+	}
+	if !moved || !all {
+		return
+	}
+	// A counter of the request is elsewhere: every check whose key another
+	// node owns goes there, held here or not, so that the key's checks are
+	// decided together.
+	for i := range cks {
+		if verdicts[i].Kind != Ready || cks[i].Global {
+			continue
+		}
+		if owner, ok := away(&cks[i], routed, now, self); ok {
+			verdicts[i] = Verdict{Kind: GoTo, To: owner}
+		}
+	}
+}
+
+// away returns the owner of k's key, if the check may have moved (see
+// settle) and now, the ring this node routes by, gives its key to
+// another node than self; routed is the ring it was routed by.
+func away(k *Check, routed, now *ring.Ring, self string) (ring.Member, bool) {
+	if k.Landed || (!k.Recheck && now == routed) || k.Local {
+		return ring.Member{}, false
+	}
+	owner, ok := now.Owner(k.Req.Key)
+	return owner, ok && owner.Name != self
+}
