@@ -26,6 +26,7 @@ import (
 	"github.com/ringlimit/ringlimit/heal"
 	"github.com/ringlimit/ringlimit/lease"
 	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/reserve"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/strict"
 	"github.com/ringlimit/ringlimit/top"
@@ -146,6 +147,8 @@ type Service struct {
 	heal *heal.Node
 	// borrows decides the checks with a ceiling (package borrow).
 	borrows *borrow.Node
+	// reservations settles reservations (package reserve).
+	reservations *reserve.Node
 	// strict is strict mode, off unless Config.StrictQuorum is set.
 	strict *strict.Mode
 	// top counts the checks decided here by key; nil counts none.
@@ -192,6 +195,8 @@ func New(conf Config) *Service {
 		Escrow: s.strict.Escrow(conf.GlobalSync, conf.EscrowTTL, func() int { return s.cluster.Ring().Len() }),
 	})
 	s.borrows = borrow.New(borrow.Config{Store: s.store, Parents: s.global, Owners: s.heal, Registerer: conf.Registerer})
+	s.reservations = reserve.New(reserve.Config{Store: s.store, Custody: s.custody, Cluster: s.cluster, Peers: conf.Peers,
+		Now: s.now, Result: decisionResult})
 	s.leases = lease.New(lease.Config{
 		Lender: s.global, Cluster: s.cluster, Peers: conf.Peers, Result: decisionResult, Now: s.now, Logger: s.log,
 		MaxClockSkew: s.skew,
@@ -489,7 +494,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return s.custody.Run(ctx) })
 	g.Go(func() error { s.heal.Run(ctx); return nil })
 	g.Go(func() error { return s.global.Run(ctx) })
-	g.Go(func() error { s.expireReservations(ctx); return nil })
+	g.Go(func() error { s.reservations.Run(ctx); return nil })
 	return g.Wait()
 }
 
