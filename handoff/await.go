@@ -93,7 +93,8 @@ type source struct {
 	done       chan struct{}
 	once       sync.Once
 	expired    atomic.Bool
-	arrived    atomic.Bool // done after the wait expired
+	expiredAt  atomic.Int64 // Unix ns at which the wait expired, or 0
+	arrived    atomic.Bool  // done after the wait expired
 	settled    chan struct{}
 	settleOnce sync.Once
 }
@@ -111,6 +112,7 @@ func (s *source) release(w *waits, expired bool) {
 	s.once.Do(func() {
 		s.expired.Store(expired)
 		if expired {
+			s.expiredAt.Store(time.Now().UnixNano())
 			w.late.Add(1)
 		}
 		close(s.done)
@@ -159,22 +161,59 @@ func (n *Node) Await(ctx context.Context, r *ring.Ring, key string) (late bool) 
 // decided, and nothing is charged for it.
 var ErrNoTime = errors.New("its wait for the key's counter, still on its way from the key's previous owner, reached halfway to its deadline: not decided")
 
-// AwaitCounter is Await, then, for a counter Await reports late, waits for
-// the member it is late from to say it is done after all (awaitArrival),
-// unless keepWaiting says that member would not (the service suspects
-// it); the second wait ends, as the first, by waitUntil from when the check
-// began to wait: began, if it waited already (AwaitJoin), else when it
-// begins here. It reports whether key's counter is late still, or
-// ErrNoTime for a check whose first wait reached halfway to its deadline.
+// AwaitCounter is Await for a check to be decided on key's counter: a
+// check is never decided on a counter known to be on its way. For a
+// counter Await reports late, it waits for the member it is late from to
+// say it is done after all (awaitArrival), until halfway to the check's
+// deadline (Config.Wait from when it began to wait, without one), and
+// answers ErrNoTime if the word has not come by then: the check is not
+// decided, and nothing is charged for it. began is when the check began to
+// wait, if it waited already (AwaitJoin), else zero. It reports the
+// counter late, to be decided as a stand-in's, when nothing is on its way
+// that this node could wait for: the key was gained from a member gone
+// from the ring, or keepWaiting says the member would not answer (the
+// service suspects it), or that member's word is maxLate overdue (its
+// hand-off cannot finish: it holds counters this node refused). Its
+// first wait, too, answers ErrNoTime when it reaches halfway to the
+// check's deadline.
 func (n *Node) AwaitCounter(ctx context.Context, r *ring.Ring, key string, began time.Time, keepWaiting func(from ring.Member) bool) (late bool, err error) {
 	late, err = n.await(ctx, r, key, &began)
 	if !late || err != nil {
 		return false, err
 	}
-	if from, ok := n.Pending(r, key); ok && !keepWaiting(from) {
+	from, ok := n.Pending(r, key)
+	if !ok || !keepWaiting(from) || n.overdue(r, key) {
 		return true, nil
 	}
-	return n.awaitArrival(ctx, r, key, began), nil
+	if n.awaitArrival(ctx, r, key, began) {
+		return false, ErrNoTime
+	}
+	return false, nil
+}
+
+// maxLate is how long after its wait expired a member that has not said
+// its hand-off is done is still waited for: a check whose counter it
+// holds is refused meanwhile (see AwaitCounter), and decided as a
+// stand-in's after. A member says it is done after each round of hand-off
+// that delivered all it holds for this node, retried until it does (a
+// slow round on a busy node takes seconds); one that cannot (this node
+// refuses some of its counters as invalid, say) would otherwise have
+// this node refuse the keys it gained from it until the next ring change.
+const maxLate = 10 * time.Second
+
+// overdue reports whether the member that held key's counter, in ring r,
+// has not said its hand-off is done maxLate after its wait expired.
+func (n *Node) overdue(r *ring.Ring, key string) bool {
+	w := n.waits.Load()
+	if w.ring != r || w.parts == nil {
+		return false
+	}
+	s := w.parts[ring.Partition(key)]
+	if s == nil {
+		return false
+	}
+	at := s.expiredAt.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) > maxLate
 }
 
 // waitUntil is when a check that began to wait for its counter at began
@@ -386,21 +425,22 @@ func (n *Node) Pending(r *ring.Ring, key string) (ring.Member, bool) {
 // awaitArrival waits, for a key whose counter Await has just reported
 // late, until the member it is late from says it is done after all (the
 // counter, sent before the word, is then here), or ctx ends, or the wait
-// reaches its bound, waitUntil from began, when the check began to wait
-// for the counter: a check that has waited out its bound in Await does
-// not wait again. It reports whether the counter is late still. The
-// service calls it when it knows the counter has left that member, or may
-// have: the member answered a pull that it does not hold the counter, or a
-// check was relayed here (see package service's decideHere); a check
-// decided then, on the part of the counter that has arrived, could admit
-// what the part on its way has already spent. A key gained from a member gone from
-// the ring is late at once: nothing is on its way from a member that
-// crashed, and one beyond a partition sends nothing until the heal.
+// reaches its bound: halfway from began, when the check began to wait for
+// the counter, to ctx's deadline, or without one Config.Wait after began.
+// It reports whether the counter is late still. A check decided then, on
+// the part of the counter that has arrived (or on a counter begun here,
+// or loaded from a snapshot), could admit what the part on its way has
+// already spent. A key gained from a member gone from the ring is late at
+// once: nothing is on its way from a member that crashed, and one beyond a
+// partition sends nothing until the heal.
 func (n *Node) awaitArrival(ctx context.Context, r *ring.Ring, key string, began time.Time) (late bool) {
 	if n.wait <= 0 {
 		return false
 	}
-	until, _ := n.waitUntil(ctx, began)
+	until := began.Add(n.wait)
+	if deadline, ok := ctx.Deadline(); ok {
+		until = began.Add(deadline.Sub(began) / 2)
+	}
 	d := time.Until(until)
 	var expire <-chan time.Time // nil: no time left to wait
 	if d > 0 {

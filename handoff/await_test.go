@@ -322,10 +322,38 @@ func TestAWaitEndsHalfwayToItsDeadline(t *testing.T) {
 			t.Errorf("joined after 3s, a 10s deadline, no word from b: late %v, %v after %v; want ErrNoTime after 5s in all", late, err, time.Since(start))
 		}
 
-		n, _, _ = awaitNode("c", "a", "b", "c") // no deadline: the node's wait, a minute, and then late
+		n, _, _ = awaitNode("c", "a", "b", "c") // no deadline: the node's wait, a minute, and then no time
 		start = time.Now()
-		if late, err := n.AwaitCounter(t.Context(), r, key, time.Time{}, func(ring.Member) bool { return true }); !late || err != nil || time.Since(start) != time.Minute {
-			t.Errorf("no deadline, no word from b: late %v, %v after %v; want late after a minute", late, err, time.Since(start))
+		if late, err := n.AwaitCounter(t.Context(), r, key, time.Time{}, func(ring.Member) bool { return true }); late || !errors.Is(err, ErrNoTime) || time.Since(start) != time.Minute {
+			t.Errorf("no deadline, no word from b: late %v, %v after %v; want ErrNoTime after a minute", late, err, time.Since(start))
+		}
+	})
+}
+
+// A check whose counter is late is decided as a stand-in's, not refused,
+// when nothing is on its way that this node could wait for: the member
+// that held it cannot be reached (the caller suspects it), or its word is
+// maxLate overdue (its hand-off cannot finish). Otherwise it is refused
+// (TestAWaitEndsHalfwayToItsDeadline).
+func TestLateCounterOfAMemberThatWillNotSayIsAStandIns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, m, _ := awaitNode("c", "a", "b", "c")
+		r := m.Ring()
+		key := keyOf(t, r, "c", r.Without("c"), "b")
+		n.Await(t.Context(), r, key) // the wait, a minute, expires
+		start := time.Now()
+		if late, err := n.AwaitCounter(t.Context(), r, key, time.Time{}, func(ring.Member) bool { return false }); !late || err != nil || time.Since(start) != 0 {
+			t.Errorf("b suspect: late %v, %v after %v; want late at once", late, err, time.Since(start))
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		if late, err := n.AwaitCounter(ctx, r, key, time.Time{}, func(ring.Member) bool { return true }); late || !errors.Is(err, ErrNoTime) {
+			t.Errorf("b's word due: late %v, %v; want ErrNoTime", late, err)
+		}
+		time.Sleep(maxLate)
+		start = time.Now()
+		if late, err := n.AwaitCounter(t.Context(), r, key, time.Time{}, func(ring.Member) bool { return true }); !late || err != nil || time.Since(start) != 0 {
+			t.Errorf("b's word overdue: late %v, %v after %v; want late at once", late, err, time.Since(start))
 		}
 	})
 }

@@ -97,8 +97,10 @@ func TestJoinedOwnerPullsFromThePreviousOwner(t *testing.T) {
 
 // TestRelayedToAJoinedOwnerWaits: a check relayed to the new owner is
 // decided there, never passed on: it waits for the previous owner's word
-// that its hand-off is done, at most HandOffWait, and is then decided on
-// what is there.
+// that its hand-off is done, at most HandOffWait (the check has no
+// deadline), and is then refused, charging nothing: its counter is still
+// with that member, and deciding it here, on no counter, admitted a key
+// spent before the join (issue 34).
 func TestRelayedToAJoinedOwnerWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, svcs, item, prev := joined(t, 2*time.Second)
@@ -121,19 +123,22 @@ func TestRelayedToAJoinedOwnerWaits(t *testing.T) {
 		}
 
 		_, svcs, item, _ = joined(t, 2*time.Second) // a previous owner that never says it is done
-		if r, waited := relay(); waited != 2*time.Second || r.Status != pb.Status_UNDER_LIMIT {
-			t.Errorf("relayed, never handed off: waited %v and got %v; want 2s (HandOffWait), then decided on what is here", waited, r.Status)
+		if r, waited := relay(); waited != 2*time.Second || r.ErrorCode != pb.ErrorCode_UNAVAILABLE || svcs[2].store.Len() != 0 {
+			t.Errorf("relayed, never handed off: waited %v and got %v %q, node-2 holding %d counters; want 2s (HandOffWait), then unavailable, nothing charged",
+				waited, r.Status, r.Error, svcs[2].store.Len())
 		}
 	})
 }
 
 // TestLateCounterAddsWhatTheNewOwnerAdmitted: a new owner that stopped
-// waiting for a key's counter (HandOffWait expired) decides its checks on
-// what it holds; when the counter arrives, what it admitted meanwhile is
-// added to it, not merged as the more charged of the two, so the key
-// admits its limit less both sides' admissions from then on. Before, the
-// owner kept the larger of the previous owner's 2 and its own 2 (3 left,
-// not 1).
+// waiting for a key's counter (HandOffWait expired) and cannot reach the
+// key's previous owner (it suspects it: a partition, say) decides its
+// checks on what it holds; when the counter arrives, what it admitted
+// meanwhile is added to it, not merged as the more charged of the two, so
+// the key admits its limit less both sides' admissions from then on.
+// Before, the owner kept the larger of the previous owner's 2 and its own
+// 2 (3 left, not 1). (A previous owner it does not suspect is waited for,
+// and a check refused: TestRelayedToAJoinedOwnerWaits.)
 func TestLateCounterAddsWhatTheNewOwnerAdmitted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c, svcs := newFakeClusterWith(3, func(int) Config { return Config{HandOffWait: 2 * time.Second} })
@@ -146,10 +151,14 @@ func TestLateCounterAddsWhatTheNewOwnerAdmitted(t *testing.T) {
 			check(t, svcs[0], item)
 		}
 		c.ring = full // node-2 joins
+		svcs[2].RingChanged()
+		time.Sleep(2 * time.Second) // HandOffWait expires
+		synctest.Wait()
+		svcs[2].heal.Mark(fmt.Sprint("peer-", prev))
 		relay := func() *pb.CheckResult {
 			return svcs[2].Owner().Relayed(t.Context(), []*pb.CheckRequest{{Requests: []*pb.CheckItem{item}}})[0].Responses[0]
 		}
-		for i := range 2 { // the first waits out HandOffWait, the second finds it expired
+		for i := range 2 {
 			if r := relay(); r.Status != pb.Status_UNDER_LIMIT {
 				t.Fatalf("check %d at the new owner, its counter late: %v, want admitted", i+1, r.Status)
 			}
@@ -530,10 +539,11 @@ func TestJoinedOwnerPullsAfterItsWaitExpires(t *testing.T) {
 // and it is on its way), the check waits for the member's word that the
 // hand-off is done rather than be decided on a counter without it: a key
 // spent before the join stays spent. Before, it was admitted (6 on a
-// limit of 5). The wait is at most HandOffWait: a counter slower than that
-// leaves the check decided on what is here, as a stand-in's, and adds it
-// when it comes. A check relayed to the new owner, which decides it there,
-// waits alike.
+// limit of 5). The wait is at most halfway to the check's deadline, or
+// HandOffWait for a check without one: a counter slower than that leaves
+// the check refused, charging nothing (before issue 34, decided on what
+// was here, as a stand-in's, admitting the spent key again). A check
+// relayed to the new owner, which decides it there, waits alike.
 func TestJoinedOwnerWaitsForACounterInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		for _, tc := range []struct {
@@ -556,7 +566,11 @@ func TestJoinedOwnerWaitsForACounterInFlight(t *testing.T) {
 					result <- svcs[2].Owner().Relayed(t.Context(), []*pb.CheckRequest{{Requests: []*pb.CheckItem{item}}})[0].Responses[0]
 					return
 				}
-				result <- check(t, svcs[0], item)
+				resp, err := svcs[0].Check(t.Context(), &pb.CheckRequest{Requests: []*pb.CheckItem{item}})
+				if err != nil {
+					t.Error(err)
+				}
+				result <- resp.GetResponses()[0]
 			}()
 			synctest.Wait()
 			if len(result) != 0 {
@@ -568,8 +582,8 @@ func TestJoinedOwnerWaitsForACounterInFlight(t *testing.T) {
 			switch {
 			case took < time.Second && (r.Status != pb.Status_OVER_LIMIT || time.Since(start) != took):
 				t.Errorf("the counter took %v (relayed %v): %v after %v, want OVER_LIMIT once it came", took, tc.relayed, r.Status, time.Since(start))
-			case took > time.Second && (r.Status != pb.Status_UNDER_LIMIT || time.Since(start) != time.Second):
-				t.Errorf("the counter took %v: %v after %v, want decided on what is here after HandOffWait (1s)", took, r.Status, time.Since(start))
+			case took > time.Second && (r.ErrorCode != pb.ErrorCode_UNAVAILABLE || time.Since(start) != time.Second):
+				t.Errorf("the counter took %v: %v %q after %v, want unavailable after HandOffWait (1s), nothing charged", took, r.Status, r.Error, time.Since(start))
 			}
 			time.Sleep(took)
 			synctest.Wait()
