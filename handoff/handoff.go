@@ -134,13 +134,25 @@ type Node struct {
 	waitMu sync.Mutex            // guards the making of waits, and done
 	done   map[string]uint64     // member -> ID of the ring it last said it is done under
 	had    hadRings              // the rings this node has left, guarded by waitMu
+
+	giftMu sync.Mutex
+	gifts  map[int]gift // by partition: what members gave away that this node's ring gives them (see Receive)
+}
+
+// gift is the counters of a partition that by, its owner in the ring
+// whose ID is ring, handed this node: by's own ring gives the partition to
+// another node, this node's lags or by is leaving.
+type gift struct {
+	by   ring.Member
+	ring uint64
 }
 
 // New returns a Node. It starts nothing.
 func New(conf Config) *Node {
 	n := &Node{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, heirs: conf.Heirs,
 		intake: checks.Intake{MaxClockSkew: conf.MaxClockSkew}, now: conf.Now, handedOff: conf.HandedOff, log: conf.Logger,
-		metrics: newMetrics(conf.Registerer), changed: make(chan struct{}, 1), wait: conf.Wait, done: map[string]uint64{}}
+		metrics: newMetrics(conf.Registerer), changed: make(chan struct{}, 1), wait: conf.Wait, done: map[string]uint64{},
+		gifts: map[int]gift{}}
 	if n.heirs == nil {
 		n.heirs = &ring.Heirs{}
 	}
@@ -328,13 +340,21 @@ func (n *Node) handOff(ctx context.Context) tally {
 	self := n.cluster.LocalMember().Name
 	start := time.Now()
 	t := round{incomplete: map[string]bool{}}
+	gifts := n.giftsOf(r)
+	for _, g := range gifts {
+		t.incomplete[g.by.Name] = true // its keys' counters are here: it is not told this node is done
+	}
 	n.moving.Lock()
 	batches := map[string]*Batch{}
 	failed := map[string]bool{}
 	var keep []limiter.Counter
 	for c := range n.store.Extract(func(key string) bool {
 		owner, ok := r.Owner(key)
-		return ok && owner.Name != self
+		if !ok || owner.Name == self {
+			return false
+		}
+		g, gave := gifts[ring.Partition(key)]
+		return !gave || g.by != owner
 	}) {
 		owner, _ := r.Owner(c.Key)
 		if ctx.Err() != nil {
@@ -512,12 +532,30 @@ func (b *Batch) split(i int) (*Batch, *Batch) {
 // each it did not take: a record or state of an unknown version, or one
 // that does not decode or is impossible for its limit. Refusals are logged (once per call) and counted.
 // A counter it takes for a key this node does not own is sent on to the
-// key's owner by a round soon after (see Strays).
+// key's owner by a round soon after (see Strays), but one whose owner in
+// this node's ring is from, the node that gave it away: from's ring is
+// ahead of this node's (it is leaving, say), and a round that sent the
+// counter back to it, before this node's ring catches up, would leave it
+// there, with this node deciding the key without it once its ring no
+// longer gives it to from (a leaving node hands on what reached it only
+// as it exits). Such a counter stays here until this node's ring changes
+// or from comes back as another process, and from is not told this
+// node's rounds are done meanwhile: should from own the key after all, it
+// pulls its checks from here.
 func (n *Node) Receive(from string, counters []*peerpb.CounterState) []*peerpb.Refusal {
-	w := strayWatch{Store: n.store, ring: n.cluster.Ring(), self: n.cluster.LocalMember().Name, from: from}
+	r := n.cluster.Ring()
+	w := strayWatch{Store: n.store, ring: r, self: n.cluster.LocalMember().Name, from: from}
 	refused := n.intake.Merge(&w, counters, n.now())
 	if w.stray {
 		n.roundAfterStrays()
+	}
+	if len(w.gave) > 0 {
+		by, _ := r.Member(from)
+		n.giftMu.Lock()
+		for p := range w.gave {
+			n.gifts[p] = gift{by: by, ring: r.ID()}
+		}
+		n.giftMu.Unlock()
 	}
 	for _, r := range refused {
 		n.metrics.refused.WithLabelValues("received", checks.ReasonLabel(r.GetReason())).Inc()
@@ -566,21 +604,48 @@ func (n *Node) Receive(from string, counters []*peerpb.CounterState) []*peerpb.R
 const strayDelay = 2 * time.Second
 
 // strayWatch is a Store whose Merge notes a counter merged for a key that
-// self does not own in ring, and nor does from, the counters' sender.
+// self does not own in ring, and nor does from, the counters' sender
+// (stray), and the partitions of those that from owns (gave).
 type strayWatch struct {
 	Store
 	ring  *ring.Ring
 	self  string
 	from  string
 	stray bool
+	gave  map[int]bool
 }
 
 func (w *strayWatch) Merge(c limiter.Counter, now time.Time, skew time.Duration) error {
 	err := w.Store.Merge(c, now, skew)
-	if owner, ok := w.ring.Owner(c.Key); err == nil && ok && owner.Name != w.self && owner.Name != w.from {
+	owner, ok := w.ring.Owner(c.Key)
+	switch {
+	case err != nil || !ok || owner.Name == w.self:
+	case owner.Name != w.from:
 		w.stray = true
+	default:
+		if w.gave == nil {
+			w.gave = map[int]bool{}
+		}
+		w.gave[ring.Partition(c.Key)] = true
 	}
 	return err
+}
+
+// giftsOf returns the gifts of ring r (see Receive), and forgets those of
+// other rings.
+func (n *Node) giftsOf(r *ring.Ring) map[int]gift {
+	n.giftMu.Lock()
+	defer n.giftMu.Unlock()
+	id := r.ID()
+	out := make(map[int]gift, len(n.gifts))
+	for p, g := range n.gifts {
+		if g.ring != id {
+			delete(n.gifts, p)
+			continue
+		}
+		out[p] = g
+	}
+	return out
 }
 
 // roundAfterStrays has Run hand off strayDelay from now, unless such a
