@@ -247,6 +247,19 @@ func (c *Custody) Heirs() *ring.Heirs { return &c.without }
 // Holds reports whether this node holds r's counter.
 func (c *Custody) Holds(r *limiter.Request) bool { return c.holds(r) }
 
+// Pulled reports whether this node holds the counter of r, a check a
+// key's new owner pulls from it (see package service's plan): the counter
+// this node holds, or the replica the key's owner sent it, which becomes
+// its counter. A new owner pulls from this node when its ring had this
+// node hold the key before: the key was this node's, or this node is its
+// heir, which the owner asks when it comes back without its counter (it
+// crashed and started again under its name, before this node's ring has
+// seen it go and come back), and whose replica is then the key's counter.
+func (c *Custody) Pulled(r *limiter.Request) bool {
+	c.replica.PromoteKey(r)
+	return c.holds(r)
+}
+
 // Pending returns the member this node waits for, in ring r, to hand over
 // key's counter, if any (see handoff.Node.Pending).
 func (c *Custody) Pending(r *ring.Ring, key string) (ring.Member, bool) {

@@ -35,7 +35,9 @@ func (o Owner) Forwarded(ctx context.Context, reqs []*pb.CheckRequest) []*pb.Che
 
 // Pulled decides requests a key's new owner sent here, to this node as
 // their previous owner (see plan): as their owner if this node
-// holds the counter of every check of every request, never passing them
+// holds the counter of every check of every request (its own, or the
+// replica of the key's owner, which becomes its counter: see
+// custody.Custody.Pulled), never passing them
 // on; otherwise it decides nothing and returns peer.ErrNotHere. Each
 // check is decided only on a counter still here (limiter.Request.Held),
 // looked for again under the lock that decides it: a round of hand-off
@@ -52,7 +54,7 @@ func (o Owner) Pulled(ctx context.Context, reqs []*pb.CheckRequest) ([]*pb.Check
 			return nil, peer.ErrNotHere // invalid here as at the new owner: let it answer
 		}
 		for j := range c.reqs {
-			if !o.s.custody.Holds(&c.reqs[j]) {
+			if !o.s.custody.Pulled(&c.reqs[j]) {
 				return nil, peer.ErrNotHere
 			}
 		}

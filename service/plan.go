@@ -196,14 +196,17 @@ func (v *view) owns(m ring.Member) bool { return m.Name == "" || m.Name == v.sel
 // previous owner, which this node waits for (handoff.Node.Await; after
 // the wait has expired too, until that member says it is done:
 // handoff.Node.Pending), is pulled (at once refused, as any send, while
-// this node suspects that member: see suspects): sent to that owner, which decides it if it still holds the
-// counter (it has not seen the ring change yet: gossip can lag by seconds
-// on a busy node), and otherwise answers that it does not, deciding
-// nothing; then this node decides it, waiting for the word that the
-// hand-off is done. A check whose counter is here (it arrived, the word
-// has not) waits for the word too (see Service.decideHere), as do checks
-// relayed or pulled here, which are never passed on, and checks of an
-// all-or-nothing request, which are never split.
+// this node suspects that member: see package heal): sent to that owner,
+// which decides it if it still holds the counter (it has not seen the
+// ring change yet: gossip can lag by seconds on a busy node; or it is the
+// key's heir, holding the replica of an owner that came back without its
+// counter), and otherwise answers that it does not, deciding nothing;
+// then this node decides it, waiting for the word that the hand-off is
+// done. So is a check whose counter is here until the word comes: it may
+// not be the key's whole counter (a returning owner's snapshot, older
+// than the replica its heir holds). Checks relayed or pulled here, which
+// are never passed on, and checks of an all-or-nothing request, which are
+// never split, wait for the word (see custody.Custody.Prepare).
 func plan(c *call, ps []pending, v *view) []route {
 	routes := make([]route, len(ps))
 	for k := range ps {
@@ -251,7 +254,7 @@ func firstRoute(c *call, p *pending, v *view, k int) route {
 	}
 	if !c.all {
 		r := &c.reqs[p.j]
-		if from, ok := v.handOff.Pending(c.ring, r.Key); ok && !v.store.Holds(r) {
+		if from, ok := v.handOff.Pending(c.ring, r.Key); ok {
 			prev := from // on the heap only when pulled
 			return route{kind: routePull, to: &prev}
 		}
