@@ -20,6 +20,8 @@ package cluster
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log"
@@ -234,6 +236,9 @@ type Cluster struct {
 	delegate  *delegate
 	conflicts *conflicts
 	admission *admission // owned by the Run goroutine
+	// boot is this process's boot id, which it gossips (see
+	// ring.Member.Boot).
+	boot string
 	// admitBy is, from the end of a node's first join until it is ready,
 	// when it stops waiting for the first checks of the members the join
 	// brought (see finishJoin); zero otherwise. Owned by the Run goroutine.
@@ -340,7 +345,8 @@ func New(conf Config) (*Cluster, error) {
 	}
 	// The metadata must fit memberlist's limit with the longest IP filled in.
 	const longestIP = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
-	if _, err := encodeMeta(metaAt(conf, longestIP)); err != nil {
+	boot := newBoot()
+	if _, err := encodeMeta(metaAt(conf, boot, longestIP)); err != nil {
 		return nil, fmt.Errorf("cluster config: %w", err)
 	}
 	for i, k := range conf.Keys {
@@ -389,9 +395,10 @@ func New(conf Config) (*Cluster, error) {
 		conflicts: &conflicts{self: conf.NodeName},
 		admission: newAdmission(),
 		gone:      map[string]goneMember{},
+		boot:      boot,
 	}
 	c.setWaiting("starting: gossip has not started yet")
-	local := ring.Member{Name: conf.NodeName, PeerAddr: conf.PeerAddr, GRPCAddr: conf.GRPCAddr}
+	local := ring.Member{Name: conf.NodeName, PeerAddr: conf.PeerAddr, GRPCAddr: conf.GRPCAddr, Boot: boot}
 	r := ring.New(local)
 	var admitted map[string]bool
 	if conf.Admit != nil {
@@ -814,7 +821,7 @@ func (c *Cluster) create(ctx context.Context) (*memberlist.Memberlist, error) {
 		mc.AdvertisePort = port
 	}
 
-	m, err := encodeMeta(metaAt(c.conf, ""))
+	m, err := encodeMeta(metaAt(c.conf, c.boot, ""))
 	if err != nil {
 		return nil, err // checked by New
 	}
@@ -836,8 +843,9 @@ func (c *Cluster) create(ctx context.Context) (*memberlist.Memberlist, error) {
 		Name:     c.conf.NodeName,
 		PeerAddr: withHost(c.conf.PeerAddr, self.ip),
 		GRPCAddr: withHost(c.conf.GRPCAddr, self.ip),
+		Boot:     c.boot,
 	}
-	m, err = encodeMeta(metaAt(c.conf, self.ip))
+	m, err = encodeMeta(metaAt(c.conf, c.boot, self.ip))
 	if err != nil {
 		_ = ml.Shutdown()
 		return nil, err
@@ -888,7 +896,7 @@ func (c *Cluster) rebuild(ctx context.Context) {
 			// Declared dead only just now: kept in the ring for FailGrace
 			// (the others see it dead all the same, and check it as any
 			// member they cannot reach).
-			members = append(members, ring.Member{Name: n.name, PeerAddr: info.PeerAddr, GRPCAddr: info.GRPCAddr})
+			members = append(members, ring.Member{Name: n.name, PeerAddr: info.PeerAddr, GRPCAddr: info.GRPCAddr, Boot: m.Boot})
 		}
 		if info.State == Alive {
 			switch {
@@ -898,10 +906,10 @@ func (c *Cluster) rebuild(ctx context.Context) {
 			case admitted != nil && n.name != c.conf.NodeName && !c.admission.admitted(n.name, info.PeerAddr):
 				want[n.name] = info.PeerAddr
 				if c.admission.kept(n.name, info.PeerAddr) {
-					members = append(members, ring.Member{Name: n.name, PeerAddr: info.PeerAddr, GRPCAddr: info.GRPCAddr})
+					members = append(members, ring.Member{Name: n.name, PeerAddr: info.PeerAddr, GRPCAddr: info.GRPCAddr, Boot: m.Boot})
 				}
 			default:
-				members = append(members, ring.Member{Name: n.name, PeerAddr: info.PeerAddr, GRPCAddr: info.GRPCAddr})
+				members = append(members, ring.Member{Name: n.name, PeerAddr: info.PeerAddr, GRPCAddr: info.GRPCAddr, Boot: m.Boot})
 			}
 		}
 		if admitted != nil && (c.admission.admitted(n.name, info.PeerAddr) || c.admission.kept(n.name, info.PeerAddr)) {
@@ -953,9 +961,18 @@ func (c *Cluster) rebuild(ctx context.Context) {
 }
 
 // metaAt is the metadata conf's node gossips, with ip as the host of
-// addresses that have none ("" leaves them as configured).
-func metaAt(conf Config, ip string) meta {
-	return meta{Peer: withHost(conf.PeerAddr, ip), GRPC: withHost(conf.GRPCAddr, ip), HTTP: withHost(conf.HTTPAddr, ip)}
+// addresses that have none ("" leaves them as configured), and boot, its
+// process's.
+func metaAt(conf Config, boot, ip string) meta {
+	return meta{Peer: withHost(conf.PeerAddr, ip), GRPC: withHost(conf.GRPCAddr, ip), HTTP: withHost(conf.HTTPAddr, ip), Boot: boot}
+}
+
+// newBoot returns a new process's boot id (ring.Member.Boot): 8 random
+// bytes, in hex.
+func newBoot() string {
+	var b [8]byte
+	crand.Read(b[:]) // never fails
+	return hex.EncodeToString(b[:])
 }
 
 // alone reports whether no other node is alive, as far as this node knows.

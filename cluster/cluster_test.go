@@ -172,8 +172,13 @@ func TestAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Before Run: a ring of this node as configured, not ready.
-	if got, want := c.Ring().Members(), []ring.Member{{Name: "solo", PeerAddr: ":8082", GRPCAddr: ":8081"}}; !slices.Equal(got, want) {
+	// Before Run: a ring of this node as configured, not ready, with its
+	// process's boot id.
+	boot := c.LocalMember().Boot
+	if len(boot) != 16 {
+		t.Errorf("boot id %q, want 16 hex digits", boot)
+	}
+	if got, want := c.Ring().Members(), []ring.Member{{Name: "solo", PeerAddr: ":8082", GRPCAddr: ":8081", Boot: boot}}; !slices.Equal(got, want) {
 		t.Errorf("Ring before Run = %v, want %v", got, want)
 	}
 	if c.Ready() || c.GossipAddr() != "" {
@@ -184,7 +189,7 @@ func TestAlone(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	waitFor(t, c.Ready, "ready")
-	want := ring.Member{Name: "solo", PeerAddr: "127.0.0.1:8082", GRPCAddr: "127.0.0.1:8081"}
+	want := ring.Member{Name: "solo", PeerAddr: "127.0.0.1:8082", GRPCAddr: "127.0.0.1:8081", Boot: boot}
 	if got := c.LocalMember(); got != want {
 		t.Errorf("LocalMember = %v, want %v", got, want)
 	}
@@ -236,8 +241,9 @@ func TestThreeNodes(t *testing.T) {
 	t.Run("metadata", func(t *testing.T) {
 		for _, n := range nodes {
 			name := n.LocalMember().Name
-			want := ring.Member{Name: name, PeerAddr: "127.0.0.1:" + portFor(name, 8082), GRPCAddr: "127.0.0.1:" + portFor(name, 8081)}
-			if got := n.LocalMember(); got != want {
+			want := ring.Member{Name: name, PeerAddr: "127.0.0.1:" + portFor(name, 8082), GRPCAddr: "127.0.0.1:" + portFor(name, 8081),
+				Boot: n.LocalMember().Boot} // gossiped to the others (see ring.Member.Boot)
+			if got := n.LocalMember(); got != want || got.Boot == "" {
 				t.Errorf("LocalMember = %v, want %v", got, want)
 			}
 			for _, other := range nodes {

@@ -172,11 +172,13 @@ func (e *events) get(name string) (node, bool) {
 	return n, ok
 }
 
-// meta is the node metadata every ringlimit node gossips, as JSON.
+// meta is the node metadata every ringlimit node gossips, as JSON: a node
+// ignores the fields it does not know, so a field can be added.
 type meta struct {
 	Peer string `json:"peer"`           // host:port of the peer gRPC listener
 	GRPC string `json:"grpc,omitempty"` // host:port of the client gRPC listener
 	HTTP string `json:"http,omitempty"` // host:port of the HTTP listener (metrics); absent from older nodes
+	Boot string `json:"boot,omitempty"` // the process's boot id (ring.Member.Boot); absent from older nodes
 }
 
 func encodeMeta(m meta) ([]byte, error) {

@@ -129,6 +129,8 @@ type Custody struct {
 	// cluster's without this node (see Ring).
 	leaving atomic.Pointer[leavingRing]
 	leaveMu sync.Mutex // serializes the building of leaving rings
+	// seen is the cluster's ring as of the last RingChanged.
+	seen atomic.Pointer[ring.Ring]
 	// deciding is read-held by each decision on the store, from the
 	// instant Prepare reads whether this node is leaving until the store
 	// has decided (see Prepare); Leave write-holds it to begin leaving.
@@ -165,6 +167,7 @@ func New(conf Config) *Custody {
 		Intake: checks.Intake{MaxClockSkew: conf.MaxClockSkew}, Now: c.now, Logger: c.log,
 		Registerer: conf.Registerer, Heirs: &c.without,
 	})
+	c.seen.Store(conf.Cluster.Ring())
 	return c
 }
 
@@ -189,11 +192,19 @@ func (c *Custody) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// RingChanged tells custody that the ring changed, so that it hands off
-// the counters it no longer owns, works out which keys it gained wait for
-// their counter, promotes the replicas of keys it now owns and replicates
-// every counter to its heir again. It never blocks.
+// RingChanged tells custody that the ring changed, so that it gives the
+// replicas of a member that came back (a new process under its name, or a
+// member back in the ring) to it, hands off the counters it no longer
+// owns, works out which keys it gained wait for their counter, promotes
+// the replicas of keys it now owns and replicates every counter to its
+// heir again. It does not wait for the network; the replicas it gives
+// back are taken out of their store here, before the round of hand-off
+// that sends them, which then tells the member it is done.
 func (c *Custody) RingChanged() {
+	r := c.cluster.Ring()
+	if prev := c.seen.Swap(r); prev != nil && prev != r {
+		c.replica.Return(prev, r)
+	}
 	c.handoff.RingChanged()
 	c.replica.RingChanged()
 }

@@ -280,7 +280,7 @@ func (n *Node) follow(r *ring.Ring, self string) {
 	for p := range moved {
 		was, _ := old.without.PartitionOwner(p)
 		now, _ := n.heirs.without.PartitionOwner(p)
-		moved[p] = was.Name != now.Name
+		moved[p] = was != now // another member, or its process started again (Member.Boot): its replicas are gone
 	}
 	n.store.MarkChanged(func(key string) bool { return moved[ring.Partition(key)] })
 }
@@ -402,6 +402,42 @@ func (n *Node) Promote(r *ring.Ring) {
 	n.promoted.Store(&rings{now: r, before: last.now})
 }
 
+// Return gives back to each member of r that is new since prev, or a new
+// process under its name (ring.Member.Boot), the replicas it sent this
+// node of the keys it owns in r: they become counters of this node's
+// store (merged as Promote merges them), which its next round of hand-off
+// sends to their owner, so that a member that crashed and came back
+// without its counters (or with an older snapshot of them) gets them
+// back, merged with what it holds. Call it before that round. It returns
+// how many it gave back.
+func (n *Node) Return(prev, r *ring.Ring) int {
+	self := n.cluster.LocalMember().Name
+	back := map[string]bool{}
+	for _, m := range r.Members() {
+		if was, ok := prev.Member(m.Name); m.Name != self && (!ok || was.Boot != m.Boot) {
+			back[m.Name] = true
+		}
+	}
+	if len(back) == 0 {
+		return 0
+	}
+	var moved []limiter.Counter
+	for c := range n.replicas.Extract(func(held string) bool {
+		from, key := splitHeld(held)
+		owner, ok := r.Owner(key)
+		return back[from] && ok && owner.Name == from
+	}) {
+		_, c.Key = splitHeld(c.Key)
+		moved = append(moved, c)
+	}
+	if len(moved) > 0 {
+		n.store.Promote(moved) // validated when they arrived, as in Promote
+		n.metrics.returned.Add(float64(len(moved)))
+		n.log.Info("gave replicas back to members that came back", "counters", len(moved), "members", len(back))
+	}
+	return len(moved)
+}
+
 // PromoteKey makes the replicas of r's counters (its own, and the spacing
 // of a request with a MinInterval) that the key's owner sent, if this
 // node holds them, its own counters, before it decides r as the key's
@@ -448,6 +484,7 @@ type metrics struct {
 	batches  *prometheus.CounterVec
 	bytes    prometheus.Counter
 	promoted prometheus.Counter
+	returned prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, n *Node) metrics {
@@ -472,6 +509,10 @@ func newMetrics(reg prometheus.Registerer, n *Node) metrics {
 			Name: "ringlimit_replicas_promoted_total",
 			Help: "Replicas made this node's own counters because the ring gave it their keys, as when their owner crashed.",
 		}),
+		returned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ringlimit_replicas_returned_total",
+			Help: "Replicas handed back to their owner because it came back to the ring, or as a new process under its name (after a crash).",
+		}),
 	}
 	for _, d := range []string{"sent", "received"} {
 		m.counters.WithLabelValues(d)
@@ -483,7 +524,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) metrics {
 		m.refused.WithLabelValues(checks.ReasonLabel(r))
 	}
 	if reg != nil {
-		reg.MustRegister(m.counters, m.refused, m.batches, m.bytes, m.promoted,
+		reg.MustRegister(m.counters, m.refused, m.batches, m.bytes, m.promoted, m.returned,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "ringlimit_replicas",
 				Help: "Replicas this node keeps of other owners' counters, to take over should their owner crash.",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -529,5 +530,89 @@ func TestPromoteOnlyTheOwnersReplicas(t *testing.T) {
 				t.Errorf("%s on n%d after %s, which never owned it, left: %d remaining, want %d", k, h, from, got, limit.Count-2)
 			}
 		}
+	}
+}
+
+// TestReturnToAMemberThatCameBack: a member that comes back to the ring,
+// or a new process under its name (another Boot), gets back the replicas
+// it sent of the keys it owns: they become counters of the heir's store,
+// which its hand-off sends on. The others' replicas stay, and a member
+// whose process did not change gets nothing.
+func TestReturnToAMemberThatCameBack(t *testing.T) {
+	c := newCluster(3, DefaultInterval)
+	keys := c.keysOf(0, 30)
+	for _, k := range keys {
+		c.spend(0, k, 5)
+	}
+	c.nodes[0].Replicate(t.Context())
+	for _, k := range c.keysOf(1, 10) {
+		c.spend(1, k, 1)
+	}
+	c.nodes[1].Replicate(t.Context())
+	ms := c.ring.Members()
+	restarted := slices.Clone(ms)
+	restarted[0].Boot = "another"
+	back := ring.New(restarted...)
+	returned := 0
+	for i := 1; i < 3; i++ {
+		n := c.nodes[i]
+		if got := n.Return(c.ring, ring.New(ms...)); got != 0 {
+			t.Errorf("n%d gave back %d replicas with no member back", i, got)
+		}
+		before, own := n.replicas.Len(), n.store.Len()
+		got := n.Return(c.ring, back)
+		returned += got
+		if n.store.Len()-own != got || n.replicas.Len() != before-got {
+			t.Errorf("n%d: %d given back, its store grew by %d, its replicas fell by %d", i, got, n.store.Len()-own, before-n.replicas.Len())
+		}
+		for _, k := range keys {
+			if c.heirOf(k) == i && remaining(n.store, k) != 5 {
+				t.Errorf("%s on its heir n%d: %d remaining, want 5, to give back", k, i, remaining(n.store, k))
+			}
+		}
+	}
+	if returned != len(keys) {
+		t.Errorf("%d replicas given back, want the %d of n0", returned, len(keys))
+	}
+	without := c.ring.Without("n0")
+	for _, k := range c.keysOf(1, 10) {
+		c.spend(1, k, 1)
+	}
+	c.nodes[1].Replicate(t.Context()) // replicas of n1 on n0 and n2
+	if got := c.nodes[2].Return(without, c.ring); got != 0 {
+		t.Errorf("n2 gave back %d replicas to n0, back in the ring with none of its own there", got)
+	}
+}
+
+// TestFollowResendsToAHeirThatStartedAgain: an heir that is a new process
+// under its name (another Boot) has lost the replicas it kept: the next
+// round sends every counter whose heir it is again.
+func TestFollowResendsToAHeirThatStartedAgain(t *testing.T) {
+	c := newCluster(3, DefaultInterval)
+	keys := c.keysOf(0, 30)
+	for _, k := range keys {
+		c.spend(0, k, 5)
+	}
+	c.nodes[0].Replicate(t.Context())
+	c.net.taken()
+	ms := c.ring.Members()
+	ms[1].Boot = "another"
+	c.members[0].set(ring.New(ms...))
+	c.nodes[0].Replicate(t.Context())
+	sent := 0
+	for _, call := range c.net.taken() {
+		if call.to != "peer-1" {
+			t.Errorf("a round sent %d counters to %s, whose process did not change", call.counters, call.to)
+		}
+		sent += call.counters
+	}
+	want := 0
+	for _, k := range keys {
+		if c.heirOf(k) == 1 {
+			want++
+		}
+	}
+	if sent != want {
+		t.Errorf("%d counters sent again to n1, started again; want the %d it is the heir of", sent, want)
 	}
 }

@@ -59,6 +59,10 @@ type Member struct {
 	Name     string // unique node name; the ring hashes it
 	PeerAddr string // host:port of the node's peer gRPC listener
 	GRPCAddr string // host:port of the node's client gRPC listener
+	// Boot tells the node's processes apart: one started again under the
+	// same name (after a crash) has another, and its counters are not
+	// where it left them. Empty for a node that does not say.
+	Boot string
 }
 
 // Ring is an immutable snapshot of the consistent-hash ring. It is safe for

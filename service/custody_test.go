@@ -2,12 +2,15 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/internal/peerpb"
+	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // TestReturningOwnerDecidesOnItsHeirsReplica: an owner that crashed and
@@ -101,4 +104,61 @@ func TestJoinedOwnerWaitsForACounterInFlightWithinItsDeadline(t *testing.T) {
 		time.Sleep(3 * time.Second) // the hand-off ends
 		synctest.Wait()
 	})
+}
+
+// TestReturningOwnerGetsItsCountersBack: once its key's heir sees that an
+// owner came back as a new process under its name (another boot id in
+// its ring), the heir gives it the replicas it sent, by hand-off, merged
+// with what the owner holds (a snapshot it loaded, older than the
+// replica), and says its hand-off is done: the owner then decides the key
+// itself, on a counter that holds what it admitted before the crash.
+// Before, the heir kept the replica, and the owner decided on its
+// snapshot, admitting what the replica had spent.
+func TestReturningOwnerGetsItsCountersBack(t *testing.T) {
+	for _, snapshot := range []bool{false, true} {
+		t.Run(fmt.Sprint("snapshot: ", snapshot), func(t *testing.T) {
+			c, svcs := newFakeClusterWith(3, func(int) Config { return Config{HandOffWait: time.Second} })
+			key := c.keyInheritedBy(1, 2)
+			item := &pb.CheckItem{Name: "api", Key: key, Limit: 5, DurationMs: 3_600_000}
+			store := limiter.New(limiter.Config{})
+			if snapshot { // what node-1 wrote to its snapshot before the last three hits
+				check(t, svcs[0], item)
+				check(t, svcs[0], item)
+				for ct := range svcs[1].store.Counters() {
+					if err := store.Merge(ct, t0, time.Minute); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			spendAll := func() {
+				for {
+					if r := check(t, svcs[0], item); r.Status == pb.Status_OVER_LIMIT {
+						return
+					}
+				}
+			}
+			spendAll()
+			if sent := svcs[1].custody.Replicate(t.Context()); sent != 1 {
+				t.Fatalf("node-1 replicated %d counters, want 1", sent)
+			}
+			self := svcs[1].cluster.LocalMember()
+			self.Boot = "started again"
+			back := New(Config{Cluster: fakeMember{c, self}, Peers: c, Now: fixedClock(t0), HandOffWait: time.Second, Store: store})
+			c.nodes[self.PeerAddr] = back
+			startAlone(c, back, 1)
+			members := c.ring.Members()
+			members[1] = self
+			c.ring = ring.New(members...) // every node sees node-1's new process
+			for _, s := range []*Service{back, svcs[0], svcs[2]} {
+				s.RingChanged()
+			}
+			if sent := svcs[2].HandOff(t.Context()); sent != 1 {
+				t.Fatalf("the heir handed %d counters back, want 1", sent)
+			}
+			if r := check(t, back, item); r.Status != pb.Status_OVER_LIMIT || back.store.Len() != 1 || svcs[2].store.Len() != 0 {
+				t.Errorf("the spent key at its owner, back: %v; it holds %d counters, the heir %d; want OVER_LIMIT, 1, 0",
+					r.Status, back.store.Len(), svcs[2].store.Len())
+			}
+		})
+	}
 }
