@@ -162,6 +162,23 @@ func (c *testCluster) replace(i int) *node {
 	return n
 }
 
+// restartInPlace starts a new process under the name of nodes[i], which
+// has exited, on its ports (as a container restarted in its pod keeps
+// the pod's IP), joining a running node.
+func (c *testCluster) restartInPlace(i int) *node {
+	c.t.Helper()
+	old := c.nodes[i]
+	if old.client != nil {
+		old.client.Close()
+	}
+	n, err := c.startOn(old.name, old.http, old.grpc, old.peer, old.gossip)
+	if err != nil {
+		c.t.Fatalf("starting %s again on its ports: %v\n%s", old.name, err, n.out)
+	}
+	c.nodes[i] = n
+	return n
+}
+
 // startRetrying starts a node named name, on other ports if another
 // process takes one of its ports first.
 func (c *testCluster) startRetrying(name string) *node {
@@ -185,12 +202,17 @@ func (c *testCluster) startRetrying(name string) *node {
 
 func (c *testCluster) start(name string) (*node, error) {
 	ports := freePorts(c.t, 4)
+	return c.startOn(name, loopback(ports[0]), loopback(ports[1]), loopback(ports[2]), loopback(ports[3]))
+}
+
+// startOn starts a node named name on the given host:ports.
+func (c *testCluster) startOn(name, httpAddr, grpcAddr, peerAddr, gossipAddr string) (*node, error) {
 	n := &node{
 		name:   name,
-		http:   loopback(ports[0]),
-		grpc:   loopback(ports[1]),
-		peer:   loopback(ports[2]),
-		gossip: loopback(ports[3]),
+		http:   httpAddr,
+		grpc:   grpcAddr,
+		peer:   peerAddr,
+		gossip: gossipAddr,
 	}
 	var join []string
 	if running := c.running(); len(running) > 0 {

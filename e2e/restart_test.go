@@ -84,12 +84,16 @@ func TestCrashedNodeRejoinsUnderItsName(t *testing.T) {
 func TestCrashedOwnerReturnsToItsCounters(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
 		c := startCluster(t, 3)
-		crashAndReturn(t, c, false)
+		crashAndReturn(t, c, false, false)
+	})
+	t.Run("memory, same address", func(t *testing.T) {
+		c := startCluster(t, 3)
+		crashAndReturn(t, c, false, true)
 	})
 	t.Run("snapshot", func(t *testing.T) {
 		nodeArgs, _ := snapshotDirs(t)
 		c := startClusterWith(t, 3, nodeArgs, "--snapshot-interval", "10s")
-		crashAndReturn(t, c, true)
+		crashAndReturn(t, c, true, false)
 		stopAllAtOnce(t, c, syscall.SIGTERM)
 		restartAll(c)
 		if admitted, s := checkReturned(t, c, c.nodes[1]); admitted != 0 {
@@ -107,9 +111,11 @@ func returnItem(k int, hits int64) *pb.CheckItem {
 
 // crashAndReturn spends the keys through nodes 0 and 2, kills node 1
 // and starts it again under its name (see
-// TestCrashedOwnerReturnsToItsCounters). With snapshot, node 1 writes a
-// snapshot while the keys are half spent, and is killed before its next.
-func crashAndReturn(t *testing.T, c *testCluster, snapshot bool) {
+// TestCrashedOwnerReturnsToItsCounters), at its address if inPlace (as a
+// container restarted in its pod), else at another (as a pod started
+// again elsewhere). With snapshot, node 1 writes a snapshot while the keys
+// are half spent, and is killed before its next.
+func crashAndReturn(t *testing.T, c *testCluster, snapshot, inPlace bool) {
 	victim := c.nodes[1]
 	r := ring.New(ring.Member{Name: c.nodes[0].name}, ring.Member{Name: victim.name}, ring.Member{Name: c.nodes[2].name})
 	owned := 0
@@ -150,7 +156,12 @@ func crashAndReturn(t *testing.T, c *testCluster, snapshot bool) {
 	if !victim.wait(5 * time.Second) {
 		t.Fatalf("%s did not exit after SIGKILL", victim.name)
 	}
-	back := c.replace(1)
+	var back *node
+	if inPlace {
+		back = c.restartInPlace(1)
+	} else {
+		back = c.replace(1)
+	}
 	took := c.waitConverged(3)
 	t.Logf("%s (owner of %d of the %d keys) restarted; all three list three members %v later", victim.name, owned, returnKeys, took.Round(time.Millisecond))
 	if admitted, s := checkReturned(t, c, back); admitted != 0 {
