@@ -110,7 +110,7 @@ type Config struct {
 	// (see limiter.Config.MaxReservationsPerKey); zero means its default.
 	MaxReservationsPerKey int
 	// MaxReservationsPerClient bounds the reservations one client makes
-	// through this node (see service.ClientReservations); zero means
+	// through this node (see reserve.ClientReservations); zero means
 	// limiter.DefaultMaxReservationsPerClient.
 	MaxReservationsPerClient int
 	// BatchWait and BatchLimit shape the batches of forwarded checks (see

@@ -21,6 +21,7 @@ import (
 	"github.com/ringlimit/ringlimit/algorithms"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/checks"
+	"github.com/ringlimit/ringlimit/internal/clients"
 	"github.com/ringlimit/ringlimit/limiter"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -61,6 +62,9 @@ type Config struct {
 	// Result makes a check's result of a counter's decision (the state a
 	// settle answers with).
 	Result func(res *pb.CheckResult, r *limiter.Request, d algorithms.Decision)
+	// Clients, if not nil, bounds the reservations each client makes
+	// through this node (see Claims); nil bounds none.
+	Clients ClientReservations
 }
 
 // Node settles the reservations of the keys this node owns, and relays
@@ -72,11 +76,13 @@ type Node struct {
 	peers   Peers
 	now     func() time.Time
 	result  func(res *pb.CheckResult, r *limiter.Request, d algorithms.Decision)
+	clients ClientReservations
 }
 
 // New returns a Node. It starts nothing.
 func New(conf Config) *Node {
-	return &Node{store: conf.Store, custody: conf.Custody, cluster: conf.Cluster, peers: conf.Peers, now: conf.Now, result: conf.Result}
+	return &Node{store: conf.Store, custody: conf.Custody, cluster: conf.Cluster, peers: conf.Peers, now: conf.Now, result: conf.Result,
+		clients: conf.Clients}
 }
 
 // Settle charges a reservation its real cost, or releases it (see
@@ -174,5 +180,65 @@ func (n *Node) Run(ctx context.Context) {
 		case <-t.C:
 			n.custody.ExpireReservations(n.now())
 		}
+	}
+}
+
+// ClientReservations bounds the reservations one client makes through
+// this node (see package clients): a client's check claims one for each
+// item that would reserve, and then returns it or keeps it for as long
+// as the reservation lives. package clients' Quota.
+type ClientReservations interface {
+	Claim(id clients.ID, now time.Time) bool
+	Return(id clients.ID)
+	Keep(id clients.ID, until time.Time)
+	Max() int
+}
+
+// Claims are what one client's check claimed of Config.Clients.
+type Claims struct {
+	quota ClientReservations // nil: none to claim
+	id    clients.ID
+	now   time.Time
+	at    []int // positions of the items that claimed
+}
+
+// Claims returns the claims of a client's check arriving with ctx.
+func (n *Node) Claims(ctx context.Context) *Claims {
+	return &Claims{quota: n.clients, id: clients.FromContext(ctx), now: n.now()}
+}
+
+// Admit is what a client's check of item i (as sent; resolved is it with
+// its policy resolved) needs before it is decided: a time-to-live within
+// the client's bound, which package service checks for one that names a
+// policy, and a reservation's claim of its client's quota.
+func (cl *Claims) Admit(i int, sent, resolved *pb.CheckItem) error {
+	if checks.ReserveTTL(resolved) == 0 {
+		return nil
+	}
+	if sent.GetPolicy() == "" {
+		if err := checks.CheckClientReserveTTL(resolved, 0); err != nil {
+			return err
+		}
+	}
+	if cl.quota == nil {
+		return nil
+	}
+	if !cl.quota.Claim(cl.id, cl.now) {
+		return fmt.Errorf("%w: the client %s holds --max-reservations-per-client %d through this node, open or settled within their time-to-live",
+			limiter.ErrTooManyReservations, cl.id, cl.quota.Max())
+	}
+	cl.at = append(cl.at, i)
+	return nil
+}
+
+// Done keeps the claim of each item that reserved until its reservation
+// expires, and returns the others, once items have their results.
+func (cl *Claims) Done(items []*pb.CheckItem, results []*pb.CheckResult) {
+	for _, i := range cl.at {
+		if r := results[i]; r != nil && r.GetReservationId() != "" {
+			cl.quota.Keep(cl.id, cl.now.Add(checks.ReserveTTL(items[i])))
+			continue
+		}
+		cl.quota.Return(cl.id)
 	}
 }

@@ -114,8 +114,8 @@ type Config struct {
 	// key (see package top); nil counts none.
 	Top *top.Tracker
 	// Clients, if not nil, bounds the reservations each client makes
-	// through this node (see claims); nil bounds none.
-	Clients ClientReservations
+	// through this node (see reserve.Claims); nil bounds none.
+	Clients reserve.ClientReservations
 	// Holds, if not nil, is where this node looks whether it holds a
 	// counter instead of Store.Holds (see custody.Config.Holds): a test
 	// watches the look with it.
@@ -153,14 +153,12 @@ type Service struct {
 	strict *strict.Mode
 	// top counts the checks decided here by key; nil counts none.
 	top *top.Tracker
-	// clients bounds the reservations of each client (Config.Clients).
-	clients ClientReservations
 }
 
 // New returns a Service. It starts nothing.
 func New(conf Config) *Service {
 	s := &Service{store: conf.Store, cluster: conf.Cluster, peers: conf.Peers, skew: conf.MaxClockSkew, now: conf.Now, log: conf.Logger,
-		policies: conf.Policies, top: conf.Top, clients: conf.Clients}
+		policies: conf.Policies, top: conf.Top}
 	if s.store == nil {
 		s.store = limiter.New(limiter.Config{})
 	}
@@ -196,7 +194,7 @@ func New(conf Config) *Service {
 	})
 	s.borrows = borrow.New(borrow.Config{Store: s.store, Parents: s.global, Owners: s.heal, Registerer: conf.Registerer})
 	s.reservations = reserve.New(reserve.Config{Store: s.store, Custody: s.custody, Cluster: s.cluster, Peers: conf.Peers,
-		Now: s.now, Result: decisionResult})
+		Now: s.now, Result: decisionResult, Clients: conf.Clients})
 	s.leases = lease.New(lease.Config{
 		Lender: s.global, Cluster: s.cluster, Peers: conf.Peers, Result: decisionResult, Now: s.now, Logger: s.log,
 		MaxClockSkew: s.skew,
@@ -312,12 +310,12 @@ func (c *call) behavior(j int) pb.Behavior { return c.items[c.pos[j]].Behavior }
 // invalid item gets its own error in its result and the others are
 // answered.
 func (s *Service) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	cl := s.claimsOf(ctx)
-	c, err := s.prepare(req, cl.admit)
+	cl := s.reservations.Claims(ctx)
+	c, err := s.prepare(req, cl.Admit)
 	if err != nil {
 		return nil, err
 	}
-	defer cl.done(c)
+	defer func() { cl.Done(c.items, c.results) }()
 	c.began = s.custody.AwaitJoin(ctx) // a node that has not joined yet routes by the ring it joins
 	c.ring = s.custody.Ring()
 	ps := c.pendings()
@@ -330,7 +328,7 @@ func (s *Service) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckRes
 }
 
 // prepare validates req's items, each also by admit (nil: none), which
-// a client's check gives (see claims).
+// a client's check gives (see reserve.Claims).
 func (s *Service) prepare(req *pb.CheckRequest, admit func(i int, sent, resolved *pb.CheckItem) error) (*call, error) {
 	items := req.GetRequests()
 	if len(items) > checks.MaxItems {
