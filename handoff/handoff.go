@@ -687,7 +687,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		}),
 		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringlimit_handoff_waits_total",
-			Help: "Checks for a key this node had just come to own that waited for the key's previous owner to hand its counter over, by how the wait ended: done (the counter is here), expired (--handoff-wait passed; decided without it, or waited for again: see the next two), canceled (the caller gave up), arrived_late (after it expired, the check waited again and the counter arrived) or still_late (the second wait ran out too: decided as a stand-in's, its hits added to the counter when it arrives).",
+			Help: "Checks for a key this node had just come to own that waited for the key's previous owner to hand its counter over, by how the wait ended: done (the counter is here), expired (--handoff-wait passed, or halfway to the check's deadline: the check is pulled, waits again or is refused), canceled (the caller gave up), arrived_late (after it expired, the check waited again and the counter arrived) or still_late (the second wait ran out too: the check is refused unavailable, charged nothing).",
 		}, []string{"outcome"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringlimit_handoff_bytes_total",

@@ -421,7 +421,7 @@ func (s *Service) decideFallback(ctx context.Context, c *call, js []int) {
 		}
 		r.Limit = shareOf(r.Limit, members)
 		r.MinInterval = spacingShare(r.MinInterval, members)
-		r.StandIn = true // the key's counter is its owner's: what this share admits is added to it where they meet (heal.go)
+		r.StandIn = true // the key's counter is its owner's: what this share admits is added to it where they meet (package heal)
 	}
 	s.decideLocal(ctx, c, js, routeFallback)
 	for _, j := range js {

@@ -113,7 +113,7 @@ func planRepeated[T any, M interface {
 }
 
 // itemSize is the size of it, if the hand-written path encodes it: an
-// item with a parent (a borrowing check, see service's borrow.go) is left
+// item with a parent (a borrowing check, see package borrow) is left
 // to proto, which nests the ParentLimit message.
 func itemSize(it *pb.CheckItem) (int, bool) {
 	if it.Parent != nil || !utf8.ValidString(it.Name) || !utf8.ValidString(it.Key) || !utf8.ValidString(it.Policy) {
