@@ -194,9 +194,9 @@ func New(conf Config) *Service {
 	})
 	s.borrows = borrow.New(borrow.Config{Store: s.store, Parents: s.global, Owners: s.heal, Registerer: conf.Registerer})
 	s.reservations = reserve.New(reserve.Config{Store: s.store, Custody: s.custody, Cluster: s.cluster, Peers: conf.Peers,
-		Now: s.now, Result: decisionResult, Clients: conf.Clients})
+		Now: s.now, Result: checks.Result, Clients: conf.Clients})
 	s.leases = lease.New(lease.Config{
-		Lender: s.global, Cluster: s.cluster, Peers: conf.Peers, Result: decisionResult, Now: s.now, Logger: s.log,
+		Lender: s.global, Cluster: s.cluster, Peers: conf.Peers, Result: checks.Result, Now: s.now, Logger: s.log,
 		MaxClockSkew: s.skew,
 		Await:        s.custody.Await,
 	})
@@ -457,7 +457,7 @@ func (s *Service) setDecided(c *call, j int, d algorithms.Decision, err error, r
 // route (routeLocal, routeGlobal or routeFallback).
 func (s *Service) setResult(c *call, j int, d algorithms.Decision, route routeKind) {
 	i := c.pos[j]
-	decisionResult(&c.decided[i], &c.reqs[j], d)
+	checks.Result(&c.decided[i], &c.reqs[j], d)
 	c.results[i] = &c.decided[i]
 	s.metrics.checked(c.reqs[j].Algorithm, c.items[i].Behavior, route, d.Allowed)
 	s.top.Record(c.reqs[j].Name, c.reqs[j].Key, d.Allowed)
