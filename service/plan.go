@@ -11,7 +11,7 @@ import (
 	"github.com/ringlimit/ringlimit/ring"
 )
 
-// A request's checks are decided in rounds (Service.decide, route.go).
+// A request's checks are decided in rounds (Service.decide, check.go).
 // Each round takes the node's view at one instant (view), re-plans the
 // checks whose send failed in the round before with what the failure
 // taught (replan), asks package global about the GLOBAL checks it would

@@ -1,6 +1,9 @@
 package service
 
 import (
+	"context"
+	"fmt"
+
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/checks"
 )
@@ -15,4 +18,10 @@ func errorResult(err error) *pb.CheckResult {
 	res.Error = err.Error()
 	res.ErrorCode = checks.ItemCode(err)
 	return res
+}
+
+// goneResult is the result of a check whose client has gone before it was
+// decided: nothing is charged on its behalf.
+func goneResult(ctx context.Context) *pb.CheckResult {
+	return errorResult(fmt.Errorf("%w: %w", checks.ErrUnavailable, ctx.Err()))
 }
