@@ -87,10 +87,10 @@ var ErrFenced = errors.New("strict mode: not decided here")
 //     the counter back once it answers (Watch.StandIn).
 //   - GLOBAL: ready; package global decides it.
 //   - Its counter may be on its way here (handoff.Node.AwaitCounter): it
-//     waits; with no time left to wait, it is refused; still late (the
-//     member that held it said nothing, or cannot be reached), it is
-//     decided as a stand-in's, its hits added to the counter when it
-//     comes.
+//     waits, until halfway to its deadline, and is refused if the member
+//     that held it has not said it is done by then; late from a member
+//     that cannot say (gone from the ring, suspect), it is decided as a
+//     stand-in's, its hits added to the counter when it comes.
 //
 // Then, an all-or-nothing request one of whose checks is refused for time
 // is refused whole; a client that has gone while they waited gets none
@@ -192,15 +192,10 @@ func (c *Custody) standIn(r *ring.Ring, key string, self ring.Member) bool {
 
 // mayAnswer reports whether a key's previous owner, from, whose counter
 // is late, may yet say it has handed it over: not while this node
-// suspects it. A check decided here whose counter is late waits for that
-// word again (handoff.Node.AwaitCounter): it gets here once from has
-// answered a pull that it does not hold the counter, or relayed here, so
-// the counter has left it, or may have, or once a counter for its key is
-// here (arrived, or begun by a check decided here while it was late,
-// which the counter on its way does not hold). That second wait ends,
-// at the latest, --handoff-wait after the check began to wait, or halfway
-// to its deadline; a check whose counter is late still is decided as a
-// stand-in's.
+// suspects it. A check whose counter is late waits for that word again
+// (handoff.Node.AwaitCounter), until halfway to its deadline, and is then
+// refused; one whose previous owner this node suspects is decided as a
+// stand-in's at once.
 func (c *Custody) mayAnswer(from ring.Member) bool { return !c.watch.Suspect(from.PeerAddr) }
 
 // settle takes, out of cks, the Ready checks whose counter is elsewhere,
