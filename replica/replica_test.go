@@ -304,21 +304,27 @@ func TestReplicateRetriesFailedBatches(t *testing.T) {
 	})
 }
 
-// TestPromoteOnMemberLoss: when the ring drops a member, the node that
-// inherits its keys makes their replicas its counters before deciding
-// them, once; replicas of other keys stay replicas.
-func TestPromoteOnMemberLoss(t *testing.T) {
-	c := newCluster(3, DefaultInterval)
+// replicated spends 5 of 30 keys of n0 and 1 of 10 keys of n1, so that
+// n2 holds replicas of both, and has both replicate; it returns n0's keys.
+func (c *cluster) replicated(t *testing.T) []string {
 	keys := c.keysOf(0, 30)
 	for _, k := range keys {
 		c.spend(0, k, 5)
 	}
 	c.nodes[0].Replicate(t.Context())
-	// n1 replicates too, so that n2 holds replicas it does not inherit.
 	for _, k := range c.keysOf(1, 10) {
 		c.spend(1, k, 1)
 	}
 	c.nodes[1].Replicate(t.Context())
+	return keys
+}
+
+// TestPromoteOnMemberLoss: when the ring drops a member, the node that
+// inherits its keys makes their replicas its counters before deciding
+// them, once; replicas of other keys stay replicas.
+func TestPromoteOnMemberLoss(t *testing.T) {
+	c := newCluster(3, DefaultInterval)
+	keys := c.replicated(t)
 
 	without := c.ring.Without("n0")
 	promoted := 0
@@ -540,15 +546,7 @@ func TestPromoteOnlyTheOwnersReplicas(t *testing.T) {
 // whose process did not change gets nothing.
 func TestReturnToAMemberThatCameBack(t *testing.T) {
 	c := newCluster(3, DefaultInterval)
-	keys := c.keysOf(0, 30)
-	for _, k := range keys {
-		c.spend(0, k, 5)
-	}
-	c.nodes[0].Replicate(t.Context())
-	for _, k := range c.keysOf(1, 10) {
-		c.spend(1, k, 1)
-	}
-	c.nodes[1].Replicate(t.Context())
+	keys := c.replicated(t)
 	ms := c.ring.Members()
 	restarted := slices.Clone(ms)
 	restarted[0].Boot = "another"
