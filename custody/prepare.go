@@ -36,6 +36,8 @@ type Check struct {
 	// as it may wait on its parent's owner, and only where its counter is
 	// (never kept here on the condition that its counter stays).
 	Borrows bool
+	// Verdict is Prepare's answer.
+	Verdict Verdict
 }
 
 // Kind is what a check needs, as Prepare answers it.
@@ -56,12 +58,31 @@ const (
 type Verdict struct {
 	Kind Kind
 	// To is the member a GoTo check is relayed to, or where a Ready
-	// check decided only on a counter held here goes if there is none.
-	To ring.Member
+	// check decided only on a counter held here goes if there is none
+	// (nil: decided on whatever is here).
+	To *ring.Member
 	// Err is why a check is refused: ErrFenced, or an error wrapping
 	// checks.ErrUnavailable (its counter did not come in time, or its
 	// client has gone).
 	Err error
+}
+
+// A Release ends what Prepare holds off (see Prepare). The zero Release
+// holds nothing.
+type Release struct {
+	c      *Custody
+	unhold func() // a leaving node's hold on its hand-off rounds, or nil
+}
+
+// Done releases r, once the store has decided the ready checks but those
+// that borrow.
+func (r Release) Done() {
+	if r.unhold != nil {
+		r.unhold()
+	}
+	if r.c != nil {
+		r.c.deciding.RUnlock()
+	}
 }
 
 // ErrFenced is the Err of a check strict mode refuses: this node may not
@@ -70,9 +91,10 @@ type Verdict struct {
 var ErrFenced = errors.New("strict mode: not decided here")
 
 // Prepare answers, for each of cks, which the caller routed by ring
-// routed, what it needs before this node decides it, in verdicts (one
+// routed, what it needs before this node decides it, in its Verdict (one
 // place a check): the caller decides the Ready ones on the store, calls
-// release, then decides those that borrow, and sends the GoTo ones. began
+// the Release's Done, then decides those that borrow, and sends the GoTo
+// ones. began
 // is when the checks began to wait for this node to join (AwaitJoin), or
 // zero; all says they are an all-or-nothing request, never split.
 //
@@ -95,7 +117,7 @@ var ErrFenced = errors.New("strict mode: not decided here")
 // Then, an all-or-nothing request one of whose checks is refused for time
 // is refused whole; a client that has gone while they waited gets none
 // decided (its sender may have had them decided elsewhere). Last, under
-// the hold release lets go of, each check that may have moved is looked at
+// the hold the Release lets go of, each check that may have moved is looked at
 // again (settle): its counter elsewhere, it goes to the key's owner; here
 // while its key is another node's, it is decided only on that counter. A
 // node that is leaving, which hands every counter off, holds its hand-off
@@ -106,22 +128,25 @@ var ErrFenced = errors.New("strict mode: not decided here")
 // nodes do not hold their rounds, which can take a forward deadline each
 // when an owner is unreachable: the check kept here is decided only on
 // the counter, and goes to the owner should a round take it first.
-func (c *Custody) Prepare(ctx context.Context, routed *ring.Ring, began time.Time, all bool, cks []Check, verdicts []Verdict) (release func()) {
-	now := c.now() // the server's clock, not a check's created_at_ms: a client cannot shorten a fence
+func (c *Custody) Prepare(ctx context.Context, routed *ring.Ring, began time.Time, all bool, cks []Check) Release {
+	var now time.Time
 	self := c.cluster.LocalMember()
 	var noTime error
 	stored := 0 // checks that reach the store
 	for i := range cks {
 		k := &cks[i]
-		verdicts[i] = Verdict{}
+		k.Verdict = Verdict{}
 		if k.Local {
 			stored++
 			continue
 		}
 		if k.Owned && c.fence.On() {
+			if now.IsZero() {
+				now = c.now() // the server's clock, not a check's created_at_ms: a client cannot shorten a fence
+			}
 			switch c.fence.Judge(k.Req, k.KeepFence, c.Ring(), self.Name, c.holds, now) {
 			case strict.Refuse:
-				verdicts[i] = Verdict{Kind: Refuse, Err: ErrFenced}
+				k.Verdict = Verdict{Kind: Refuse, Err: ErrFenced}
 				continue
 			case strict.Charge:
 				spend := *k.Req
@@ -143,37 +168,36 @@ func (c *Custody) Prepare(ctx context.Context, routed *ring.Ring, began time.Tim
 		late, err := c.handoff.AwaitCounter(ctx, routed, k.Req.Key, began, c.mayAnswer)
 		if err != nil {
 			noTime = fmt.Errorf("%w: %w", checks.ErrUnavailable, err)
-			verdicts[i] = Verdict{Kind: Refuse, Err: noTime}
+			k.Verdict = Verdict{Kind: Refuse, Err: noTime}
 			continue
 		}
 		k.Req.StandIn = k.Req.StandIn || late
 		stored++
 	}
-	nop := func() {}
 	if stored == 0 {
-		return nop
+		return Release{}
 	}
-	refuse := func(err error) func() {
+	var refused error
+	switch {
+	case noTime != nil && all: // an all-or-nothing request is never split
+		refused = noTime
+	case ctx.Err() != nil: // its sender gave up while they waited, and may have had them decided elsewhere
+		refused = fmt.Errorf("%w: %w", checks.ErrUnavailable, ctx.Err())
+	}
+	if refused != nil {
 		for i := range cks {
-			if verdicts[i].Kind == Ready && !cks[i].Global {
-				verdicts[i] = Verdict{Kind: Refuse, Err: err}
+			if cks[i].Verdict.Kind == Ready && !cks[i].Global {
+				cks[i].Verdict = Verdict{Kind: Refuse, Err: refused}
 			}
 		}
-		return nop
-	}
-	if noTime != nil && all { // an all-or-nothing request is never split
-		return refuse(noTime)
-	}
-	if ctx.Err() != nil { // its sender gave up while they waited, and may have had them decided elsewhere
-		return refuse(fmt.Errorf("%w: %w", checks.ErrUnavailable, ctx.Err()))
+		return Release{}
 	}
 	c.deciding.RLock() // Leave waits for these decisions, or they see it
-	release = c.deciding.RUnlock
+	release := Release{c: c}
 	if c.Leaving() {
-		unhold := c.handoff.Hold(ctx)
-		release = func() { unhold(); c.deciding.RUnlock() }
+		release.unhold = c.handoff.Hold(ctx)
 	}
-	c.settle(routed, all, cks, verdicts) // under the Hold: where each counter is now
+	c.settle(routed, all, cks) // under the Hold: where each counter is now
 	return release
 }
 
@@ -217,25 +241,26 @@ func (c *Custody) mayAnswer(from ring.Member) bool { return !c.watch.Suspect(fro
 // go to their owners otherwise (none is kept: its checks are decided
 // together, not one by one). Landed checks are decided where they land,
 // as ever.
-func (c *Custody) settle(routed *ring.Ring, all bool, cks []Check, verdicts []Verdict) {
+func (c *Custody) settle(routed *ring.Ring, all bool, cks []Check) {
 	now := c.Ring()
 	self := c.cluster.LocalMember().Name
 	moved := false
 	for i := range cks {
-		if verdicts[i].Kind != Ready || cks[i].Global {
+		k := &cks[i]
+		if k.Verdict.Kind != Ready || k.Global {
 			continue
 		}
-		owner, ok := away(&cks[i], routed, now, self)
+		owner, ok := away(k, routed, now, self)
 		if !ok {
 			continue
 		}
 		switch {
-		case !c.holds(cks[i].Req):
-			verdicts[i] = Verdict{Kind: GoTo, To: owner}
+		case !c.holds(k.Req):
+			k.Verdict = Verdict{Kind: GoTo, To: onHeap(owner)}
 			moved = true
-		case !all && !cks[i].Borrows:
-			verdicts[i].To = owner
-			cks[i].Req.Held = true
+		case !all && !k.Borrows:
+			k.Verdict.To = onHeap(owner)
+			k.Req.Held = true
 		}
 	}
 	if !moved || !all {
@@ -245,14 +270,19 @@ func (c *Custody) settle(routed *ring.Ring, all bool, cks []Check, verdicts []Ve
 	// node owns goes there, held here or not, so that the key's checks are
 	// decided together.
 	for i := range cks {
-		if verdicts[i].Kind != Ready || cks[i].Global {
+		k := &cks[i]
+		if k.Verdict.Kind != Ready || k.Global {
 			continue
 		}
-		if owner, ok := away(&cks[i], routed, now, self); ok {
-			verdicts[i] = Verdict{Kind: GoTo, To: owner}
+		if owner, ok := away(k, routed, now, self); ok {
+			k.Verdict = Verdict{Kind: GoTo, To: onHeap(owner)}
 		}
 	}
 }
+
+// onHeap returns a pointer to a copy of m: only the checks that move pay
+// for one.
+func onHeap(m ring.Member) *ring.Member { return &m }
 
 // away returns the owner of k's key, if the check may have moved (see
 // settle) and now, the ring this node routes by, gives its key to

@@ -113,21 +113,20 @@ func TestSettle(t *testing.T) {
 				cks[i] = tc.cks[i]
 				cks[i].Req = &limiter.Request{Name: "api", Key: tc.keys[i]}
 			}
-			verdicts := make([]Verdict, len(cks))
-			c.settle(routed, tc.all, cks, verdicts)
+			c.settle(routed, tc.all, cks)
 			var relay, keep []ring.Member
-			for i, v := range verdicts {
-				switch {
+			for i := range cks {
+				switch v := cks[i].Verdict; {
 				case v.Kind == GoTo:
 					if relay == nil {
 						relay = make([]ring.Member, len(cks))
 					}
-					relay[i] = v.To
-				case v.To.Name != "":
+					relay[i] = *v.To
+				case v.To != nil:
 					if keep == nil {
 						keep = make([]ring.Member, len(cks))
 					}
-					keep[i] = v.To
+					keep[i] = *v.To
 					if !cks[i].Req.Held {
 						t.Errorf("check %d kept for %s, its request not held: the store could begin its counter afresh", i, v.To.Name)
 					}

@@ -210,9 +210,8 @@ func (s *Service) askGlobal(ctx context.Context, c *call, ps []pending, v *view)
 		}
 		if owner == v.self.Name {
 			ck := [1]custody.Check{{Req: r, Owned: true, Global: true, KeepFence: true, Landed: p.next == nextHere}}
-			var verdict [1]custody.Verdict
-			s.custody.Prepare(ctx, c.ring, c.began, c.all, ck[:], verdict[:])
-			if verdict[0].Kind == custody.Refuse {
+			s.custody.Prepare(ctx, c.ring, c.began, c.all, ck[:])
+			if ck[0].Verdict.Kind == custody.Refuse {
 				p.next = nextEscrow
 				continue
 			}
@@ -330,6 +329,7 @@ type call struct {
 		result  [1]*pb.CheckResult
 		decided [1]pb.CheckResult
 		pending [1]pending
+		check   [1]custody.Check
 	}
 }
 
@@ -355,6 +355,32 @@ func (c *call) onlyHeld() {
 			b.Ceiling.Held = true
 		}
 	}
+}
+
+// custodyChecks returns n checks for custody to prepare, for c: of a call
+// of one item, its own; else from s.checkPool, to be given back with
+// putCustodyChecks.
+func (s *Service) custodyChecks(c *call, n int) []custody.Check {
+	if len(c.reqs) == 1 {
+		return c.one.check[:n]
+	}
+	if p, ok := s.checkPool.Get().(*[]custody.Check); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]custody.Check, n, max(n, 64))
+}
+
+// putCustodyChecks gives back cks, from custodyChecks for c, cleared: a
+// request of many items would otherwise allocate, and the collector scan,
+// a slice of them each round.
+func (s *Service) putCustodyChecks(c *call, cks []custody.Check) {
+	if len(c.reqs) == 1 || cap(cks) > checks.MaxItems {
+		return
+	}
+	clear(cks)
+	p := new([]custody.Check)
+	*p = cks[:0]
+	s.checkPool.Put(p)
 }
 
 // pendings returns a pending check for each of c.reqs, zero.

@@ -10,6 +10,7 @@ import (
 	"github.com/ringlimit/ringlimit/checks"
 	"github.com/ringlimit/ringlimit/custody"
 	"github.com/ringlimit/ringlimit/limiter"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // decideHere decides the checks of ps routed to this node's store (ks,
@@ -24,8 +25,7 @@ func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes 
 	if len(ks) == 0 {
 		return nil
 	}
-	cks := make([]custody.Check, len(ks))
-	verdicts := make([]custody.Verdict, len(ks))
+	cks := s.custodyChecks(c, len(ks))
 	for i, k := range ks {
 		p := &ps[k]
 		b := c.behavior(p.j)
@@ -33,40 +33,48 @@ func (s *Service) decideHere(ctx context.Context, c *call, ps []pending, routes 
 			Local: b == pb.Behavior_LOCAL, Landed: routes[k].landed, Recheck: routes[k].recheck,
 			KeepFence: c.borrowing(p.j) != nil, Borrows: c.borrowing(p.j) != nil}
 	}
-	release := s.custody.Prepare(ctx, c.ring, c.began, c.all, cks, verdicts)
-	var kept []int // indexes into ks of the checks kept here only while their counter is
-	js := make([]int, 0, len(ks))
+	defer s.putCustodyChecks(c, cks)
+	release := s.custody.Prepare(ctx, c.ring, c.began, c.all, cks)
+	var kept []keptHere
+	js := ks[:0] // the checks decided here, as indexes into c.reqs, in place: js never passes the check being read
 	for i, k := range ks {
 		j := ps[k].j
-		switch vd := &verdicts[i]; {
+		switch vd := &cks[i].Verdict; {
 		case vd.Kind == custody.Refuse && errors.Is(vd.Err, custody.ErrFenced):
 			s.refuseEscrow(c, j)
 		case vd.Kind == custody.Refuse:
 			c.results[c.pos[j]] = errorResult(vd.Err)
 		case vd.Kind == custody.GoTo:
-			routes[k] = route{kind: routeRelay, to: &vd.To}
+			routes[k] = route{kind: routeRelay, to: vd.To}
 			relayed = append(relayed, k)
 		default:
-			if vd.To.Name != "" {
-				kept = append(kept, i)
+			if vd.To != nil {
+				kept = append(kept, keptHere{k: k, owner: vd.To})
 			}
 			js = append(js, j)
 		}
 	}
 	js, borrowing := splitBorrowing(c, js)
 	s.decideLocal(ctx, c, js, routeLocal)
-	release()
+	release.Done()
 	s.decideLocal(ctx, c, borrowing, routeLocal)
-	for _, i := range kept {
-		k := ks[i]
-		j := ps[k].j
+	for _, h := range kept {
+		j := ps[h.k].j
 		c.reqs[j].Held = false
 		if c.results[c.pos[j]] == nil { // its counter left before the store decided: nothing was
-			routes[k] = route{kind: routeRelay, to: &verdicts[i].To}
-			relayed = append(relayed, k)
+			routes[h.k] = route{kind: routeRelay, to: h.owner}
+			relayed = append(relayed, h.k)
 		}
 	}
 	return relayed
+}
+
+// keptHere is a check custody keeps here only while its counter is here
+// (limiter.Request.Held), and its key's owner, where it goes if the store
+// found no counter.
+type keptHere struct {
+	k     int // index into the pending checks
+	owner *ring.Member
 }
 
 // splitBorrowing splits c.reqs[js] into those without a ceiling and those

@@ -10,6 +10,7 @@ package service
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -150,6 +151,9 @@ type Service struct {
 	strict *strict.Mode
 	// top counts the checks decided here by key; nil counts none.
 	top *top.Tracker
+	// checkPool holds slices of custody.Check for requests of many items
+	// (see custodyChecks).
+	checkPool sync.Pool
 }
 
 // New returns a Service. It starts nothing.
