@@ -8,7 +8,7 @@ test:
 
 # The tests of a node leaving, joining, crashing and coming back, each
 # COUNT times (20 by default) with two busy loops on the cores, which end
-# with the run, however it ends (scripts/test-loaded.sh; docs/cluster.md).
+# with the run, however it ends (scripts/test-loaded.sh; docs/handoff.md).
 test-loaded:
 	COUNT=$(COUNT) scripts/test-loaded.sh
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// strictArgs turns strict mode on (docs/cluster.md): a node of the five
+// strictArgs turns strict mode on (docs/strict.md): a node of the five
 // decides keys only while it sees three members, with the default fence.
 var strictArgs = []string{"--strict-quorum", "3"}
 

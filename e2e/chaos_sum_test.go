@@ -16,8 +16,8 @@ import (
 // sumKeys are keys checked a few hits at a time on every side of a
 // partition, well below their limit, so that after the heal their
 // owner's counter shows whether it counts what every side admitted (the
-// sum) or only the more charged side's counter (docs/cluster.md, "After
-// a heal").
+// sum) or only the more charged side's counter (docs/partitions.md,
+// "Stand-ins: the sum of the sides").
 const (
 	sumKeys  = 20
 	sumLimit = 100

@@ -12,9 +12,9 @@ import (
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
-// The residuals of docs/cluster.md ("What is guaranteed, and what is
-// not") that are kept, each pinned here as it behaves, so that a change
-// to it is a decision, not an accident.
+// The residuals of docs/cluster.md ("Residuals") that are kept, each
+// pinned here as it behaves, so that a change to it is a decision, not an
+// accident.
 
 // TestResidualRelayedToALeavingNodeIsDecidedOnWhatItHolds: a check
 // relayed to a node that is leaving too, and has handed the key's counter
