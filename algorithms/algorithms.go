@@ -1,52 +1,19 @@
 // Package algorithms holds ringlimit's six rate-limit algorithms, and
 // Spacing (a minimum time between requests), as pure functions over small
-// state structs.
-//
-// Every algorithm has the same shape: a state struct whose zero value is a
-// counter at rest (full bucket, empty window), and methods that take an
-// explicit now, a Limit and a number of hits:
+// state structs, each with the same shape:
 //
 //	Take(now, l, n) Decision   // decide, and charge only if admitted
 //	Check(now, l, n) Decision  // what Take would answer, changing nothing
 //	Merge(other)               // keep the more-charged of two states
 //	Clamp(now, l)              // follow a changed limit: uncount what l cannot hold
 //
-// Nothing here reads a clock, locks, logs or allocates on the decision path:
-// the caller (the limiter store) owns locking and time.Now. State is kept in
-// integer nanoseconds and exact integer (128-bit where needed) arithmetic,
-// so decisions at window edges are exact and repeatable.
-//
-// Contract shared by all six algorithms and Spacing:
-//
-//   - n is the number of hits; n == 0 is a peek that charges nothing but
-//     reports Remaining, ResetAfter and so on. A negative n, an invalid
-//     Limit (see Limit.Validate), or a SlidingLog Count above
-//     MaxSlidingLogLimit is refused with RetryAfter Never and changes
-//     nothing: callers validate limits once, up front, and map the error.
-//   - A refused request changes nothing a later decision can observe.
-//   - The bucket algorithms keep an instant in Unix ns; a request that
-//     would push it past the year 2262 (such as a billion hits at one per
-//     year) is refused with RetryAfter Never rather than saturated, which
-//     would forget hits.
-//   - now is read as Unix nanoseconds, so it must lie between 1970 and 2262.
-//     Callers keep now non-decreasing per state; if it goes backwards no
-//     time is taken to have passed (the windows do not roll back, and the
-//     buckets see no more tokens than they had), so a backwards clock can
-//     refuse but never over-admit.
-//   - Merge folds in the state of the same counter from another node and
-//     keeps whichever is more charged, so that merging never refills.
-//   - Clamp lowers a state charged under another limit to the most charged
-//     one l allows at now, before l is decided on it (see clamp.go), so
-//     that a changed limit takes effect at once and no check can leave a
-//     counter charged beyond what the next limit holds.
-//
-// Every state also has a documented, versioned binary form
-// (AppendBinary, UnmarshalBinary) and a Validate that refuses states that
-// are impossible for their algorithm and limit, for states that cross the
-// network: see CODEC.md. Kind names the six algorithms and Spacing, once
-// for the whole program.
-//
-// None of the state types is safe for concurrent use: the caller locks.
+// Nothing here reads a clock, locks, logs or allocates on the decision
+// path: the caller owns locking and time.Now, and states are exact integer
+// nanoseconds. The contract all share (n == 0 a peek, a refusal changes
+// nothing, a clock that goes backwards can refuse but never over-admit)
+// is in docs/design-store.md, "The algorithms' contract"; the states'
+// binary forms in CODEC.md. None of the state types is safe for
+// concurrent use: the caller locks.
 package algorithms
 
 import (

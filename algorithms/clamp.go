@@ -2,27 +2,16 @@ package algorithms
 
 import "time"
 
-// A counter's limit travels with each check, so the next check on a
-// counter may bring another limit than the one its state was charged
-// under: an application that changes its limit, or a hostile check with
-// a huge limit, period or number of hits. Deciding the new limit on the
-// old state would let the old limit linger: a token bucket charged a
-// billion hits at one per year stays a year in debt under a limit of 10
-// per minute. So every state has a Clamp(now, l), which the caller applies
-// whenever the limit differs from the one the state was last decided
-// under, before deciding: it lowers the state to the most charged one that
-// l allows at now, so that the new limit takes effect at once and one
-// check cannot lock a key out for longer than the new limit's own period
-// (two periods for a SlidingWindow, whose previous window's count decays
-// over the current one).
-//
-// Every Clamp keeps two promises, which the tests check per algorithm:
-// afterwards the state passes Validate(now, l, 0); and a state that
-// already passes it is left unchanged, so clamping a state that needs none
-// is harmless. Clamp only ever uncounts hits, never counts more: it cannot
-// lock a key out by itself. Like the decisions it does not allocate, and an
-// invalid l (which every decision refuses) leaves the state unchanged.
-// now is read as Unix ns, between 1970 and 2262.
+// A counter's limit travels with each check, so the next check may bring
+// another limit than the one its state was charged under (a changed limit,
+// or a hostile one). Deciding it on the old state would let the old limit
+// linger, so every state has a Clamp(now, l), applied before deciding
+// whenever the limit differs: it lowers the state to the most charged one
+// l allows at now. Afterwards the state passes Validate(now, l, 0); a
+// state that passes already is unchanged; Clamp only uncounts, never
+// allocates, and leaves the state unchanged for an invalid l. now is read
+// as Unix ns, between 1970 and 2262. See docs/design-store.md, "A changed
+// limit: Clamp".
 
 // Clamp makes b owe no more than l allows at now: a bucket that lacks more
 // than l's capacity of refill (it was charged under a larger burst or a

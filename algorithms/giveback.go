@@ -2,39 +2,17 @@ package algorithms
 
 import "time"
 
-// Give-back returns hits that a request took but did not use: a
-// reservation of taken hits settled for less than it held, or released.
-// GiveBack(now, takenAt, l, taken, n) gives back n of the taken hits that
-// a Take at takenAt admitted, bounded so that giving back never leaves a
-// counter less charged than it would be had the Take been charged
-// taken-n hits in the first place (TestGiveBackNeverUndercharges):
-//
-//   - The bucket algorithms (TokenBucket, GCRA, LeakyBucket) move their
-//     one instant back by n emission intervals, but never before now, and
-//     by no more of them than the taken hits still hold at now. A bucket
-//     refills whoever took its tokens: as time passes, the taken hits
-//     drain, the unused ones with the rest, and what has drained cannot be
-//     given back again without refilling the bucket twice. Counting the
-//     taken hits as draining from takenAt on (they drain no sooner), the
-//     part still held at now is what lies after now of the span
-//     [takenAt, takenAt + taken emission intervals]. So a settle at once
-//     gives back exactly n; one a while later gives back less, or nothing
-//     once the whole span has drained.
-//   - FixedWindow uncounts n hits only from the window they were counted
-//     in (the one holding takenAt): a window that has ended took its hits
-//     with it.
-//   - SlidingWindow uncounts them from the window holding takenAt when it
-//     is the current or the previous one, and not once it has slid out.
-//   - SlidingLog removes them from the entry logged at takenAt.
-//
-// Spacing has no give-back: it counts requests, not hits.
-//
-// takenAt must be the instant the hits were charged at: the now the Take
-// that admitted them saw (for the store, the counter's evaluation time
-// then, which never runs backwards). l must be the limit they were taken
-// under: a state since clamped to another limit may have lost those hits
-// already, so the caller gives nothing back then. n is at most taken (a
-// larger n gives back taken); an invalid l, or n <= 0, changes nothing.
+// Give-back returns hits that a request took but did not use (a
+// reservation settled for less, or released). GiveBack(now, takenAt, l,
+// taken, n) gives back n of the taken hits that a Take at takenAt
+// admitted, bounded so that it never leaves a counter less charged than a
+// Take of taken-n would have (TestGiveBackNeverUndercharges): the buckets
+// move their instant back by no more than the taken hits still hold at
+// now; the windows and the log uncount them only from the window or entry
+// they were counted in, while it lasts. Spacing has none. takenAt must be
+// the instant the hits were charged at, and l the limit they were taken
+// under; n is at most taken; an invalid l, or n <= 0, changes nothing. See
+// docs/design-store.md, "Give-back".
 
 // GiveBack returns to b at now n of the taken tokens taken at takenAt,
 // as many as have not refilled yet, up to a full bucket.

@@ -8,18 +8,11 @@ import (
 // Spacing is the state of a minimum spacing between requests: a request is
 // admitted only if at least l.Period has passed since the last admitted
 // one. It counts requests, not hits: any n > 0 is one request (n == 0 is a
-// peek, as everywhere), so a request of 5 hits spends one spacing, and
-// whether the hits fit is for the limit it is decided with. It reads only
-// l.Period of its Limit (which must still be valid: Count and Burst are
-// not read, and are 1 and 0 in the limiter's spacing counters).
-//
-// It is exactly GCRA with one cell per Period and no burst tolerance
-// (Count 1, Burst 1: τ = 0), its TAT the instant Next, and decides as that
-// GCRA does for n of 0 and 1 (a test plays both side by side); it is a
-// type of its own, with its own Kind, so that the spacing a check asks for
-// beside its limit is a counter of its own that never meets a GCRA counter
-// a user keeps under the same name and key, and so that its state is one
-// word: with Count 1 a GCRA's TATFrac is always 0.
+// peek). It reads only l.Period of its Limit. It decides exactly as a GCRA
+// of one cell per Period and no burst tolerance, with Next its TAT, but is
+// a kind of its own, so that it never meets a user's GCRA counter of the
+// same name and key, and its state is one word (see docs/design-store.md,
+// "Minimum spacing is a counter beside the limit").
 //
 // The zero value has never admitted a request: the next one is admitted.
 type Spacing struct {

@@ -12,22 +12,15 @@ import (
 
 // Request validates item and converts it to the store's form, evaluated
 // at now or at the item's created_at_ms when that is within maxSkew of
-// now: earlier than now as it says, never later than now. Every check goes through it: a client's, one a peer forwards,
-// relays or pulls, and a GLOBAL report's. An invalid item's error is a
-// *FieldError naming the field.
-//
-// An item with min_interval_ms is a request with a MinInterval, which the
-// store decides together with the spacing of its name and key; one with
-// min_interval_ms and neither limit nor duration_ms is a spacing alone, a
-// request of kind limiter.Spacing, which takes no burst nor algorithm. A
-// spacing is refused with GLOBAL: GLOBAL answers from each node's grant,
-// without asking the owner, so no node could tell how long ago another
-// admitted a request; and with charge_refused, which would charge a
-// refused request.
-//
-// An item that names a policy is refused: the service resolves policies
-// into the fields they set before it converts an item, and one that is
-// left names a policy where none is loaded.
+// now: earlier than now as it says, never later than now. Every check goes
+// through it: a client's, one a peer forwards, relays or pulls, and a
+// GLOBAL report's. An invalid item's error is a *FieldError naming the
+// field. An item with min_interval_ms is a request with a MinInterval, or
+// a spacing alone (limiter.Spacing) with neither limit nor duration_ms;
+// a spacing is refused with GLOBAL and with charge_refused (see
+// docs/design-store.md, "Minimum spacing is a counter beside the limit").
+// An item that still names a policy is refused: the service resolves
+// policies before it converts an item.
 func Request(item *pb.CheckItem, now time.Time, maxSkew time.Duration) (limiter.Request, error) {
 	alone := item.MinIntervalMs > 0 && item.Limit == 0 && item.DurationMs == 0
 	switch {

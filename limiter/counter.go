@@ -22,19 +22,11 @@ const (
 // CounterVersion is the newest format version a Counter record starts
 // with. Any change to the record's layout (see AppendBinary) is a new
 // version; the algorithm state inside has its own
-// (algorithms.StateVersion). Version 2 added the counter's Role; a
-// counter of RoleLimit is still written in version 1's layout, which has
-// no role, so that nodes of the build before it, which read only version
-// 1, take the counters of every check without a ceiling during a rolling
-// upgrade. Version 3 added the counter's reservations, in the same way:
-// only a counter that holds some is written in it, so that nodes of the
-// build before, which read versions 1 and 2, take every other counter and
-// refuse those with reservations (ErrUnknownVersion: the sender keeps
-// them) rather than take their hits without the reservations. Version 4
-// added the hits a stand-in charged (Counter.StandInHits), again only in
-// the records of counters that hold some: a node of the build before
-// refuses those (the sender keeps them, and gives them again after the
-// upgrade), rather than keep the larger of two counters that should add.
+// (algorithms.StateVersion). Versions 2 (a Role), 3 (reservations) and 4
+// (stand-in hits) are written only for the counters that hold what they
+// added, so that the build before each, which refuses them per counter
+// (ErrUnknownVersion: the sender keeps them), still takes every other
+// counter in a rolling upgrade. See docs/design.md, "The counter record".
 const CounterVersion = 4
 
 var (
@@ -101,53 +93,13 @@ const (
 )
 
 // AppendBinary appends c's record (encoding.BinaryAppender), all integers
-// little-endian. A counter of RoleLimit is written in version 1's layout:
-//
-//	offset      size  field
-//	0           1     version, 1
-//	1           1     algorithm (algorithms.Kind)
-//	2           2     len(Name), uint16, 1..MaxNameLen
-//	4           n     Name
-//	4+n         2     len(Key), uint16, 1..MaxKeyLen
-//	6+n         k     Key
-//	6+n+k       8     Limit.Count, int64
-//	14+n+k      8     Limit.Period, ns, int64
-//	22+n+k      8     Limit.Burst, int64
-//	30+n+k      8     Last, Unix ns, int64
-//	38+n+k      rest  State
-//
-// and a counter of another role in version 2's (CounterVersion), which
-// is version 1's with the role after the algorithm:
-//
-//	offset      size  field
-//	0           1     version, 2
-//	1           1     algorithm (algorithms.Kind)
-//	2           1     role (Role), never RoleLimit
-//	3           ...   as version 1 from offset 2: Name, Key, Limit, Last, State
-//
-// and a counter of RoleLimit with reservations in version 3's, which is
-// version 1's with the reservations between Last and State:
-//
-//	offset      size  field
-//	0           1     version, 3
-//	1           ...   as version 1 from offset 1, up to Last
-//	38+n+k      2     r, the number of reservations, uint16, 1..MaxCounterReservations
-//	40+n+k      121r  the reservations, each as Reservation.AppendBinary
-//	40+n+k+121r rest  State
-//
-// and a counter with stand-in hits, of any role, with or without
-// reservations, in version 4's, which is version 2's with the hits and
-// the reservations between Last and State:
-//
-//	offset      size  field
-//	0           1     version, 4
-//	1           1     algorithm (algorithms.Kind)
-//	2           1     role (Role), RoleLimit included
-//	3           ...   as version 1 from offset 2, up to Last (which ends at 39+n+k)
-//	39+n+k      8     StandInHits, int64, at least 1
-//	47+n+k      2     r, the number of reservations, uint16, 0..MaxCounterReservations
-//	49+n+k      121r  the reservations, each as Reservation.AppendBinary
-//	49+n+k+121r rest  State
+// little-endian, in the oldest version that holds it: version 1 (algorithm,
+// Name, Key, Limit, Last, State) for a counter of RoleLimit; version 2
+// (the role after the algorithm) for another role; version 3 (version 1's
+// with the reservations between Last and State) for a counter of RoleLimit
+// with reservations; version 4 (version 2's, RoleLimit included, with
+// StandInHits and the reservations between Last and State) for one with
+// stand-in hits. The layout of each: docs/design.md, "The counter record".
 //
 // So each counter has one encoding. It refuses a name or key out of
 // bounds, an unknown role, a spacing of a role other than RoleLimit, and

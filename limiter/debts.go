@@ -7,31 +7,15 @@ import (
 )
 
 // A store full of counters that still hold spent hits (debts) can neither
-// forgive one to make room (a flood of new keys would refill every spent
-// user) nor refuse every new key (the same flood would lock every new user
-// out until the debts refill, up to a period). So when it finds no counter
-// back to full to evict, it evicts its least recently used counter anyway
-// and keeps the counter's debt in a compact form: a 64-bit hash of the
-// counter's algorithm and id and the instant the counter is back to full,
-// DebtBytes each, about a seventh of a token bucket's counter. The next
-// check of that counter restores it from its debt (see owing): exactly
-// for a token bucket, GCRA and a leaky bucket, whose state is that
-// instant, and as the most charged state full again at that instant for
-// the others, which errs towards refusing.
-//
-// Debts are bounded too: Config.MaxDebts slots, a share of them a shard.
-// A shard's debts are a table of buckets of debtWays slots, each debt in
-// the emptier of two buckets its hash chooses, grown by doubling up to the
-// shard's share. A debt whose instant has passed frees its slot. Only when
-// both buckets of a new debt are full of debts still owed does the store
-// forgive one: of those, the one that is paid soonest (counted by
-// ringlimit_debts_forgiven_total). With two choices a bucket rarely fills
-// before the table is nearly full, so a flood must hold about MaxKeys plus
-// MaxDebts keys spent at once before debts are forgiven, and then those
-// closest to being paid are.
-//
-// The hash is seeded per store (maphash), so that no one can choose keys
-// that fill a victim's buckets and have its debt forgiven.
+// forgive one to make room nor refuse every new key. So when it finds no
+// counter back to full to evict, it evicts its least recently used counter
+// anyway and keeps its debt: a seeded 64-bit hash of the counter's
+// algorithm and id and the instant it is full again, DebtBytes each. The
+// next check of that counter restores it (see owing). A shard's debts are
+// a table of buckets of debtWays slots, each debt in the emptier of two,
+// up to Config.MaxDebts in all; only when both are full of debts still
+// owed is one forgiven, the one paid soonest (counted). See
+// docs/design-store.md, "Debts of evicted counters".
 
 // DebtBytes is what one debt of Config.MaxDebts takes in memory: a hash and
 // an instant.

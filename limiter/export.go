@@ -117,22 +117,15 @@ func (s *Store) walk(collect func(a Algorithm, t counters, out []Counter) []Coun
 	}
 }
 
-// Merge takes c, which came from another node, into the store, unless
-// it is invalid, in which case it changes nothing: its record (name and
-// key bounds, a known algorithm), its limit (valid, and within
-// algorithms.MaxSlidingLogLimit for a sliding log), its Last (not after
-// now+skew) and its state (it decodes, and is possible for its algorithm
-// under c.Limit at now, allowing skew) are all checked first, and a
-// counter that fails any check is refused with an error wrapping
-// ErrBadCounter or ErrUnknownVersion. A new counter is inserted, making
-// room as a check's would (or refused with ErrFull); an existing one
-// keeps the more charged of the two states, so that merging never refills
-// a counter.
-//
-// The reservations c carries are taken as a peer's word (see travel.go):
-// those this store does not hold already give back what they reserved
-// only if the store did not hold c's counter before, and then only up to
-// one capacity of its limit in all.
+// Merge takes c, which came from another node, into the store, unless it
+// is invalid, in which case it changes nothing: its record, its limit, its
+// Last (not after now+skew) and its state (possible for its algorithm
+// under c.Limit at now, allowing skew) are checked first, and a counter
+// that fails is refused with an error wrapping ErrBadCounter or
+// ErrUnknownVersion. A new counter is inserted, making room as a check's
+// would (or refused with ErrFull); an existing one keeps the more charged
+// of the two states, so that merging never refills a counter. The
+// reservations c carries are taken as a peer's word (see travel.go).
 func (s *Store) Merge(c Counter, now time.Time, skew time.Duration) error {
 	return s.mergeUnder(c, c.Key, now, skew, false)
 }
@@ -359,37 +352,16 @@ const (
 )
 
 // merge folds c's state into its counter in t, part of shard sh of store,
-// inserting it if new; the counter keeps the more charged state, the later
+// inserting it if new: the counter keeps the more charged state, the later
 // Last and the limit of the later evaluation (but a stand-in's never
-// replaces the key's own counter's: see keptLimit). When the two were
-// evaluated under different limits, the merged state is then clamped to the limit
-// kept, as the next check with it would, so that a state charged under
-// another limit (a year-long one, say) cannot outlast it by arriving in a
-// hand-off. A state that does not decode changes nothing. With room, a
-// new counter, or a sliding log that may grow, must find room as a check's
-// would at now (see Store.take), or is refused with ErrFull. sh.mu is
-// held.
-//
-// Stand-in hits (see Request.StandIn) are what keeping the more charged
-// state would lose: two counters charged from one starting state, the
-// owner's and a stand-in's, each hold that state and their own hits, and
-// the key admitted the sum. So in mergeMeet, when the store holds the
-// key's counter, the side that carries stand-in hits has them added to
-// the other's state before the two states merge: an arriving stand-in's
-// to this store's counter, which stays what it was (the key's, or a
-// stand-in's that counts them too), or this store's to an arriving
-// counter of the key's own, which this store's then becomes (it counts
-// none). A counter both sides hold adds the hits a stand-in charged at
-// most up to what the stand-in's state still holds charged at now (hits
-// whose effect has passed there are not charged again), and at most to
-// empty (a counter holds no debt) under the limit the merged counter
-// keeps (keptLimit), not the other's: a stand-in decides on a share of the
-// limit while it still sees the owner (the service's fallback) and on the
-// whole limit once its ring drops the owner, so the counter a check made
-// meanwhile may be under the whole limit and the other used up under the
-// share, which would leave no room under it for the meanwhile hits. They
-// are charged as if at now, which errs towards refusing. The states then
-// merge as above, so a merge never refills a counter.
+// replaces the key's own: keptLimit), clamped to that limit. Stand-in
+// hits (Request.StandIn) are added, in mergeMeet, rather than lost to the
+// more charged state, at most up to what the stand-in's state still holds
+// charged at now and to empty under the kept limit. A state that does not
+// decode changes nothing. With room, a new counter, or a sliding log that
+// may grow, must find room as a check's would (see Store.take), or is
+// refused with ErrFull. sh.mu is held. See docs/design-store.md, "Merging
+// two counters of one key".
 func (t *table[S, P]) merge(store *Store, sh *shard, c *Counter, now int64, room bool, mode mergeMode) error {
 	var s S
 	if err := P(&s).UnmarshalBinary(c.State); err != nil {

@@ -8,26 +8,13 @@ import (
 	"github.com/ringlimit/ringlimit/algorithms"
 )
 
-// limits interns the limits a table's counters were last evaluated with.
-// An entry keeps a 4-byte index into it instead of its 24-byte Limit:
-// most counters of a name share one limit, or a handful, so a million
-// token buckets are 24 bytes a counter smaller, and the smaller entry
-// also costs decisions fewer cache misses.
-//
-// It holds a limit only while a counter of its table holds it: each
-// counter holds one reference (hold), given back when the counter takes
-// another limit or leaves the table (evicted, dropped idle, handed off,
-// taken out), and a limit that no counter holds is forgotten at once and
-// its index reused. So a table never interns more limits than it has
-// counters, and Config.MaxKeys bounds both: a client that sends a
-// million distinct limits for one key leaves one of them interned, and
-// one that sends them for a million keys makes a million counters, which
-// the store evicts beyond MaxKeys as it evicts any counters.
-//
-// Index 0 is the zero Limit, the limit of a counter not yet evaluated
-// (a new entry, whose zero value holds it). It is always there and
-// uncounted, so that a table's entries need no reference to make one.
-// Not safe for concurrent use: the shard's lock guards it.
+// limits interns the limits a table's counters were last evaluated with,
+// so that an entry keeps a 4-byte index instead of its 24-byte Limit. A
+// limit is held only while a counter holds it (hold, given back when the
+// counter takes another or leaves the table), so Config.MaxKeys bounds
+// the limits too. Index 0 is the zero Limit, always there and uncounted.
+// See docs/design-store.md, "Limits interned". Not safe for concurrent
+// use: the shard's lock guards it.
 type limits struct {
 	vals  []algorithms.Limit // by index; the zero Limit at 0 and at free indexes
 	uses  []int32            // counters holding each index, 0 when free

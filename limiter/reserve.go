@@ -16,30 +16,17 @@ import (
 )
 
 // Reservations hold hits whose cost is known only afterwards (a language
-// model's tokens, a transcode's seconds). Reserve decides a request
-// exactly as Decide does and charges its hits, but keeps them under a
-// random id with a time-to-live; Settle then charges the real cost, giving
-// back what was reserved beyond it (algorithms' GiveBack) or charging the
-// excess as forced hits, and Release (a Settle without a cost) gives
-// everything back. A reservation neither settled nor released by its
-// time-to-live is charged in full: its hits stay charged, the safe side
-// for work already started, and it is counted.
-//
-// A reservation is kept in the shard of its key, under the shard's lock,
-// beside its counter: (id → algorithm, limit, hits, the instant they were
-// charged at, expiry, and a hash of name and key that binds the id to its
-// counter). A settled one is remembered until its expiry, so that a
-// retried Settle answers as the first did and never charges twice. The
-// store holds at most Config.MaxReservations of them, open or settled,
-// and at most Config.MaxReservationsPerKey of one name and key; beyond
-// that Reserve is refused. Expired ones are dropped as their shard
-// is next used by a reservation, and by ExpireReservations.
-//
-// Reservations are counters' state: they travel with their counter on
-// hand-off, replication and snapshots, inside its record
-// (Counter.Reservations; see travel.go), so one made at a node that then
-// leaves or dies is settled where its counter went, and a retried settle
-// there answers as the first did.
+// model's tokens, a transcode's seconds). Reserve decides a request as
+// Decide does and charges its hits, but keeps them under a random id with
+// a time-to-live; Settle charges the real cost, giving back what was
+// reserved beyond it (algorithms' GiveBack) or charging the excess as
+// forced hits; Release gives everything back. One neither settled nor
+// released by its time-to-live stays charged in full, and is counted. A
+// reservation lives in its key's shard, beside its counter; a settled one
+// is remembered until its expiry, so that a retried Settle answers as the
+// first did. Config.MaxReservations and MaxReservationsPerKey bound them,
+// and they travel with their counter (travel.go). See
+// docs/design-store.md, "Reservations".
 
 // DefaultMaxReservations is the default bound on reservations held.
 const DefaultMaxReservations = 100_000

@@ -3,25 +3,13 @@
 // algorithms.
 //
 // The store is sharded by key, so that all limits of one entity share a
-// shard (and a lock) and can be decided all-or-nothing, and so that
-// concurrent checks for different keys rarely contend. Each shard holds one
-// table per algorithm, so that a token bucket costs the bytes of a token
-// bucket rather than of the largest state. The store is bounded: beyond
-// Config.MaxKeys a counter back to full is evicted first, least recently
-// used first, and beyond Config.MaxLogEntries a sliding log back to full. A table keeps
-// each limit its counters hold once, and only while one holds it (see
-// limits), so its limits are bounded by its counters. Counters
-// that are back to full carry no information, so the store drops idle
-// counters it meets at the cold end of a table as it inserts new ones,
-// without any background scan.
-//
-// Bounded does not mean forgiving. A counter that still holds spent hits
-// (a debt) is not simply dropped to make room: were it, a flood of new keys
-// would refill every spent user. The store makes room by evicting
-// counters that are back to full, which lose nothing, and when it finds
-// none it evicts the least recently used counter but keeps its debt, in a
-// few bytes, until the counter would be full again (see debts.go), so that
-// new keys are neither refused nor old debts forgiven (see makeRoom).
+// shard (and a lock) and can be decided all-or-nothing, with one table per
+// algorithm a shard. It is bounded (Config.MaxKeys, Config.MaxLogEntries)
+// without forgiving: counters back to full are evicted first, idle ones
+// dropped as a table is used, and a spent counter evicted for room keeps
+// its debt (debts.go). Counters leave and arrive as versioned records
+// (Counter), merged so that merging never refills. The reasoning:
+// docs/design-store.md.
 package limiter
 
 import (

@@ -13,50 +13,17 @@ import (
 
 // Reservations travel with their counter: every walk that yields counters
 // (Counters, Charged, Changed, Extract, TakeOut) gives each counter of
-// RoleLimit the reservations bound to it in Counter.Reservations (Extract
-// and TakeOut move them), and every way counters come back in (Merge,
-// MergeUnder, Restore) keeps them beside their counter, bound anew to its
-// name and key under this store's own seed. So hand-off, replication and
-// snapshots carry them as they carry the hits they hold.
-//
-// The receiving side's bound holds: a reservation that arrives when the
-// store holds Config.MaxReservations is not kept, and so stays charged
-// in full, as an expired one would be, and is counted
-// (ringlimit_reservations_not_kept_total{reason="max_reservations"}). A
-// counter carries at most MaxCounterReservations, the open ones first and
-// then those expiring soonest; those beyond it stay where they are (a
-// copy) or, when the counter moves, are dropped, charged in full and
-// counted (reason="per_counter").
-//
-// Give-back is what a forged reservation could abuse: a member of the
-// cluster could send one for hits it never charged, then settle it for
-// nothing, refilling a counter others spent. So a reservation that
-// arrives by Merge (hand-off, snapshots), which this store does not hold
-// already, gives back what it reserved only if the store did not hold
-// its counter before (the state is then the sender's alone, which it
-// could have sent emptier anyway), and only up to one capacity of the
-// counter's limit for all the reservations of that record; any other is
-// kept to answer retries and to charge a settle's excess, but gives
-// nothing back (charged in full, the safe side). Replicas (MergeUnder)
-// and what the store itself yielded (Restore) give back in full: a
-// replica becomes a counter of this node only from its key's owner (see
-// package replica), whose own word about its own counter it is.
-//
-// A reservation that arrives settled, for one the receiver holds open (a
-// replica that saw the Reserve, then the Settle), settles it there too:
-// what the settle gave back is given back to the receiver's counter
-// before the arriving state is merged in, since merging keeps the more
-// charged state and would otherwise undo the give-back. One that arrives
-// open for one the receiver holds settled stays settled. One past its
-// expiry is not kept (an open one is counted as expired: charged in
-// full). Expiry is wall time, Unix ns, so that a reservation loaded from a
-// snapshot after a whole-cluster stop expires when it would have.
-//
-// A reservation whose counter is no longer in the store (it refilled to
-// full and was dropped to make room) travels with nothing, and Charged
-// (snapshots) leaves out counters back to full with their reservations:
-// their hits were refilled already, and only a later settle's excess over
-// the reservation, and the memory of a settle for its retry, are lost.
+// RoleLimit its reservations in Counter.Reservations, at most
+// MaxCounterReservations (the open ones first, then those expiring
+// soonest), and every way counters come back in (Merge, MergeUnder,
+// Restore) keeps them beside their counter, bound anew under this store's
+// seed, within Config.MaxReservations (beyond it one stays charged in
+// full, and is counted). A forged reservation could refill a counter by
+// its give-back, so one that arrives by Merge gives back only if the store
+// did not hold its counter before, and at most one capacity of its limit
+// a record; replicas and Restore give back in full. One that arrives
+// settled settles the one held open; expiry is wall time. See
+// docs/design-store.md, "Reservations".
 
 // MaxCounterReservations bounds the reservations one counter record
 // carries, so that a record, and a decoder's allocation for it, stays
@@ -91,21 +58,12 @@ type Reservation struct {
 }
 
 // AppendBinary appends r's encoding, ReservationBytes long, all integers
-// little-endian int64:
-//
-//	offset  size  field
-//	0       16    ID
-//	16      24    Limit: Count, Period (ns), Burst
-//	40      8     Hits
-//	48      8     TakenAt, Unix ns
-//	56      8     Expires, Unix ns
-//	64      1     flags: 1 settled, 2 released; no other bit
-//	65      8     Cost
-//	73      8     Outcome.GivenBack
-//	81      8     Outcome.Forced
-//	89      32    Outcome.Decision: Remaining, RetryAfter, ResetAfter, Delay (ns)
-//
-// An open reservation has every field from Cost on zero.
+// little-endian int64: ID (16 bytes), Limit (Count, Period ns, Burst),
+// Hits, TakenAt and Expires (Unix ns), a flags byte (1 settled, 2
+// released; no other bit), Cost, Outcome.GivenBack, Outcome.Forced and
+// Outcome.Decision (Remaining, RetryAfter, ResetAfter, Delay, ns). An open
+// reservation has every field from Cost on zero. The record it goes in:
+// docs/design.md, "The counter record".
 func (r *Reservation) AppendBinary(b []byte) []byte {
 	b = append(b, r.ID[:]...)
 	b = appendInt64s(b, r.Limit.Count, int64(r.Limit.Period), r.Limit.Burst, r.Hits, r.TakenAt, r.Expires)
