@@ -1,30 +1,15 @@
-// Package borrow decides a check with a ceiling: it has its own limit, its guarantee, and
-// may borrow beyond it, up to its ceiling, while its parent, a limit
-// shared by every key that names it, has room. Three counters decide it,
-// at the key's owner:
-//
-//   - the check's own (limiter.RoleLimit): its guarantee;
-//   - its ceiling counter, of the same name, key and algorithm
-//     (limiter.RoleCeiling), of ceiling hits per period: everything the
-//     key admitted, guaranteed or borrowed, so nothing is ever admitted
-//     above the ceiling;
-//   - the parent: the counter of the check's name and the parent's key,
-//     of the parent's limit, kept cluster-wide by package global (see
-//     global.Node.Borrow and Force).
-//
-// Hits the own and the ceiling counter both admit are guaranteed: both
-// are charged (one store call, all or nothing, as they share the key's
-// shard), and so is the parent, forced: whether it has room or not.
-// Otherwise the hits are borrowed if the ceiling counter admits them and
-// the parent has room for them then: the ceiling and the parent are
-// charged, not the own counter. Else the check is refused. A check is
-// guaranteed whole or borrows all its hits. The steps run one after
-// another, without holding one lock while taking the next: package
-// global locks its shard and then the store's, so it must never be
-// called under a store lock. So a concurrent check of the same key may
-// take the ceiling's last room between the parent's yes and the ceiling's
-// charge: the check is then refused and the parent keeps the charge (it
-// refuses a little more, never admits more).
+// Package borrow decides a check with a ceiling: it has its own limit, its
+// guarantee, and may borrow beyond it, up to its ceiling, while its
+// parent, a limit shared by every key that names it, has room. Three
+// counters decide it, at the key's owner: its own (limiter.RoleLimit),
+// its ceiling (limiter.RoleCeiling, of the same name, key and algorithm),
+// and the parent, kept cluster-wide by package global (Borrow, Force).
+// Hits the own and the ceiling counters both admit are guaranteed, and
+// forced on the parent; otherwise they are borrowed if the ceiling admits
+// them and the parent has room. The steps run one after another, never
+// under a store lock (global locks its shard, then the store's), so a
+// concurrent check may be refused, never admitted more. See
+// docs/design-global.md, "Borrowing is two counters and a GLOBAL parent".
 package borrow
 
 import (

@@ -2,27 +2,13 @@ package global
 
 import "time"
 
-// Escrow: GLOBAL in strict mode (see package service, strict.go).
-//
-// In strict mode a grant is an escrow: hits the owner reserved for a node
-// ahead of time, which the node spends while it cannot reach the owner,
-// and nothing else. GLOBAL reserves grants already (the owner lends and
-// admits only what is not lent out); strict mode adds three rules, so that
-// a node that another part of the cluster has stopped hearing from, and
-// that may still be deciding, is bounded in time as well as in hits:
-//
-//   - A node spends a grant for at most EscrowConfig.TTL after the owner's
-//     last word renewing it (a broadcast that carries it), by this node's
-//     clock; after that it asks the owner, as it does with no grant.
-//   - An owner keeps the account of a node that left its ring reserved for
-//     EscrowConfig.Keep, not freeing it at its next round: the node may be
-//     cut off rather than dead, and spending its grant, for up to TTL after
-//     the owner's last broadcast reached it. A node that crashed holds its
-//     share until then: the safe side.
-//   - An owner lends nothing while EscrowConfig.MayLend says no (strict
-//     mode: while it does not see a quorum of members), to nodes or
-//     lessees, so that a cut-off owner does not hand out hits the rest of
-//     the cluster will decide again once its fence has passed.
+// Escrow: GLOBAL in strict mode (see package strict). A grant is then an
+// escrow, hits the owner reserved for a node ahead of time, bounded in
+// time as well as in hits: a node spends it for at most EscrowConfig.TTL
+// after the owner last renewed it; an owner keeps the account of a node
+// that left its ring reserved for EscrowConfig.Keep (it may be cut off,
+// and spending); and an owner lends nothing while EscrowConfig.MayLend
+// says no (it sees no quorum). See docs/design-global.md, "Escrow".
 
 // EscrowConfig is strict mode's part of a Node's Config. Its zero value is
 // GLOBAL's ordinary behaviour: grants last until spent, a node that leaves

@@ -1,43 +1,17 @@
 // Package global runs the GLOBAL behaviour: checks answered at once from
 // local state, never more than the limit in total.
 //
-// The key's owner holds the counter. It lends each other node a grant:
-// hits the node may admit on its own. Grants are reserved: the owner
-// admits its own checks, and grants more, only from the counter's
-// remaining hits minus every grant not yet used up. Every sync interval
-// each node reports to the owner the total hits it admitted (a running
-// total, so a retried report never counts twice) and whether it wants
-// more; the owner charges the new hits, hands the remaining hits out as
-// grants to the nodes that asked (each gets at most remaining/members a
-// round, so none can starve the others), and broadcasts the grants and the
-// counter's state. A node that went a whole round without a check gives
-// back the rest of its grant, so that idle nodes hold nothing. A node that
-// has no grant yet for a key forwards the check to the owner, which
-// decides it at once, exactly.
-//
-// So the cluster never admits more than the limit, short of a node that
-// crashes with hits it has not reported. An owner that crashes loses
-// little more: the key's heir keeps the grants of its broadcasts, and
-// reserves what they lent when it decides for the owner or takes the key
-// over (see heir.go). What it costs: a check at a node
-// whose grant is spent goes to the owner (as BATCHED does) until the next
-// round brings a grant, unless the owner last reported nothing left, in
-// which case it is refused locally at once; and hits lent to a node are
-// not refilled until the node reports them used or gives them back.
-//
-// The owner lends to lessees too: processes outside the cluster (a Go
-// client, an Envoy stream) that decide checks themselves from a grant and
-// report every round, as nodes do. Their accounts sit beside the nodes'
-// in each lease and are reserved alike; they are answered at once, split
-// by demand, live for a time-to-live, go to the key's heir with the
-// broadcast, and are bounded (see lessees.go and docs/leases.md).
-//
-// Accounts have epochs, so that an owner tells a node's new account (after
-// the node forgot the old one, or the key changed owner) from a stale
-// report of an old one.
-//
-// State is sharded by key, so that concurrent checks of different keys,
-// and a sync round, hold a lock only for one shard at a time.
+// The key's owner holds the counter and lends each other node a grant,
+// hits the node may admit on its own, reserved against the counter: the
+// owner admits, and lends, only what is not lent out. Every sync interval
+// (Run) each node reports the running total it admitted; the owner
+// charges it, lends the remaining hits out again (at most
+// remaining/members a node) and broadcasts grants and state. The key's
+// heir keeps the broadcast grants (heir.go), so a crashed owner loses
+// little more than a counter does. The owner lends to lessees too
+// (lessees.go), lends escrow in strict mode (escrow.go) and keeps the
+// parents of checks with a ceiling (parent.go). State is sharded by key.
+// See docs/global.md and docs/design-global.md.
 package global
 
 import (

@@ -10,29 +10,14 @@ import (
 	"github.com/ringlimit/ringlimit/ring"
 )
 
-// The side of a node that would inherit counters others own.
-//
-// An owner broadcasts the grants of its changed counters to every member
-// each round. A key's heir (its owner in the ring without the owner: the
-// member that takes the key over should the owner leave the ring, and to
-// which the owner replicates the counter, see package replica) keeps the
-// grants of the last broadcast that lent hits not yet reported used: what
-// the other nodes may still admit without asking the owner. Should the
-// owner crash, those hits stay reserved:
-//
-//   - while the owner cannot be reached but is still in the ring, the
-//     checks sent to the heir (service's failover) are decided on the
-//     replicated counter less what the owner had lent (decideOwned);
-//   - once the ring drops the owner, the heir owns the key, and its lease
-//     starts from the kept grants (shard.lease); each node's first report
-//     to it, on a new account, is charged up to what its old account had
-//     left (receive), so that the hits the nodes admitted from the dead
-//     owner's grants are charged, not only a share of them.
-//
-// So a GLOBAL key does not get a fresh limit when its owner crashes. What
-// is lost is what the owner charged after its last replication round, as
-// for any counter, and hits lent by a broadcast that reached other nodes
-// but not the heir.
+// The side of a node that would inherit counters others own. A key's heir
+// keeps the grants of the owner's last broadcast that lent hits not yet
+// reported used, so that should the owner crash those hits stay reserved:
+// a failover is decided on the replica less what was lent (decideOwned),
+// and once the ring drops the owner the heir's lease starts from the kept
+// grants (shard.lease), each node's first report on a new account charged
+// up to what its old one had left (receive). See docs/design-global.md,
+// "The heir keeps the grants".
 
 // heirLease is the grants of a counter this node would inherit, as its
 // owner last broadcast them.

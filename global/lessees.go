@@ -16,22 +16,13 @@ import (
 
 // The side of a node that lends grants to lessees: processes outside the
 // cluster (a Go client, an Envoy stream) that decide checks themselves
-// from a grant, and report what they admitted every round (see
-// docs/leases.md).
-//
-// A lessee's account of a counter sits in the counter's lease beside the
-// nodes' accounts, and is reserved against the counter as theirs are: the
-// owner admits, and lends, only what neither nodes nor lessees hold. It
-// differs from a node's in four ways. A lessee is no member, so the owner
-// answers each report at once, with the account as it holds it, rather
-// than in its round's broadcast; it lends the lessee, at that moment, a
-// share of what is not lent out in proportion to the lessee's demand
-// (topUp). A grant lives for a time-to-live: one not renewed by a report
-// within it is freed at the owner's next round, so that a lessee that
-// vanishes gives its hits back by itself. A lessee may claim a grant its
-// account does not show, when the account came from another owner or was
-// freed (see claim). And the accounts are bounded (LeaseConfig), since
-// anyone who can reach the public port can open one.
+// from a grant. A lessee's account sits in the counter's lease beside the
+// nodes', reserved alike, but the owner answers each report at once,
+// lending a share of what is not lent out by the lessee's demand (topUp);
+// a grant lives for a time-to-live; a lessee may claim a grant its
+// account does not show (claim); and the accounts are bounded
+// (LeaseConfig), since anyone who reaches the public port can open one.
+// See docs/leases.md, "How the owner lends".
 
 // Lessee names a lessee's accounts: the first 16 bytes of SHA-256 of the
 // lessee's secret (LesseeOf). Nodes keep, relay and broadcast only this
@@ -397,22 +388,14 @@ func (n *Node) claim(l *lease, a *lesseeAccount, granted, unused int64, peek *li
 
 // topUp lends a, whose counter (r) has remaining hits left (less what it
 // owes), its share of what is not lent out, up to leaseRounds intervals of
-// its demand.
-//
-// Its share has two parts. Its credit: its part (its weight, see split)
-// of what the counter refills, accrued since its last top-up, at most
-// leaseRounds rounds of it, so that the refill is split by demand whatever
-// the order and frequency of the lessees' calls (a share of what is left
-// at each call would favour those that call most often, and leave the last
-// of a round a share of what the first left). And its part of what is not
-// lent out, for when more is there than the refill (a full bucket, a
-// window's start). What the other lessees' credits hold, and the
-// cluster's own part while nodes check the key too, is not lent to it, and
-// it holds at most its part of the counter's capacity: so a lessee that
-// lies about its demand, or calls more often than the others, takes no
-// other lessee's floor, nor the GLOBAL checks' (docs/leases.md, "The
-// split").
-// sh.mu is held.
+// its demand: its credit (its weight's part of what the counter refilled
+// since its last top-up, at most leaseRounds rounds of it, so that the
+// refill is split by demand whatever the order of the calls) or its part
+// of what is not lent out, whichever is more. What the other lessees'
+// credits and the cluster's own part hold is not lent to it, and it holds
+// at most its part of the capacity, so a lessee that lies about its
+// demand takes no one's floor (docs/leases.md, "The split"). sh.mu is
+// held.
 func (n *Node) topUp(l *lease, a *lesseeAccount, r *limiter.Request, remaining int64, now time.Time) {
 	p := n.parts(l, now)
 	weight := p.weights[a]

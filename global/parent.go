@@ -5,38 +5,18 @@ import (
 	"github.com/ringlimit/ringlimit/limiter"
 )
 
-// The parent of checks with a ceiling.
-//
-// A check with a ceiling admits its guaranteed hits (within its own
-// limit) whatever its parent has left, and borrows beyond them only while
-// the parent has room (see package service). The parent is one counter
-// for every key that names it, so one hot key of the cluster: it is a
-// GLOBAL counter, and the two kinds of hits reach it two ways.
-//
-//   - Borrowed hits are decided against it (Borrow): from this node's
-//     grant, or by the owner, exactly, as any GLOBAL check. So however
-//     many nodes borrow, they never borrow more than the parent has.
-//   - Guaranteed hits are charged to it without asking (Force): from
-//     this node's grant while it lasts, so that they take the room this
-//     node could have borrowed, and beyond it as forced hits, reported to
-//     the owner with the next round.
-//
-// The owner owes the guaranteed hits it has no room for: it keeps them as
-// the lease's debt, at most the counter's capacity, and charges them to
-// the counter as it refills, before lending or admitting anything else.
-// Charging only as far as the counter had room would forget them, and a
-// bucket or a sliding window, which refill continuously, would then hand
-// the room they should have taken to the borrowers, round after round: a
-// busy key would keep borrowing while the others use their guarantees,
-// and never be cut back to its own. A debt is paid only from room not
-// lent out, so that no guaranteed hit takes room a node was granted.
-//
-// A parent's grant is renewed every round (entry.endRound): what it does
-// not use is given back, so that no grant outlives the round it was lent
-// for. So borrowing is exact but for the guaranteed hits of one round
-// that other nodes admitted beyond their grants, which the owner learns
-// of at the round's end. The debt is the owner's alone: a new owner (a
-// ring change, a failover) starts without it.
+// The parent of checks with a ceiling: a GLOBAL counter shared by every
+// key that names it. Borrowed hits are decided against it (Borrow), from
+// this node's grant or by the owner, so nodes never borrow more than it
+// has; guaranteed hits are charged to it without asking (Force), from the
+// grant while it lasts and beyond it as forced hits. The owner keeps
+// forced hits it has no room for as the lease's debt, at most the
+// counter's capacity, paid from room not lent out before it lends or
+// admits anything else: charged only as far as there was room, they were
+// forgotten, and a busy key was never cut back to its guarantee. A
+// parent's grant is renewed every round (entry.endRound). The debt is the
+// owner's alone. See docs/design-global.md, "Borrowing is two counters
+// and a GLOBAL parent".
 
 // Borrow decides borrowed hits of the parent counter r names, whose key
 // owner owns: as Decide does, but the counter is marked a parent's, whose

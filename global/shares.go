@@ -5,36 +5,19 @@ import (
 	"time"
 )
 
-// Rate shares: the owner's side of an Envoy stream (docs/rlqs.md).
-//
-// Envoy's rate_limit_quota filter refills each bucket's token bucket
-// itself, reports only every 5 s, and starts a changed token bucket at
-// the old one's level, not full. So a stream is lent a *rate share* of
-// the limit, not a grant of hits: a refilling token bucket of rate r
-// (hits a second) and burst b, which it keeps using between reports. The
-// owner splits the limit of L hits per window T so that the shares in
+// Rate shares: the owner's side of an Envoy stream. Envoy's
+// rate_limit_quota filter refills each bucket's token bucket itself, so a
+// stream is lent a rate share (rate r, burst b), not a grant of hits, and
+// the owner splits a limit of L hits per window T so that the shares in
 // force never sum to more than
 //
 //	rates:  R = (L - B) / T        bursts: B = max(L / BurstDivisor, streams), at most L
 //
-// A token bucket admits at most its level plus its refill, so in any
-// window of length T the streams together admit at most B + R×T = L.
-//
-// The sum holds while shares change, by two rules. A share that goes down
-// stays reserved at its old size for ShareDelivery after the owner's
-// answer, the time the answer takes to reach the Envoy; a share goes up
-// only by what the others' reservations leave, so never before the
-// decreases that pay for it have arrived. And shares of a key this node
-// has just come to own (by a ring change, or its own restart: tenure.go)
-// are raised no higher than what their streams claim to hold until a
-// lease time-to-live has passed: the previous owner's shares are in force
-// at the Envoys until they expire or are replaced, and streams that have
-// not reported yet cannot claim them. A key this node has owned all along
-// lends a new bucket its share at once.
-//
-// Each stream's share is its part of the split (split.go) of its demand
-// (the growth of its asked total, at most MaxDemandFactor times the
-// limit's rate), with a floor of a quarter of an equal part.
+// A share that goes down stays reserved for ShareDelivery; one goes up
+// only by what the others' reservations leave; a key this node has just
+// come to own (tenure.go) raises none above what its streams claim for a
+// lease time-to-live. Each stream's part is split (split.go) by its
+// demand, with a floor. See docs/rlqs.md, "Rate shares".
 
 // BurstDivisor sets the burst budget of a limit's shares: a 32nd of the
 // limit (at least a hit a stream), so that the rates get the rest.
