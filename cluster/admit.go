@@ -9,27 +9,16 @@ import (
 
 // Admission binds membership to identity: gossip tells a node who claims
 // to be a member and where its peer port is, and Config.Admit checks the
-// claim (package node dials the peer port over mutual TLS and checks that
-// the certificate it presents names the member). A node that has not
-// passed the check is left out of the ring, so it owns no keys, is handed
-// no counters and is sent no checks, and Member does not report it, so
-// its peer calls are refused. Each node checks every other itself: no
-// member's word admits another.
-//
-// The Run goroutine owns admission: it starts the checks, at most
-// maxAdmitting at once, each bounded by admitTimeout, and takes their
-// verdicts from a channel. A member that fails is checked again for as
-// long as gossip says it is alive: after a backoff of admitRetry doubling
-// up to admitRetryMax when the check refused it (Refused: its
-// certificate or name), and up to unreachableRetryMax when it said
-// nothing of who the member is (no answer, a timeout, a reset, no free
-// slot on a flooded port), so that a member the others keep is taken
-// back within seconds of its port answering. A member that passed a check
-// and then announces a new peer address (a pod restarted with a new IP)
-// stays in the ring while the new address's checks fail without a verdict
-// (see kept): every connection to a peer proves its name anyway (package
-// node's memberCreds), and dropping it would have this node decide its
-// keys while the others send them to it.
+// claim (package node checks the certificate on the peer port). A member
+// not admitted is left out of the ring and Member does not report it.
+// Each node checks every other itself. The Run goroutine owns admission:
+// at most maxAdmitting checks at once, each within admitTimeout, their
+// verdicts on a channel. A member that fails is checked again while gossip
+// says it is alive, after admitRetry doubling up to admitRetryMax when
+// refused, and up to unreachableRetryMax when the check said nothing of
+// who it is. A member admitted once that announces a new peer address
+// stays in the ring while the new address cannot be checked (see kept).
+// See docs/design-cluster.md, "Membership and the ring".
 type admission struct {
 	states   map[string]*admitState
 	verdicts chan verdict

@@ -1,21 +1,17 @@
 // Package cluster finds the other ringlimit nodes by gossip and keeps this
 // node's consistent-hash ring up to date.
 //
-// A Cluster wraps hashicorp/memberlist. Each node gossips its metadata (the
-// addresses of its peer and client gRPC listeners, as JSON). New only
-// checks the configuration; Run creates the memberlist, joins the cluster
-// through the Join addresses (retrying with exponential backoff, and again
-// whenever the node finds itself alone), and rebuilds the ring on every
-// membership change. The ring is an immutable *ring.Ring published through
-// an atomic pointer, so readers call c.Ring().Owner(key) with no lock.
-//
-// memberlist reports membership changes through callbacks that must not
-// block. Ours copy the node and signal the Run goroutine through a channel
-// of capacity 1, and Run does the rest: several changes in a burst cause one
-// rebuild. When Run's context is cancelled, the node leaves the gossip (so
-// the others drop it at once instead of waiting for it to fail probes),
-// shuts memberlist down and publishes a last ring without itself, whose
-// owners are where this node's counters should be handed off to.
+// A Cluster wraps hashicorp/memberlist; each node gossips its metadata
+// (its listeners' addresses and its boot id). New only checks the
+// configuration; Run creates the memberlist, joins through the Join
+// addresses (retrying with backoff, and reconnecting to members that
+// went), admits members (admit.go) and rebuilds the ring on every
+// membership change, publishing an immutable *ring.Ring through an
+// atomic pointer. memberlist's callbacks only signal Run, through a
+// channel of capacity 1, so a burst of changes causes one rebuild. When
+// Run's context is cancelled the node leaves the gossip and publishes a
+// last ring without itself, where its counters are to be handed off. See
+// docs/membership.md.
 package cluster
 
 import (
@@ -92,21 +88,11 @@ const LeftGrace = 2 * time.Minute
 
 // FailGrace is how long a member that gossip declares dead, or that
 // left, stays in the ring: a ring change is taken back only by another,
-// and each moves keys. A network heal brings such declarations that
-// gossip takes back within a fraction of a second: a member that was
-// suspect through a partition is declared dead once its suspicion times
-// out, though it answers again (it had not heard it was suspect, and so
-// had not refuted it), and refutes as soon as it hears. Dropped from the
-// ring meanwhile, it took its keys from this node's ring for that
-// moment: this node decided them on counters it no longer held, having
-// handed them to that member, and admitted them afresh (the chaos
-// partition scenario: one to three checks over a key's bound). A member
-// that is really gone loses its keys FailGrace later; until then the
-// checks sent to it fail over to their heirs, as they do while gossip
-// has not yet declared it dead. A member that leaves is kept as long
-// (memberlist does not tell its delegates a leave from a death): it keeps
-// its peer port open until the others have dropped it (package node's
-// shutdown), relaying what reaches it meanwhile to the keys' new owners.
+// and each moves keys, while a heal brings declarations of death that
+// gossip takes back within a fraction of a second. Meanwhile the checks
+// sent to a member really gone fail over to their heirs, and one that
+// leaves keeps its peer port open, relaying. See docs/design-cluster.md,
+// "Membership and the ring".
 const FailGrace = time.Second
 
 // Config configures a Cluster. Only NodeName and PeerAddr are required.

@@ -93,8 +93,8 @@ const (
 // SayLeft is the last step of this node's shutdown in strict mode, once it
 // has left gossip and closed its client and peer ports, so that it can
 // neither decide a check nor take a counter again: it sends each member of
-// the ring it left its last word (see package strict, "A graceful
-// leave"), so that the member decides the keys it took over from this
+// the ring it left its last word (see docs/strict.md, "A graceful
+// leave: no fence"), so that the member decides the keys it took over from this
 // node at once rather than after the fence. It sends none to a member
 // whose keys' counters this node still holds (its hand-off did not
 // finish), and none at all if the ring changed while it left: those keys

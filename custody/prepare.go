@@ -91,43 +91,18 @@ func (r Release) Done() {
 var ErrFenced = errors.New("strict mode: not decided here")
 
 // Prepare answers, for each of cks, which the caller routed by ring
-// routed, what it needs before this node decides it, in its Verdict (one
-// place a check): the caller decides the Ready ones on the store, calls
-// the Release's Done, then decides those that borrow, and sends the GoTo
-// ones. began
-// is when the checks began to wait for this node to join (AwaitJoin), or
-// zero; all says they are an all-or-nothing request, never split.
-//
-// For each check in turn:
-//
-//   - LOCAL: ready.
-//   - Strict mode fences a check this node owns (Fence.Judge): refused,
-//     or its counter counted as spent first.
-//   - Landed: its owner's replica, if this node holds it, becomes its
-//     counter first (replica.Node.PromoteKey); decided for another owner
-//     (a failover), it is decided as a stand-in's, and that owner gets
-//     the counter back once it answers (Watch.StandIn).
-//   - GLOBAL: ready; package global decides it.
-//   - Its counter may be on its way here (handoff.Node.AwaitCounter): it
-//     waits, until halfway to its deadline, and is refused if the member
-//     that held it has not said it is done by then; late from a member
-//     that cannot say (gone from the ring, suspect), it is decided as a
-//     stand-in's, its hits added to the counter when it comes.
-//
-// Then, an all-or-nothing request one of whose checks is refused for time
-// is refused whole; a client that has gone while they waited gets none
-// decided (its sender may have had them decided elsewhere). Last, under
-// the hold the Release lets go of, each check that may have moved is looked at
-// again (settle): its counter elsewhere, it goes to the key's owner; here
-// while its key is another node's, it is decided only on that counter. A
-// node that is leaving, which hands every counter off, holds its hand-off
-// rounds off meanwhile (handoff.Node.Hold), so no counter is on its way:
-// a round takes it out either before the look (the check goes to the
-// owner, which has it) or after the decision; and checks that reached the
-// look before Leave are decided before Leave returns (deciding). Other
-// nodes do not hold their rounds, which can take a forward deadline each
-// when an owner is unreachable: the check kept here is decided only on
-// the counter, and goes to the owner should a round take it first.
+// routed, what it needs before this node decides it, in its Verdict: the
+// caller decides the Ready ones on the store, calls the Release's Done,
+// then decides those that borrow, and sends the GoTo ones. began is when
+// the checks began to wait for this node to join (AwaitJoin), or zero;
+// all says they are an all-or-nothing request, never split. In order:
+// LOCAL is ready; strict mode's fence (Fence.Judge); a landed check's
+// replica promoted (replica.Node.PromoteKey), decided as a stand-in's; a
+// GLOBAL check is ready; a counter on its way awaited
+// (handoff.Node.AwaitCounter), refused at halfway to the deadline. Then,
+// under the hold the Release lets go of, checks that may have moved are
+// looked at again (settle). See docs/design-cluster.md, "Custody: what a
+// key needs".
 func (c *Custody) Prepare(ctx context.Context, routed *ring.Ring, began time.Time, all bool, cks []Check) Release {
 	var now time.Time
 	self := c.cluster.LocalMember()
@@ -222,25 +197,16 @@ func (c *Custody) standIn(r *ring.Ring, key string, self ring.Member) bool {
 // stand-in's at once.
 func (c *Custody) mayAnswer(from ring.Member) bool { return !c.watch.Suspect(from.PeerAddr) }
 
-// settle takes, out of cks, the Ready checks whose counter is elsewhere,
-// and makes them GoTo the node that decides them where they land, the
-// key's owner in the ring this node routes by now. Their counter is
-// elsewhere when that ring gives the key to another node, and this node
-// holds no counter for it, because it handed it off (the check was routed
-// by an older ring, or forwarded here by a node whose ring lags, or this
-// node is leaving) or has never had it. Those whose counter is here stay:
-// no other node has it yet, and the hand-off carries it on, charged. But a
-// round of hand-off may take it out between this look and the decision,
-// so they are decided only on a counter held here (Req.Held), their To
-// the owner, but for those that borrow, which are decided apart.
-//
-// Only checks that may have moved are looked at again: those marked
-// Recheck, or routed by a ring older than the one this node routes by now.
-// An all-or-nothing request stays whole for each key: its checks are
-// decided here if every counter it would be decided on here is here, and
-// go to their owners otherwise (none is kept: its checks are decided
-// together, not one by one). Landed checks are decided where they land,
-// as ever.
+// settle takes, out of cks, the Ready checks whose counter is elsewhere
+// (the ring this node routes by now gives the key to another node, and
+// no counter for it is here) and makes them GoTo that owner. Those whose
+// counter is here stay, decided only on a counter held here (Req.Held,
+// their To the owner), since a round of hand-off may take it out between
+// this look and the decision; but those that borrow, decided apart. Only
+// checks that may have moved are looked at: marked Recheck, or routed by
+// an older ring. An all-or-nothing request stays whole for each key, and
+// landed checks are decided where they land. See docs/design-cluster.md,
+// "Custody: what a key needs".
 func (c *Custody) settle(routed *ring.Ring, all bool, cks []Check) {
 	now := c.Ring()
 	self := c.cluster.LocalMember().Name

@@ -13,55 +13,18 @@ import (
 
 // Waiting for counters on their way.
 //
-// When the ring changes, a node can come to own keys whose counters another
-// member still holds: the key's owner in the previous ring, which hands
-// them over once it sees the change itself, a moment later. A check
-// decided meanwhile would start from an empty counter and could admit up to
-// a whole limit more, which merging the counter when it arrives cannot take
-// back: merging keeps the more charged state, it does not un-admit. So a
-// node that gains keys from a member still in the ring decides their
+// A node that comes to own keys whose counters a member still in the ring
+// holds (the key's owner in the previous ring this node saw; the ring
+// without itself for a node that had seen only itself) decides their
 // checks only once that member has said it is done (HandOffDone with the
-// new ring's ID, sent after each of its rounds of hand-off), or Config.Wait
-// has passed, whichever comes first; a check waits no later than halfway
-// to its deadline besides (see waitUntil). Keys gained from a member that
-// has gone are not waited for: a member that leaves gracefully hands its
-// counters over before it leaves (see cmd/rlnode's shutdown), and a
-// crashed one has nothing to send.
-//
-// Which member held a key is the key's owner in the previous ring this node
-// saw. A node that had seen only itself (it has just started, or was
-// alone) takes the ring without itself as the previous one: a node that
-// restarts under its name finds its keys with whoever held them meanwhile.
-// Rather than wait, the service relays a check whose counter has not
-// arrived to that member (see Pending), which decides it on the counter
-// it still holds if it has not seen the change yet.
-//
-// A wait that expires leaves the key's checks decided here on a counter
-// without what the previous owner holds, until that member says it is
-// done after all (its counters, sent before, have then arrived): Await
-// reports them late meanwhile. The service first pulls such a check to
-// that member, which decides it if it still holds the counter; when it
-// does not (it has sent the counter, which is on its way), or the check
-// was relayed here, the service waits for the word again, with
-// AwaitCounter, for what is left of the check's deadline. A check decided
-// while its counter is late still is decided as a stand-in's
-// (limiter.Request.StandIn), so that the counter, when it arrives, adds
-// what was admitted here rather than keep the more charged of the two.
-//
-// Keys gained from a member that has gone without leaving are late too,
-// for as long as this node owns them: the member may have crashed, with
-// nothing to send, or be alive beyond a partition, deciding them on its
-// own counter, and a node cannot tell which. After the heal that counter
-// comes back, and it then adds what was admitted here (a crashed member
-// that restarts under its name gets the counter back the same way, added
-// to what its snapshot holds). A member that leaves gracefully hands its
-// counters over before it leaves the ring, so the keys it gives are
-// waited for as any others (see the comment on waits) and never late;
-// that no member can tell a graceful leave from a crash in the ring alone
-// is why these keys are told apart by the previous owner's absence from
-// the new ring, not by how it went: a key gained from a member that left
-// gracefully is counted late too, which costs only a count of hits beside
-// its counter (limiter.Counter.StandInHits) until the key moves again.
+// ring's ID) or Config.Wait has passed, and no check waits past halfway
+// to its deadline (waitUntil): merging cannot take back what was admitted
+// on an empty counter meanwhile. Past the wait the key is late: its checks
+// are pulled to that member, or wait for its word again (AwaitCounter),
+// and are decided as a stand-in's only once it cannot say (gone, suspect,
+// maxLate overdue). Keys gained from a member gone from the ring are not
+// waited for, but are late for as long as this node owns them. See
+// docs/design-cluster.md, "Waiting for a counter on its way".
 
 // waits are the keys of one ring this node waits for, by partition. A
 // newer ring's waits replace them, and release them.

@@ -529,19 +529,14 @@ func (b *Batch) split(i int) (*Batch, *Batch) {
 // Receive merges counters another node no longer owns into this node's
 // store through checks.Intake, which validates each as a check's and
 // against this node's clock and MaxClockSkew, and returns a Refusal for
-// each it did not take: a record or state of an unknown version, or one
-// that does not decode or is impossible for its limit. Refusals are logged (once per call) and counted.
-// A counter it takes for a key this node does not own is sent on to the
-// key's owner by a round soon after (see Strays), but one whose owner in
-// this node's ring is from, the node that gave it away: from's ring is
-// ahead of this node's (it is leaving, say), and a round that sent the
-// counter back to it, before this node's ring catches up, would leave it
-// there, with this node deciding the key without it once its ring no
-// longer gives it to from (a leaving node hands on what reached it only
-// as it exits). Such a counter stays here until this node's ring changes
-// or from comes back as another process, and from is not told this
-// node's rounds are done meanwhile: should from own the key after all, it
-// pulls its checks from here.
+// each it did not take (an unknown version, a record that does not
+// decode, a state impossible for its limit), logged once a call and
+// counted. A counter for a key this node does not own goes on to its
+// owner soon after (see Strays), but one whose owner in this node's ring
+// is from, the node that gave it away, stays until this node's ring
+// changes or from comes back as another process, and from is not told
+// this node's rounds are done meanwhile: should from own the key after
+// all, it pulls its checks from here.
 func (n *Node) Receive(from string, counters []*peerpb.CounterState) []*peerpb.Refusal {
 	r := n.cluster.Ring()
 	w := strayWatch{Store: n.store, ring: r, self: n.cluster.LocalMember().Name, from: from}
@@ -579,28 +574,15 @@ func (n *Node) Receive(from string, counters []*peerpb.CounterState) []*peerpb.R
 	return refused
 }
 
-// Strays.
-//
-// A counter can arrive for a key this node does not own: its sender's ring
-// and this node's differ, as they do for moments after every change (and
-// for seconds while a partition heals, its members coming back one by
-// one). If this node's ring is behind the sender's, gossip soon brings the
-// change and, with it, a round (RingChanged) that finds the key this
-// node's after all. If it is ahead (the sender had not yet seen a member
-// come back that owns the key), no change may follow, and the counter,
-// with the hits its side admitted, would stay here unseen by its key's
-// owner until the ring next changes: the heal of a partition would forget
-// them. So a round follows strayDelay after such a counter arrives, and
-// sends on whatever this node still holds but does not own then. The
-// delay outlasts gossip's usual lag, so that a counter that arrived ahead
-// of this node's ring is not sent back to its sender only to return.
-//
-// A counter whose key this node's ring gives to its sender starts no such
-// round: the sender's ring is ahead of this node's, not behind, for it
-// gave the key away. So does a node that leaves: it hands its counters
-// over before gossip tells the others it has gone, and it could not pass
-// one sent back to it on once it has left gossip (the others refuse a
-// non-member's hand-off), which would lose the key's counter with it.
+// Strays. A counter can arrive for a key this node does not own, its
+// sender's ring and this node's differing. If this node's ring is ahead,
+// no change may follow, and the counter, with the hits its side admitted,
+// would stay here unseen by its owner: a heal would forget them. So a
+// round follows strayDelay after such a counter arrives, and sends on what
+// this node still holds but does not own; the delay outlasts gossip's lag.
+// A counter whose key this node's ring gives to its sender (it is leaving,
+// its ring ahead) starts none: sent back, it could be lost with it. See
+// docs/design-cluster.md, "Strays".
 const strayDelay = 2 * time.Second
 
 // strayWatch is a Store whose Merge notes a counter merged for a key that

@@ -307,21 +307,14 @@ func (n *Node) Run(ctx context.Context) {
 }
 
 // After a heal. A member that decides an unreachable owner's keys by
-// failover (its heir, or the next member of a key's succession in a
-// partition) does so on a counter of its own, for a key it does not own.
-// Nothing took that counter back to the owner but the next ring change:
-// after a freeze, or a partition too short for the rings to drop the
-// owner, the owner went on from its own counter, not counting what its
-// stand-in had admitted meanwhile. So a stand-in remembers the owners it
-// decided for (standIns), and once such an owner answers again and no
+// failover does so on a counter of its own, which nothing took back to
+// the owner but the next ring change. So a stand-in remembers the owners
+// it decided for (standIns), and once such an owner answers again and no
 // check has come for it by failover for StandInQuiet, it runs a round of
-// hand-off, which gives every counter it holds for a key it does not own
-// to that key's owner. The stand-in decided those checks as a stand-in's
-// (limiter.Request.StandIn), so each counter carries the hits it charged
-// standing in, and the owner adds them to its own counter rather than keep
-// the more charged of the two (limiter.Store.Merge): after a partition,
-// in which both sides admitted from one starting state, the owner's
-// counter counts what both admitted.
+// hand-off, which gives the owner those counters; their stand-in hits are
+// added to the owner's counter (limiter.Store.Merge), so that it counts
+// what both sides of a partition admitted. See docs/design-cluster.md,
+// "After a heal: stand-ins give back".
 
 // StandInQuiet is how long after its last failover decision for an owner
 // a stand-in waits before it gives that owner's counters back: other

@@ -2,48 +2,17 @@
 // own it if its owner were gone (its heir), so that a crashed node's
 // counters survive it.
 //
-// Each owner sends, every Config.Interval, the counters that changed
-// since its last round (limiter.Store.Changed) to their heirs, batched per
-// heir as hand-off batches them. A key's heir is its owner in the ring
-// without the owner: the member that takes the key over when the owner
-// leaves the ring. Counters travel whole, as hand-off's versioned record,
-// never as increments, so a batch lost or received twice does no harm, and
-// the receiver merges them (the more charged state wins) into a store of
-// replicas kept apart from its own counters, which no check is decided
-// from.
-//
-//	  owner A                           heir B (A's keys, were A gone)
-//	┌────────────────┐  every interval ┌──────────────────────────────┐
-//	│ counters       │ ──────────────► │ replicas (not checked)       │
-//	│ changed since  │  Replicate:     │   │ A leaves the ring:       │
-//	│ the last round │  full states    │   ▼ promoted before B        │
-//	└────────────────┘                 │ counters  decides A's keys   │
-//	                                   └──────────────────────────────┘
-//
-// When the ring changes, a node first promotes the replicas of the keys it
-// now owns into its own counters (Promote), before it decides any check on
-// the new ring: a check for a key whose owner crashed is decided on the
-// last replicated state, never on an empty counter while a replica is
-// here. Every owner then sends again the counters whose heir changed
-// (limiter.Store.MarkChanged of their partitions), so that replicas follow
-// their keys to their new heir.
-//
-// A replica is kept under the name of the member that sent it, and only
-// the key's owner's replica is ever promoted: when the ring changes, a
-// replica becomes this node's counter only if this node now owns its key,
-// its sender owned the key in the ring before and is no longer in the
-// ring (it left or failed); and when this node decides a key for an owner
-// that cannot be reached (failover), only that owner's replica. So a
-// member that sends replicas of keys it does not own (of keys the
-// receiver owns itself, say, spent) changes no counter, whenever the ring
-// changes. Promoting merges, and merging never refills, so promoting is
-// safe whatever the reason the key moved: a node that leaves gracefully
-// hands its counters over before it leaves the ring, and those are at
-// least as charged as their replicas.
-//
-// What is lost when an owner crashes is what it admitted since its last
-// round: at most one interval of hits, plus the time for a round to reach
-// the heir.
+// Each owner sends, every Config.Interval (Run), the counters that changed
+// since its last round (limiter.Store.Changed) to their heirs, whole, as
+// hand-off's record; the heir merges them into a store of replicas kept
+// apart under the sender's name, from which no check is decided. When the
+// ring changes a node promotes the replicas of the keys it now owns
+// (Promote) before it decides any check on the new ring, and owners send
+// again the counters whose heir changed. Only the key's owner's replica is
+// ever promoted: one whose sender owned the key and left the ring, or, on
+// failover, the unreachable owner's. A member that comes back gets its
+// replicas back (Return). What a crash loses is one interval of hits and
+// a round's trip. See docs/design-cluster.md, "Replicas".
 package replica
 
 import (

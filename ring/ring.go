@@ -28,25 +28,13 @@ import (
 
 // The ring's shape. Every node must use the same values, or nodes would
 // disagree about owners; they are constants for that reason.
-//
-// PartitionCount is a prime well above the largest cluster we plan for (50
-// nodes), so that each member owns about 150 or more partitions and the
-// partition count itself adds little imbalance. With 271 partitions (the
-// library default) a 50-node member owns 5 or 6 partitions, and one partition
-// more or less is a 20% swing.
-//
-// ReplicationFactor is the number of virtual nodes per member. The bounded
-// load cap (Load) guarantees that no member owns more than 1.25x its fair
-// share of partitions, but a member whose natural share is above the cap
-// spills partitions to its neighbours, and when a member joins, the lower cap
-// can move a few partitions between old members. More virtual nodes make
-// natural shares more even, so the cap binds less often: with 200, adding a
-// member to a ring of 3..50 moves at most about 1.3x the ideal 1/(N+1) of the
-// keys, almost all of them to the new member (see TestMovement). With 20 (the
-// library default) it moves up to 1.6x the ideal. The price is build time:
-// consistent sorts its virtual nodes once per member, so New takes about
-// 10 ms for 10 members and 80 ms for 50 (one core of our CI machine). Rings are built only on
-// membership changes, so that is acceptable.
+// PartitionCount is a prime well above the largest cluster planned for
+// (50 nodes), so that each member owns 150 or more partitions;
+// ReplicationFactor, the virtual nodes a member, makes natural shares even
+// enough that the bounded load cap (Load) rarely binds, so a join moves
+// at most about 1.3x the ideal 1/(N+1) of the keys (see TestMovement), at
+// the price of 10-80 ms a ring build, paid on membership changes only.
+// See docs/design-cluster.md, "Membership and the ring".
 const (
 	PartitionCount    = 7919
 	ReplicationFactor = 200

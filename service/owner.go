@@ -148,8 +148,8 @@ func (o Owner) HandOffDone(_ context.Context, from string, ring uint64) {
 // Left takes node from's last word that it has left the cluster, holding
 // no counter of the keys this node owns in the ring whose ID is ring: in
 // strict mode the keys this node took over from it are then decided at
-// once, not fenced (see package strict, "A graceful leave"). It returns an
-// error when it does not take the word.
+// once, not fenced (see docs/strict.md, "A graceful leave: no fence"). It
+// returns an error when it does not take the word.
 func (o Owner) Left(_ context.Context, from string, ring uint64) error {
 	if err := o.s.strict.TakeLeft(from, ring, o.s.now()); err != nil {
 		return err

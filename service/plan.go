@@ -13,20 +13,12 @@ import (
 
 // A request's checks are decided in rounds (Service.decide, check.go).
 // Each round takes the node's view at one instant (view), re-plans the
-// checks whose send failed in the round before with what the failure
-// taught (replan), asks package global about the GLOBAL checks it would
-// decide here, and gives each check still pending one route (plan). Then
-// it carries the routes out: the checks decided here first, then every
-// send at once. The checks of a send that fails are the next round's.
-// plan and replan are pure: they read the view and the checks, and change
-// nothing else; the tables of plan_test.go test them.
-//
-// A new route (an answer from a lease, say) takes a routeKind (among the
-// first ones if it decides on this node, so that it labels the checks
-// metric), what the view must know for it (read at the instant, or asked
-// for before plan as askGlobal asks GLOBAL), a case in plan (firstRoute,
-// for a check's first round), a case in carry that carries it out, and,
-// if it can fail, what replan does with its checks then.
+// checks whose send failed in the round before (replan), asks package
+// global about the GLOBAL checks it would decide here, and gives each
+// check still pending one route (plan); then it carries the routes out,
+// the checks decided here first, then every send at once. plan and replan
+// are pure, tested by the tables of plan_test.go. What a new route takes:
+// docs/design-cluster.md, "The rounds of a check".
 
 // A routeKind is how a check goes in one round: decided on this node (the
 // first numDecided, whose names are the route label of ringlimit_checks_total),
@@ -183,30 +175,16 @@ type view struct {
 func (v *view) owns(m ring.Member) bool { return m.Name == "" || m.Name == v.self.Name }
 
 // plan returns the route of each pending check of c, from what it does
-// next and the view.
-//
-// A check that goes as its owner's check (nextOwner) is decided by the
-// part of the node its behaviour and owner call for: LOCAL always here;
-// GLOBAL by package global, from this node's grant or as the owner, or,
-// when global says so, at the owner; any other here if this node owns the
-// key, else at the owner. A node that is leaving decides every such
-// check here but LOCAL and GLOBAL ones, which go as ever: settle then
-// decides here those whose counter is still here, and relays the others
-// to their new owners. A check whose counter may still be with the key's
-// previous owner, which this node waits for (handoff.Node.Await; after
-// the wait has expired too, until that member says it is done:
-// handoff.Node.Pending), is pulled (at once refused, as any send, while
-// this node suspects that member: see package heal): sent to that owner,
-// which decides it if it still holds the counter (it has not seen the
-// ring change yet: gossip can lag by seconds on a busy node; or it is the
-// key's heir, holding the replica of an owner that came back without its
-// counter), and otherwise answers that it does not, deciding nothing;
-// then this node decides it, waiting for the word that the hand-off is
-// done. So is a check whose counter is here until the word comes: it may
-// not be the key's whole counter (a returning owner's snapshot, older
-// than the replica its heir holds). Checks relayed or pulled here, which
-// are never passed on, and checks of an all-or-nothing request, which are
-// never split, wait for the word (see custody.Custody.Prepare).
+// next and the view. A check that goes as its owner's check (nextOwner)
+// is decided by the part of the node its behaviour and owner call for:
+// LOCAL here; GLOBAL by package global, or at the owner when it says so;
+// any other here if this node owns the key or is leaving, else at the
+// owner. A check whose counter may still be with the key's previous holder
+// (handoff.Node.Await, then Pending until that member says it is done) is
+// pulled from it, though its counter is here: it may not be the whole of
+// it. Checks relayed or pulled here, and those of an all-or-nothing
+// request, wait here instead (custody.Custody.Prepare). See
+// docs/design-cluster.md, "The rounds of a check".
 func plan(c *call, ps []pending, v *view) []route {
 	routes := make([]route, len(ps))
 	for k := range ps {
@@ -276,47 +254,15 @@ const (
 )
 
 // replan says what the checks ps, all of the send that failed as f says,
-// do next, and returns the lesson. In this order:
-//
-//   - A pull whose node does not hold the counter (it has handed it over,
-//     or never had it), or does not answer, is decided here, as the owner,
-//     waiting for the counter if it is on its way.
-//   - The ring may have changed while the send was in flight: unless it
-//     was a retry, or the node answered, or the client cancelled, each
-//     check is tried once more at its key's owner in the ring this node
-//     routes by now, decided here for the keys this node owns now, if that
-//     ring gives any of them an owner other than the node that failed.
-//     The checks' keys shared that node, not always a new one: a member
-//     that leaves spreads its keys over the others. The checks of an
-//     all-or-nothing request that share a key share its owner, and so
-//     stay together.
-//   - A client that has gone is charged nothing.
-//   - A relay to a member a check failed over to, that went unanswered,
-//     fails over again, to the next member of the key's succession (see
-//     failOver).
-//   - A forward whose owner cannot be reached fails over: each key's heir,
-//     the node that would own it without that owner, to which the owner
-//     replicates its counters (package replica), takes its replica as its
-//     own counter and decides with the whole limit, so a crashed owner's
-//     keys go on from where its last replication left them, rather than
-//     from an empty counter with a share on every node. This node decides
-//     those it is the heir of; the others are relayed to their heir. When
-//     this node suspects the heir too (a partition), the next member of
-//     the key's succession it can reach takes the heir's place.
-//     GLOBAL checks fail over alike: the heir decides them on its replica
-//     less the hits the owner had lent to the nodes and they may still
-//     admit, which it knows from the owner's broadcasts (see package
-//     global). An owner that is only frozen (a GC pause, a stalled VM)
-//     keeps its own counter: what its heir admitted meanwhile stays with
-//     the heir until the next ring change hands it over, so a key can be
-//     over its limit by what the heir admitted while the owner was
-//     unreachable; the shares did as much.
-//   - Any other failure (a relay or pull that failed, no member left to
-//     fail over to) falls back to this node's share of each limit.
-//
-// In strict mode (v.strict) neither of the last two happens: only the
-// owner decides a key, so a check whose owner cannot be reached is refused
-// here (its GLOBAL escrow, if it had any, was spent before it was sent).
+// do next, and returns the lesson. In order: a pull whose node does not
+// hold the counter, or does not answer, is decided here; a send the ring
+// moved while in flight is tried once more at each key's current owner;
+// a client that has gone is charged nothing; a forward whose owner, or a
+// relay whose member it failed over to, cannot be reached fails over
+// (failOver); anything else falls back to this node's share. In strict
+// mode (v.strict) neither of the last two happens: only the owner decides
+// a key, so such a check is refused here. See docs/design-cluster.md,
+// "The rounds of a check".
 func replan(c *call, ps []*pending, f *failure, v *view) lesson {
 	switch {
 	case f.kind == routePull && !f.answered && v.gone == nil:
@@ -371,22 +317,13 @@ const maxHops = 3
 // a member it failed over to went unanswered (f), to the first member of
 // its key's succession that this node can reach: the key's owner in the
 // ring v routes by without the owner that failed, the member f went to,
-// and every member this node suspects. While only the owner is
-// unreachable that is the key's heir, to which the owner replicates it.
-// In a partition it is, for every node of one side, the same member of
-// that side, once each has tried the members across the cut (and so
-// suspects them): each side decides each key whose owner it cannot reach
-// on one counter, with the whole limit, and so admits at most the limit,
-// where before each of its nodes admitted a share besides. That member
-// decides the check where it lands (here, if it is this node). A node
-// that reaches no other member, and is not the key's heir, is a side of
-// its own: it decides with its share of the limit, on the counter it
-// decides the key on with the whole limit once its ring has dropped the
-// others (a limit that grows never uncounts), so that it admits at most
-// the limit too, and less while the others may still be alive. A GLOBAL
-// check goes to the heir only (package global keeps the owner's grants
-// there); it, and a check that has failed over maxHops times or finds no
-// member left, is decided here with this node's share.
+// and every member this node suspects. That is the key's heir, which holds
+// the owner's replica, while only the owner is unreachable, and the same
+// member for every node of one side of a partition, so that a side admits
+// at most the limit. A GLOBAL check goes to the heir only; it, and a check
+// that has failed over maxHops times or finds no member left, is decided
+// here with this node's share. See docs/design-cluster.md, "The rounds of
+// a check".
 func failOver(c *call, ps []*pending, f *failure, v *view) lesson {
 	out := []string{f.to.Name}
 	for _, p := range ps {

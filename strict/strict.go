@@ -1,115 +1,17 @@
 // Package strict is strict mode: never more than the limit, in any
-// partition or crash.
+// partition or crash, at the cost of refusals (decided_by "escrow").
 //
-// By default an owner that cannot be reached is replaced: its heir
-// decides its keys on a replica, or each node on its share, so every
-// check is answered and a key can be over its limit by what was decided
-// on both sides. In strict mode (a quorum set on every node,
-// service.Config.StrictQuorum) a key is decided only where no other node
-// can be deciding it at the same time, and a check that cannot be is
-// refused, saying so (decided_by "escrow"):
-//
-//   - Only the owner decides a key, and only while its ring holds at least
-//     quorum members (a majority of the cluster: two sides of a
-//     split cannot both hold one). There is no failover to the heir and
-//     no fallback to a share: a check whose owner cannot be reached is
-//     decided from this node's escrow, its GLOBAL grant (hits the owner
-//     reserved for this node in advance, which it spends for at most the
-//     escrow's time-to-live after the owner last renewed it), or, with no
-//     escrow, refused.
-//   - A node that comes to own keys of a member that left its ring (dead,
-//     frozen or cut off: no node can tell), but one that said it left
-//     (below), decides none of them until
-//     StrictFence has passed since the member left: by then the member,
-//     if it lives, has lost its quorum and stopped deciding, and the
-//     escrows it lent have expired (the fence exceeds the time memberlist
-//     takes to declare the majority dead on the far side, the escrow
-//     time-to-live and a lessee's). Then it counts each such key's counter
-//     as spent, once, at the first check after the fence: what the member
-//     admitted and had not replicated is unknown, and a spent counter
-//     admits nothing that, added to any of it, exceeds the limit in any
-//     window. Keys first checked once their limit would have refilled
-//     anyway (a period, or a bucket's refill, after the fence) are not
-//     charged.
-//   - A member that comes back owns its keys again (its counters are
-//     exact: no one else decided them), but the counter of one of them
-//     that its heir holds until the hand-off may be a stale copy (a
-//     promoted replica): the heir refuses the checks that reach it there
-//     meanwhile rather than decide them on it (see Mode.Judge).
-//   - An owner lends no escrow while it lacks a quorum, and keeps the
-//     escrow of a node that left its ring reserved until it has expired
-//     (global.EscrowConfig).
-//   - A member that leaves gracefully (SIGTERM: see package node's leave)
-//     and says so is not fenced: its keys' new owners decide them at once
-//     (see "A graceful leave" below).
-//
-// The cost is refusals: on a side without a quorum every key but what its
-// escrows hold; on the majority side, the keys of a departed member that
-// did not say it left, for the fence, and then until their counters
-// refill.
-//
-// # A graceful leave, and what it proves
-//
-// The fence is there because a member that drops out of the ring may be
-// alive and deciding. A member that shuts down gracefully is not: it
-// routes every check by the ring without itself (service.Service.Leave), hands
-// each counter to its new owner, leaves gossip, hands on what reached it
-// meanwhile, closes its client ports and then its peer port, and only
-// then, holding no counter of a member's keys, sends that member its last
-// word (service.Service.SayLeft, HandOffRequest.left): from then on it cannot
-// decide a check or take a counter, so everything it ever admitted for
-// the keys the member gained is in the counters the member now holds. A
-// node takes the word (Mode.TakeLeft) only for the latest departure
-// of that member it has seen, only while its ring still lacks it, and
-// only if the ring the sender left is the ring this node's dropped it
-// into; then the departure's keys are decided at once, uncharged.
-// Otherwise the fence stands:
-//
-//   - Memberlist's own leave message (a dead message from the node about
-//     itself, StateLeft) is not taken as proof: it is gossip, relayed by
-//     any member and, without --gossip-key, by anyone who can send a UDP
-//     packet; a captured one, even encrypted, can be replayed; and it says
-//     nothing of the hand-off, which it precedes. The last word is a peer
-//     call from the member itself, under its own name (mutual TLS, see
-//     peer.Guard), which the member makes only once it is done.
-//   - A member cut off by a partition cannot send it across: its keys stay
-//     fenced.
-//   - A member whose hand-off did not finish (a timeout, an owner that
-//     refused counters, a crash mid-hand-off) does not send it to the
-//     owners of the counters it still holds: their keys stay fenced. Nor
-//     does one whose ring changed while it left (the counters may have
-//     gone to a member that has them still).
-//   - A word is bound to one departure: it names the ring the member
-//     left, and is taken only for this node's latest departure of that
-//     member, while the ring lacks it and within the fence. A member that
-//     comes back and then fails is a new departure, which only a new word
-//     could mark; a member sends one only at the end of a graceful
-//     shutdown, and mutual TLS does not let a recorded call be replayed.
-//     Without mutual TLS on the peer port anyone who reaches it can send
-//     a word under any name, as it can send any peer call.
-//   - GLOBAL checks of its keys stay fenced: the grants an owner lends are
-//     not charged in the counter it hands over but held in its lease
-//     (global/leases.go), and reach the new owner only through the grants
-//     of the last broadcast it kept as the key's heir (global/heir.go);
-//     and a leaving node's GLOBAL side owns the key by its gossip ring
-//     until it leaves gossip, so it decides the checks forwarded to it,
-//     and lends, after its hand-off, on a counter it no longer holds. So a
-//     GLOBAL key's counter does not hold everything the member let others
-//     admit (nor, for that last reason, is a GLOBAL key exact through a
-//     graceful leave even with the fence: docs/cluster.md, "Not covered
-//     yet").
-//   - So do checks with a ceiling (package borrow): a leaving node decides
-//     those after it lets hand-off rounds go on (they may wait on the
-//     parent's owner: see decideHere), so one may land on a counter the
-//     node has just handed over, and what it charges there, handed over
-//     later, is merged by the more charged state, not added. (A check
-//     without a ceiling of a counter that other checks borrow through is
-//     decided at once: clients that mix the two on one counter are exact
-//     through a graceful leave only while no check with a ceiling is in
-//     flight at the leaving node as it hands that counter over.)
-//   - The escrow the member held of others' GLOBAL keys stays reserved at
-//     their owners until the fence has passed (global.EscrowConfig.Keep),
-//     as for any departure: at most its share of each key's limit.
+// With a quorum set on every node (service.Config.StrictQuorum), a key is
+// decided only where no other node can be deciding it at the same time:
+// by its owner, while its ring holds a quorum. A check whose owner cannot
+// be reached is decided from this node's escrow (its GLOBAL grant) or
+// refused. The keys of a member that left the ring without its last word
+// are fenced for StrictFence, then their counters counted spent once
+// (Mode.Judge); a member that leaves gracefully sends its last word once
+// it holds nothing (Mode.TakeLeft), and its keys are decided at once, but
+// for GLOBAL ones and ceilings. The rules: docs/strict.md; why a fence and
+// what a last word proves: docs/design-cluster.md, "Strict mode: why a
+// fence, and what a last word proves".
 package strict
 
 import (
@@ -268,21 +170,13 @@ const (
 
 // Judge returns the verdict on r, decided here, by self, at now as the
 // owner of its key in cur, or as the holder of the key's counter that cur
-// gives to another member (see custody's settle); holds reports whether this node
-// holds a check's counter (nil: never); keepFence says r is a check that a
-// departure that said it left still fences: a GLOBAL one, or one with a
-// ceiling (see "A graceful leave"). A Charge is given once per
-// counter and departure.
-//
-// A member that comes back owns its keys again, and its departure no
-// longer fences them; but a counter of one of them held here, by the
-// member's heir, may be a copy (a promoted replica) that lacks what the
-// member admitted since, while it was cut off from this node. Such a
-// counter is not decided on until it has gone to the member (hand-off),
-// within the fence and the counter's refill after the departure: checks
-// of the key that reach this node meanwhile (from a node whose ring still
-// lacks the member) are refused. A member that said it left handed its
-// counters here, and they are its key's own.
+// gives to another member (see custody's settle); holds reports whether
+// this node holds a check's counter (nil: never); keepFence says a
+// departure that said it left still fences r (GLOBAL, or a ceiling). A
+// Charge is given once per counter and departure. A counter this node
+// holds, as heir, of a member that came back may be a stale copy (a
+// promoted replica): checks of its key are refused until it has gone to
+// the member, within the fence and the counter's refill.
 func (m *Mode) Judge(r *limiter.Request, keepFence bool, cur *ring.Ring, self string, holds func(*limiter.Request) bool, now time.Time) Verdict {
 	if cur.Len() < m.quorum {
 		return Refuse
