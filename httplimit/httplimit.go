@@ -1,58 +1,18 @@
 // Package httplimit is net/http middleware that asks ringlimit whether each
-// request may go ahead. Refused requests get 429 Too Many Requests with a
-// Retry-After header; every answered request carries the IETF RateLimit
-// header fields (draft-ietf-httpapi-ratelimit-headers):
+// request may go ahead: 429 Too Many Requests with Retry-After when not,
+// and the IETF RateLimit header fields on every answer:
 //
 //	RateLimit-Policy: "api";q=100;w=60
 //	RateLimit: "api";r=42;t=17
 //
 // q is the limit, w the period in seconds, r the remaining hits and t the
-// seconds until the counter is full again. With LegacyHeaders, the older
-// X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset carry q,
-// r and t as well; X-RateLimit-Reset is seconds until the counter is full
-// again, as Envoy's rate limit filter sends it, not the Unix time in
-// seconds that GitHub's API sends.
-//
-// Rounding. Every figure rounds up to whole seconds, so a client that waits
-// that long is never early, with one care for t: ringlimit reports when
-// the counter is full again as an instant, reset_time_ms, already rounded
-// up to the millisecond. t is that instant minus now rounded up to the
-// millisecond too, then rounded up to seconds. Rounding both instants the
-// same way cancels the server's rounding, so t never exceeds the true time
-// until full rounded up to the second, and never w; subtracting a truncated
-// now instead would count the server's rounding twice and answer t=61 for
-// a 60-second counter checked within one millisecond. The price is that t
-// may be short by less than a millisecond of the true time, which no
-// client can observe at the header's one-second resolution.
-//
-// Spacing. A Limit with a MinInterval refuses a request that comes sooner
-// than that after the key's last admitted one: 429, with Retry-After the
-// wait left. The headers still describe Count per Period (r is what the
-// limit has left; t is when both the limit is full again and the spacing
-// allows a request); a spacing alone (Count and Period zero) is described
-// as one request per MinInterval: q=1 and w its seconds.
-//
-// Borrowing. A Limit with a Ceiling and a Parent admits a request beyond
-// Count while the parent has room (see client.Limit); such a request
-// carries
-//
-//	X-RateLimit-Borrowed: true
-//
-// so that a client, or a log, can tell that it went beyond its guarantee
-// and may be cut back to it when others need the parent. The headers
-// above still describe Count, the guarantee (r is 0 while borrowing).
-//
-// Costs known only afterwards. With ReserveTTL, a request reserves an
-// estimate and its handler reports the real cost with ReportCost; see
-// ReportCost and the Limiter's fields.
-//
-// Clients behind proxies. By default the key is the host of RemoteAddr.
-// Behind a reverse proxy or load balancer that is the proxy, so set
-// TrustedProxies to the proxies' networks: the client's address is then
-// read from the header they append to (ForwardedHeader), walking it from
-// the right and skipping trusted proxies. The header is used only on
-// requests that come from a trusted proxy, because anyone else can write
-// anything in it.
+// seconds until the counter is full again, each rounded up to whole
+// seconds so that a client that waits that long is never early (why t
+// rounds as it does: docs/design-ports.md). LegacyHeaders adds the
+// X-RateLimit-* headers, a request beyond its guarantee carries
+// X-RateLimit-Borrowed: true, TrustedProxies names the proxies to look
+// behind, and ReserveTTL reserves an estimate that the handler settles
+// (ReportCost). See docs/go.md, "httplimit".
 package httplimit
 
 import (

@@ -11,34 +11,18 @@ import (
 	"github.com/ringlimit/ringlimit/client"
 )
 
-// Costs known only afterwards. With ReserveTTL set, the middleware does
-// not spend one hit per request: it reserves Estimate(r) hits for the
-// request (client.Client.Reserve), decided and answered exactly as a
-// spending check of that many would be, runs the handler, and then
+// Costs known only afterwards. With ReserveTTL set, the middleware
+// reserves Estimate(r) hits for the request (client.Client.Reserve),
+// answered as a check of that many would be, runs the handler, and then
 // settles the reservation with the cost the handler reported through
-// ReportCost:
-//
-//	cost := generate(r) // tokens, bytes, seconds of CPU
-//	httplimit.ReportCost(r.Context(), cost)
-//
-// Less than the estimate gives the rest back at once; more charges the
-// excess (the work was done). The RateLimit headers are written before
-// the handler runs, so they describe the counter after the reservation,
-// not after the settle.
-//
-// The reservation is always settled, never released: with the last cost
-// reported, or with the estimate if the handler reported none. That holds
-// when the handler panics (the panic goes on after the settle) and when
-// the client goes away (the settle is sent without the request's
-// cancellation): work that started is taken to have cost what was
-// reserved for it, the safe side, as a reservation that is never settled
-// is charged in full at its time-to-live. A handler that knows it spent
-// nothing reports 0, which gives everything back.
-//
-// The settle is sent when the handler returns, before the response is
-// finished, within Timeout. If it fails (ringlimit out of reach),
-// SettleError hears of it, and the reservation is charged in full when
-// its time-to-live ends.
+// ReportCost: less gives the rest back, more charges the excess. The
+// RateLimit headers describe the counter after the reservation. The
+// reservation is always settled, with the estimate if the handler
+// reported nothing, panicked or lost its client (the settle is sent
+// without the request's cancellation, within Timeout): work that started
+// cost what was reserved for it, the safe side. A settle that fails goes
+// to SettleError, and the reservation is charged in full when it expires.
+// See docs/go.md, "httplimit".
 
 // Reserver is what the middleware needs of ringlimit to reserve:
 // *client.Client.

@@ -74,24 +74,16 @@ func (c Config) connOptions() []grpc.ServerOption {
 	}
 }
 
-// clientTap is the client port's grpc.InTapHandle. The RPC establishes
-// its connection (see package conns), the gate admits the RPC (see
-// admit.Gate.Tap), and then:
-//
-//   - a stream of the methods newClientTap is given gets an RPC context
-//     that its server (a mux.Server, rlqs.Server) can end (see
-//     mux.Stoppable), so that a stream whose client does not read its
-//     answers, or sends nothing, ends and gives its slot back, though its
-//     send or receive is blocked;
-//   - a unary RPC gets a deadline of RequestTimeout, unless its client
-//     gave a shorter one: a client that sends an RPC's headers and
-//     withholds its message would otherwise hold a slot of --max-inflight
-//     for as long as its connection lives (the handler, which could time
-//     it, is not called before the message arrives).
-//
-// Only admitted RPCs get either: a refused RPC's context is never ended by
-// gRPC until its connection closes, and would keep what was derived from
-// it.
+// clientTap is the client port's grpc.InTapHandle. The RPC establishes its
+// connection (package conns), the gate admits it (admit.Gate.Tap), and
+// then a stream of the methods newClientTap is given gets a context its
+// server can end (mux.Stoppable), so that a stream that does not read or
+// send gives its slot back though blocked; and a unary RPC gets a deadline
+// of RequestTimeout unless its client gave a shorter one, so that a client
+// withholding its message cannot hold a slot of --max-inflight. Only
+// admitted RPCs get either: gRPC never ends a refused RPC's context until
+// its connection closes. See docs/design-ports.md, "Connections and
+// streams earn their slots".
 type clientTap struct {
 	gate           *admit.Gate
 	lis            *conns.Listener // its RPCs' connections are established

@@ -51,20 +51,15 @@ type GuardConfig struct {
 	Registerer prometheus.Registerer
 }
 
-// Guard checks who makes each peer call, before the Server sees it:
-// reports (AddGlobalHits), GLOBAL states (UpdateGlobals), hand-offs
-// (HandOff), replicas (Replicate), relayed lease reports (Lease), relayed
-// settles of reservations (Settle), questions of who is being limited
-// (Top) and streams of forwards (ForwardStream)
-// are taken only from current members under their own names, never under
-// the receiving node's own name. A
-// refused call fails with codes.PermissionDenied (codes.Unauthenticated
-// without a certificate) and reaches no handler. Forward carries no name:
-// with mutual TLS, it is taken only from a certificate that names a
-// current member other than this node, so that a certificate the cluster
-// CA issued for anything else (another service, a member that left) can
-// change no state through any call. (What a call says, such as GLOBAL
-// states only for keys the sender owns, the Handler validates.)
+// Guard checks who makes each peer call, before the Server sees it: the
+// calls that carry their sender's name (AddGlobalHits, UpdateGlobals,
+// HandOff, Replicate, Lease, Settle, Top, ForwardStream) are taken only
+// from current members under their own names, never under the receiving
+// node's. Forward carries no name: with mutual TLS it is taken only from a
+// certificate naming a current member other than this node. A refused
+// call fails with codes.PermissionDenied (codes.Unauthenticated without a
+// certificate) and reaches no handler. What a call says, the Handler
+// validates. See docs/security.md, "Members under their own names".
 //
 // Guard is safe for concurrent use.
 type Guard struct {

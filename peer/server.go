@@ -47,21 +47,16 @@ const (
 )
 
 // ServerOptions are the gRPC server options the peer listener needs: its
-// receive limit, MaxMessageBytes, and the codec that decodes and encodes
-// forwarded checks without reflection (wire.Codec), and counts every
-// request before it decodes it (codec): the elements of a bounded field
-// beyond one past the bound are never built, a request that would build
-// more messages than its kind may is refused, and the requests decoded
-// and not yet answered hold at most MaxInflightBytes (their wire bytes
-// and a cost per message) on each server. Add them first
-// to the *grpc.Server that serves Register: they include the outermost
-// unary interceptor, which gives a request's bytes back when its call
-// ends, and the server's grpc.InTapHandle, which gives each ForwardStream
-// a context that Server can end (mux.Stoppable), so that a stream whose
-// sender reads nothing, or sends nothing, ends (see Server.BoundStreams).
-// The taps given, if any, are called first, in order, for every RPC (a
-// node's tells its listener that the RPC's connection has made a
-// request): gRPC takes one InTapHandle.
+// receive limit, MaxMessageBytes, and a codec that decodes forwarded
+// checks without reflection (wire.Codec) and counts every request before
+// it decodes it (codec): no bounded field is built beyond one past its
+// bound, and the requests not yet answered hold at most MaxInflightBytes
+// on each server. Add them first to the *grpc.Server that serves Register:
+// they include the outermost unary interceptor, which gives a request's
+// bytes back when its call ends, and the server's grpc.InTapHandle, which
+// gives each ForwardStream a context Server can end (see
+// Server.BoundStreams). The taps given are called first, in order, for
+// every RPC: gRPC takes one InTapHandle.
 func ServerOptions(taps ...tap.ServerInHandle) []grpc.ServerOption {
 	c := codec{budget: semaphore.NewWeighted(MaxInflightBytes)}
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.ForceServerCodecV2(c), grpc.ChainUnaryInterceptor(releaseUnary),

@@ -2,30 +2,16 @@
 // YAML configuration language, and finds the policy that applies to a
 // request's descriptor.
 //
-// A file (or each `---` document of a file) is one domain: a tree of
+// A file (or each --- document of a file) is one domain: a tree of
 // descriptors, each a key with an optional value, some with a rate_limit.
-// A request names a domain and a descriptor, a list of (key, value)
-// entries, and the tree is walked one entry per level:
-//
-//   - at each level the entry matches the child "key_value" exactly, else
-//     the first wildcard child ("key_/api/*") that matches, else the
-//     key-only child "key", which matches any value;
-//   - a limit applies only at the depth of the request's last entry: a
-//     limit higher up the tree does not apply to a longer descriptor, and
-//     a limit deeper down does not apply to a shorter one;
-//   - once the exact or wildcard child is chosen there is no going back to
-//     the key-only child, even if the chosen child has no limit.
-//
-// These are envoyproxy/ratelimit's rules (config_impl.go at commit
-// f2fb157), so that its configurations answer the same here. Three keys
-// are ours: rate_limit's algorithm (any of the six; FIXED_WINDOW,
-// ratelimit's own, by default), soft_percent and min_interval_ms; two
-// more, ceiling and parent, let the policy's keys borrow beyond their
-// limit from a limit they share (see Limit.Ceiling); and reserve_ttl_ms
-// says its costs are known only afterwards (see Limit.ReserveTTL).
-//
-// A Set is an immutable snapshot, safe for concurrent use; a Reloader
-// publishes a new one when the files change.
+// A request's descriptor is walked one entry per level, by
+// envoyproxy/ratelimit's rules (config_impl.go at commit f2fb157: exact
+// value, else the first matching wildcard, else the key alone; a limit
+// only at the depth of the last entry; no going back), so that its files
+// answer the same here. Our keys: algorithm, soft_percent,
+// min_interval_ms, ceiling and parent, reserve_ttl_ms. See
+// docs/policies.md. A Set is an immutable snapshot, safe for concurrent
+// use; a Reloader publishes a new one when the files change.
 package policy
 
 import (

@@ -1,22 +1,16 @@
 // Package rlqs serves Envoy's rate limit quota service,
 // envoy.service.rate_limit_quota.v3.RateLimitQuotaService: Envoy's
-// rate_limit_quota filter decides requests itself, from an assignment
-// per bucket, and reports its usage every reporting interval on one
-// stream (docs/rlqs.md has what the filter does, as this server relies
-// on it).
+// rate_limit_quota filter decides requests itself, from an assignment per
+// bucket, and reports its usage on one stream (docs/rlqs.md).
 //
-// Each stream is a lessee (see package lease and docs/leases.md): it
-// gets a random secret, so an account of its own on each counter's
-// owner, which no other client can name. A bucket_id is matched against
-// the stream's domain in the policy files as an RLS descriptor with its
-// entries in key order (see Match); a bucket whose policy applies is the
-// policy's counter, and each Envoy report of it becomes a share report of
-// running totals (admitted += allowed, asked += allowed + denied), sent
-// through the node's lessee side (lease.Node.Lease), which takes it to
-// the counter's owner, over the peer port when that is another node. The
-// owner splits the limit's rate among the streams by their demand
-// (global/shares.go); each share becomes a refilling token bucket
-// assignment (bucket.go), so the Envoys together admit at most the limit.
+// Each stream is a lessee (package lease) with a random secret, so an
+// account of its own on each counter's owner. A bucket_id is matched
+// against the stream's domain in the policy files as an RLS descriptor
+// (Match); each report of a bucket becomes a share report of running
+// totals, sent through lease.Node.Lease to the counter's owner, which
+// splits the limit's rate among the streams by demand (global/shares.go);
+// each share becomes a refilling token bucket assignment (bucket.go), so
+// the Envoys together admit at most the limit.
 package rlqs
 
 import (
@@ -304,26 +298,15 @@ func (s *Server) close(st *stream) {
 	s.bytes.Add(-n)
 }
 
-// StreamRateLimitQuotas serves one Envoy's stream: each message of
-// usage reports is answered with the assignments it changes or renews,
-// and the assignments are renewed every half time-to-live between
-// reports.
-//
-// A stream must earn its slot, as a CheckStream must: one whose Envoy
-// reads nothing, so that a message waits StreamSendTimeout to be sent,
-// is ended (mux.ErrNotRead, see send), and so is one that sends no
-// message for StreamIdleTimeout (DEADLINE_EXCEEDED, naming the bound).
-// Envoy sends a report of every bucket it holds every reporting
-// interval, requests or none, from the stream's first message on, so a
-// live Envoy's stream is never silent longer than its interval; the
-// node's bound is --stream-idle-timeout, 5 minutes by default, five of
-// the longest interval the lease protocol counts (lease.MaxIntervalMs).
-// Between reports the server renews the assignments itself, on the
-// stream's accounts: without the bound, a stream whose Envoy went silent
-// would keep its accounts, and the lease calls that renew them, for as
-// long as its connection lived. An Envoy whose buckets were all abandoned
-// may have nothing to report: its stream, which then holds no account,
-// is ended all the same, and Envoy opens another with its next report.
+// StreamRateLimitQuotas serves one Envoy's stream: each message of usage
+// reports is answered with the assignments it changes or renews, and the
+// assignments are renewed every half time-to-live between reports. A
+// stream must earn its slot: one whose Envoy reads nothing, so that a
+// message waits StreamSendTimeout, is ended (mux.ErrNotRead, see send),
+// and so is one that sends no message for StreamIdleTimeout
+// (DEADLINE_EXCEEDED, naming the bound), which a live Envoy, reporting
+// every interval, never reaches. See docs/design-ports.md, "Connections
+// and streams earn their slots".
 func (s *Server) StreamRateLimitQuotas(gs rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	st, err := s.open()
 	if err != nil {

@@ -1,38 +1,18 @@
 // Package rls serves Envoy's rate limit service protocol,
 // envoy.service.ratelimit.v3.RateLimitService, so that Envoy (and Istio,
 // Contour, Emissary, Gloo) can ask ringlimit instead of
-// envoyproxy/ratelimit.
+// envoyproxy/ratelimit, answering what it answers (commit f2fb157) for the
+// same configuration and requests.
 //
-// It answers what envoyproxy/ratelimit answers (commit f2fb157) for the
-// same configuration and requests. Each descriptor is looked up in the
-// policies (package policy has the matching rules); the limits left after
-// `unlimited` and `replaces` become the items of one ringlimit check, so
-// that descriptor counters shard on the ring by key like any check and
-// are exact across the cluster. The check's items use envoyproxy/ratelimit's
-// fixed window, aligned to the unit since the epoch, which counts refused
-// hits too (CheckItem.charge_refused): a descriptor is over its limit when
-// its window's count after adding the hits exceeds requests_per_unit. A
-// policy with our min_interval_ms is decided our way instead: its check
-// carries the spacing, and a refused request (by the spacing or the
-// window) is not counted, as ringlimit's own checks never count one.
-//
-// Costs known afterwards. Envoy sends hits_addend per request (the filter
-// state envoy.ratelimit.hits_addend; 0 or unset counts 1) and, since Envoy
-// 1.33, per descriptor (the rate limit action's hits_addend, a number or
-// a substitution format such as %DYNAMIC_METADATA(...)%, which overrides
-// the request's). A descriptor's hits_addend of 0 checks without
-// charging: over when the fixed window's count is already beyond the
-// limit (ratelimit's rule), and under our other algorithms when not one
-// hit remains, what a check of 1 would be refused for. A route's rate
-// limit with apply_on_stream_done is sent when the stream ends, its
-// answer ignored, with the real cost as hits_addend. The RLS cannot tell
-// that call from a request's, so a policy declares it: under a policy
-// with reserve_ttl_ms (costs known afterwards) a hits_addend above 0 is
-// charged whether or not it fits, as a settle charges work done: the
-// fixed window counts it (charge_refused), and our other algorithms, which
-// never count a refusal, charge what remains, down to an empty counter
-// (a second check), as a settle's forced hits are. docs/envoy.md has the
-// configuration.
+// Each descriptor is looked up in the policies (package policy); the
+// limits left after unlimited and replaces become the items of one check,
+// so that descriptor counters shard on the ring by key and are exact
+// across the cluster. They use envoyproxy/ratelimit's fixed window, which
+// counts refused hits too (charge_refused), but for a policy with our
+// min_interval_ms, decided our way. hits_addend (per request, or per
+// descriptor since Envoy 1.33) is the hits; 0 checks without charging;
+// under a policy with reserve_ttl_ms it is charged whether or not it fits,
+// as a settle is (apply_on_stream_done). See docs/envoy.md.
 package rls
 
 import (

@@ -1,32 +1,17 @@
 // Package snapshot keeps a node's counters in a file, so that they survive
 // a stop of the whole cluster (helm uninstall and install, every pod
-// evicted at once), which hand-off and replicas cannot cover: they move
-// counters between nodes that run.
+// evicted at once), which hand-off and replicas cannot cover.
 //
-// A node with a snapshot directory writes its counters there every
-// Config.Interval (Run) and once more as it shuts down (StartFinal,
-// FinishFinal), and loads them when it starts (Load), before it serves or
-// joins. A loaded counter whose key another node owns is handed off to it
-// like any other once the node joins, and every loaded counter is
-// validated as strictly as one that arrives from a peer (checks.Intake):
-// a snapshot is an input, not a trusted memory.
-//
-//	                 every Interval             shutdown
-//	store ──Charged──▶ counters.snap.*.tmp ─fsync, rename, fsync dir─▶ counters.snap
-//	                    (crash-safe: the old file stays until the new one is whole)
-//	start: counters.snap ─read twice (verify, then merge)─▶ checks.Intake ─▶ store
-//
-// Only counters still charged are written (limiter.Store.Charged): one
-// back to full carries nothing, and the store drops it as idle. The walk
-// copies one shard of the store at a time under its lock and writes with
-// no lock held, so a snapshot does not stall checks.
-//
-// The file's layout is in FORMAT.md: a header naming the node, the
-// counters as limiter.Counter's versioned records, each with its length,
-// and a CRC-32C over everything. A file that is not one (another magic, or
-// another node's), of an unknown version, truncated, corrupt or larger
-// than the store could have written is refused whole, logged, counted and
-// moved aside; the node starts without it.
+// A node with a snapshot directory writes its counters still charged
+// (limiter.Store.Charged, a shard at a time, no lock held while writing)
+// every Config.Interval (Run) and once more as it shuts down (StartFinal,
+// FinishFinal), each write crash-safe (a temporary file, synced, renamed,
+// the directory synced), and loads them when it starts (Load), before it
+// serves or joins, validating every counter as one from a peer
+// (checks.Intake): a snapshot is an input, not a trusted memory. The
+// layout is in FORMAT.md; a file that is not one, of another node or
+// version, truncated, corrupt or too large is refused whole, logged,
+// counted and moved aside. See docs/snapshots.md.
 package snapshot
 
 import (
@@ -268,21 +253,13 @@ type pending struct {
 // Load reads the snapshot in the directory, if there is one, and merges
 // its counters into the store through in, which validates each as a
 // counter received from a peer, at the present time; it returns how many
-// it took. It reads the file twice: once to check it whole (magic,
-// version, node name, lengths, count, checksum, bounds) and only then to
-// merge, so that a file refused is refused before any of it is merged. A
-// refused file (one of these checks failed, or the path is not a regular
-// file: see openRegular) is logged, counted by reason and moved to
-// FileName.refused (replacing any there), and the node starts without it;
-// refused counters are logged and counted. Leftover temporary files, of
-// writes that did not finish, are removed first.
-//
-// Load returns once ctx ends, or Config.LoadTimeout has passed, between
-// two reads of the disk or two counters: what it merged by then stays (each
-// counter was validated), the file stays where it is (it was not found
-// wrong), and the stop is logged and counted (reason timeout or canceled).
-// The caller tells the two apart by ctx.Err: Load's own bound is not
-// the caller's.
+// it took. It checks the file whole (magic, version, node name, lengths,
+// count, checksum, bounds) before it merges any of it; a refused file (or
+// a path that is not a regular file: see openRegular) is logged, counted
+// by reason and moved to FileName.refused, and leftover temporary files
+// are removed first. Load returns once ctx ends or Config.LoadTimeout has
+// passed, between two reads or two counters, keeping what it merged and
+// the file; the caller tells the two apart by ctx.Err.
 func (d *Dir) Load(ctx context.Context, in checks.Intake) int {
 	start := d.now()
 	ctx, cancel := context.WithTimeout(ctx, d.loadLimit)

@@ -2,18 +2,15 @@
 // being limited right now, and which keys are hot. A node keeps, for each
 // limit name, the keys it decided most checks for and the keys it refused
 // most, in fixed memory whatever the keys, and reports their counts over a
-// recent interval, so that rates can be shown; Merge sums the reports of
-// several nodes.
+// recent interval; Merge sums the reports of several nodes.
 //
 // The counts are space-saving sketches (Metwally, Agrawal and El Abbadi,
-// "Efficient computation of frequent and top-k elements in data streams",
 // 2005): a sketch of capacity k counts exactly while it has seen at most k
-// distinct keys; beyond that, a new key takes the place of the key with
-// the smallest count and inherits that count as its error. Every key
-// counted more than total/k times is in the sketch, and each count
-// overestimates by at most its error. Limit names, which clients choose as
-// freely as keys, are themselves kept in a space-saving sketch, so that a
-// flood of distinct names costs no more memory than a flood of keys.
+// distinct keys; beyond that a new key takes the place of the smallest
+// count and inherits it as its error, so every key counted more than
+// total/k times is in the sketch, over by at most its error. Limit names
+// are themselves kept in a sketch, so a flood of names costs no more
+// memory than a flood of keys.
 package top
 
 import (

@@ -368,21 +368,14 @@ func parseGossipKeys(v string) ([][]byte, error) {
 const loopbackUsage = "; given no address, and the port's own security not configured (client TLS for HTTP and gRPC, peer TLS for the peer port, a gossip key for gossip), on 127.0.0.1 only"
 
 // protect is rlnode's protected mode, as Redis has one: a port given no
-// address (flag or variable) whose own security is not configured
-// listens on 127.0.0.1 only, so that a start is not open to its network
-// on a port nothing protects. Each port has its own: client TLS (--tls-*)
-// for the HTTP and gRPC ports, peer TLS (--peer-tls-*) for the peer port,
-// a gossip key (--gossip-key) for gossip. One does not open the others: a
-// node with client TLS alone would otherwise take forged hand-offs and
-// gossip from its whole network. An address given is honoured as given.
-// Gossip bound to 127.0.0.1 advertises 127.0.0.1 unless --advertise-addr
-// says otherwise, so nodes on one host find each other.
-//
-// A node whose peer or gossip port is on loopback only while the rest of
-// its settings reach other hosts (--join or --advertise-addr naming
-// another host, or the other of the two ports given all interfaces) could
-// not be reached by the nodes it joins, which would dial their own
-// loopback instead: that is an error, naming the flags that fix it.
+// address (flag or variable) whose own security is not configured listens
+// on 127.0.0.1 only, so that a start is not open to its network on a port
+// nothing protects. Each port's security opens that port alone: client
+// TLS the HTTP and gRPC ports, peer TLS the peer port, a gossip key
+// gossip. An address given is honoured as given. A peer or gossip port on
+// loopback while the rest of the settings reach other hosts is an error,
+// naming the flags that fix it: the nodes it joins would dial their own
+// loopback. See docs/design-ports.md, "Protected mode".
 func (c *Config) protect(given map[string]bool) error {
 	clientTLS, peerTLS, gossipKey := c.TLS != (tlsfiles.Files{}), c.PeerTLS != (tlsfiles.Files{}), len(c.GossipKeys) > 0
 	open := map[string]bool{"http-addr": clientTLS, "grpc-addr": clientTLS, "peer-addr": peerTLS, "gossip-addr": gossipKey}

@@ -11,10 +11,8 @@
 //	rlnode help flags         list every serving flag, by group
 //	rlnode version            print the build: module version, VCS revision, Go version
 //
-// Exit status: 0 on success, 1 when `rlnode check` was refused
-// (OVER_LIMIT) or `rlnode policy check` found the files invalid, 2 on any
-// other error (bad usage, invalid input, a node that cannot be reached, a
-// server that failed).
+// Exit status: 0 on success, 1 when `rlnode check` was refused or
+// `rlnode policy check` found the files invalid, 2 on any other error.
 package main
 
 import (

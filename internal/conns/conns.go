@@ -1,32 +1,16 @@
-// Package conns bounds the connections a listener keeps open: in all,
-// from each source address and from each address range, and apart for
-// connections that have not yet made a request. A connection beyond a
-// bound is closed as soon as it is accepted, rather than left in the
-// kernel's backlog: a client that waits there cannot tell a full node
-// from a slow one and times out, while one refused at once reconnects
-// elsewhere or later, and the refusal is counted.
-//
-// A connection is pending from its accept until its server says it has
-// made its first request (Established): until then it has only cost the
-// node work (a TLS handshake, an HTTP/2 preface), and proven nothing.
-// Pending connections have a pool of their own (Config.Pending), and one
-// still pending after Config.PendingTimeout is closed. When the listener
-// or the pool is full, a newcomer from a range that holds fewer pending
-// connections than the range holding most takes the place of that range's
-// oldest pending connection, which is closed: however many addresses and
-// ranges flood the listener with connections that never speak, a client
-// from another range still gets in.
-//
-// In each pool a source address holds at most its share (PerSource), and
-// its range (the /24 of an IPv4 address, the /64 of an IPv6 one) its own
-// (PerRange), so that many addresses of one network count as one. A proxy
-// such as Envoy opens many connections from one address, and a fleet of
-// them, or clients behind a NAT, share a range: the shares must be well
-// above what they open.
-//
-// Config.Kept names sources admitted ahead of strangers (the cluster's
-// members on the peer port): they are held to their per-source bound
-// alone, beyond the pools, the listener's bound and the range shares.
+// Package conns bounds the connections a listener keeps open: in all, from
+// each source address (PerSource) and from each address range (PerRange:
+// a /24 or a /64), and apart for connections that have not yet made a
+// request (Established). A connection beyond a bound is closed as soon as
+// it is accepted, not left in the kernel's backlog, so its client can
+// tell and go elsewhere. Pending connections have a pool of their own
+// (Config.Pending) and a timeout (Config.PendingTimeout), and a newcomer
+// from a range that holds fewer of them takes the place of the busiest
+// range's oldest, so a flood of connections that never speak cannot keep
+// another range out. Config.Kept names sources admitted ahead of strangers
+// (the cluster's members on the peer port), held to their per-source
+// bound alone. See docs/design-ports.md, "Connections and streams earn
+// their slots".
 package conns
 
 import (

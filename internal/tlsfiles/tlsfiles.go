@@ -1,19 +1,12 @@
 // Package tlsfiles serves TLS material from PEM files and takes up new
-// files without a restart.
-//
-// Certificates rotate: cert-manager rewrites a Secret, the kubelet swaps the
-// mounted files (a symlink flip), and a node must use the new certificate
-// and CA from its next handshake on. A Source therefore reads its files
-// again whenever one of them changed since the last look. It looks on every
-// handshake, with one stat per file: handshakes are rare (connections are
-// long-lived), a stat costs microseconds, and nothing runs in the background,
-// so there is no goroutine to own and no watcher to leak.
-//
-// A change that does not load (a certificate that no longer matches its
-// key because only one of the two was rewritten yet, a truncated file) is
-// logged and the previous material stays in use; the next change is tried
-// again. Only Load fails on bad files, so a node never starts without TLS
-// material it was told to use.
+// files without a restart: a Source looks at its files on every
+// handshake, one stat each, and reads them again when one changed (a
+// Secret rotated, a symlink flipped), with no goroutine to own. A change
+// that does not load (a certificate whose key is not rewritten yet) is
+// logged and the previous material stays in use; only Load fails on bad
+// files, so a node never starts without the TLS material it was told to
+// use. See docs/design-ports.md, "TLS files are read again when they
+// change".
 package tlsfiles
 
 import (

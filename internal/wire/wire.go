@@ -1,23 +1,15 @@
 // Package wire encodes and decodes ringlimit's busiest protobuf messages
 // (checks, their results, and the batches that carry them between client,
-// node and owner) by hand, and every other message with package proto.
-//
-// proto.Marshal and proto.Unmarshal walk a message by reflection: a check
-// of ten items costs about as much in reflection, allocation (one a
-// message, one a slice growth, one for an optional field) and UTF-8
-// checks as the node spends deciding it. The code here does the same work
-// for the messages it knows directly: items are allocated in one slab a
-// request, a name repeated by consecutive items is allocated once, and
-// sizes are added up without reflection.
+// node and owner) by hand, without reflection, and every other message
+// with package proto.
 //
 // The rule that keeps it right: the hand-written path takes only input it
 // decodes exactly as proto.Unmarshal would, and hands anything else (an
-// unknown field, a field of an unexpected wire type, a string that is not
-// UTF-8, a malformed or truncated field, result metadata) to
-// proto.Unmarshal whole; it encodes byte for byte what proto.Marshal
-// does, and hands proto.Marshal what it does not encode (unknown fields,
-// metadata maps, strings that are not UTF-8). FuzzUnmarshal and
-// FuzzMarshal hold it to that, differentially.
+// unknown field, an unexpected wire type, a string that is not UTF-8, a
+// malformed field, result metadata) to proto.Unmarshal whole; it encodes
+// byte for byte what proto.Marshal does, and hands proto.Marshal what it
+// does not encode. FuzzUnmarshal and FuzzMarshal hold it to that,
+// differentially. Why: docs/design-ports.md, "The wire codec".
 package wire
 
 import (

@@ -3,23 +3,13 @@
 // (source/extensions/filters/http/rate_limit_quota/ and
 // source/common/common/token_bucket_impl.cc, mid-2026), for tests and
 // load runs. Bucket is one bucket's decisions; Envoy is the filter's
-// global client: one stream, the reports, the assignments.
-//
-//   - Reports every 5 s, whatever reporting_interval says
-//     (filter_persistence.cc); Config.Interval changes it only for what
-//     Envoy cannot do.
-//   - A bucket's first request is decided by no_assignment_behavior
-//     (ALLOW_ALL when unset) and goes out at once in a report of that
-//     bucket alone; the first bucket opens the stream and starts the
-//     report timer (global_client_impl.cc, createBucketImpl).
-//   - Each report carries every bucket, with the requests allowed and
-//     denied since its last report and time_elapsed in whole seconds
-//     (getUsageFromBucket), and the domain.
-//   - Assignments, expiry, fallbacks and token buckets as Bucket says.
-//   - A stream the server ends is dropped, and opened again at the next
-//     report timer; a report that finds no stream, and cannot open one,
-//     is dropped, and so is a first report sent while the stream is down
-//     (onRemoteClose, onSendReportsTimer, sendUsageReportImpl).
+// global client: one stream, the reports, the assignments. It reports
+// every 5 s whatever reporting_interval says (Config.Interval changes it
+// only for what Envoy cannot do); a bucket's first request is decided by
+// no_assignment_behavior and reported at once, alone; each report carries
+// every bucket; a stream the server ends is opened again at the next
+// report timer, and reports that find none are dropped. docs/rlqs.md says
+// what the filter does, with the source file of each rule.
 package envoysim
 
 import (

@@ -1,22 +1,15 @@
 // Command plots measures one rlnode and a Redis+Lua limiter on this
-// machine at rising concurrency and draws what it measured: checks per
-// second and p99 latency against the number of concurrent callers, one
-// line per way of asking (the Go client's batching Allow, raw gRPC and
-// HTTP with one check a request, CL.THROTTLE on the node's RESP port
-// through go-redis, and go-redis/redis_rate), as PNG charts for
-// BENCHMARKS.md and docs/bench/client.md.
-//
-// The ringlimit figures come from `rlnode bench --json`, run as a
-// subprocess against a node this program starts, so that the tool depends
-// on the report's documented keys only, not on the product's packages.
-// rlnode bench speaks no Redis protocol, so this program drives the Redis
-// load and the RESP port's itself, in the same shape: N concurrent callers, keys drawn uniformly
-// from 10,000, limits high enough to admit every check, a run bounded by
-// a count and a duration. The raw reports go to results.json, from which
-// -from redraws the charts without measuring again.
-//
-// It is its own module, so that the plotting library stays out of the
-// product's go.mod.
+// machine at rising concurrency and draws checks per second and p99
+// latency against the number of concurrent callers, one line per way of
+// asking (the Go client's Allow, raw gRPC and HTTP, CL.THROTTLE on the
+// RESP port, go-redis/redis_rate), as PNG charts for BENCHMARKS.md and
+// docs/bench/client.md. The ringlimit figures come from `rlnode bench
+// --json`, run as a subprocess, so that the tool depends on the report's
+// documented keys only; the Redis and RESP loads it drives itself, in the
+// same shape (N callers, keys drawn from 10,000, limits that admit every
+// check, runs bounded in count and time). Raw reports go to results.json,
+// from which -from redraws the charts. It is its own module, so that the
+// plotting library stays out of the product's go.mod.
 package main
 
 import (
