@@ -11,9 +11,8 @@
 // path: the caller owns locking and time.Now, and states are exact integer
 // nanoseconds. The contract all share (n == 0 a peek, a refusal changes
 // nothing, a clock that goes backwards can refuse but never over-admit)
-// is in docs/design-store.md, "The algorithms' contract"; the states'
-// binary forms in CODEC.md. None of the state types is safe for
-// concurrent use: the caller locks.
+// is in docs/design-store.md, "The algorithms' contract", their binary
+// forms in CODEC.md. No state is safe for concurrent use: the caller locks.
 package algorithms
 
 import (
