@@ -19,7 +19,8 @@ import (
 // counter, reservations and all (meanwhile the old node decides the key
 // without it, and a settle is refused UNAVAILABLE); once the old node has been replaced by
 // this version, the counter moves to it and its reservations are settled
-// there exactly once (docs/checks.md, "Rolling upgrades").
+// there exactly once (docs/reservations.md, "Reservations travel with
+// their counter").
 //
 // Nodes e2e-0 and e2e-1 are of this version; e2e-2, of the previous
 // version, joins once the reservations are made, and the key is one the

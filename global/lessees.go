@@ -394,8 +394,8 @@ func (n *Node) claim(l *lease, a *lesseeAccount, granted, unused int64, peek *li
 // of what is not lent out, whichever is more. What the other lessees'
 // credits and the cluster's own part hold is not lent to it, and it holds
 // at most its part of the capacity, so a lessee that lies about its
-// demand takes no one's floor (docs/leases.md, "The split"). sh.mu is
-// held.
+// demand takes no one's floor (docs/leases.md, "How the owner lends").
+// sh.mu is held.
 func (n *Node) topUp(l *lease, a *lesseeAccount, r *limiter.Request, remaining int64, now time.Time) {
 	p := n.parts(l, now)
 	weight := p.weights[a]
