@@ -413,6 +413,26 @@ func (n *Node) giveBack(ctx context.Context, members map[string]bool) {
 // ready but on which a call timed out (peer.Pool.Reset).
 type resetter interface{ Reset(addr string) bool }
 
+// reviver is what RingChanged asks of the peers, if they can: to try a
+// failing connection again at once (peer.Pool.Revive).
+type reviver interface{ Revive(addr string) bool }
+
+// RingChanged has the connections to the new ring's members that are
+// failing try again at once: a member gossip has just brought back
+// (after a partition, or a restart) answers within moments, while its
+// connection would wait out its backoff, and this node's suspicion of it
+// would last until a probe went through it. The next probe, within
+// ProbeEvery, then finds it.
+func (n *Node) RingChanged() {
+	rv, ok := n.peers.(reviver)
+	if !ok {
+		return
+	}
+	for addr := range n.members() {
+		rv.Revive(addr)
+	}
+}
+
 // resetPeer resets the connection to the owner at addr, whose probe has
 // just failed, if the peers can: a connection left established across a
 // network cut may stay stuck for many seconds after the cut heals, while

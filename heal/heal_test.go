@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/peer"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // TestOnlyUnreachableMakesSuspect: a refusal, or a caller that left, says
@@ -33,5 +35,34 @@ func TestOnlyUnreachableMakesSuspect(t *testing.T) {
 		if got := Failed(tc.ctx, tc.err); got != tc.want {
 			t.Errorf("%s: Failed = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// revivingPeers records the addresses RingChanged asks to revive.
+type revivingPeers struct {
+	Peers
+	revived []string
+}
+
+func (p *revivingPeers) Revive(addr string) bool {
+	p.revived = append(p.revived, addr)
+	return true
+}
+
+type fixedRing struct{ r *ring.Ring }
+
+func (f fixedRing) Ring() *ring.Ring { return f.r }
+
+// TestRingChangedRevivesTheMembers: a ring change has the connection to
+// every member of the new ring try again at once if it is failing
+// (peer.Pool.Revive), so that members gossip brings back after a
+// partition are forwarded to as soon as they answer.
+func TestRingChangedRevivesTheMembers(t *testing.T) {
+	p := &revivingPeers{}
+	n := New(Config{Peers: p, Cluster: fixedRing{ring.New(ring.Member{Name: "a", PeerAddr: "a:1"}, ring.Member{Name: "b", PeerAddr: "b:1"})}})
+	n.RingChanged()
+	slices.Sort(p.revived)
+	if want := []string{"a:1", "b:1"}; !slices.Equal(p.revived, want) {
+		t.Errorf("revived %v, want %v", p.revived, want)
 	}
 }

@@ -48,3 +48,22 @@ func (p *Pool) Reset(addr string) bool {
 	_ = c.close() // fails only if already closed
 	return true
 }
+
+// Revive has the connection to addr, if it is failing (between attempts,
+// connectivity.TransientFailure), try again at once rather than at the
+// end of its backoff; it reports whether it did. Gossip saying a member
+// is back is a better sign than the backoff's clock: after a partition
+// the members find each other again within a second of the heal (they
+// reconnect to members declared dead), while the connections between
+// them waited out up to a second more and every forward meanwhile was
+// failed over. A node revives every member of a new ring (package heal).
+func (p *Pool) Revive(addr string) bool {
+	p.mu.Lock()
+	c, ok := p.peers[addr]
+	p.mu.Unlock()
+	if !ok || c.cc.GetState() != connectivity.TransientFailure {
+		return false
+	}
+	c.cc.ResetConnectBackoff()
+	return true
+}

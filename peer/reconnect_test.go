@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // TestReconnectsSoonAfterThePeerReturns: a peer that refused connections
@@ -79,5 +82,58 @@ func TestResetDialsAfresh(t *testing.T) {
 	}
 	if again, _ := p.peer(addr); again == first {
 		t.Error("the call after a reset went on the old connection")
+	}
+}
+
+// TestReviveEndsTheBackoff: a connection whose peer refused it waits out
+// its backoff between attempts (here an hour, to make the wait plain);
+// Revive has it try again at once, so a call soon after the peer listens
+// again is answered.
+func TestReviveEndsTheBackoff(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	hour := grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: time.Hour, Multiplier: 1, MaxDelay: time.Hour}})
+	p := NewPool(Config{DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), hour}})
+	t.Cleanup(func() { p.Close() })
+	if p.Revive(addr) {
+		t.Error("Revive of an address never called reported a revival")
+	}
+	call := func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err := p.ForwardNow(ctx, addr, requests(1, 1)[0])
+		return err
+	}
+	if call() == nil {
+		t.Fatal("a call succeeded with nothing listening")
+	}
+	c, _ := p.peer(addr)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	for s := c.cc.GetState(); s != connectivity.TransientFailure; s = c.cc.GetState() {
+		if !c.cc.WaitForStateChange(ctx, s) {
+			t.Fatalf("the refused connection is %v, not failing, after 5s", s)
+		}
+	}
+	lis, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen again on %s: %v", addr, err)
+	}
+	serveListener(t, lis, NewServer(&fakeHandler{}, nil))
+	if err := call(); err == nil {
+		t.Fatal("a call within the hour's backoff succeeded without Revive: the test shows nothing")
+	}
+	if !p.Revive(addr) {
+		t.Fatal("Revive of a failing connection did not revive it")
+	}
+	for err := call(); err != nil; err = call() {
+		if ctx.Err() != nil {
+			t.Fatalf("after Revive, calls still fail: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -244,11 +244,13 @@ func (s *Service) Run(ctx context.Context) error {
 
 // RingChanged tells the service that the ring changed, so that it hands
 // off the counters it no longer owns, promotes the replicas of keys it
-// now owns and replicates every counter to its heir again. It never
+// now owns, replicates every counter to its heir again and has failing
+// connections to the members try again at once (heal). It never
 // blocks.
 func (s *Service) RingChanged() {
 	s.strict.RingChanged(s.cluster.Ring(), s.cluster.LocalMember().Name, s.now())
 	s.custody.RingChanged()
+	s.heal.RingChanged()
 }
 
 // HandOff sends every counter this node holds but does not own to its
