@@ -49,21 +49,36 @@ func (p *Pool) Reset(addr string) bool {
 	return true
 }
 
-// Revive has the connection to addr, if it is failing (between attempts,
-// connectivity.TransientFailure), try again at once rather than at the
-// end of its backoff; it reports whether it did. Gossip saying a member
-// is back is a better sign than the backoff's clock: after a partition
-// the members find each other again within a second of the heal (they
-// reconnect to members declared dead), while the connections between
-// them waited out up to a second more and every forward meanwhile was
-// failed over. A node revives every member of a new ring (package heal).
+// Revive has the connection to addr try again at once if it is failing:
+// one waiting out its backoff between attempts (TransientFailure) tries
+// again now, and one whose attempt is still in flight (Connecting) is
+// dropped, so that the next call dials afresh; it reports whether it did
+// either. Gossip saying a member is back is a better sign than the
+// backoff's clock: after a partition the members find each other again
+// within a second of the heal (they reconnect to members declared dead),
+// while a dial sent into the cut waited out its second's timeout (its SYN
+// lost, the retransmission due as late) and the backoff after it, and
+// every forward meanwhile was failed over. A node revives every member
+// of a new ring (package heal).
 func (p *Pool) Revive(addr string) bool {
 	p.mu.Lock()
 	c, ok := p.peers[addr]
-	p.mu.Unlock()
-	if !ok || c.cc.GetState() != connectivity.TransientFailure {
+	if !ok {
+		p.mu.Unlock()
 		return false
 	}
-	c.cc.ResetConnectBackoff()
-	return true
+	switch c.cc.GetState() {
+	case connectivity.TransientFailure:
+		p.mu.Unlock()
+		c.cc.ResetConnectBackoff()
+		return true
+	case connectivity.Connecting:
+		delete(p.peers, addr)
+		c.batch.Close(fmt.Errorf("%w: connection revived", ErrUnreachable))
+		p.mu.Unlock()
+		_ = c.close()
+		return true
+	}
+	p.mu.Unlock()
+	return false
 }

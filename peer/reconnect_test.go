@@ -3,6 +3,7 @@ package peer
 import (
 	"context"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,5 +136,49 @@ func TestReviveEndsTheBackoff(t *testing.T) {
 			t.Fatalf("after Revive, calls still fail: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestReviveRedialsAConnectionStillConnecting: a dial sent into a network
+// cut hangs until its timeout (its SYN lost); Revive drops the connection
+// whose attempt is in flight, so that the next call dials afresh and is
+// answered, rather than waiting for the lost attempt to time out.
+func TestReviveRedialsAConnectionStillConnecting(t *testing.T) {
+	addr := serve(t, &fakeHandler{})
+	var cut atomic.Bool
+	cut.Store(true)
+	dial := grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+		if cut.Load() {
+			<-ctx.Done() // lost in the cut
+			return nil, ctx.Err()
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", a)
+	})
+	slow := grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: time.Hour, Multiplier: 1, MaxDelay: time.Hour}, MinConnectTimeout: time.Hour})
+	p := NewPool(Config{DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), dial, slow}})
+	t.Cleanup(func() { p.Close() })
+	call := func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err := p.ForwardNow(ctx, addr, requests(1, 1)[0])
+		return err
+	}
+	if call() == nil {
+		t.Fatal("a call succeeded through the cut")
+	}
+	c, _ := p.peer(addr)
+	if s := c.cc.GetState(); s != connectivity.Connecting {
+		t.Fatalf("the connection into the cut is %v, want Connecting", s)
+	}
+	cut.Store(false) // healed; the attempt in flight stays lost
+	if call() == nil {
+		t.Fatal("a call succeeded on the attempt lost in the cut: the test shows nothing")
+	}
+	if !p.Revive(addr) {
+		t.Fatal("Revive of a connection still connecting did not revive it")
+	}
+	if err := call(); err != nil {
+		t.Fatalf("the call after Revive: %v", err)
 	}
 }
