@@ -140,7 +140,7 @@ func chaosPartition(t *testing.T, args ...string) *chaosLoad {
 	drained := l.ownerlessAfter(t, healedAt, 2, 3)
 	exact, admitted := probe.verify(t, c.nodes[0])
 	l.table(t, "partition 2 of 5 nodes for 20s, then heal",
-		fmt.Sprintf("all 5 alive on every node %v after the heal (bound 15s)", healed.Round(10*time.Millisecond)),
+		fmt.Sprintf("all 5 alive and none suspect on every node %v after the heal (bound 15s)", healed.Round(10*time.Millisecond)),
 		fmt.Sprintf("the most a key admitted: %d, for a limit of %d on each of %d sides (bound %d)", most, chaosLimit, sides, sides*chaosLimit),
 		fmt.Sprintf("last check decided without its owner %v after the heal (bound: none once converged)", drained.Round(10*time.Millisecond)),
 		fmt.Sprintf("%d keys checked on all %d sides below their limit (%d admitted in all): after the heal, %d count exactly every side's admissions (bound: none fewer)",
