@@ -188,9 +188,9 @@ func (n *Node) overdue(r *ring.Ring, key string) bool {
 // and takes its counters all at once) suspects it and has the check
 // decided again by the key's heir, which holds no counter for a key that
 // is changing hands. byDeadline says the deadline set the bound: a check
-// whose first wait ends so is answered ErrNoTime (AwaitCounter), not
-// decided on a counter without what is on its way; one whose wait for
-// the word again ends so is decided as late (awaitArrival).
+// whose first wait ends so is answered ErrNoTime (await), not decided on
+// a counter without what is on its way; a wait for the word again
+// (awaitArrival) ends at the same bound, and is answered ErrNoTime too.
 func (n *Node) waitUntil(ctx context.Context, began time.Time) (until time.Time, byDeadline bool) {
 	until = began.Add(n.wait)
 	if deadline, ok := ctx.Deadline(); ok {

@@ -27,7 +27,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) metrics {
 	checks := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ringlimit_checks_total",
-		Help: "Checks decided on this node, by algorithm, behavior, route (local, global, fallback, escrow: refused in strict mode, see docs/cluster.md) and status. A forwarded check is counted once, by the owner that decided it.",
+		Help: "Checks decided on this node, by algorithm, behavior, route (local, global, fallback, escrow: refused in strict mode, see docs/strict.md) and status. A forwarded check is counted once, by the owner that decided it.",
 	}, []string{"algorithm", "behavior", "route", "status"})
 	forwarded := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ringlimit_forwarded_checks_total",
