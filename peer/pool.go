@@ -100,9 +100,10 @@ type Pool struct {
 
 	mu      sync.RWMutex
 	peers   map[string]*conn
-	running bool // Run was called
-	ended   bool // Run has returned or is returning
-	closed  bool // Close was called
+	retired map[*conn]*time.Timer // taken out by Revive, closed when their timer fires (see retire)
+	running bool                  // Run was called
+	ended   bool                  // Run has returned or is returning
+	closed  bool                  // Close was called
 }
 
 // conn is one peer: its connection, client and batcher, and the stream
@@ -194,6 +195,12 @@ func (p *Pool) Close() error {
 	for _, c := range peers {
 		c.batch.Close(ErrClosed)
 	}
+	retired := p.retired
+	p.retired = nil
+	for c, t := range retired {
+		t.Stop()
+		c.batch.Close(ErrClosed)
+	}
 	p.mu.Unlock()
 
 	var errs []error
@@ -201,6 +208,9 @@ func (p *Pool) Close() error {
 		if err := c.close(); err != nil {
 			errs = append(errs, fmt.Errorf("close %s: %w", addr, err))
 		}
+	}
+	for c := range retired {
+		_ = c.close() // its errors are of a connection no longer in use
 	}
 	return errors.Join(errs...)
 }

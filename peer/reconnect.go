@@ -52,7 +52,8 @@ func (p *Pool) Reset(addr string) bool {
 // Revive has the connection to addr try again at once if it is failing:
 // one waiting out its backoff between attempts (TransientFailure) tries
 // again now, and one whose attempt is still in flight (Connecting) is
-// dropped, so that the next call dials afresh; it reports whether it did
+// replaced: the next call dials afresh, while the calls already waiting
+// on it keep it until they end (see retire); it reports whether it did
 // either. Gossip saying a member is back is a better sign than the
 // backoff's clock: after a partition the members find each other again
 // within a second of the heal (they reconnect to members declared dead),
@@ -62,23 +63,42 @@ func (p *Pool) Reset(addr string) bool {
 // of a new ring (package heal).
 func (p *Pool) Revive(addr string) bool {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	c, ok := p.peers[addr]
 	if !ok {
-		p.mu.Unlock()
 		return false
 	}
 	switch c.cc.GetState() {
 	case connectivity.TransientFailure:
-		p.mu.Unlock()
 		c.cc.ResetConnectBackoff()
 		return true
 	case connectivity.Connecting:
 		delete(p.peers, addr)
-		c.batch.Close(fmt.Errorf("%w: connection revived", ErrUnreachable))
-		p.mu.Unlock()
-		_ = c.close()
+		p.retire(c)
 		return true
 	}
-	p.mu.Unlock()
 	return false
+}
+
+// retire closes c, taken out of the pool, once the calls on it have had
+// their time (Config.Timeout), rather than at once: a connection still
+// connecting is most often a new one about to answer (a node that has
+// just started dials its members while its ring changes as it joins), and
+// closing it failed its forwards with "the client connection is closing",
+// which were then failed over while their owner was there. Close closes
+// the retired too. p.mu is held.
+func (p *Pool) retire(c *conn) {
+	if p.retired == nil {
+		p.retired = make(map[*conn]*time.Timer)
+	}
+	p.retired[c] = time.AfterFunc(p.conf.Timeout, func() {
+		p.mu.Lock()
+		_, ok := p.retired[c]
+		delete(p.retired, c)
+		p.mu.Unlock()
+		if ok {
+			c.batch.Close(fmt.Errorf("%w: connection revived", ErrUnreachable))
+			_ = c.close() // fails only if already closed
+		}
+	})
 }

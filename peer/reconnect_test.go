@@ -182,3 +182,52 @@ func TestReviveRedialsAConnectionStillConnecting(t *testing.T) {
 		t.Fatalf("the call after Revive: %v", err)
 	}
 }
+
+// TestReviveSparesCallsInFlight: a connection whose first dial is still in
+// flight when Revive comes (a node that has just started, whose ring
+// changes as it joins) is replaced for the next calls, but the forwards
+// already waiting on it, batched or not, are answered once the dial
+// completes. Before, Revive closed it under them ("the client connection
+// is closing") and they were failed over while their owner was there.
+func TestReviveSparesCallsInFlight(t *testing.T) {
+	addr := serve(t, &fakeHandler{})
+	release := make(chan struct{})
+	var dials atomic.Int32
+	dial := grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+		if dials.Add(1) == 1 {
+			select { // the first dial is slow: a handshake on a busy machine
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", a)
+	})
+	p, _ := startPool(t, Config{Name: "node-a", Timeout: 10 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), dial}})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	go func() { _, err := p.ForwardNow(ctx, addr, requests(1, 1)[0]); errs <- err }()
+	go func() { _, err := p.Forward(ctx, addr, check("batched", 1)); errs <- err }()
+	c, _ := p.peer(addr)
+	for c.cc.GetState() != connectivity.Connecting {
+		if ctx.Err() != nil {
+			t.Fatalf("the connection is %v, want Connecting", c.cc.GetState())
+		}
+		time.Sleep(time.Millisecond) // polling, not waiting for an effect
+	}
+	if !p.Revive(addr) {
+		t.Fatal("Revive of a connection still connecting did not revive it")
+	}
+	if _, err := p.ForwardNow(ctx, addr, requests(1, 1)[0]); err != nil {
+		t.Fatalf("a call after Revive, on a new connection: %v", err)
+	}
+	close(release)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Errorf("a forward in flight when its connection was revived: %v", err)
+		}
+	}
+}

@@ -167,6 +167,7 @@ func (s *Service) replanFailed(c *call, ps []pending, v *view, failedOver []int)
 		case lessonFailover:
 			if f.kind == routeForward { // a failover that goes on to the next member counts once
 				s.metrics.failovers.Add(float64(len(sent)))
+				s.heal.Unreachable(f.to.Name, "owner unreachable, failing over to the keys' heirs", f.err)
 			}
 			for _, p := range sent {
 				failedOver = append(failedOver, p.j)

@@ -6,6 +6,7 @@ package nodetest
 import (
 	"context"
 	"log/slog"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -26,10 +27,12 @@ func Config(name string) node.Config {
 // test ends, and returns it once its gossip port is bound (so that others
 // can join it at n.Cluster().GossipAddr()). stop ends the node's Run and
 // returns its error; it may be called more than once. A node that fails
-// to build or to start within 10s fails the test.
+// to build or to start within 10s fails the test. Its log is discarded,
+// unless RINGLIMIT_TEST_LOG is set: then it goes to stderr, each line
+// naming the node, to see why a rare failure happened.
 func Start(t testing.TB, conf node.Config) (n *node.Node, stop func() error) {
 	t.Helper()
-	n, err := node.New(conf, slog.New(slog.DiscardHandler))
+	n, err := node.New(conf, testLogger(conf.NodeName))
 	if err != nil {
 		t.Fatalf("node %s: %v", conf.NodeName, err)
 	}
@@ -56,4 +59,12 @@ func Start(t testing.TB, conf node.Config) (n *node.Node, stop func() error) {
 		}
 	}
 	return n, stop
+}
+
+// testLogger is the log of the node name (see Start).
+func testLogger(name string) *slog.Logger {
+	if os.Getenv("RINGLIMIT_TEST_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", name)
 }
