@@ -531,6 +531,14 @@ func (n *Node) newWaits(old *waits, r *ring.Ring) *waits {
 	if prev.Len() == 0 || (prev.Len() == 1 && prev.Has(self)) {
 		prev = n.heirs.Without(r, self)
 	}
+	// A node that had not joined under old's ring (a new process) may have
+	// built it before gossip brought every member: a member r adds may
+	// hold the counters, or a returning owner's replicas, of keys this
+	// node kept from old's ring. It is waited for as their heir.
+	var heirs *ring.Ring
+	if !old.joined && prev == old.ring {
+		heirs = n.heirs.Without(r, self)
+	}
 	for p := range ring.PartitionCount {
 		if owner, _ := r.PartitionOwner(p); owner.Name != self {
 			continue
@@ -555,6 +563,10 @@ func (n *Node) newWaits(old *waits, r *ring.Ring) *waits {
 			from = held.Name
 		} else if old.parts != nil && old.parts[p] != nil && !old.parts[p].released() && r.Has(old.parts[p].name) {
 			from = old.parts[p].name // still on its way under the ring before
+		} else if heirs != nil {
+			if heir, ok := heirs.PartitionOwner(p); ok && !old.ring.Has(heir.Name) {
+				from = heir.Name // a member the ring before lacked (see heirs)
+			}
 		}
 		if from == "" || n.done[from] == id {
 			continue

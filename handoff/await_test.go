@@ -967,3 +967,29 @@ func TestAWordAheadOfThisNodesRingIsKept(t *testing.T) {
 		returnedNow(t, returned, "a's new word did not release its key")
 	})
 }
+
+// TestAJoiningNodeWaitsForEveryHeir: a node started again (a returning
+// owner) that built a ring before gossip brought every member (a and c,
+// then a, b and c) waits for b too, the heir of keys it kept from the
+// first ring, which holds their replicas: before, it waited only for a,
+// and decided those keys on fresh counters while b was giving them back
+// (e2e TestCrashedOwnerReturnsToItsCounters, 12 of 90 under load).
+func TestAJoiningNodeWaitsForEveryHeir(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, m := joiningNode()
+		full := ringOf("a", "b", "c")
+		key := keyOf(t, full, "c", full.Without("c"), "b")
+		first := m.set("a", "c")
+		n.RingChanged()
+		n.HandOffDone("a", first.ID())
+		m.set("a", "b", "c")
+		m.joining.Store(false)
+		n.RingChanged()
+		returned := awaiting(t.Context(), n, full, key)
+		stillWaiting(t, returned, "the check did not wait for b, the key's heir, which the node's first ring lacked")
+		n.HandOffDone("a", full.ID())
+		stillWaiting(t, returned, "a's word released a check that waits for b")
+		n.HandOffDone("b", full.ID())
+		returnedNow(t, returned, "b's word did not release the check")
+	})
+}
