@@ -96,7 +96,7 @@ func TestQuotaStreamsFreeTheirSlots(t *testing.T) {
 	for _, idle := range []bool{false, true} {
 		t.Run(map[bool]string{false: "unread answers", true: "idle"}[idle], func(t *testing.T) {
 			httpAddr, grpcAddr, _ := startNode(t, "--policy-file", path, "--rlqs-max-streams", "4",
-				"--stream-send-timeout", "1s", "--stream-idle-timeout", "1s")
+				"--stream-send-timeout", "1s", "--stream-idle-timeout", idleTimeout(idle))
 			cc := smallWindows(t, grpcAddr)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
