@@ -99,9 +99,15 @@ func (c boundedCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	b := buf.ReadOnlyData()
+	bound, ok := c.bounds[m.ProtoReflect().Descriptor().FullName()]
+	return decodeBounded(buf.ReadOnlyData(), m, bound, ok)
+}
+
+// decodeBounded decodes b into m as boundedCodec does, with bound if
+// bounded.
+func decodeBounded(b []byte, m proto.Message, bound Bound, bounded bool) error {
 	d := m.ProtoReflect().Descriptor()
-	if bound, ok := c.bounds[d.FullName()]; ok {
+	if bounded {
 		b = wire.Prefix(b, bound.Field, bound.Max+1)
 	}
 	if _, ok := wire.CountMessages(b, d, MaxMessages); !ok {

@@ -84,6 +84,10 @@ type Config struct {
 	// a blocked send to end.
 	StreamSendTimeout, StreamIdleTimeout time.Duration
 	StreamEnded                          func(ctx context.Context, reason error)
+	// RESPPort, if not 0, is the port of the node's RESP listener, which
+	// answers RL.CHECK (see RESPCheck): a CheckStream's header names it
+	// (RESPPortHeader), so that the Go client can send its checks there.
+	RESPPort int
 }
 
 // Server is the gRPC and HTTP faces of one node. It is safe for
@@ -103,7 +107,7 @@ func New(conf Config) *Server {
 		conf: conf,
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ringlimit_check_duration_seconds",
-			Help:    "Time to answer a check request, by interface (grpc, grpc_stream, grpc_lease, grpc_settle, http, http_settle).",
+			Help:    "Time to answer a check request, by interface (grpc, grpc_stream, resp_check, grpc_lease, grpc_settle, http, http_settle).",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"interface"}),
 	}

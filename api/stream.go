@@ -2,7 +2,10 @@ package api
 
 import (
 	"context"
+	"strconv"
 	"time"
+
+	"google.golang.org/grpc/metadata"
 
 	"google.golang.org/protobuf/proto"
 
@@ -20,6 +23,10 @@ const CheckStreamMethod = "/ringlimit.v1.RateLimiter/CheckStream"
 // as it bounds a CheckRequest, Config.AdmitMessage admits each, and one
 // refused whole is answered with its status.
 func (g grpcServer) CheckStream(stream pb.RateLimiter_CheckStreamServer) error {
+	if port := g.s.conf.RESPPort; port != 0 {
+		// Sent with the first answer: the header costs no frame of its own.
+		_ = stream.SetHeader(metadata.Pairs(RESPPortHeader, strconv.Itoa(port)))
+	}
 	return g.s.streams.Serve(stream)
 }
 
@@ -40,6 +47,12 @@ func streamTimeout(req *pb.CheckStreamRequest) time.Duration {
 
 // checkMessage answers one request of a CheckStream.
 func (s *Server) checkMessage(ctx context.Context, req *pb.CheckStreamRequest) *pb.CheckStreamResponse {
+	return s.answerStream(ctx, req, "grpc_stream")
+}
+
+// answerStream answers req, a request of a CheckStream or of RL.CHECK;
+// iface labels its latency.
+func (s *Server) answerStream(ctx context.Context, req *pb.CheckStreamRequest, iface string) *pb.CheckStreamResponse {
 	resp := &pb.CheckStreamResponse{Id: req.GetId()}
 	if theirs := req.GetRing(); theirs != 0 {
 		if ours := s.ringID().sum; theirs != ours {
@@ -54,7 +67,7 @@ func (s *Server) checkMessage(ctx context.Context, req *pb.CheckStreamRequest) *
 		}
 		defer done()
 	}
-	defer s.observe("grpc_stream", time.Now())
+	defer s.observe(iface, time.Now())
 	r, err := s.conf.Checker.Check(ctx, &pb.CheckRequest{Requests: req.GetRequests(), All: req.GetAll()})
 	if err != nil {
 		resp.Status = mux.Status(toStatus(err))

@@ -4,15 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/internal/batch"
 	"github.com/ringlimit/ringlimit/internal/mux"
+	"github.com/ringlimit/ringlimit/internal/respcall"
 	"github.com/ringlimit/ringlimit/internal/wire"
 )
 
@@ -74,6 +81,13 @@ type node struct {
 	batch  *batch.Batcher[*part]                                      // nil: every part goes alone
 	router *router                                                    // nil when the client does not route
 	port   portProbe                                                  // says when addr is not a gRPC port
+	// resp carries batches to the node's RESP port once its stream has
+	// named one (see respCheck); nil until then, or for good unless
+	// useRESP.
+	resp    atomic.Pointer[respcall.Pool]
+	useRESP bool
+	respMu  sync.Mutex // serialises learnRESP and close
+	closed  bool       // under respMu
 }
 
 // nodeConfig is what the nodes of one client share.
@@ -81,6 +95,7 @@ type nodeConfig struct {
 	dial     []grpc.DialOption
 	batching bool
 	streams  bool            // batches go on a CheckStream
+	resp     bool            // and to the node's RESP port once it names one: plaintext, no dial options
 	base     context.Context // ends when the client closes
 	router   *router         // nil when the client does not route
 }
@@ -94,7 +109,8 @@ func newNode(addr string, conf nodeConfig) (*node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	n := &node{addr: addr, conn: conn, rl: pb.NewRateLimiterClient(conn), base: conf.base, router: conf.router, port: portProbe{addr: addr}}
+	n := &node{addr: addr, conn: conn, rl: pb.NewRateLimiterClient(conn), base: conf.base, router: conf.router, port: portProbe{addr: addr},
+		useRESP: conf.resp}
 	if conf.batching {
 		n.startBatching()
 	}
@@ -105,6 +121,11 @@ func newNode(addr string, conf nodeConfig) (*node, error) {
 			Stamp: func(r *pb.CheckStreamRequest, id uint64, timeoutMs int64) { r.Id, r.TimeoutMs = id, timeoutMs },
 			ID:    (*pb.CheckStreamResponse).GetId,
 			Size:  streamBytes,
+			Header: func(md metadata.MD) {
+				if n.useRESP {
+					n.learnRESP(md.Get(respcall.PortHeader))
+				}
+			},
 		})
 	}
 	return n, nil
@@ -124,11 +145,17 @@ func (n *node) startBatching() {
 	n.batch.Start(n.base)
 }
 
-// close ends n's stream and closes its connection.
+// close ends n's stream and RESP connections, and closes its connection.
 func (n *node) close() error {
 	if n.stream != nil {
 		n.stream.Close()
 	}
+	n.respMu.Lock()
+	n.closed = true
+	if p := n.resp.Swap(nil); p != nil {
+		p.Close()
+	}
+	n.respMu.Unlock()
 	return n.conn.Close()
 }
 
@@ -244,6 +271,12 @@ func (n *node) check(ctx context.Context, req *pb.CheckRequest, alone bool) (*pb
 	}
 	if n.stream != nil && !alone {
 		if _, md := metadata.FromOutgoingContext(ctx); !md {
+			if p := n.resp.Load(); p != nil {
+				resp, err := n.respCheck(ctx, p, req, v)
+				if !errors.Is(err, respcall.ErrRefused) {
+					return resp, err
+				}
+			}
 			resp, err := n.streamCheck(ctx, req, v)
 			if !errors.Is(err, mux.ErrRefused) {
 				return resp, err
@@ -273,6 +306,13 @@ func (n *node) streamCheck(ctx context.Context, req *pb.CheckRequest, v *view) (
 	if err != nil {
 		return nil, err
 	}
+	return n.streamAnswer(resp, v)
+}
+
+// streamAnswer is the answer of a request that travelled as a
+// CheckStream's, on the stream or the RESP port; v is the ring it was
+// routed by, nil if none.
+func (n *node) streamAnswer(resp *pb.CheckStreamResponse, v *view) (*pb.CheckResponse, error) {
 	if theirs := resp.GetRing(); theirs != 0 && v != nil && theirs != v.sum {
 		n.router.ask(n) // n first: a ring that differs is most often the newer
 	}
@@ -299,3 +339,80 @@ func (n *node) fail(p *part, err error) {
 	}
 	p.answer(nil, n.port.explain(err))
 }
+
+// learnRESP takes the port a node's stream named (ports: the header's
+// values) as where to send n's batches from now on: RL.CHECK on the
+// node's RESP port, at the host of n's address. A client that dials with
+// options of its own (TLS, credentials, interceptors) never does: the
+// RESP port would not carry what they add to every call.
+func (n *node) learnRESP(ports []string) {
+	if len(ports) != 1 {
+		return
+	}
+	port, err := strconv.ParseUint(ports[0], 10, 16)
+	host, _, splitErr := net.SplitHostPort(n.addr)
+	if err != nil || port == 0 || splitErr != nil {
+		return // not a port, or not an address of host and port (a gRPC target such as dns:///…)
+	}
+	addr := net.JoinHostPort(host, strconv.FormatUint(port, 10))
+	n.respMu.Lock()
+	defer n.respMu.Unlock()
+	if old := n.resp.Load(); n.closed || old != nil && old.Addr() == addr {
+		return
+	}
+	if old := n.resp.Swap(respcall.New(addr, maxFlying)); old != nil {
+		old.Close()
+	}
+}
+
+// respCheck sends req as RL.CHECK on the node's RESP port, through p; v
+// is the ring it was routed by, nil if none. It carries what a stream's
+// request does (the items, all, the ring, the caller's timeout) and its
+// answer means the same. An error wrapping respcall.ErrRefused means
+// nothing decided req (it is too big for the port, no connection is
+// free, or the node refused the command): the stream carries it then.
+func (n *node) respCheck(ctx context.Context, p *respcall.Pool, req *pb.CheckRequest, v *view) (*pb.CheckResponse, error) {
+	m := &pb.CheckStreamRequest{Id: 1, Requests: req.GetRequests(), All: req.GetAll()}
+	if v != nil {
+		m.Ring = v.sum
+	}
+	if d, ok := ctx.Deadline(); ok {
+		t := time.Until(d)
+		if t <= 0 {
+			return nil, context.DeadlineExceeded
+		}
+		m.TimeoutMs = (t + time.Millisecond - 1).Milliseconds()
+	}
+	if streamBytes(m) > respcall.MaxPayload {
+		return nil, fmt.Errorf("%w: a request of up to %d bytes", respcall.ErrRefused, streamBytes(m))
+	}
+	payload, err := wire.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	var resp pb.CheckStreamResponse
+	err = p.Call(ctx, payload, func(answer []byte) error {
+		if _, ok := wire.CountMessages(answer, resp.ProtoReflect().Descriptor(), maxAnswerMessages(len(m.Requests))); !ok {
+			return fmt.Errorf("%w: node %s answered RL.CHECK with too many messages", ErrInternal, n.addr)
+		}
+		if err := wire.Unmarshal(answer, &resp); err != nil {
+			return fmt.Errorf("%w: node %s answered RL.CHECK with %v", ErrInternal, n.addr, err)
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, respcall.ErrLost):
+		return nil, status.Error(codes.Unavailable, err.Error())
+	case err != nil:
+		return nil, err
+	case resp.GetId() != m.Id:
+		return nil, fmt.Errorf("%w: node %s answered RL.CHECK with id %d, not %d", ErrInternal, n.addr, resp.GetId(), m.Id)
+	}
+	return n.streamAnswer(&resp, v)
+}
+
+// maxAnswerMessages bounds the messages of a node's answer to items
+// checks, so that a port that lies cannot make the client build many
+// more than it asked for: a result and its metadata (a message each
+// entry) per check, and a few more.
+func maxAnswerMessages(items int) int { return 16 + 16*items }

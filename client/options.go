@@ -101,10 +101,14 @@ func Open(addrs []string, opts ...Option) (*Client, error) {
 	if o.leaseEvery <= 0 {
 		return nil, fmt.Errorf("lease interval: must be positive, got %v", o.leaseEvery)
 	}
-	if len(o.dial) == 0 {
+	// Only a plaintext client of no dial options of its own sends its
+	// batches to a node's RESP port: the port would not carry what those
+	// options add to every call (see node.learnRESP).
+	plain := len(o.dial) == 0
+	if plain {
 		o.dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	conf := nodeConfig{dial: o.dial, batching: !o.unbatched, streams: !o.unstreams}
+	conf := nodeConfig{dial: o.dial, batching: !o.unbatched, streams: !o.unstreams, resp: plain && !o.unstreams}
 	if len(addrs) == 1 && !o.cluster {
 		ctx, cancel := context.WithCancel(context.Background())
 		conf.base = ctx

@@ -377,7 +377,7 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		Ready: n.readiness, ReadyNote: n.insecure,
 		Members: func() []api.Member { return apiMembers(n.members) },
 		Ring:    n.members.Ring, StreamSendTimeout: conf.StreamSendTimeout, StreamIdleTimeout: conf.StreamIdleTimeout,
-		StreamEnded: ended.of("check", grpcLis),
+		StreamEnded: ended.of("check", grpcLis), RESPPort: respPort(n.lis.resp),
 	})
 
 	// Stream workers reuse goroutines whose stacks have grown already,
@@ -430,9 +430,21 @@ func New(conf Config, log *slog.Logger) (_ *Node, err error) {
 		// within HandshakeTimeout, answers read within HTTP's WriteTimeout.
 		n.respSrv = resp.New(resp.Config{Checker: n.svc, TLS: tr.public, HandshakeTimeout: conf.HandshakeTimeout,
 			IdleTimeout: conf.IdleTimeout, WriteTimeout: 30 * time.Second, RequestTimeout: conf.RequestTimeout, Logger: log,
-			Established: conns.Established})
+			Established: conns.Established, Native: n.faces})
 	}
 	return n, nil
+}
+
+// respPort is the port lis listens on, 0 for none: a CheckStream names
+// it to the Go client (api.Config.RESPPort).
+func respPort(lis net.Listener) int {
+	if lis == nil {
+		return 0
+	}
+	if a, ok := lis.Addr().(*net.TCPAddr); ok {
+		return a.Port
+	}
+	return 0
 }
 
 // HTTPAddr, GRPCAddr and PeerAddr return the addresses the node listens

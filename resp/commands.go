@@ -32,6 +32,8 @@ func (c *conn) command(args [][]byte) {
 	}
 	c.decide()
 	switch {
+	case is(name, "RL.CHECK"):
+		c.nativeCheck(args)
 	case is(name, "PING"):
 		c.ping(args)
 	case is(name, "QUIT"):

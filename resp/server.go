@@ -62,6 +62,9 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
+	// Native, if not nil, answers RL.CHECK; without it RL.CHECK is
+	// refused.
+	Native Native
 	// Established, if not nil, is called with each connection as it was
 	// accepted once its first command has been read whole (after its
 	// TLS handshake): a listener that keeps connections apart until they
@@ -210,6 +213,8 @@ type conn struct {
 	writes   deadline      // nc's write deadline
 	writeErr error         // the first write's error; the connection then ends
 	spoke    bool          // a command has been read: Config.Established was told
+
+	clientCtx context.Context // names the client to RL.CHECK's checks; nil until the first
 }
 
 func (c *conn) serve() {
@@ -420,7 +425,7 @@ func (c *conn) decide() {
 // every batch, was a few percent of the CPU of one command at a time.
 // It is safe for concurrent use, as a context must be.
 type deadlineCtx struct {
-	context.Context // never done, no values
+	context.Context // never done; it may carry values (the client)
 	deadline        time.Time
 	mu              sync.Mutex
 	err             error           // until timed is made: why c is done, once it is

@@ -40,6 +40,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -92,6 +93,9 @@ type Config[Req, Resp any] struct {
 	// stream hold fewer than grpc-go's write quota of bytes (see Call);
 	// without it, only while none is unanswered.
 	Size func(req *Req) int
+	// Header, if not nil, is given the header of each stream the node
+	// answers, once, as its first answer arrives.
+	Header func(md metadata.MD)
 }
 
 // Client sends requests on one stream at a time, opened on first use and
@@ -342,11 +346,18 @@ func (c *Client[Req, Resp]) send(ctx context.Context, st *stream[Req, Resp]) {
 // receive is the stream's only receiver: it hands each answer to its
 // caller until the stream ends, then fails the calls still waiting.
 func (c *Client[Req, Resp]) receive(st *stream[Req, Resp]) {
+	header := c.conf.Header
 	for {
 		resp, err := st.s.Recv()
 		if err != nil {
 			c.end(st, err)
 			return
+		}
+		if header != nil {
+			if md, err := st.s.Header(); err == nil { // at hand: an answer has come
+				header(md)
+			}
+			header = nil
 		}
 		id := c.conf.ID(resp)
 		if id == 0 {
