@@ -88,6 +88,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./rlqs
 	go test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) ./resp
 	go test -run '^$$' -fuzz '^FuzzCommands$$' -fuzztime $(FUZZTIME) ./resp
+	go test -run '^$$' -fuzz '^FuzzReadAnswer$$' -fuzztime $(FUZZTIME) ./internal/respcall
 	go test -run '^$$' -fuzz '^FuzzConnEndings$$' -fuzztime $(FUZZTIME) ./resp
 	go test -run '^$$' -fuzz '^FuzzSniff$$' -fuzztime $(FUZZTIME) ./internal/nodeport
 

@@ -11,19 +11,28 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ringlimit/ringlimit/api"
+	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/service"
 )
 
 // FuzzCommands serves arbitrary input on a connection, decided by a real
-// service: the server never panics nor hangs, and everything it writes
+// service (RL.CHECK's payloads by its gRPC face): the server never panics nor hangs, and everything it writes
 // is well-formed RESP, one reply after another.
 func FuzzCommands(f *testing.F) {
 	f.Add([]byte("CL.THROTTLE k 1 1 1\r\nPING\r\nHELLO 3\r\nCLIENT SETINFO LIB-NAME x\r\nSELECT 0\r\nCOMMAND DOCS\r\nQUIT\r\n"))
 	f.Add(encode("CL.THROTTLE", "k", "15", "30", "60", "0"))
 	f.Add([]byte("HELLO 3 SETNAME\r\nHELLO 2 AUTH\r\nCLIENT\r\nPING a b\r\nMULTI\r\n*1\r\n$-5\r\n"))
+	hits := int64(1)
+	payload, _ := proto.Marshal(&pb.CheckStreamRequest{Id: 1, TimeoutMs: 100, Ring: 9, Requests: []*pb.CheckItem{{Name: "n", Key: "k", Limit: 1, DurationMs: 1000, Hits: &hits}}})
+	f.Add(encode("RL.CHECK", string(payload)))
+	f.Add(append(encode("RL.CHECK", string(payload[:len(payload)-3])), encode("RL.CHECK", "\x0a\x80")...))
 	svc := service.New(service.Config{})
+	face := api.New(api.Config{Checker: svc})
 	f.Fuzz(func(t *testing.T, in []byte) {
-		s := New(Config{Checker: svc, Limits: Limits{MaxArgs: 8, MaxBulk: 64, MaxCommand: 256, MaxInline: 256, Buffer: 256}})
+		s := New(Config{Checker: svc, Native: face, Limits: Limits{MaxArgs: 8, MaxBulk: 64, MaxCommand: 256, MaxInline: 256, Buffer: 256}})
 		client, server := net.Pipe()
 		c := &conn{s: s, raw: server, nc: server}
 		done := make(chan struct{})
