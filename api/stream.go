@@ -7,10 +7,9 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
-	"google.golang.org/protobuf/proto"
-
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/internal/mux"
+	"github.com/ringlimit/ringlimit/internal/wire"
 )
 
 // CheckStreamMethod is the full name of the CheckStream RPC, for
@@ -60,7 +59,7 @@ func (s *Server) answerStream(ctx context.Context, req *pb.CheckStreamRequest, i
 		}
 	}
 	if s.conf.AdmitMessage != nil {
-		done, err := s.conf.AdmitMessage(int64(proto.Size(req)))
+		done, err := s.conf.AdmitMessage(int64(wire.Size(req)))
 		if err != nil {
 			resp.Status = mux.Status(err)
 			return resp

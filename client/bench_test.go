@@ -70,6 +70,38 @@ func BenchmarkAllow(b *testing.B) {
 	}
 }
 
+// BenchmarkAllowPorts measures the batching client's Allow against one
+// node on loopback whose checks travel on its gRPC stream (a node
+// without a RESP port) or as RL.CHECK on its RESP port, from 1, 4, 16
+// and 64 concurrent callers.
+func BenchmarkAllowPorts(b *testing.B) {
+	nodes := map[string]string{"stream": client.ServeForTest(b), "resp": client.ServeRESPForTest(b)}
+	for _, callers := range []int{1, 4, 16, 64} {
+		for _, port := range []string{"stream", "resp"} {
+			b.Run(fmt.Sprintf("callers=%d/port=%s", callers, port), func(b *testing.B) {
+				c, err := client.New(nodes[port])
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				warm(b, c)
+				benchAllow(b, c, callers)
+			})
+		}
+	}
+}
+
+// warm makes checks until c has sent its first ones, connected and
+// learned the RESP port: 200 ms of checks, unmeasured.
+func warm(b *testing.B, c *client.Client) {
+	l := client.Limit{Name: "warm", Count: 1_000_000_000, Period: time.Second}
+	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); {
+		if _, err := c.Allow(context.Background(), l, "k"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkAllowRouted measures a routing client of three nodes on
 // loopback (which never forward: see staticCluster), from 64 concurrent
 // callers: each Allow goes, batched, to its key's owner.

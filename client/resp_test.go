@@ -28,7 +28,7 @@ type respNode struct {
 	messages atomic.Int64 // CheckStream requests received
 }
 
-func serveRESP(t *testing.T) *respNode {
+func serveRESP(t testing.TB) *respNode {
 	t.Helper()
 	n := &respNode{}
 	rlis, err := net.Listen("tcp", "127.0.0.1:0")

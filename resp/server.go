@@ -29,6 +29,7 @@ import (
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/checks"
+	"github.com/ringlimit/ringlimit/internal/rawio"
 )
 
 // Checker decides checks: the node's service.
@@ -150,7 +151,7 @@ func (s *Server) track(nc net.Conn) *conn {
 		nc.Close()
 		return nil
 	}
-	c := &conn{s: s, raw: nc, nc: withRawIO(nc)}
+	c := &conn{s: s, raw: nc, nc: rawio.Wrap(nc)}
 	s.conns[c] = struct{}{}
 	s.handlers.Add(1)
 	return c

@@ -27,6 +27,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ringlimit/ringlimit/internal/rawio"
 )
 
 // PortHeader is the header of a node's CheckStream that names the port
@@ -229,6 +231,7 @@ func (p *Pool) dial() {
 		p.backOff()
 		return
 	}
+	nc = rawio.Wrap(nc) // as the node's end does: no wake of the runtime's monitor thread a call
 	p.put(&conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10)})
 }
 

@@ -1,4 +1,4 @@
-package resp
+package rawio
 
 import (
 	"bytes"
@@ -11,20 +11,28 @@ import (
 )
 
 // tcpPair returns the two ends of a loopback TCP connection, the server's
-// through withRawIO.
+// through Wrap.
 func tcpPair(t *testing.T) (server, client net.Conn) {
 	t.Helper()
-	lis := listen(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer lis.Close()
-	client = dial(t, lis.Addr().String())
+	client, err = net.Dial("tcp", lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.SetDeadline(time.Now().Add(10 * time.Second))
+	t.Cleanup(func() { client.Close() })
 	nc, err := lis.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	server = withRawIO(nc)
+	server = Wrap(nc)
 	if _, ok := server.(rawConn); !ok {
-		t.Fatalf("withRawIO(%T) = %T, want a rawConn", nc, server)
+		t.Fatalf("Wrap(%T) = %T, want a rawConn", nc, server)
 	}
 	return server, client
 }

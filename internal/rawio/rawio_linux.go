@@ -1,4 +1,8 @@
-package resp
+// Package rawio reads and writes sockets with raw system calls, for the
+// connections that carry one small command and its answer at a time:
+// the RESP port's (package resp) and the Go client's to it (package
+// respcall). See rawConn.
+package rawio
 
 import (
 	"io"
@@ -36,9 +40,9 @@ type rawOp struct {
 	fn    func(fd uintptr) bool // the method read or write of this rawOp
 }
 
-// withRawIO returns nc reading and writing through rawConn when it is a
+// Wrap returns nc reading and writing through rawConn when it is a
 // socket, or nc itself.
-func withRawIO(nc net.Conn) net.Conn {
+func Wrap(nc net.Conn) net.Conn {
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
 		return nc
