@@ -97,7 +97,7 @@ func (c *Config) flags(hostname string) *flag.FlagSet {
 	fs.StringVar(&c.HTTPAddr, "http-addr", d.HTTPAddr, "HTTP listen address (POST /v1/check and /v1/settle; GET /v1/members, /v1/top, /status, /metrics, /healthz, /readyz)"+loopbackUsage)
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", d.GRPCAddr, "gRPC listen address (ringlimit.v1.RateLimiter, Envoy's rate limit and rate limit quota services, health, reflection)"+loopbackUsage)
 	fs.StringVar(&c.PeerAddr, "peer-addr", d.PeerAddr, "gRPC listen address for peer traffic only (forwards, hand-off, replication, GLOBAL sync, relayed leases and settles, the counts of GET /v1/top)"+loopbackUsage)
-	fs.StringVar(&c.RESPAddr, "resp-addr", "", "Redis protocol listen address (CL.THROTTLE as redis-cell answers it, docs/resp.md), with the TLS, connection bounds and timeouts of the HTTP port (none: off)")
+	fs.StringVar(&c.RESPAddr, "resp-addr", "", "Redis protocol listen address (CL.THROTTLE as redis-cell answers it, and RL.CHECK, where the Go client sends its checks once a node names the port: docs/resp.md), with the TLS, connection bounds and timeouts of the HTTP port (none: off)")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", d.GossipAddr, "memberlist bind address, TCP and UDP"+loopbackUsage)
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "address other nodes use to reach this one (default: the IP --gossip-addr binds, 127.0.0.1 on loopback only; on all interfaces, the first private or else non-loopback IP)")
 	fs.StringVar(&c.join, "join", "", "comma-separated host:port or DNS names of other nodes to join through; the node is not ready until one of them answers, and keeps retrying with backoff (none: a one-node cluster that others may join)")
@@ -196,7 +196,7 @@ func flagPlaces() map[string]flagPlace {
 	return map[string]flagPlace{
 		"http-addr":            {groupServing, "HTTP: POST /v1/check, /metrics, /status"},
 		"grpc-addr":            {groupServing, "gRPC: checks, Envoy's rate limit and quotas"},
-		"resp-addr":            {groupServing, "Redis protocol, CL.THROTTLE (none: off)"},
+		"resp-addr":            {groupServing, "Redis protocol, CL.THROTTLE, RL.CHECK (none: off)"},
 		"log-level":            {groupServing, ""},
 		"status-page":          {groupServing, ""},
 		"status-hide-keys":     {groupServing, ""},
