@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
+	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/resp"
 )
 
@@ -173,5 +174,65 @@ func TestRESPClusterExact(t *testing.T) {
 		if got := admitted[k].Load(); got != limit {
 			t.Errorf("key exact:%d: %d admitted across the cluster, want exactly %d", k, got, limit)
 		}
+	}
+}
+
+// TestGoClientThroughRESPExact: the Go client of three real nodes with
+// RESP ports, routing each check to its key's owner, sends its checks as
+// RL.CHECK once the nodes' streams name the ports; from many goroutines
+// at once, the cluster admits exactly the limit of each key.
+func TestGoClientThroughRESPExact(t *testing.T) {
+	c, _ := startRESPCluster(t, 3)
+	addrs := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		addrs[i] = n.grpc
+	}
+	cl, err := client.Open(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const keys, limit, tries = 8, 50, 120
+	l := client.Limit{Name: "exact-go", Count: limit, Period: time.Hour}
+	var admitted [keys]atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := range 12 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			for i := range tries * keys / 12 {
+				k := (w + i) % keys
+				ok, err := cl.Allow(ctx, l, fmt.Sprint("exact-go:", k))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if ok {
+					admitted[k].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for k := range keys {
+		if got := admitted[k].Load(); got != limit {
+			t.Errorf("key exact-go:%d: %d admitted across the cluster, want exactly %d", k, got, limit)
+		}
+	}
+	came := 0.0
+	for _, n := range c.nodes {
+		v, err := metric(n, "ringlimit_check_duration_seconds_count", `interface="resp_check"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		came += v
+	}
+	if came == 0 {
+		t.Error("no check came as RL.CHECK")
 	}
 }
