@@ -531,17 +531,12 @@ func (n *Node) newWaits(old *waits, r *ring.Ring) *waits {
 	if prev.Len() == 0 || (prev.Len() == 1 && prev.Has(self)) {
 		prev = n.heirs.Without(r, self)
 	}
-	// A node that joins (a new process) may have built old's ring before
-	// gossip brought every member, even after it joined: a member r adds
-	// then may hold the counters, or a returning owner's replicas, of keys
-	// this node kept from old's ring. Until the wait has passed since it
-	// joined, such a member is waited for as their heir (one that has
-	// just joined itself says it is done at once).
-	if !old.joined && w.joined {
-		n.joinedAt = time.Now()
-	}
+	// A node that had not joined under old's ring (a new process) may have
+	// built it before gossip brought every member: a member r adds may
+	// hold the counters, or a returning owner's replicas, of keys this
+	// node kept from old's ring. It is waited for as their heir.
 	var heirs *ring.Ring
-	if prev == old.ring && (!old.joined || !n.joinedAt.IsZero() && time.Since(n.joinedAt) < n.wait) {
+	if !old.joined && prev == old.ring {
 		heirs = n.heirs.Without(r, self)
 	}
 	for p := range ring.PartitionCount {

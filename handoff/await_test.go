@@ -991,26 +991,5 @@ func TestAJoiningNodeWaitsForEveryHeir(t *testing.T) {
 		stillWaiting(t, returned, "a's word released a check that waits for b")
 		n.HandOffDone("b", full.ID())
 		returnedNow(t, returned, "b's word did not release the check")
-
-		// The same when the node worked out its first ring only after it
-		// had joined (a busy process: e2e, 2 of 90 admitted in CI), for
-		// as long as the wait since it joined; not after.
-		n, m = joiningNode()
-		first = m.set("a", "c")
-		m.joining.Store(false)
-		n.RingChanged()
-		n.HandOffDone("a", first.ID())
-		m.set("a", "b", "c")
-		n.RingChanged()
-		returned = awaiting(t.Context(), n, full, key)
-		stillWaiting(t, returned, "a node that joined just now did not wait for b, the key's heir")
-		n.HandOffDone("b", full.ID())
-		returnedNow(t, returned, "b's word did not release the check")
-		time.Sleep(time.Minute) // the node's wait (joiningNode)
-		m.set("a", "b", "c", "d")
-		n.RingChanged()
-		if w := n.waits.Load(); w.byName["d"] != nil {
-			t.Error("a node that joined a wait ago waits for d, which has just joined")
-		}
 	})
 }

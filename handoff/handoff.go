@@ -134,10 +134,6 @@ type Node struct {
 	waitMu sync.Mutex            // guards the making of waits, and done
 	done   map[string]uint64     // member -> ID of the ring it last said it is done under
 	had    hadRings              // the rings this node has left, guarded by waitMu
-	// joinedAt is when this node's waits were first worked out with it
-	// joined, after some without (a new process's join); zero if they
-	// never were without. Guarded by waitMu.
-	joinedAt time.Time
 
 	giftMu sync.Mutex
 	gifts  map[int]gift // by partition: what members gave away that this node's ring gives them (see Receive)
