@@ -27,12 +27,7 @@ func TestReconnectsSoonAfterThePeerReturns(t *testing.T) {
 	lis.Close() // nothing listens: every attempt is refused
 	p := NewPool(Config{})
 	t.Cleanup(func() { p.Close() })
-	call := func() error {
-		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
-		defer cancel()
-		_, err := p.ForwardNow(ctx, addr, requests(1, 1)[0])
-		return err
-	}
+	call := func() error { return forwardWithin(t, p, addr, 200*time.Millisecond) }
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		if call() == nil {
 			t.Fatal("a call succeeded with nothing listening")
@@ -103,12 +98,7 @@ func TestReviveEndsTheBackoff(t *testing.T) {
 	if p.Revive(addr) {
 		t.Error("Revive of an address never called reported a revival")
 	}
-	call := func() error {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		defer cancel()
-		_, err := p.ForwardNow(ctx, addr, requests(1, 1)[0])
-		return err
-	}
+	call := func() error { return forwardWithin(t, p, addr, time.Second) }
 	if call() == nil {
 		t.Fatal("a call succeeded with nothing listening")
 	}
@@ -158,12 +148,7 @@ func TestReviveRedialsAConnectionStillConnecting(t *testing.T) {
 	slow := grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: time.Hour, Multiplier: 1, MaxDelay: time.Hour}, MinConnectTimeout: time.Hour})
 	p := NewPool(Config{DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), dial, slow}})
 	t.Cleanup(func() { p.Close() })
-	call := func() error {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		defer cancel()
-		_, err := p.ForwardNow(ctx, addr, requests(1, 1)[0])
-		return err
-	}
+	call := func() error { return forwardWithin(t, p, addr, time.Second) }
 	if call() == nil {
 		t.Fatal("a call succeeded through the cut")
 	}
@@ -230,4 +215,13 @@ func TestReviveSparesCallsInFlight(t *testing.T) {
 			t.Errorf("a forward in flight when its connection was revived: %v", err)
 		}
 	}
+}
+
+// forwardWithin forwards one check to addr through p, at most d long, and
+// returns its error.
+func forwardWithin(t *testing.T, p *Pool, addr string, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	_, err := p.ForwardNow(ctx, addr, requests(1, 1)[0])
+	return err
 }
