@@ -241,6 +241,9 @@ type Cluster struct {
 	view    atomic.Pointer[view]
 	ready   atomic.Bool
 	started atomic.Bool
+	// returning holds what Returning reports, set by Run as the node's
+	// first join succeeds.
+	returning atomic.Pointer[[]string]
 	// waiting says why the node is not Ready, while it is not: set by Run.
 	waiting atomic.Pointer[string]
 }
@@ -376,7 +379,7 @@ func New(conf Config) (*Cluster, error) {
 		bindPort:  port,
 		log:       log,
 		metrics:   m,
-		events:    newEvents(),
+		events:    newEvents(conf.NodeName, boot),
 		delegate:  &delegate{},
 		conflicts: &conflicts{self: conf.NodeName},
 		admission: newAdmission(),
@@ -419,6 +422,29 @@ func (c *Cluster) Ring() *ring.Ring { return c.view.Load().ring }
 // itself alone (it keeps trying to rejoin meanwhile), and turns false when
 // Run begins to shut down. Readiness says more.
 func (c *Cluster) Ready() bool { return c.ready.Load() }
+
+// Returning reports, for a process that joined under a name the cluster
+// knew from an earlier process (a node restarted after a crash, an OOM
+// kill or a rolling update; memberlist remembers a departed node for a
+// while, with its boot id), the other members its join found alive: they
+// may hold its keys' counters or their replicas, which package handoff
+// waits for before the node decides those keys, however its first rings
+// were built. A member gossip has since declared dead or gone is left
+// out: it will not come into the ring to be waited for. It is nil for a
+// process under a new name, or before the first join.
+func (c *Cluster) Returning() []string {
+	p := c.returning.Load()
+	if p == nil {
+		return nil
+	}
+	alive := make([]string, 0, len(*p))
+	for _, name := range *p {
+		if n, ok := c.events.get(name); ok && n.alive {
+			alive = append(alive, name)
+		}
+	}
+	return alive
+}
 
 // Readiness reports whether this node may take client traffic, with one
 // line a person can act on: while not, why; while ready, a warning, or ""
@@ -668,6 +694,10 @@ func (c *Cluster) Run(ctx context.Context) error {
 			// package handoff).
 			c.events.merged()
 			if err == nil && !c.ready.Load() {
+				if names := c.events.returnedTo(); names != nil && c.returning.Load() == nil {
+					c.returning.Store(&names)
+					c.log.Info("this name's earlier process is known to the cluster: taking its keys back from their heirs", "members", names)
+				}
 				if err := c.checkName(ml); err != nil {
 					// No Leave: it would tell the others that the member
 					// holding this name has left.
@@ -922,9 +952,13 @@ func (c *Cluster) rebuild(ctx context.Context) {
 
 	r := old.ring
 	// A join's merge in progress holds the ring back (events.NotifyMerge),
-	// as do the first admission checks after a join (finishJoin), but not
-	// as this node leaves (ctx nil): its last ring is without it.
-	held := (merging || !c.admitBy.IsZero()) && ctx != nil
+	// as do the first admission checks of the members a first join brought
+	// (finishJoin), but not as this node leaves (ctx nil): its last ring is
+	// without it. Those checks hold it from the end of the merge: Join
+	// then goes on to the next --join addresses, for a TCP timeout each
+	// where one does not answer, while the others already route keys here.
+	firstChecks := c.conf.Admit != nil && !c.joined && !c.ready.Load() && c.admission.firstPending()
+	held := (merging || firstChecks || !c.admitBy.IsZero()) && ctx != nil
 	changed := !held && !slices.Equal(r.Members(), members) // both sorted by name
 	if changed {
 		r = ring.New(members...)

@@ -462,3 +462,49 @@ func TestMetaRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// silent is a TCP listener that accepts connections and never answers on
+// them: a join address there holds memberlist's Join for its TCPTimeout,
+// or until hangUp.
+type silent struct {
+	addr  string
+	l     net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+// silentListener starts a silent listener on loopback, hung up when the
+// test ends if not before.
+func silentListener(t *testing.T) *silent {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &silent{addr: l.Addr().String(), l: l}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.conns = append(s.conns, c)
+			s.mu.Unlock()
+		}
+	}()
+	t.Cleanup(s.hangUp)
+	return s
+}
+
+// hangUp closes the listener and every connection it accepted; it may be
+// called more than once.
+func (s *silent) hangUp() {
+	s.l.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.conns {
+		c.Close()
+	}
+	s.conns = nil
+}

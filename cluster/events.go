@@ -40,6 +40,12 @@ type events struct {
 	// recorded alive yet, since mergeAt (see NotifyMerge); nil when none.
 	merging map[string]bool
 	mergeAt time.Time
+	// self and boot are this process's name and boot id; returned are the
+	// other nodes a join's state listed as alive when that state also
+	// listed this name under another boot id (see NotifyMerge), nil when
+	// no state did.
+	self, boot string
+	returned   map[string]bool
 }
 
 // mergeHold bounds how long a join's merge holds the ring back (see
@@ -54,8 +60,8 @@ const mergeHold = 500 * time.Millisecond
 // nodes).
 const maxMergeNames = 4096
 
-func newEvents() *events {
-	return &events{changed: make(chan struct{}, 1), nodes: make(map[string]node)}
+func newEvents(self, boot string) *events {
+	return &events{changed: make(chan struct{}, 1), nodes: make(map[string]node), self: self, boot: boot}
 }
 
 // The kind of callback tells the node's state: memberlist keeps a node's
@@ -117,6 +123,7 @@ func (e *events) NotifyMerge(peers []*memberlist.Node) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.noteReturn(peers)
 	for _, p := range peers {
 		if p.State != memberlist.StateAlive {
 			continue // merged as suspect or dead: never a new member of the ring
@@ -131,6 +138,50 @@ func (e *events) NotifyMerge(peers []*memberlist.Node) error {
 		e.merging[p.Name] = true
 	}
 	return nil
+}
+
+// noteReturn records, when a join's state lists this node's name under
+// another process's boot id (alive, suspect, dead or left: memberlist
+// keeps a crashed or departed node for a while), that this process took
+// over a name the cluster knew, and the nodes that state lists as alive:
+// the members that may hold the counters, or replicas, of its keys (see
+// Cluster.Returning). Called with e.mu held.
+func (e *events) noteReturn(peers []*memberlist.Node) {
+	known := false
+	for _, p := range peers {
+		if p.Name != e.self {
+			continue
+		}
+		if m, err := decodeMeta(p.Meta); err == nil && m.Boot != "" && m.Boot != e.boot {
+			known = true
+		}
+	}
+	if !known {
+		return
+	}
+	if e.returned == nil {
+		e.returned = map[string]bool{}
+	}
+	for _, p := range peers {
+		if p.State == memberlist.StateAlive && p.Name != e.self {
+			e.returned[p.Name] = true
+		}
+	}
+}
+
+// returnedTo returns the names noteReturn recorded, sorted, or nil.
+func (e *events) returnedTo() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.returned == nil {
+		return nil
+	}
+	names := make([]string, 0, len(e.returned))
+	for name := range e.returned {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // merged ends the hold of this node's join's merge: the join has

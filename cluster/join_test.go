@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -94,7 +95,7 @@ func crashable(t *testing.T, name, bind string, join string) (*memberlist.Member
 		t.Fatal(err)
 	}
 	d := &delegate{}
-	m, err := encodeMeta(meta{Peer: "127.0.0.1:1"})
+	m, err := encodeMeta(meta{Peer: "127.0.0.1:1", Boot: "crashed-process"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,4 +114,36 @@ func crashable(t *testing.T, name, bind string, join string) (*memberlist.Member
 		t.Fatal(err)
 	}
 	return ml, d
+}
+
+// TestAReturningProcessKnowsItReturns: a process that joins under a name
+// the cluster knew from an earlier process (crashed, or left gracefully,
+// as in a rolling update) learns it at its join, with the members the
+// join found alive, which may hold its keys' counters (see package
+// handoff); a process under a new name does not. Before, nothing told a
+// returning process it was one, and it decided its keys on fresh counters
+// when its first ring lacked one of their heirs.
+func TestAReturningProcessKnowsItReturns(t *testing.T) {
+	a := start(t, "a", "")
+	b := start(t, "b", "", a.GossipAddr())
+	waitFor(t, hasMembers(a.Cluster, "a", "b"), "a sees b")
+	if got := b.Returning(); got != nil {
+		t.Errorf("b, a new name: Returning = %v, want nil", got)
+	}
+
+	crashed, _ := crashable(t, "c", freePort(t), a.GossipAddr())
+	waitFor(t, hasMembers(b.Cluster, "a", "b", "c"), "b sees c; has %v", ringNames(b.Ring()))
+	crashed.Shutdown() // a crash: no leave
+	c := start(t, "c", "", a.GossipAddr())
+	waitFor(t, c.Ready, "the returning c joins")
+	if got, want := c.Returning(), []string{"a", "b"}; !slices.Equal(got, want) {
+		t.Errorf("c, back after a crash: Returning = %v, want %v", got, want)
+	}
+
+	c.stop() // a graceful leave, as in a rolling update
+	again := start(t, "c", "", b.GossipAddr())
+	waitFor(t, again.Ready, "c joins again after leaving")
+	if got, want := again.Returning(), []string{"a", "b"}; !slices.Equal(got, want) {
+		t.Errorf("c, back after a graceful leave: Returning = %v, want %v", got, want)
+	}
 }

@@ -36,11 +36,13 @@ import (
 
 // Membership is what custody needs of the cluster (package cluster's
 // Cluster): its ring, which member this node is, and whether it has joined
-// the others yet.
+// the others yet, and whether it took over a name the cluster knew
+// (Returning, for hand-off).
 type Membership interface {
 	Ring() *ring.Ring
 	LocalMember() ring.Member
 	Ready() bool
+	Returning() []string
 }
 
 // Peers is what custody needs of the other nodes: package peer's Pool.

@@ -52,6 +52,7 @@ type routing struct{ c *Custody }
 func (v routing) Ring() *ring.Ring         { return v.c.Ring() }
 func (v routing) LocalMember() ring.Member { return v.c.cluster.LocalMember() }
 func (v routing) Ready() bool              { return v.c.cluster.Ready() }
+func (v routing) Returning() []string      { return v.c.cluster.Returning() }
 
 // Leave is the first step of this node's leaving the cluster, before
 // HandOffAll and before it leaves gossip: from now on it routes every

@@ -28,6 +28,7 @@ type fixedMembership struct {
 func (m fixedMembership) Ring() *ring.Ring         { return m.r }
 func (m fixedMembership) LocalMember() ring.Member { return m.self }
 func (fixedMembership) Ready() bool                { return true }
+func (fixedMembership) Returning() []string        { return nil }
 
 // noWatch suspects no one and notes nothing.
 type noWatch struct{}

@@ -240,8 +240,8 @@ func (n *Node) await(ctx context.Context, r *ring.Ring, key string, began *time.
 		if began.IsZero() && (!w.joined || w.open.Load() != 0 || w.late.Load() != 0 || w.orphans != nil) {
 			*began = time.Now() // time is read only when there may be something to wait for
 		}
-		if !w.joined && w.ring.Len() <= 1 { // see awaitJoin
-			switch n.awaitJoin(ctx, w.ring, expiry()) {
+		if !w.joined && n.onlySelf(w.ring) { // see awaitJoin
+			switch n.awaitJoin(ctx, w.ring, expiry) {
 			case joinedRing:
 				if r = n.cluster.Ring(); r == w.ring {
 					return false, nil // it has joined only itself: alone in truth
@@ -305,7 +305,7 @@ func (n *Node) AwaitJoin(ctx context.Context) (began time.Time) {
 		return time.Time{}
 	}
 	r := n.cluster.Ring()
-	if r.Len() > 1 {
+	if !n.onlySelf(r) {
 		return time.Time{}
 	}
 	w := n.waits.Load()
@@ -316,11 +316,27 @@ func (n *Node) AwaitJoin(ctx context.Context) (began time.Time) {
 		return time.Time{}
 	}
 	began = time.Now()
-	until, _ := n.waitUntil(ctx, began)
-	expire := time.NewTimer(time.Until(until))
-	defer expire.Stop()
-	n.awaitJoin(ctx, r, expire.C)
+	var expire *time.Timer
+	n.awaitJoin(ctx, r, func() <-chan time.Time {
+		until, _ := n.waitUntil(ctx, began)
+		expire = time.NewTimer(time.Until(until))
+		return expire.C
+	})
+	if expire != nil {
+		expire.Stop()
+	}
 	return began
+}
+
+// onlySelf reports whether r holds this node alone: the ring of a node
+// that may not have joined its cluster yet (see awaitJoin). A node that
+// has left gossip is not Ready either, but routes by the ring of the
+// members it left, without itself: one of two that leaves routes by a
+// ring of the other alone, and has nothing to join. Holding the checks
+// the other still forwards to it, to be refused at halfway to their
+// deadline, failed them as it left.
+func (n *Node) onlySelf(r *ring.Ring) bool {
+	return r.Len() == 1 && r.Has(n.cluster.LocalMember().Name)
 }
 
 // How awaitJoin ended.
@@ -344,7 +360,14 @@ const joinPoll = 10 * time.Millisecond
 // other (see the comment on waits).
 // The ring is polled: a node learns of its first members at start-up
 // only, before it answers anyone, so the polling lasts that moment.
-func (n *Node) awaitJoin(ctx context.Context, alone *ring.Ring, expire <-chan time.Time) int {
+// expiry makes the check's timer, and is called only when there is
+// something to wait for: a node alone in its cluster, the cluster joined,
+// passes here on every check, and makes no timer.
+func (n *Node) awaitJoin(ctx context.Context, alone *ring.Ring, expiry func() <-chan time.Time) int {
+	if n.cluster.Ring() != alone || n.cluster.Ready() {
+		return joinedRing
+	}
+	expire := expiry()
 	poll := time.NewTicker(joinPoll)
 	defer poll.Stop()
 	for n.cluster.Ring() == alone && !n.cluster.Ready() {
@@ -513,6 +536,19 @@ func (n *Node) waitsFor(r *ring.Ring) *waits {
 	return w
 }
 
+// returning reports whether this node is a process back under its name
+// (Membership.Returning) that waits for its keys' heirs under ring r:
+// under every ring until the first that has every member its join found,
+// that one included. Called with waitMu held.
+func (n *Node) returning(r *ring.Ring) bool {
+	found := n.cluster.Returning()
+	if found == nil || n.back {
+		return false
+	}
+	n.back = !slices.ContainsFunc(found, func(name string) bool { return !r.Has(name) })
+	return true
+}
+
 // newWaits works out the waits of ring r, which follows old's ring. A key
 // r gains from
 // a member old was still waiting for, and that r still has, is waited for
@@ -528,15 +564,19 @@ func (n *Node) newWaits(old *waits, r *ring.Ring) *waits {
 	}
 	w := &waits{ring: r, id: id, byName: map[string]*source{}, joined: n.cluster.Ready()}
 	prev := old.ring
-	if prev.Len() == 0 || (prev.Len() == 1 && prev.Has(self)) {
+	if prev.Len() == 0 || n.onlySelf(prev) {
 		prev = n.heirs.Without(r, self)
 	}
 	// A node that had not joined under old's ring (a new process) may have
 	// built it before gossip brought every member: a member r adds may
 	// hold the counters, or a returning owner's replicas, of keys this
-	// node kept from old's ring. It is waited for as their heir.
+	// node kept from old's ring. It is waited for as their heir. So is
+	// every heir of a process back under its name, until its ring has
+	// every member its join found (returning): however late it built its
+	// rings, its keys' heirs hold their replicas, or their counters.
+	returning := n.returning(r)
 	var heirs *ring.Ring
-	if !old.joined && prev == old.ring {
+	if returning || !old.joined && prev == old.ring {
 		heirs = n.heirs.Without(r, self)
 	}
 	for p := range ring.PartitionCount {
@@ -559,14 +599,22 @@ func (n *Node) newWaits(old *waits, r *ring.Ring) *waits {
 			}
 			w.orphans[p] = gone
 		}
-		if ok && held.Name != self && r.Has(held.Name) {
-			from = held.Name
-		} else if old.parts != nil && old.parts[p] != nil && !old.parts[p].released() && r.Has(old.parts[p].name) {
-			from = old.parts[p].name // still on its way under the ring before
-		} else if heirs != nil {
-			if heir, ok := heirs.PartitionOwner(p); ok && !old.ring.Has(heir.Name) {
-				from = heir.Name // a member the ring before lacked (see heirs)
+		heir := ""
+		if heirs != nil {
+			if h, ok := heirs.PartitionOwner(p); ok && (returning || !old.ring.Has(h.Name)) {
+				heir = h.Name // a member the ring before lacked (see heirs)
 			}
+		}
+		switch {
+		case ok && held.Name != self && r.Has(held.Name):
+			from = held.Name
+		case heir != "":
+			// Ahead of a member still waited for under the ring
+			// before: that one was the heir of a ring that lacked this
+			// heir, and holds none of the replicas this one does.
+			from = heir
+		case old.parts != nil && old.parts[p] != nil && !old.parts[p].released() && r.Has(old.parts[p].name):
+			from = old.parts[p].name // still on its way under the ring before
 		}
 		if from == "" || n.done[from] == id {
 			continue

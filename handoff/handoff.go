@@ -57,6 +57,11 @@ type Membership interface {
 	// ring that holds only itself is no sign that it owns every key (see
 	// Node.Await).
 	Ready() bool
+	// Returning reports, for a process that took over a name the cluster
+	// knew from an earlier process, the members its join found alive, nil
+	// otherwise (see cluster.Cluster.Returning): until its ring has them
+	// all, it waits for each key's heir (see newWaits).
+	Returning() []string
 }
 
 // Peers sends counters to their new owner: package peer's Pool. It returns
@@ -133,7 +138,11 @@ type Node struct {
 	waits  atomic.Pointer[waits] // of the newest ring seen
 	waitMu sync.Mutex            // guards the making of waits, and done
 	done   map[string]uint64     // member -> ID of the ring it last said it is done under
-	had    hadRings              // the rings this node has left, guarded by waitMu
+	// back says a returning process (Membership.Returning) has had a ring
+	// with every member its join found: its heirs are no longer waited
+	// for as such (see newWaits). Guarded by waitMu.
+	back bool
+	had  hadRings // the rings this node has left, guarded by waitMu
 
 	giftMu sync.Mutex
 	gifts  map[int]gift // by partition: what members gave away that this node's ring gives them (see Receive)

@@ -1,7 +1,9 @@
 package peer
 
 import (
+	"context"
 	"crypto/x509"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -230,5 +232,46 @@ func TestGuardForwardAndSelf(t *testing.T) {
 	}
 	if got := refusals(t, reg, refusedSelf); got != 1 {
 		t.Errorf("self refusals = %v, want 1", got)
+	}
+}
+
+// TestGuardTakesADoneWordFromANodeNotAMemberYet: a word that a node's
+// hand-off under a ring is done (no counters, not its last word) is taken
+// from a node this one does not count as a member yet, under its own
+// name, so that the word of a new member that says it once, before this
+// node's gossip has brought it, is not lost (package handoff keeps it for
+// its ring). Counters, a last word, a word under another name than the
+// certificate's, or under this node's own name, are refused as before.
+func TestGuardTakesADoneWordFromANodeNotAMemberYet(t *testing.T) {
+	ca := testpki.NewCA(t, "cluster")
+	h := &fakeHandler{}
+	addr, reg := guarded(t, h, ca, members{"a", "b"})
+	asX := dialAs(t, addr, ca, "x")
+	if _, err := asX.HandOff(t.Context(), &peerpb.HandOffRequest{From: "x", Done: 7}); err != nil {
+		t.Fatalf("done word from x, not a member yet: %v", err)
+	}
+	for what, err := range map[string]error{
+		"counters":             second(asX.HandOff(t.Context(), &peerpb.HandOffRequest{From: "x", Done: 7, Counters: []*peerpb.CounterState{{Counter: []byte{1}}}})),
+		"a last word":          second(asX.HandOff(t.Context(), &peerpb.HandOffRequest{From: "x", Done: 7, Left: true})),
+		"another name":         second(asX.HandOff(t.Context(), &peerpb.HandOffRequest{From: "y", Done: 7})),
+		"no word, no counters": second(asX.HandOff(t.Context(), &peerpb.HandOffRequest{From: "x"})),
+	} {
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%s from x, not a member: %v, want PermissionDenied", what, err)
+		}
+	}
+	if got := refusals(t, reg, refusedNotMember) + refusals(t, reg, refusedWrongName); got != 4 {
+		t.Errorf("not_member and wrong_name refusals = %v, want 4", got)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !slices.Equal(h.done, []string{"x:7"}) || h.handedBy != "" {
+		t.Errorf("handler saw done words %v and a hand-off from %q; want only x's word for ring 7", h.done, h.handedBy)
+	}
+
+	self := NewGuard(GuardConfig{Members: members{"a"}, Self: "a"})
+	call := func(context.Context, any) (any, error) { return nil, nil }
+	if _, err := self.Unary(t.Context(), &peerpb.HandOffRequest{From: "a", Done: 7}, &grpc.UnaryServerInfo{FullMethod: "HandOff"}, call); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("done word under the receiver's own name: %v, want PermissionDenied", err)
 	}
 }

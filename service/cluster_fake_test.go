@@ -71,6 +71,7 @@ func (m fakeMember) Ready() bool {
 	_, joining := m.c.joining.Load(m.self.Name)
 	return !joining
 }
+func (fakeMember) Returning() []string { return nil }
 
 // fakeForwardDeadline is the fake's forward deadline, peer.Pool's default.
 const fakeForwardDeadline = 2 * time.Second

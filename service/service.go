@@ -41,6 +41,7 @@ type Membership interface {
 	Ring() *ring.Ring
 	LocalMember() ring.Member
 	Ready() bool
+	Returning() []string
 }
 
 // Peers is what the service needs of the other nodes: package peer's Pool.
@@ -220,6 +221,7 @@ func newAlone() alone { return alone{ring.New(alone{}.LocalMember())} }
 func (a alone) Ring() *ring.Ring       { return a.ring }
 func (alone) LocalMember() ring.Member { return ring.Member{Name: "self"} }
 func (alone) Ready() bool              { return true }
+func (alone) Returning() []string      { return nil }
 
 // Leave is the first step of this node's leaving the cluster, before
 // HandOffAll and before it leaves gossip: from now on it routes every
