@@ -249,8 +249,8 @@ func unreachable(ctx context.Context, err error) bool {
 	case codes.Unavailable, codes.DeadlineExceeded:
 		return true
 	case codes.Canceled:
-		// The connection closed under the call (Retain), rather than its
-		// caller leaving.
+		// The connection closed under the call (Reset, a retired
+		// connection's time up, Close), rather than its caller leaving.
 		return ctx.Err() == nil
 	}
 	return false

@@ -10,6 +10,7 @@
 // items or Config.BatchWait after its first. The owner answers each
 // request as if it came alone: batching changes latency, never decisions.
 // NewPool starts nothing; Pool.Run owns every goroutine that sends
-// batches, and requests pending when it ends, or when Retain drops their
-// peer, fail. See docs/design-ports.md, "The peer pool".
+// batches, and requests pending when it ends fail; so do those gathered
+// and not sent when Retain drops their peer, while those sent get their
+// answer. See docs/design-ports.md, "The peer pool".
 package peer

@@ -100,7 +100,7 @@ type Pool struct {
 
 	mu      sync.RWMutex
 	peers   map[string]*conn
-	retired map[*conn]*time.Timer // taken out by Revive, closed when their timer fires (see retire)
+	retired map[*conn]*time.Timer // taken out by Revive and Retain, closed when their timer fires (see retire)
 	running bool                  // Run was called
 	ended   bool                  // Run has returned or is returning
 	closed  bool                  // Close was called
@@ -215,27 +215,28 @@ func (p *Pool) Close() error {
 	return errors.Join(errs...)
 }
 
-// Retain closes the connections to every address not in addrs, such as
-// nodes that left the cluster. Calls pending or in flight to them fail with
-// an error wrapping ErrUnreachable. A later call to a dropped address dials
-// it afresh. Retain is safe to call concurrently with everything else.
+// Retain drops the connections to every address not in addrs, such as
+// nodes that left the cluster: calls gathered for them and not sent yet
+// fail with an error wrapping ErrUnreachable, and a later call dials
+// afresh. Calls already sent keep their connection until they end, and it
+// is closed Config.Timeout later (retire): a node that leaves gracefully
+// answers what it was sent until the others have dropped it, and closing
+// its connection at the ring change lost answers to checks it had
+// decided, which were then decided again at the key's new owner (charged
+// twice). Retain is safe to call concurrently with everything else.
 func (p *Pool) Retain(addrs []string) {
 	keep := make(map[string]struct{}, len(addrs))
 	for _, a := range addrs {
 		keep[a] = struct{}{}
 	}
-	var drop []*conn
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	for addr, c := range p.peers {
 		if _, ok := keep[addr]; !ok {
 			delete(p.peers, addr)
 			c.batch.Close(fmt.Errorf("%w: left the cluster", ErrUnreachable))
-			drop = append(drop, c)
+			p.retire(c)
 		}
-	}
-	p.mu.Unlock()
-	for _, c := range drop {
-		_ = c.close() // fails only if already closed
 	}
 }
 

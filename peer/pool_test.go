@@ -257,7 +257,10 @@ func TestRunTwice(t *testing.T) {
 func TestRetain(t *testing.T) {
 	h := &fakeHandler{}
 	a, b := serve(t, h), serve(t, h)
-	p, _ := startPool(t, Config{})
+	const timeout = 100 * time.Millisecond
+	p, _ := startPool(t, Config{Timeout: timeout})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
 	for _, addr := range []string{a, b} {
 		if _, err := p.Forward(t.Context(), addr, check("k", 1)); err != nil {
 			t.Fatal(err)
@@ -267,9 +270,13 @@ func TestRetain(t *testing.T) {
 	old := p.peers[b].cc
 	p.mu.RUnlock()
 
+	dropped := time.Now()
 	p.Retain([]string{a})
-	if s := old.GetState(); s != connectivity.Shutdown {
-		t.Errorf("dropped connection is %v, want Shutdown", s)
+	// Closed once its calls have had their time (TestRetainSparesCallsInFlight).
+	for s := old.GetState(); s != connectivity.Shutdown; s = old.GetState() {
+		if !old.WaitForStateChange(ctx, s) {
+			t.Fatalf("dropped connection is %v %v after Retain, want Shutdown after the timeout of %v", s, time.Since(dropped), timeout)
+		}
 	}
 	p.mu.RLock()
 	_, hasA := p.peers[a]
@@ -397,25 +404,44 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-func TestRetainFailsPending(t *testing.T) {
+// TestRetainSparesCallsInFlight: dropping a peer fails the calls gathered
+// for it and not sent, while a call already sent gets its answer: a node
+// that has left the ring still answers what it was sent (node's leave),
+// and a lost answer had the check decided again elsewhere.
+func TestRetainSparesCallsInFlight(t *testing.T) {
 	h := &fakeHandler{block: make(chan struct{}), entered: make(chan struct{}, 1)}
 	addr := serve(t, h)
 	p, _ := startPool(t, Config{BatchWait: time.Hour, Timeout: time.Hour})
-	errs := make(chan error, 1)
+	sent, gathered := make(chan error, 1), make(chan error, 1)
 	go func() {
 		_, err := p.Forward(t.Context(), addr, check("a", 1))
-		errs <- err
+		sent <- err
 	}()
-	// The call goes at once and blocks in the handler; dropping the peer
-	// fails it. (Retiring fails gathered calls too: TestBatcherRetire.)
-	<-h.entered
+	<-h.entered // the call went at once, and blocks in the handler
+	go func() {
+		_, err := p.Forward(t.Context(), addr, check("b", 1))
+		gathered <- err
+	}()
+	c, _ := p.peer(addr)
+	for c.batch.Gathered() == 0 { // behind the batch in flight
+		time.Sleep(time.Millisecond) // polling, not waiting for an effect
+	}
 	p.Retain(nil)
 	select {
-	case err := <-errs:
+	case err := <-gathered:
 		if !errors.Is(err, ErrUnreachable) {
-			t.Errorf("pending call to a dropped peer got %v, want ErrUnreachable", err)
+			t.Errorf("a call gathered for a dropped peer got %v, want ErrUnreachable", err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("pending call to a dropped peer still waiting")
+		t.Fatal("a call gathered for a dropped peer still waits")
+	}
+	close(h.block)
+	select {
+	case err := <-sent:
+		if err != nil {
+			t.Errorf("a call in flight when its peer was dropped: %v, want its answer", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a call in flight when its peer was dropped has no answer")
 	}
 }

@@ -84,9 +84,10 @@ func (p *Pool) Revive(addr string) bool {
 // their time (Config.Timeout), rather than at once: a connection still
 // connecting is most often a new one about to answer (a node that has
 // just started dials its members while its ring changes as it joins), and
-// closing it failed its forwards with "the client connection is closing",
-// which were then failed over while their owner was there. Close closes
-// the retired too. p.mu is held.
+// one to a member that has left carries answers the member still sends
+// (see Retain). Closing either failed its calls with "the client
+// connection is closing": forwards failed over while their owner was
+// there, or decided twice. Close closes the retired too. p.mu is held.
 func (p *Pool) retire(c *conn) {
 	if p.retired == nil {
 		p.retired = make(map[*conn]*time.Timer)

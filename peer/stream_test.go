@@ -176,13 +176,14 @@ func TestServerDrainsStreams(t *testing.T) {
 		return errs
 	}
 	// The first forward connects, as a Forward RPC; the next go on the
-	// stream, until the held one.
+	// stream, once the connection reports itself ready, until the held one.
 	for _, key := range []string{"first", "second"} {
 		errs := forward(key)
 		h.block <- struct{}{}
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
+		awaitReported(t, p, addr)
 	}
 	if streams.Load() != 1 {
 		t.Fatalf("%d streams opened, want 1", streams.Load())
