@@ -155,15 +155,28 @@ type Parent struct {
 // Item is the check of hits of l for key, as sent on the wire. Check
 // callers build batches from it.
 func (l Limit) Item(key string, hits int64) *pb.CheckItem {
-	item := &pb.CheckItem{
-		Name: l.Name, Key: key, Hits: &hits, Limit: l.Count, DurationMs: l.Period.Milliseconds(),
-		Burst: l.Burst, Algorithm: l.Algorithm, Behavior: l.Behavior, MinIntervalMs: ceilMillis(l.MinInterval),
-		Ceiling: l.Ceiling,
-	}
+	one := &single{hits: hits}
+	l.fill(&one.item, key, &one.hits)
+	return &one.item
+}
+
+// single is a request of one check, its item and its hits, in one
+// allocation rather than four: Take's request.
+type single struct {
+	req   pb.CheckRequest
+	items [1]*pb.CheckItem
+	item  pb.CheckItem
+	hits  int64
+}
+
+// fill sets item, a zero CheckItem, to the check of *hits of l for key.
+func (l Limit) fill(item *pb.CheckItem, key string, hits *int64) {
+	item.Name, item.Key, item.Hits, item.Limit, item.DurationMs = l.Name, key, hits, l.Count, l.Period.Milliseconds()
+	item.Burst, item.Algorithm, item.Behavior, item.MinIntervalMs = l.Burst, l.Algorithm, l.Behavior, ceilMillis(l.MinInterval)
+	item.Ceiling = l.Ceiling
 	if p := l.Parent; p != (Parent{}) {
 		item.Parent = &pb.ParentLimit{Key: p.Key, Limit: p.Count, DurationMs: p.Period.Milliseconds()}
 	}
-	return item
 }
 
 // ceilMillis is d in whole milliseconds, rounded up.
@@ -283,7 +296,11 @@ func (c *Client) Take(ctx context.Context, l Limit, key string, hits int64) (Dec
 		}
 		l.Behavior = Global // no lease for the key: the node decides it as a GLOBAL check
 	}
-	resp, err := c.checker.Check(ctx, &pb.CheckRequest{Requests: []*pb.CheckItem{l.Item(key, hits)}})
+	one := &single{hits: hits}
+	l.fill(&one.item, key, &one.hits)
+	one.items[0] = &one.item
+	one.req.Requests = one.items[:]
+	resp, err := c.checker.Check(ctx, &one.req)
 	if err != nil {
 		return Decision{}, fmt.Errorf("check %s: %w", l.Name, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ringlimit/ringlimit/api"
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
@@ -230,5 +231,33 @@ func TestDecisionOfFallback(t *testing.T) {
 func TestWrapCloseLeavesCheckerAlone(t *testing.T) {
 	if err := client.Wrap(fixedService()).Close(); err != nil {
 		t.Errorf("Close = %v", err)
+	}
+}
+
+// answerer answers every check with one admitted result, and keeps the
+// item it was asked, without allocating.
+type answerer struct {
+	resp *pb.CheckResponse
+	got  *pb.CheckItem
+}
+
+func (a *answerer) Check(_ context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	a.got = req.GetRequests()[0]
+	return a.resp, nil
+}
+
+// Take sends its one check as one allocation (the request, its item and
+// its hits together), and the item is the one Limit.Item builds.
+func TestTakeAllocatesItsRequestOnce(t *testing.T) {
+	a := &answerer{resp: &pb.CheckResponse{Responses: []*pb.CheckResult{{Status: pb.Status_UNDER_LIMIT}}}}
+	c := client.Wrap(a)
+	l := client.Limit{Name: "api", Count: 10, Period: time.Minute, Burst: 3, MinInterval: 1500 * time.Microsecond,
+		Parent: client.Parent{Key: "all", Count: 100}}
+	ctx := context.Background()
+	if n := testing.AllocsPerRun(100, func() { c.Take(ctx, l, "user:1", 2) }); n != 2 {
+		t.Errorf("Take allocates %v times, want 2 (its request; the item's parent)", n)
+	}
+	if want := l.Item("user:1", 2); !proto.Equal(a.got, want) {
+		t.Errorf("Take sent %v, want Limit.Item's %v", a.got, want)
 	}
 }

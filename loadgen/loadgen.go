@@ -39,11 +39,15 @@ type Options struct {
 	Items       int      // items per request, 1..checks.MaxItems
 	Concurrency int      // workers, each with one request in flight
 	Duration    time.Duration
-	Count       int64    // requests in total; the run stops at Count or Duration, whichever comes first
-	Keys        int      // distinct keys bench:0 .. bench:<Keys-1>
-	KeysDist    string   // "uniform", or "zipf": bench:0 the most frequent
-	ZipfS       float64  // the Zipf exponent s > 1, with KeysDist "zipf"
-	Metrics     []string // HTTP addresses of the nodes whose CPU is measured; none: unknown
+	// Warmup, if positive, runs the same load for this long before the
+	// run, unrecorded: the clients' connections are open and the process
+	// warm when the clock starts.
+	Warmup   time.Duration
+	Count    int64    // requests in total; the run stops at Count or Duration, whichever comes first
+	Keys     int      // distinct keys bench:0 .. bench:<Keys-1>
+	KeysDist string   // "uniform", or "zipf": bench:0 the most frequent
+	ZipfS    float64  // the Zipf exponent s > 1, with KeysDist "zipf"
+	Metrics  []string // HTTP addresses of the nodes whose CPU is measured; none: unknown
 	// MetricsMembers replaces Metrics, before the run, with the HTTP
 	// addresses of the alive members that Metrics[0] lists.
 	MetricsMembers bool
@@ -82,6 +86,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("--concurrency: %d, want > 0", o.Concurrency)
 	case o.Duration <= 0:
 		return fmt.Errorf("--duration: %v, want > 0", o.Duration)
+	case o.Warmup < 0:
+		return fmt.Errorf("--warmup: %v, want >= 0", o.Warmup)
 	case o.Count <= 0:
 		return fmt.Errorf("--count: %d, want > 0", o.Count)
 	case o.Keys <= 0:
@@ -148,6 +154,11 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			return Report{}, err
 		}
 	}
+	if o.Warmup > 0 {
+		var wg sync.WaitGroup
+		runWorkers(ctx, o, checkers, time.Now().Add(o.Warmup), make([]workerResult, o.Concurrency), &wg)
+		wg.Wait()
+	}
 	meter, err := newCPUMeter(o, &closers)
 	if err != nil {
 		return Report{}, err
@@ -157,16 +168,10 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return Report{}, err
 	}
 
-	var issued atomic.Int64
 	results := make([]workerResult, o.Concurrency)
 	var wg sync.WaitGroup
 	start := time.Now()
-	deadline := start.Add(o.Duration)
-	for w := range o.Concurrency {
-		wg.Go(func() {
-			runWorker(ctx, o, checkers[w%len(checkers)], uint64(w), deadline, &issued, &results[w])
-		})
-	}
+	runWorkers(ctx, o, checkers, start.Add(o.Duration), results, &wg)
 	done := make(chan struct{})
 	var shown sync.WaitGroup
 	if o.Progress != nil {
@@ -177,6 +182,19 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	close(done)
 	shown.Wait()
 	return summarise(o, start, elapsed, results, meter.stop(ctx), members), nil
+}
+
+// runWorkers starts o.Concurrency workers, counted in wg, that send
+// requests until o.Count have been sent, deadline passes or ctx is
+// cancelled, worker w through checkers[w%len(checkers)] and into
+// results[w].
+func runWorkers(ctx context.Context, o Options, checkers []checker, deadline time.Time, results []workerResult, wg *sync.WaitGroup) {
+	issued := new(atomic.Int64)
+	for w := range o.Concurrency {
+		wg.Go(func() {
+			runWorker(ctx, o, checkers[w%len(checkers)], uint64(w), deadline, issued, &results[w])
+		})
+	}
 }
 
 // newCheckers returns a checker per address in o.Addrs, and adds to

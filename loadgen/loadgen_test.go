@@ -500,3 +500,26 @@ func TestShowProgress(t *testing.T) {
 		})
 	}
 }
+
+// TestBenchWarmup: with Warmup, the load runs unrecorded first, and the
+// report holds the run's requests only.
+func TestBenchWarmup(t *testing.T) {
+	_, grpcAddr, stop := startNode(t)
+	defer stop()
+	o := benchOpts("grpc", grpcAddr)
+	o.Client = true
+	o.Warmup = 100 * time.Millisecond
+	o.Count = 500
+	rep, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReport(t, rep, o.Count, 1)
+	if rep.Options.WarmupS != 0.1 {
+		t.Errorf("options' warmup_s %v, want 0.1", rep.Options.WarmupS)
+	}
+	o.Warmup = -time.Second
+	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "--warmup") {
+		t.Errorf("a negative warm-up: %v, want an error naming --warmup", err)
+	}
+}

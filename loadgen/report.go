@@ -50,6 +50,7 @@ type Setup struct {
 	Items          int      `json:"items"`
 	Concurrency    int      `json:"concurrency"`
 	DurationS      float64  `json:"duration_s"`
+	WarmupS        float64  `json:"warmup_s"` // the load run unrecorded before the run (--warmup)
 	Count          int64    `json:"count"`
 	Keys           int      `json:"keys"`
 	KeysDist       string   `json:"keys_dist"`
@@ -82,7 +83,7 @@ type NodeCPU struct {
 func (o Options) setup() Setup {
 	s := Setup{
 		Mode: "rpc", Protocol: o.Protocol, Addrs: o.Addrs, Metrics: o.Metrics, MetricsMembers: o.MetricsMembers, Items: o.Items,
-		Concurrency: o.Concurrency, DurationS: o.Duration.Seconds(), Count: o.Count, Keys: o.Keys,
+		Concurrency: o.Concurrency, DurationS: o.Duration.Seconds(), WarmupS: o.Warmup.Seconds(), Count: o.Count, Keys: o.Keys,
 		KeysDist: o.KeysDist, Name: o.Name, Behavior: o.Behavior.String(), Algorithm: o.Algorithm.String(),
 		Limit: o.Limit, PeriodMs: o.Period.Milliseconds(), TimeoutMs: o.Timeout.Milliseconds(), TLS: o.TLS != nil,
 	}

@@ -60,6 +60,7 @@ otherwise a line every 10s. --json prints one JSON object (see docs/cli.md).
 	items := fs.Int("items", 1, fmt.Sprintf("items per request (1 to %d)", checks.MaxItems))
 	concurrency := fs.Int("concurrency", 64, "workers, each with one request in flight")
 	duration := fs.Duration("duration", 10*time.Second, "stop after this long")
+	warmup := fs.Duration("warmup", 0, "first run the same load for this long, unrecorded, so that the clock starts with the connections open")
 	count := fs.Int64("count", 1_000_000, "stop after this many requests in total")
 	keys := fs.Int("keys", 10_000, "distinct keys, bench:0 .. bench:<keys-1>")
 	keysDist := fs.String("keys-dist", "uniform", "how keys are drawn: uniform or zipf")
@@ -76,7 +77,7 @@ otherwise a line every 10s. --json prints one JSON object (see docs/cli.md).
 		return err
 	}
 	opts := loadgen.Options{
-		Protocol: *protocol, Client: *useClient, Route: *route, Lease: *lease, Items: *items, Concurrency: *concurrency, Duration: *duration,
+		Protocol: *protocol, Client: *useClient, Route: *route, Lease: *lease, Items: *items, Concurrency: *concurrency, Duration: *duration, Warmup: *warmup,
 		Count: *count, Keys: *keys, KeysDist: *keysDist, ZipfS: *zipfS, Name: *name, Limit: *limit,
 		Period: *period, Timeout: *timeout, TLS: tlsFlags.config(), Progress: stderr, TTY: loadgen.IsTerminal(stderr),
 		MetricsMembers: *metricsMembers,

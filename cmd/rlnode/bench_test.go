@@ -16,7 +16,7 @@ import (
 var benchJSONKeys = map[string][]string{
 	"": {"schema", "started", "options", "seconds", "requests", "checks", "answered", "admitted", "refused",
 		"errors", "requests_per_sec", "checks_per_sec", "latency_us", "cpu_us_per_check", "nodes", "members", "first_error"},
-	"options": {"mode", "protocol", "addrs", "metrics", "metrics_members", "items", "concurrency", "duration_s", "count", "keys",
+	"options": {"mode", "protocol", "addrs", "metrics", "metrics_members", "items", "concurrency", "duration_s", "warmup_s", "count", "keys",
 		"keys_dist", "zipf_s", "name", "behavior", "algorithm", "limit", "period_ms", "timeout_ms", "tls"},
 	"latency_us": {"p50", "p90", "p99", "p999", "max"},
 	"nodes[0]":   {"addr", "cpu_seconds", "error"},

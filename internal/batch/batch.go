@@ -15,6 +15,7 @@ package batch
 import (
 	"context"
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -113,6 +114,14 @@ type gathered[C Call] struct {
 	calls        []C
 	items, bytes int
 	waited       bool // Config.Wait has passed since its first call
+	first        [1]C // calls' first array: a batch of one call, as few callers' are, is one allocation
+}
+
+// newGathered returns an empty batch.
+func newGathered[C Call]() *gathered[C] {
+	g := &gathered[C]{}
+	g.calls = g.first[:0]
+	return g
 }
 
 // New returns a Batcher configured by conf. It starts nothing.
@@ -164,7 +173,7 @@ func (b *Batcher[C]) add(c C, inline bool) {
 	k := len(b.queue)
 	fresh := k == 0 || !b.fits(b.queue[k-1], items, bytes)
 	if fresh {
-		b.queue = append(b.queue, &gathered[C]{})
+		b.queue = append(b.queue, newGathered[C]())
 	}
 	g := b.queue[len(b.queue)-1]
 	g.calls = append(g.calls, c)
@@ -172,7 +181,8 @@ func (b *Batcher[C]) add(c C, inline bool) {
 	g.bytes += bytes
 	b.waiting += items
 	b.peak = max(b.peak, b.aloft+b.waiting)
-	due := b.due()
+	var buf [dueBuf]*gathered[C]
+	due := b.due(buf[:0])
 	if fresh && b.conf.Wait > 0 && len(b.queue) > 0 && b.queue[len(b.queue)-1] == g {
 		b.time(g) // g is gathered: its wait starts now
 	}
@@ -221,7 +231,8 @@ func (b *Batcher[C]) expire() {
 // caller holds b.mu, which flyDue releases: the goroutines are counted in
 // b.flights under it, so that Run, once b is closed, waits for each.
 func (b *Batcher[C]) flyDue() {
-	due := b.due()
+	var buf [dueBuf]*gathered[C]
+	due := b.due(buf[:0])
 	b.flights.Add(len(due))
 	b.mu.Unlock()
 	for _, d := range due {
@@ -229,23 +240,25 @@ func (b *Batcher[C]) flyDue() {
 	}
 }
 
+// dueBuf is the batches due at once that the callers of due hold
+// without an allocation.
+const dueBuf = 4
+
 // due takes the batches that may go now off b's queue, counting them in
-// flight: the oldest when none is in flight, and while fewer than
-// MaxFlying are, ones that are closed, hold SendAt items or have waited
-// Config.Wait. The caller holds b.mu.
-func (b *Batcher[C]) due() []*gathered[C] {
+// flight, and appends them to out: the oldest when none is in flight,
+// and while fewer than MaxFlying are, ones that are closed, hold SendAt
+// items or have waited Config.Wait. The caller holds b.mu.
+func (b *Batcher[C]) due(out []*gathered[C]) []*gathered[C] {
 	if b.ctx == nil {
-		return nil
+		return out
 	}
-	var out []*gathered[C]
 	for len(b.queue) > 0 && b.flying < b.maxFlying {
 		g := b.queue[0]
 		ready := len(b.queue) > 1 || g.items >= b.sendAt || g.waited || b.full(g) || b.few()
 		if b.flying > 0 && !ready {
 			break
 		}
-		b.queue[0] = nil
-		b.queue = b.queue[1:]
+		b.queue = slices.Delete(b.queue, 0, 1) // the queue is short; its array is kept for the next batch
 		b.flying++
 		b.aloft += g.items
 		b.waiting -= g.items
@@ -255,11 +268,14 @@ func (b *Batcher[C]) due() []*gathered[C] {
 			b.timed = nil
 		}
 	}
-	if len(b.queue) == 0 {
-		b.queue = nil // let the backing array go
+	if len(b.queue) == 0 && cap(b.queue) > keptQueue {
+		b.queue = nil // let a long queue's array go
 	}
 	return out
 }
+
+// keptQueue is the longest queue array an empty queue keeps.
+const keptQueue = 16
 
 // few reports whether the callers are few (see Config.Few). The caller
 // holds b.mu.
@@ -285,7 +301,8 @@ func (b *Batcher[C]) land(g *gathered[C], keep bool) *gathered[C] {
 	b.flying--
 	b.aloft -= g.items
 	b.peak -= (b.peak + 7) / 8 // an eighth, rounded up: it comes down to 0
-	due := b.due()
+	var buf [dueBuf]*gathered[C]
+	due := b.due(buf[:0])
 	var first *gathered[C]
 	if keep && len(due) > 0 {
 		first, due = due[0], due[1:]

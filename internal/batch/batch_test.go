@@ -385,3 +385,47 @@ func TestRunAndClose(t *testing.T) {
 		}
 	})
 }
+
+// doIdle is a Batcher's Do of one call to an idle destination: the call
+// goes at once, alone, from the caller's goroutine.
+func doIdle(b *Batcher[*call], c *call) {
+	b.Do(c)
+	if err := <-c.res; err != nil {
+		panic(err)
+	}
+}
+
+// newIdleBatcher returns a started Batcher whose Send answers at once.
+func newIdleBatcher(ctx context.Context) *Batcher[*call] {
+	b := New(Config[*call]{
+		Send: func(_ context.Context, calls []*call) {
+			for _, c := range calls {
+				c.res <- nil
+			}
+		},
+		MaxFlying: 4, SendAt: 16, Few: 5, MaxItems: 1000,
+	})
+	b.Start(ctx)
+	return b
+}
+
+// A call that goes alone costs the Batcher one allocation, its batch:
+// not its slice of calls, the queue's array, or the list of batches due.
+func TestDoAloneAllocatesItsBatchOnly(t *testing.T) {
+	b := newIdleBatcher(t.Context())
+	c := newCall(t.Context(), 1)
+	if n := testing.AllocsPerRun(100, func() { doIdle(b, c) }); n != 1 {
+		t.Errorf("Do of one call to an idle destination allocates %v times, want 1", n)
+	}
+}
+
+// BenchmarkDoAlone measures Do of one call to an idle destination, the
+// path of every check of a client with few callers.
+func BenchmarkDoAlone(b *testing.B) {
+	bt := newIdleBatcher(b.Context())
+	c := newCall(b.Context(), 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		doIdle(bt, c)
+	}
+}

@@ -38,6 +38,14 @@ type rawOp struct {
 	done  int // bytes read or written
 	errno syscall.Errno
 	fn    func(fd uintptr) bool // the method read or write of this rawOp
+
+	// The read side's state of WriteRead: the command to write before
+	// the read, how, and whether that failed; fnFirst is the method
+	// writeThenRead.
+	first   []byte
+	send    func([]byte) (int, error)
+	sendErr error
+	fnFirst func(fd uintptr) bool
 }
 
 // Wrap returns nc reading and writing through rawConn when it is a
@@ -53,7 +61,9 @@ func Wrap(nc net.Conn) net.Conn {
 	}
 	r, w := &rawOp{}, &rawOp{}
 	r.fn, w.fn = r.read, w.write
-	return rawConn{Conn: nc, rc: rc, r: r, w: w}
+	c := rawConn{Conn: nc, rc: rc, r: r, w: w}
+	r.fnFirst, r.send = r.writeThenRead, c.Write
+	return c
 }
 
 // read makes one read(2) into o.p; false (wait, then call again) when
@@ -94,11 +104,28 @@ func (o *rawOp) write(fd uintptr) bool {
 	return true
 }
 
+// writeThenRead writes o.first, the first time it is called, and then
+// waits for the answer without looking for it: the runtime's poller,
+// prepared before this call, wakes the read once it is there. Later calls
+// read as read does.
+func (o *rawOp) writeThenRead(fd uintptr) bool {
+	if o.first == nil {
+		return o.read(fd)
+	}
+	out := o.first
+	o.first = nil
+	if _, err := o.send(out); err != nil {
+		o.sendErr = err
+		return true
+	}
+	return false
+}
+
 // do runs o's system calls over p, through f (the RawConn's Read or
-// Write), and returns the bytes done and the error.
-func (c rawConn) do(o *rawOp, f func(func(uintptr) bool) error, op string, p []byte) (int, error) {
+// Write) calling fn, and returns the bytes done and the error.
+func (c rawConn) do(o *rawOp, f func(func(uintptr) bool) error, fn func(uintptr) bool, op string, p []byte) (int, error) {
 	o.p, o.done, o.errno = p, 0, 0
-	err := f(o.fn)
+	err := f(fn)
 	n, errno := o.done, o.errno
 	o.p = nil // the caller's buffer is not kept
 	switch {
@@ -114,7 +141,7 @@ func (c rawConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	n, err := c.do(c.r, c.rc.Read, "read", p)
+	n, err := c.do(c.r, c.rc.Read, c.r.fn, "read", p)
 	if err == nil && n == 0 {
 		return 0, io.EOF
 	}
@@ -125,5 +152,27 @@ func (c rawConn) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	return c.do(c.w, c.rc.Write, "write", p)
+	return c.do(c.w, c.rc.Write, c.w.fn, "write", p)
+}
+
+// writeRead is WriteRead of a rawConn: the write goes from within the
+// read, after the runtime's poller is prepared for it, so that nothing
+// reads before the answer can be there.
+func (c rawConn) writeRead(w, r []byte) (n int, werr, rerr error) {
+	if len(r) == 0 {
+		return 0, nil, nil
+	}
+	c.r.first, c.r.sendErr = w, nil
+	n, rerr = c.do(c.r, c.rc.Read, c.r.fnFirst, "read", r)
+	unsent := c.r.first != nil // the read failed before it began (a closed connection)
+	werr, c.r.first, c.r.sendErr = c.r.sendErr, nil, nil
+	switch {
+	case unsent:
+		return 0, rerr, nil
+	case werr != nil:
+		return 0, werr, nil
+	case rerr == nil && n == 0:
+		return 0, nil, io.EOF
+	}
+	return n, nil, rerr
 }

@@ -12,7 +12,7 @@ import (
 
 // tcpPair returns the two ends of a loopback TCP connection, the server's
 // through Wrap.
-func tcpPair(t *testing.T) (server, client net.Conn) {
+func tcpPair(t testing.TB) (server, client net.Conn) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -131,5 +131,89 @@ func TestRawConnReset(t *testing.T) {
 		if n < 0 || n > len(buf) || (err == nil && i > 0) {
 			t.Fatalf("Write after a reset = %d, %v", n, err)
 		}
+	}
+}
+
+// echo answers each byte that arrives at peer with one byte, until peer
+// is closed.
+func echo(peer net.Conn) {
+	buf := make([]byte, 64)
+	for {
+		n, err := peer.Read(buf)
+		if err != nil {
+			return
+		}
+		if _, err := peer.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+// TestWriteRead: WriteRead's command arrives and its answer is read, with
+// no allocation; a write that fails is werr, with nothing read, and the
+// end of the input is rerr io.EOF.
+func TestWriteRead(t *testing.T) {
+	client, peer := tcpPair(t)
+	go echo(peer)
+	one, buf := []byte("x"), make([]byte, 8)
+	exchange := func() {
+		if n, werr, rerr := WriteRead(client, one, buf); n != 1 || werr != nil || rerr != nil || buf[0] != 'x' {
+			t.Fatalf("WriteRead = %d, %v, %v; want 1 byte back", n, werr, rerr)
+		}
+	}
+	exchange()
+	if n := testing.AllocsPerRun(100, exchange); n != 0 {
+		t.Errorf("WriteRead allocates %v times, want 0", n)
+	}
+	// Interleaved with plain reads and writes, on the same connection.
+	if _, err := client.Write(one); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	exchange()
+
+	peer.Close()
+	for i := 0; ; i++ { // the echo's close: EOF, once the peer's FIN is in
+		n, werr, rerr := WriteRead(client, one, buf)
+		if n == 0 && (werr != nil || rerr == io.EOF) {
+			break
+		}
+		if i > 100 {
+			t.Fatalf("WriteRead to a closed peer = %d, %v, %v", n, werr, rerr)
+		}
+	}
+	client.Close()
+	if n, werr, rerr := WriteRead(client, one, buf); n != 0 || !errors.Is(werr, net.ErrClosed) || rerr != nil {
+		t.Fatalf("WriteRead after Close = %d, %v, %v; want 0, net.ErrClosed as the write's error", n, werr, rerr)
+	}
+}
+
+// BenchmarkWriteRead measures one byte's round trip to an echo on
+// loopback: Write then Read, against WriteRead, which saves the read(2)
+// that would find nothing yet.
+func BenchmarkWriteRead(b *testing.B) {
+	for _, name := range []string{"write-then-read", "writeread"} {
+		b.Run(name, func(b *testing.B) {
+			client, peer := tcpPair(b)
+			go echo(peer)
+			one, buf := []byte("x"), make([]byte, 8)
+			b.ReportAllocs()
+			for b.Loop() {
+				if name == "writeread" {
+					if _, werr, rerr := WriteRead(client, one, buf); werr != nil || rerr != nil {
+						b.Fatal(werr, rerr)
+					}
+					continue
+				}
+				if _, err := client.Write(one); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := client.Read(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -83,10 +83,34 @@ type Pool struct {
 // conn is one connection and its buffers.
 type conn struct {
 	nc     net.Conn
-	br     *bufio.Reader
+	br     *bufio.Reader // reads from src
+	src    source
 	out    []byte // the command being written
 	answer []byte // the payload of the last answer
 	used   bool   // it has carried a call: the node may have closed it idle since
+}
+
+// source is what a conn's bufio.Reader reads: its connection, but with a
+// command to write first, set by call, written by the read that waits for
+// its answer (rawio.WriteRead).
+type source struct {
+	nc    net.Conn
+	first []byte // the command to write before the next read; nil for none
+	err   error  // the error of writing first
+}
+
+func (s *source) Read(p []byte) (int, error) {
+	if s.first == nil {
+		return s.nc.Read(p)
+	}
+	w := s.first
+	s.first = nil
+	n, werr, rerr := rawio.WriteRead(s.nc, w, p)
+	if werr != nil {
+		s.err = werr
+		return 0, werr
+	}
+	return n, rerr
 }
 
 // New returns a Pool of at most max connections to addr (host:port). It
@@ -160,13 +184,24 @@ func (c *conn) call(payload []byte, decode func([]byte) error) error {
 	c.out = append(c.out, "\r\n"...)
 	c.out = append(c.out, payload...)
 	c.out = append(c.out, "\r\n"...)
-	if _, err := c.nc.Write(c.out); err != nil {
+	used := c.used
+	c.used = true
+	if used && c.br.Buffered() == 0 {
+		// The connection has carried a call and its answer, and nothing
+		// else is there to read: the command goes with the read of its
+		// answer.
+		c.src.first, c.src.err = c.out, nil
+	} else if _, err := c.nc.Write(c.out); err != nil {
 		// A command written in part is not one the node can decide.
 		return &refusal{why: "write: " + err.Error()}
 	}
-	used := c.used
-	c.used = true
-	if _, err := c.br.Peek(1); err != nil {
+	_, err := c.br.Peek(1)
+	c.src.first = nil
+	if werr := c.src.err; werr != nil {
+		c.src.err = nil
+		return &refusal{why: "write: " + werr.Error()}
+	}
+	if err != nil {
 		if used && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
 			// The node closed the connection, idle, before it read the
 			// command: a node answers every command it has read before it
@@ -232,7 +267,9 @@ func (p *Pool) dial() {
 		return
 	}
 	nc = rawio.Wrap(nc) // as the node's end does: no wake of the runtime's monitor thread a call
-	p.put(&conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10)})
+	c := &conn{nc: nc, src: source{nc: nc}}
+	c.br = bufio.NewReaderSize(&c.src, 4<<10)
+	p.put(c)
 }
 
 // put makes c idle, or closes it if the pool is closed.

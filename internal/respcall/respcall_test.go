@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type fakePort struct {
 	lis    net.Listener
 	answer func(payload []byte) (out []byte, keep bool)
+	// closeIdle closes each connection after its answer, while the
+	// client holds it idle: as a node's idle timeout does.
+	closeIdle atomic.Bool
 }
 
 func startPort(t *testing.T, answer func([]byte) ([]byte, bool)) *fakePort {
@@ -64,7 +68,7 @@ func (f *fakePort) serve(nc net.Conn) {
 		if !keep {
 			return
 		}
-		if _, err := nc.Write(out); err != nil {
+		if _, err := nc.Write(out); err != nil || f.closeIdle.Load() {
 			return
 		}
 	}
@@ -220,6 +224,32 @@ func TestClosedConnections(t *testing.T) {
 	closeNext <- true
 	if _, err := call(context.Background(), p, "x"); !errors.Is(err, ErrLost) {
 		t.Errorf("a fresh connection closed: %v, want lost", err)
+	}
+}
+
+// TestIdleClose: a connection the node closed after its answer, the
+// client holding it idle, refuses the next call, which goes with the read
+// of its answer (rawio.WriteRead): the close is seen, not waited on.
+func TestIdleClose(t *testing.T) {
+	f := startPort(t, echo)
+	f.closeIdle.Store(true)
+	p := ready(t, f.lis.Addr().String(), 1)
+	if _, err := call(context.Background(), p, "x"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond) // the close arrives before the next call
+	done := make(chan error, 1)
+	go func() {
+		_, err := call(context.Background(), p, "x") // no deadline: a wait would hang the test
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrRefused) {
+			t.Errorf("a connection closed while idle: %v, want refused", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a call on a connection closed while idle did not return within 10s")
 	}
 }
 

@@ -23,6 +23,7 @@ type config struct {
 	Duration    time.Duration // each run's longest
 	Rounds      int           // runs of each mode at each level; the median is drawn
 	Warmup      time.Duration // each mode's unrecorded run before the first level; 0 for none
+	BenchWarmup time.Duration // each rlnode bench run's unrecorded load before its clock starts (--warmup); 0 for none
 	Count       int64         // each run's most calls
 	Keys        int           // distinct keys bench:0 .. bench:<Keys-1>
 	Timeout     time.Duration // one call's longest
@@ -56,6 +57,7 @@ Flags:
 	fs.DurationVar(&c.Duration, "duration", time.Second, "each run stops after this long")
 	fs.IntVar(&c.Rounds, "rounds", 3, "runs of each mode at each level, in turn with the other modes'; the charts show the run of median checks/s")
 	fs.DurationVar(&c.Warmup, "warmup", time.Second, "each mode runs once for this long, unrecorded, before the first level (0: no warm-up)")
+	fs.DurationVar(&c.BenchWarmup, "bench-warmup", 100*time.Millisecond, "each rlnode bench run first runs its load for this long, unrecorded (its --warmup), so that its new process starts the clock with its connections open, as the Redis loads' are (0: none, for a -before build without --warmup)")
 	fs.Int64Var(&c.Count, "count", 1_000_000, "each run stops after this many calls")
 	fs.IntVar(&c.Keys, "keys", 10_000, "distinct keys")
 	fs.DurationVar(&c.Timeout, "timeout", 5*time.Second, "give up on one call after this long")
@@ -81,6 +83,8 @@ Flags:
 		return config{}, fmt.Errorf("-rounds: %d, want 1 to %d", c.Rounds, maxRounds)
 	case c.Warmup < 0:
 		return config{}, fmt.Errorf("-warmup: %v, want >= 0", c.Warmup)
+	case c.BenchWarmup < 0:
+		return config{}, fmt.Errorf("-bench-warmup: %v, want >= 0", c.BenchWarmup)
 	case c.Count <= 0 || c.Count > maxCount:
 		return config{}, fmt.Errorf("-count: %d, want 1 to %d", c.Count, maxCount)
 	case c.Keys <= 0:

@@ -15,7 +15,7 @@ func TestParseConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(c.Concurrency, []int{1, 2, 8}) || c.Duration != time.Second || c.Keys != 10_000 ||
-		len(c.Modes) != 2 || c.Modes[0].Name != "client" || c.Modes[1].Name != "redis" {
+		len(c.Modes) != 2 || c.Modes[0].Name != "client" || c.Modes[1].Name != "redis" || c.BenchWarmup != 100*time.Millisecond {
 		t.Errorf("parseConfig = %+v", c)
 	}
 	if c, err = parseConfig([]string{"-from", "results.json"}, io.Discard); err != nil {
@@ -42,6 +42,7 @@ func TestParseConfigBadInput(t *testing.T) {
 		{[]string{"-rlnode", "x", "-duration", "0s"}, "-duration: 0s"},
 		{[]string{"-rlnode", "x", "-rounds", "0"}, "-rounds: 0, want 1 to 100"},
 		{[]string{"-rlnode", "x", "-warmup", "-1s"}, "-warmup: -1s"},
+		{[]string{"-rlnode", "x", "-bench-warmup", "-1s"}, "-bench-warmup: -1s"},
 		{[]string{"-rlnode", "x", "-count", "0"}, "-count: 0, want 1 to 10000000"},
 		{[]string{"-rlnode", "x", "-count", "10000001"}, "-count: 10000001"},
 		{[]string{"-rlnode", "x", "-keys", "-1"}, "-keys: -1"},

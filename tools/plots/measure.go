@@ -107,6 +107,9 @@ func runBench(ctx context.Context, conf config, n *node, m mode, c int, d time.D
 		"--concurrency", strconv.Itoa(c), "--duration", d.String(),
 		"--count", strconv.FormatInt(conf.Count, 10), "--keys", strconv.Itoa(m.keys(conf)),
 		"--algorithm", "GCRA", "--limit", "1000000", "--period", "1s", "--timeout", conf.Timeout.String()}
+	if conf.BenchWarmup > 0 {
+		args = append(args, "--warmup", conf.BenchWarmup.String())
+	}
 	if m.Client {
 		args = append(args, "--client")
 	}
