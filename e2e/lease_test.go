@@ -156,7 +156,8 @@ func TestLeaseOwnerKilled(t *testing.T) {
 	if _, err := l.report(0); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // broadcasts and replicas reach the heir
+	broadcastsAfterNow(t, victim) // the heir keeps the grants as the owner has them
+	replicated(t, victim)
 	victim.signal(t, syscall.SIGKILL)
 	if !victim.wait(5 * time.Second) {
 		t.Fatalf("%s did not exit after SIGKILL", victim.name)
@@ -189,6 +190,21 @@ func TestLeaseOwnerKilled(t *testing.T) {
 	if total > limit {
 		t.Errorf("%d admitted in all, over the limit %d", total, limit)
 	}
+}
+
+// broadcastsAfterNow returns once n has ended two GLOBAL sync rounds
+// (ringlimit_global_sync_seconds) since it was called: one that began
+// after the call, whose broadcast carries n's state as of then to the
+// other nodes. A fixed sleep fell short on a busy machine, and the heir
+// then lent the lessee's grant again (13 over the limit).
+func broadcastsAfterNow(t *testing.T, n *node) {
+	t.Helper()
+	rounds := func() float64 { v, _ := metric(n, "ringlimit_global_sync_seconds_count"); return v }
+	from := rounds()
+	poll(t, keepTimeout, n.name+" broadcasts its state", func() (bool, string) {
+		r := rounds()
+		return r >= from+2, fmt.Sprintf("%v sync rounds since", r-from)
+	})
 }
 
 // TestLeaseRingChange: a lessee renewing its grant every round while a

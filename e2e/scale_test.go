@@ -42,9 +42,19 @@ const (
 	exactPace     = 10 * time.Millisecond // between one worker's checks
 )
 
-// figures is the table the test prints, in order.
+// figures is the table the test prints, in order, and what failed.
 type figures struct {
-	rows [][2]string
+	rows   [][2]string
+	failed []string
+}
+
+// errorf fails t, as t.Errorf does, and keeps the message for the end of
+// the output (see TestScale's first Cleanup).
+func (f *figures) errorf(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	f.failed = append(f.failed, msg)
+	t.Error(msg)
 }
 
 func (f *figures) add(what, format string, args ...any) {
@@ -70,6 +80,14 @@ func TestScale(t *testing.T) {
 	}
 	testStart := time.Now()
 	f := &figures{}
+	// Last of all, below every node's output, which may be long: on a
+	// failure, the figures measured so far and what failed, so that an
+	// output's tail says what happened.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("scale figures so far:\n%s\nfailed:\n%s", f, strings.Join(f.failed, "\n"))
+		}
+	})
 	c := &testCluster{t: t}
 	t.Cleanup(c.stopAll)
 	// Killed rather than stopped one by one: 32 orderly shutdowns, each
@@ -159,7 +177,7 @@ func TestScale(t *testing.T) {
 	joinerRecords := metricOf(t, newNode, "ringlimit_handoff_bytes_total", `direction="received"`)
 	readBytes := procIO(t, newNode).read - io0.read
 	f.add("Join: checks through it on 4 keys moving to the new node, limit 300 each: admitted",
-		"%s", exact.finish(t, 0))
+		"%s", exact.finish(t, f, 0))
 	f.add("Join: checks that waited for a moved counter, by how the wait ended", "%s", waitsSince(t, c.nodes, w0))
 	f.add("Join of a 33rd node: counters that change owner (to the new node)",
 		"%d (%d; %.0f expected at 1/33)", moved, toJoiner, float64(scaleCounters)/33)
@@ -208,7 +226,7 @@ func TestScale(t *testing.T) {
 	// close is charged twice (docs/cluster.md, the residuals): at most the
 	// checks in flight then, one per worker.
 	f.add("Leave: checks through it on 4 keys of the leaving node, limit 300 each: admitted",
-		"%s", exact.finish(t, exactWorkers))
+		"%s", exact.finish(t, f, exactWorkers))
 	f.add("Leave: checks that waited for a moved counter, by how the wait ended", "%s", waitsSince(t, others, w0))
 	f.add("Leave (SIGTERM) of one node: counters it owned", "%d", leaving)
 	f.add("Leave: time from SIGTERM to every counter received / to its exit",
@@ -447,6 +465,24 @@ func (l *exactLoad) over(k int) string {
 	return strings.Join(out, "\n")
 }
 
+// gaps describes key k's remaining hits that no admission answered, with
+// the admissions that answered the values either side: where a check was
+// charged without its admission reaching the test (charged twice, or its
+// answer lost).
+func (l *exactLoad) gaps(k int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for rem := range int64(exactLimit) {
+		if _, ok := l.remaining[k][rem]; ok {
+			continue
+		}
+		out = append(out, fmt.Sprintf("remaining %d: none; %d: %s; %d: %s", rem,
+			rem+1, strings.Join(l.remaining[k][rem+1], "; "), rem-1, strings.Join(l.remaining[k][rem-1], "; ")))
+	}
+	return strings.Join(out, "\n")
+}
+
 func (l *exactLoad) item(k int) *pb.CheckItem {
 	// A token bucket that refills its limit in a year, a hit in 29 hours:
 	// nothing refills during the test, so exactly the limit is admitted in
@@ -459,7 +495,7 @@ func (l *exactLoad) item(k int) *pb.CheckItem {
 // limit with no errors, but for short checks in all that may have been
 // charged twice (admitted less, never more). It returns what each key
 // admitted.
-func (l *exactLoad) finish(t *testing.T, short int) string {
+func (l *exactLoad) finish(t *testing.T, f *figures, short int) string {
 	t.Helper()
 	var admitted []string
 	missing := 0
@@ -477,13 +513,16 @@ func (l *exactLoad) finish(t *testing.T, short int) string {
 		admitted = append(admitted, strconv.Itoa(l.tl[k].admitted))
 		tl := l.tl[k]
 		if tl.admitted > exactLimit || tl.errors != 0 {
-			t.Errorf("%s: key %s admitted %d on a limit of %d, %d errors; want at most the limit, no errors; admissions that answered the same remaining hits (node asked, sent at, took):\n%s",
-				l.phase, key, tl.admitted, exactLimit, tl.errors, l.over(k))
+			f.errorf(t, "%s: key %s admitted %d on a limit of %d, %d errors (%v); want at most the limit, no errors; admissions that answered the same remaining hits (node asked, sent at, took):\n%s",
+				l.phase, key, tl.admitted, exactLimit, tl.errors, tl, l.over(k))
+		}
+		if tl.admitted < exactLimit {
+			t.Logf("%s: key %s: hits charged without an admission answered:\n%s", l.phase, key, l.gaps(k))
 		}
 		missing += max(exactLimit-tl.admitted, 0)
 	}
 	if missing > short {
-		t.Errorf("%s: the keys admitted %d fewer than their limits in all, want at most %d (exactly the limits but for checks charged twice)",
+		f.errorf(t, "%s: the keys admitted %d fewer than their limits in all, want at most %d (exactly the limits but for checks charged twice)",
 			l.phase, missing, short)
 	}
 	if len(l.slow) != 0 {

@@ -14,6 +14,7 @@ import (
 	pb "github.com/ringlimit/ringlimit/api/ringlimitv1"
 	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/service"
 )
 
 // testCluster is several nodes in this test process, on loopback, with
@@ -152,11 +153,19 @@ func TestClusterSpacingIsExact(t *testing.T) {
 // so the guaranteed hits of other nodes reach the parent's owner after
 // the borrowers have taken its room: the bound docs/checks.md states,
 // the parent plus the guarantees admitted away from its owner in a round,
-// is then the parent plus all of them.)
+// is then the parent plus all of them.) A check the key's owner did not
+// decide (decided_by "failover" or "fallback": the owner did not answer
+// within the forward deadline, as on a machine too busy for it; in one
+// loaded run of the whole suite, tenant 0 had 19 admitted outside the
+// borrowing) is counted apart and logged: those decisions are on a
+// replica or a share, by the rules of docs/cluster.md, not the
+// borrowing's.
 func TestClusterBorrowing(t *testing.T) {
 	const tenants, guarantee, parent = 6, 10, 200
 	c := startCluster(t, 3)
 	var guaranteed, borrowed [tenants]atomic.Int64
+	var mu sync.Mutex
+	elsewhere := map[string]int{} // admitted checks the owner did not decide, by decided_by
 	var wg sync.WaitGroup
 	const workers, each = 150, 20
 	for w := range workers {
@@ -175,6 +184,10 @@ func TestClusterBorrowing(t *testing.T) {
 				}
 				switch r := resp.Responses[0]; {
 				case r.Status != pb.Status_UNDER_LIMIT:
+				case r.Metadata[service.MetadataDecidedBy] != "":
+					mu.Lock()
+					elsewhere[r.Metadata[service.MetadataDecidedBy]]++
+					mu.Unlock()
 				case r.Borrowed:
 					borrowed[k].Add(1)
 				default:
@@ -192,6 +205,9 @@ func TestClusterBorrowing(t *testing.T) {
 		total += borrowed[k].Load()
 	}
 	t.Logf("borrowed %d in all (the parent holds %d, the guarantees %d of it)", total, parent, tenants*guarantee)
+	for by, n := range elsewhere {
+		t.Logf("%d admitted by %q, not by the key's owner: the owner did not answer in time", n, by)
+	}
 	if total == 0 || total > parent {
 		t.Errorf("borrowed %d in all, want some and at most the parent's %d", total, parent)
 	}
