@@ -252,7 +252,8 @@ func (c *chaosCluster) waitMembers(timeout time.Duration) time.Duration {
 		want = append(want, n.name)
 	}
 	slices.Sort(want)
-	return poll(c.t, timeout, "membership", func() (bool, string) {
+	fatal := func(format string, args ...any) { c.t.Helper(); fatalf(c.t, format, args...) }
+	return pollOr(c.t, timeout, "membership", func() (bool, string) {
 		var status []string
 		ok := true
 		for _, n := range run {
@@ -266,7 +267,7 @@ func (c *chaosCluster) waitMembers(timeout time.Duration) time.Duration {
 			status = append(status, fmt.Sprintf("%s ready %d (%v) sees %v (%v), suspects %v (%v)", n.name, code, err, got, merr, suspects, serr))
 		}
 		return ok, strings.Join(status, "; ")
-	})
+	}, fatal)
 }
 
 // chaosLoad drives checks from the host at the nodes it is told to use,

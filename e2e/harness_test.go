@@ -363,6 +363,13 @@ func (c *testCluster) waitConverged(want int) time.Duration {
 // long that took. After timeout it fails the test with cond's last status.
 func poll(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
 	t.Helper()
+	return pollOr(t, timeout, what, cond, t.Fatalf)
+}
+
+// pollOr is poll, failing the test with fatal (the chaos suite's records
+// the message for the test's last lines).
+func pollOr(t testing.TB, timeout time.Duration, what string, cond func() (bool, string), fatal func(format string, args ...any)) time.Duration {
+	t.Helper()
 	start := time.Now()
 	deadline := start.Add(timeout)
 	for {
@@ -371,7 +378,7 @@ func poll(t testing.TB, timeout time.Duration, what string, cond func() (bool, s
 			return time.Since(start)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not done within %v: %s", what, timeout, status)
+			fatal("%s: not done within %v: %s", what, timeout, status)
 		}
 		time.Sleep(pollInterval) // polling interval, not waiting for an effect
 	}

@@ -172,8 +172,12 @@ func (s *suspects) watch(addr string) context.Context {
 	return w.(*watch).ctx
 }
 
-// forget drops the watches of addresses that are not in members, such as
-// nodes that left the cluster.
+// forget drops the watches and the suspicions of addresses that are not
+// in members, such as nodes that left the cluster or were declared dead:
+// a suspicion is of an owner, and ringlimit_suspect_owners counted a
+// member the ring had dropped until its suspicion lapsed, up to
+// SuspectFor after the ring change (so a cluster that had converged
+// looked as if it had not: the chaos suite's kill -9 waits for none).
 func (s *suspects) forget(members map[string]bool) {
 	s.watches.Range(func(addr, _ any) bool {
 		if !members[addr.(string)] {
@@ -181,6 +185,14 @@ func (s *suspects) forget(members map[string]bool) {
 		}
 		return true
 	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for addr := range s.until {
+		if !members[addr] {
+			delete(s.until, addr)
+		}
+	}
+	s.held.Store(int64(len(s.until)))
 }
 
 // now is the time suspicions are timed by: the real clock (see suspects).
@@ -417,18 +429,21 @@ type resetter interface{ Reset(addr string) bool }
 // failing connection again at once (peer.Pool.Revive).
 type reviver interface{ Revive(addr string) bool }
 
-// RingChanged has the connections to the new ring's members that are
+// RingChanged ends the suspicions of the members the new ring dropped
+// (see forget), and has the connections to its members that are
 // failing try again at once: a member gossip has just brought back
 // (after a partition, or a restart) answers within moments, while its
 // connection would wait out its backoff, and this node's suspicion of it
 // would last until a probe went through it. The next probe, within
 // ProbeEvery, then finds it.
 func (n *Node) RingChanged() {
+	members := n.members()
+	n.suspects.forget(members)
 	rv, ok := n.peers.(reviver)
 	if !ok {
 		return
 	}
-	for addr := range n.members() {
+	for addr := range members {
 		rv.Revive(addr)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -64,5 +65,38 @@ func TestRingChangedRevivesTheMembers(t *testing.T) {
 	slices.Sort(p.revived)
 	if want := []string{"a:1", "b:1"}; !slices.Equal(p.revived, want) {
 		t.Errorf("revived %v, want %v", p.revived, want)
+	}
+}
+
+// changingRing is a Cluster whose ring a test replaces.
+type changingRing struct{ r atomic.Pointer[ring.Ring] }
+
+func (c *changingRing) Ring() *ring.Ring { return c.r.Load() }
+
+// TestRingChangedEndsTheSuspicionsOfTheDropped: once the ring drops a
+// member (it left, or was declared dead), this node suspects it no more:
+// ringlimit_suspect_owners counts owners, and counted the dropped member
+// until its suspicion lapsed, up to SuspectFor after the ring change. A
+// member still in the ring stays suspect.
+func TestRingChangedEndsTheSuspicionsOfTheDropped(t *testing.T) {
+	a, b := ring.Member{Name: "a", PeerAddr: "a:1"}, ring.Member{Name: "b", PeerAddr: "b:1"}
+	c := &changingRing{}
+	c.r.Store(ring.New(a, b))
+	n := New(Config{Peers: &revivingPeers{}, Cluster: c})
+	n.Mark("a:1")
+	n.Mark("b:1")
+	if got := n.suspects.count(); got != 2 {
+		t.Fatalf("before the ring change: %d suspect, want 2", got)
+	}
+	c.r.Store(ring.New(a))
+	n.RingChanged()
+	if n.Suspect("b:1") {
+		t.Error("b, dropped from the ring, is still suspect")
+	}
+	if !n.Suspect("a:1") {
+		t.Error("a, still in the ring, is no longer suspect")
+	}
+	if got := n.suspects.count(); got != 1 {
+		t.Errorf("after the ring change: %d suspect, want 1 (a)", got)
 	}
 }
