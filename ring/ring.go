@@ -7,22 +7,25 @@
 // order the members were given, because New sorts the members by name and
 // the hash has no seed.
 //
-// Under the hood the ring is github.com/buraksezer/consistent (consistent
-// hashing with bounded loads): keys hash with xxhash into one of
-// PartitionCount partitions, and each partition is owned by one member. New
-// asks consistent for the owner of every partition once and keeps the
-// answers in a table, so Owner is a hash, a modulo and a slice index: no
-// lock, no allocation. The answers are those of consistent's LocateKey.
+// The placement is that of github.com/buraksezer/consistent (consistent
+// hashing with bounded loads), which earlier releases called, so that
+// nodes of every release agree on owners: keys hash with xxhash into one
+// of PartitionCount partitions, and each partition is owned by one
+// member. New works out the owner of every partition once, as consistent
+// does (see New), and keeps them in a table, so Owner is a hash, a modulo
+// and a slice index: no lock, no allocation. Tests hold the table to
+// consistent's LocateKey.
 package ring
 
 import (
 	"cmp"
 	"encoding/binary"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
-	"github.com/buraksezer/consistent"
 	"github.com/cespare/xxhash/v2"
 )
 
@@ -33,7 +36,8 @@ import (
 // ReplicationFactor, the virtual nodes a member, makes natural shares even
 // enough that the bounded load cap (Load) rarely binds, so a join moves
 // at most about 1.3x the ideal 1/(N+1) of the keys (see TestMovement), at
-// the price of 10-80 ms a ring build, paid on membership changes only.
+// the price of about a millisecond a ring build of 32 members, paid on
+// membership changes only (BenchmarkNew).
 // See docs/design-cluster.md, "Membership and the ring".
 const (
 	PartitionCount    = 7919
@@ -59,7 +63,6 @@ type Member struct {
 type Ring struct {
 	members []Member // sorted by Name, unique names
 	owners  []int32  // partition ID -> index into members; nil when empty
-	c       *consistent.Consistent
 }
 
 // New builds a ring over members. Members are sorted by Name first, so the
@@ -82,22 +85,7 @@ func New(members ...Member) *Ring {
 		return r
 	}
 
-	cm := make([]consistent.Member, len(ms))
-	index := make(map[string]int32, len(ms))
-	for i, m := range ms {
-		cm[i] = name(m.Name)
-		index[m.Name] = int32(i)
-	}
-	r.c = consistent.New(cm, consistent.Config{
-		Hasher:            hasher{}, // consistent panics on a nil Hasher
-		PartitionCount:    PartitionCount,
-		ReplicationFactor: ReplicationFactor,
-		Load:              Load,
-	})
-	r.owners = make([]int32, PartitionCount)
-	for p := range r.owners {
-		r.owners[p] = index[r.c.GetPartitionOwner(p).String()]
-	}
+	r.owners = owners(ms)
 	return r
 }
 
@@ -254,12 +242,69 @@ func (r *Ring) Shares() map[string]float64 {
 	return shares
 }
 
-// hasher adapts xxhash to consistent.Hasher.
-type hasher struct{}
+// vnode is one of a member's ReplicationFactor points on the hash circle.
+type vnode struct {
+	hash   uint64
+	member int32 // index into the members
+}
 
-func (hasher) Sum64(b []byte) uint64 { return xxhash.Sum64(b) }
+// partitionHashes are where each partition falls on the hash circle: the
+// xxhash of its ID's 8 little-endian bytes, the same for every ring.
+var partitionHashes = sync.OnceValue(func() []uint64 {
+	hs := make([]uint64, PartitionCount)
+	var b [8]byte
+	for p := range hs {
+		binary.LittleEndian.PutUint64(b[:], uint64(p))
+		hs[p] = xxhash.Sum64(b[:])
+	}
+	return hs
+})
 
-// name is a member as consistent sees it: just its name.
-type name string
-
-func (n name) String() string { return string(n) }
+// owners returns the owner of each partition among ms (sorted by name,
+// unique names, at least one), by consistent's rule with PartitionCount,
+// ReplicationFactor, Load and xxhash: member i's points on the circle
+// are the hashes of its name followed by 0 to ReplicationFactor-1 in
+// decimal; a point two members share is the one added later's (the
+// members are added in order of name); each partition goes to the first
+// point at or after its own hash, going round, whose member owns fewer
+// than the bound, ceil(floor(PartitionCount/len(ms)) * Load), partitions
+// so far, partitions taken in order of ID. consistent.New takes tens of
+// milliseconds for 32 members (a fmt.Sprintf a point, and a sort of the
+// circle after each member); this takes one sort, and every node builds a
+// ring at every membership change, all at once (TestOwnersAreConsistents).
+func owners(ms []Member) []int32 {
+	circle := make([]vnode, 0, len(ms)*ReplicationFactor)
+	var key []byte
+	for i, m := range ms {
+		key = append(key[:0], m.Name...)
+		n := len(key)
+		for v := range ReplicationFactor {
+			key = strconv.AppendInt(key[:n], int64(v), 10)
+			circle = append(circle, vnode{xxhash.Sum64(key), int32(i)})
+		}
+	}
+	slices.SortFunc(circle, func(a, b vnode) int { return cmp.Or(cmp.Compare(a.hash, b.hash), cmp.Compare(a.member, b.member)) })
+	for i := len(circle) - 2; i >= 0; i-- { // a shared point is the last member's: runs sort by member
+		if circle[i].hash == circle[i+1].hash {
+			circle[i].member = circle[i+1].member
+		}
+	}
+	bound := int(math.Ceil(float64(PartitionCount/len(ms)) * Load))
+	loads := make([]int, len(ms))
+	out := make([]int32, PartitionCount)
+	for p, h := range partitionHashes() {
+		i, _ := slices.BinarySearchFunc(circle, h, func(v vnode, h uint64) int { return cmp.Compare(v.hash, h) })
+		for range circle { // the bound leaves room: every member's points are on the circle
+			if i == len(circle) {
+				i = 0
+			}
+			if m := circle[i].member; loads[m] < bound {
+				out[p] = m
+				loads[m]++
+				break
+			}
+			i++
+		}
+	}
+	return out
+}

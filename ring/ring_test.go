@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+
+	"github.com/buraksezer/consistent"
+	"github.com/cespare/xxhash/v2"
 )
 
 // nodes returns n members named like the pods of a StatefulSet.
@@ -109,17 +112,69 @@ func TestMembersIsACopy(t *testing.T) {
 	}
 }
 
+// consistentOf returns consistent's ring of ms with the ring's shape: the
+// placement every release of ringlimit agrees on.
+func consistentOf(ms []Member) *consistent.Consistent {
+	cm := make([]consistent.Member, len(ms))
+	for i, m := range ms {
+		cm[i] = name(m.Name)
+	}
+	return consistent.New(cm, consistent.Config{Hasher: hasher{}, PartitionCount: PartitionCount,
+		ReplicationFactor: ReplicationFactor, Load: Load})
+}
+
+type hasher struct{}
+
+func (hasher) Sum64(b []byte) uint64 { return xxhash.Sum64(b) }
+
+// name is a member as consistent sees it: just its name.
+type name string
+
+func (n name) String() string { return string(n) }
+
 // TestOwnerMatchesLocateKey checks that the table in Ring gives consistent's
 // own answer.
 func TestOwnerMatchesLocateKey(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 10} {
 		r := New(nodes(n)...)
+		c := consistentOf(r.Members())
 		for _, f := range keyFamilies(2000) {
 			for _, k := range f.keys {
 				got, _ := r.Owner(k)
-				want := r.c.LocateKey([]byte(k)).String()
+				want := c.LocateKey([]byte(k)).String()
 				if got.Name != want {
 					t.Fatalf("n=%d: Owner(%q) = %s, LocateKey = %s", n, k, got.Name, want)
+				}
+			}
+		}
+	}
+}
+
+// TestOwnersAreConsistents: every partition has the owner consistent
+// gives it, for clusters of 1 to 64 members under names of every shape a
+// cluster uses, including names whose points coincide ("n1" with 10 and
+// "n11" with 0 hash the same bytes: the point is the later member's), so
+// that nodes of this release and of those that called consistent agree
+// on every key's owner.
+func TestOwnersAreConsistents(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	shapes := []func(i int) string{
+		func(i int) string { return "n" + strconv.Itoa(i) },
+		func(i int) string { return fmt.Sprintf("rl-%d.rl-headless.default.svc.cluster.local", i) },
+		func(i int) string { return fmt.Sprintf("%x", rnd.Uint64()) },
+	}
+	for _, shape := range shapes {
+		for _, n := range []int{1, 2, 3, 5, 11, 12, 32, 33, 64} {
+			ms := make([]Member, n)
+			for i := range ms {
+				ms[i] = Member{Name: shape(i)}
+			}
+			r := New(ms...)
+			c := consistentOf(r.Members())
+			for p := range PartitionCount {
+				got, _ := r.PartitionOwner(p)
+				if want := c.GetPartitionOwner(p).String(); got.Name != want {
+					t.Fatalf("%d members named like %q: partition %d owned by %s, consistent says %s", n, shape(0), p, got.Name, want)
 				}
 			}
 		}
@@ -228,12 +283,20 @@ func BenchmarkOwner(b *testing.B) {
 	}
 }
 
+// BenchmarkNew builds rings of 3 to 50 members, and, as the baseline,
+// consistent's ring of the same members, which New places alike (see
+// TestOwnersAreConsistents).
 func BenchmarkNew(b *testing.B) {
 	for _, n := range []int{3, 10, 33, 50} {
 		ms := nodes(n)
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			for b.Loop() {
 				New(ms...)
+			}
+		})
+		b.Run(fmt.Sprint(n, "/consistent"), func(b *testing.B) {
+			for b.Loop() {
+				consistentOf(ms)
 			}
 		})
 	}
