@@ -36,7 +36,7 @@ import (
 // ReplicationFactor, the virtual nodes a member, makes natural shares even
 // enough that the bounded load cap (Load) rarely binds, so a join moves
 // at most about 1.3x the ideal 1/(N+1) of the keys (see TestMovement), at
-// the price of about a millisecond a ring build of 32 members, paid on
+// the price of about 2 ms a ring build of 33 members, paid on
 // membership changes only (BenchmarkNew).
 // See docs/design-cluster.md, "Membership and the ring".
 const (
@@ -268,8 +268,8 @@ var partitionHashes = sync.OnceValue(func() []uint64 {
 // members are added in order of name); each partition goes to the first
 // point at or after its own hash, going round, whose member owns fewer
 // than the bound, ceil(floor(PartitionCount/len(ms)) * Load), partitions
-// so far, partitions taken in order of ID. consistent.New takes tens of
-// milliseconds for 32 members (a fmt.Sprintf a point, and a sort of the
+// so far, partitions taken in order of ID. consistent.New takes 15 ms
+// for 33 members (a fmt.Sprintf a point, and a sort of the
 // circle after each member); this takes one sort, and every node builds a
 // ring at every membership change, all at once (TestOwnersAreConsistents).
 func owners(ms []Member) []int32 {
